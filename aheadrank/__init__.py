@@ -1,0 +1,3 @@
+"""aheadrank: embed ahead, rank later."""
+
+__version__ = "0.1.0"

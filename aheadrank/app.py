@@ -1,0 +1,13 @@
+"""The one typer application; each part registers its commands in its own ``commands`` module."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="aheadrank",
+    help="Embed ahead, rank later: offline document-side indexing + online transformer re-ranking.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)

@@ -1,0 +1,19 @@
+"""Errors every part raises for bad input; the CLI and the service turn them into clear messages."""
+
+from __future__ import annotations
+
+
+class AheadrankError(Exception):
+    """Base class: a user-facing error with a message that says what is wrong."""
+
+
+class CheckpointError(AheadrankError):
+    """A missing, partial, corrupt or mismatched checkpoint."""
+
+
+class StoreError(AheadrankError):
+    """A missing, corrupt, incompatible or half-written representation store."""
+
+
+class CollectionError(AheadrankError):
+    """A malformed document collection."""
