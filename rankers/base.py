@@ -1,0 +1,158 @@
+"""The one contract every ranker implements (DESIGN.md "One contract for every ranker").
+
+Text level (stable surface): ``encode_documents``, ``encode_query``, ``score``, ``score_pairs``.
+Tensor level (padded batches + boolean masks, used by the indexer, the service and training):
+``document_fields``, ``query_state``, ``score_batch``, ``forward_pairs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from rankers.config import RankerConfig
+from rankers.text import TextEncoder, pad, pad_fields
+
+
+@dataclass
+class QueryState:
+    """What ``encode_query`` computes once per request; ``mask`` is [1, Tq] bool."""
+
+    tensors: dict[str, Tensor]
+    mask: Tensor
+    text: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.tensors[name]
+
+
+class Ranker(nn.Module):
+    kind: ClassVar[str]
+    strategies: ClassVar[tuple[str, ...]] = ("default",)
+
+    def __init__(self, config: RankerConfig, text: TextEncoder | None = None, strategy: str | None = None):
+        super().__init__()
+        self.config = config.validate()
+        self.text = text
+        strategy = strategy or self.strategies[0]
+        if strategy not in self.strategies:
+            raise ValueError(f"{self.kind} ranker has strategies {self.strategies}, not {strategy!r}")
+        self.strategy = strategy
+
+    # ---- what each ranker defines -------------------------------------------------------------
+    def field_dims(self) -> dict[str, int]:
+        """Stored field name -> dim for the current strategy."""
+        raise NotImplementedError
+
+    def query_ids(self, pieces: list[int]) -> list[int]:
+        """The query's token ids with this ranker's special tokens (default ``[CLS] q [SEP]``)."""
+        return [self._text().cls, *pieces, self._text().sep]
+
+    def doc_ids(self, pieces: list[int]) -> list[int]:
+        """The document's token ids with this ranker's special tokens."""
+        raise NotImplementedError
+
+    def document_fields(self, ids: Tensor, mask: Tensor) -> dict[str, Tensor]:
+        """Padded documents [B, T] -> named fields [B, T, dim] (query-independent)."""
+        raise NotImplementedError
+
+    def query_state(self, ids: Tensor, mask: Tensor) -> QueryState:
+        raise NotImplementedError
+
+    def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
+        """One query against B documents given as padded stored fields [B, T, dim] + mask [B, T] -> [B]."""
+        raise NotImplementedError
+
+    def forward_pairs(self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor) -> Tensor:
+        """The full, unsplit model on B (query, document) pairs -> scores [B] (training and reference)."""
+        raise NotImplementedError
+
+    def init_from_base(self, sd: dict[str, Tensor]) -> None:
+        """BERT-weight-assisted initialisation from a base BertModel state dict."""
+        raise NotImplementedError
+
+    # ---- shared machinery ---------------------------------------------------------------------
+    def _text(self) -> TextEncoder:
+        if self.text is None:
+            raise RuntimeError("this ranker was built without a tokenizer")
+        return self.text
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    def tokenize_documents(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self.doc_ids(p) for p in self._text().doc_pieces(texts)]
+
+    def tokenize_queries(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self.query_ids(p) for p in self._text().query_pieces(texts)]
+
+    @torch.inference_mode()
+    def encode_documents(self, texts: Sequence[str], batch_size: int = 64) -> list[dict[str, Tensor]]:
+        """One dict of fields ([doc_len, dim] each, on the CPU) per document: exactly what the store keeps."""
+        out: list[dict[str, Tensor]] = []
+        seqs = self.tokenize_documents(texts)
+        for start in range(0, len(seqs), batch_size):
+            ids, mask = pad(seqs[start : start + batch_size], self.device, self._text().pad)
+            fields = self.document_fields(ids, mask)
+            lengths = mask.sum(1).tolist()
+            cpu = {k: v.float().cpu() for k, v in fields.items()}
+            out.extend({k: v[i, :n] for k, v in cpu.items()} for i, n in enumerate(lengths))
+        return out
+
+    @torch.inference_mode()
+    def encode_query(self, text: str) -> QueryState:
+        ids, mask = pad(self.tokenize_queries([text]), self.device, self._text().pad)
+        qs = self.query_state(ids, mask)
+        qs.text = text
+        return qs
+
+    @torch.inference_mode()
+    def score(self, query_state: QueryState, docs: Sequence[dict[str, Tensor]]) -> Tensor:
+        """Scores [n_docs] (float32, CPU) from stored fields; float16 fields are accepted."""
+        fields, mask = pad_fields(docs, self.device, self.dtype)
+        return self.score_batch(query_state, fields, mask).float().cpu()
+
+    def score_pairs(self, query: str, texts: Sequence[str], batch_size: int = 64) -> Tensor:
+        """The full, unsplit model: scores [n_docs] (float32, CPU). Gradients flow unless the caller disables them."""
+        q = self.tokenize_queries([query])[0]
+        docs = self.tokenize_documents(texts)
+        scores = []
+        for start in range(0, len(docs), batch_size):
+            chunk = docs[start : start + batch_size]
+            q_ids, q_mask = pad([q] * len(chunk), self.device, self._text().pad)
+            d_ids, d_mask = pad(chunk, self.device, self._text().pad)
+            scores.append(self.forward_pairs(q_ids, q_mask, d_ids, d_mask))
+        return torch.cat(scores).float().cpu()
+
+    def describe(self) -> dict:
+        """Kind, strategy and options (for /v1/info, benchmarks, store manifests)."""
+        c = self.config
+        opts = {
+            k: getattr(c, k)
+            for k in ("ibs", "pooling", "tied", "layer", "compress", "tk_layers")
+            if getattr(c, k) is not None
+        }
+        return {
+            "kind": self.kind,
+            "strategy": self.strategy,
+            "max_query_len": c.max_query_len,
+            "max_doc_len": c.max_doc_len,
+            "fields": self.field_dims(),
+            **opts,
+        }
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of x [B, T, n] over the rows where mask [B or 1, T] is True."""
+    m = mask[..., None].to(x.dtype)
+    return (x * m).sum(1) / m.sum(1).clamp(min=1.0)

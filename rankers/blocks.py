@@ -1,0 +1,246 @@
+"""Transformer building blocks shared by every ranker.
+
+Parameter names mirror Hugging Face's ``BertModel`` (``attention.self.query``, ``attention.output.LayerNorm``,
+``intermediate.dense``, ``output.dense`` ...), so a base layer's weights load into a block with a plain
+``load_state_dict`` and the BERT-weight-assisted initialisation is a set of named copies.
+
+Masks are boolean, ``True`` = a real token. Attention masks broadcast to ``[B, heads, T_query, T_key]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def key_mask(mask: Tensor) -> Tensor:
+    """[B, T_key] padding mask -> [B, 1, 1, T_key] attention mask."""
+    return mask[:, None, None, :]
+
+
+class Embeddings(nn.Module):
+    """word + token-type + position embeddings, LayerNorm, dropout (as BERT)."""
+
+    def __init__(
+        self, vocab: int, hidden: int, max_positions: int, type_vocab: int, eps: float, dropout: float
+    ):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab, hidden, padding_idx=0)
+        self.position_embeddings = nn.Embedding(max_positions, hidden)
+        self.token_type_embeddings = nn.Embedding(type_vocab, hidden)
+        self.LayerNorm = nn.LayerNorm(hidden, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def tokens(self, ids: Tensor, token_type: int | Tensor) -> Tensor:
+        """The position-free part ``word[ids] + type[token_type]`` (what a cross-encoder can store)."""
+        if isinstance(token_type, int):
+            return self.word_embeddings(ids) + self.token_type_embeddings.weight[token_type]
+        return self.word_embeddings(ids) + self.token_type_embeddings(token_type)
+
+    def finish(self, token_part: Tensor, positions: Tensor) -> Tensor:
+        """Add position embeddings to a ``tokens()`` result, then LayerNorm and dropout."""
+        return self.dropout(self.LayerNorm(token_part + self.position_embeddings(positions)))
+
+    def forward(self, ids: Tensor, token_type: int | Tensor, positions: Tensor) -> Tensor:
+        return self.finish(self.tokens(ids, token_type), positions)
+
+
+class _QKV(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+
+
+class _AddNorm(nn.Module):
+    """``LN(dropout(dense(x)) + residual)``."""
+
+    def __init__(self, d_in: int, hidden: int, eps: float, dropout: float):
+        super().__init__()
+        self.dense = nn.Linear(d_in, hidden)
+        self.LayerNorm = nn.LayerNorm(hidden, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class Attention(nn.Module):
+    """Multi-head attention with BERT's output sub-layer: ``LN(Wo·softmax(qk/√d)v + bo + x)``.
+
+    Queries, keys and values may come from different sequences (cross-attention), keys/values may be
+    given already projected (Reuse-S2), and only some query rows may be computed (``rows``).
+    """
+
+    def __init__(self, hidden: int, heads: int, eps: float, dropout: float, attn_dropout: float):
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden size {hidden} is not a multiple of {heads} heads")
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.attn_dropout = attn_dropout
+        self.self = _QKV(hidden)
+        self.output = _AddNorm(hidden, hidden, eps, dropout)
+
+    def split(self, x: Tensor) -> Tensor:
+        """[B, T, n] -> [B, heads, T, head_dim]."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+    def project_q(self, x: Tensor) -> Tensor:
+        return self.split(self.self.query(x))
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Key and value projections ``x·Wk + bk``, ``x·Wv + bv``, each [B, T, n] (what Reuse-S2 stores)."""
+        return self.self.key(x), self.self.value(x)
+
+    def context(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """q [Bq, h, Tq, dh] (Bq may be 1 and is broadcast), k/v [B, T, n] -> context [B, Tq, n]."""
+        kh, vh = self.split(k), self.split(v)
+        if q.shape[0] != kh.shape[0]:
+            q = q.expand(kh.shape[0], -1, -1, -1)
+        p = self.attn_dropout if self.training else 0.0
+        ctx = F.scaled_dot_product_attention(q, kh, vh, attn_mask=mask, dropout_p=p)
+        b, _, tq, _ = ctx.shape
+        return ctx.transpose(1, 2).reshape(b, tq, -1)
+
+    def probs(self, q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+        """Attention probabilities [B, h, Tq, Tk] (for PreTTR's attention-MSE loss)."""
+        kh = self.split(k)
+        scores = q @ kh.transpose(-1, -2) / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(-1)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        kv: tuple[Tensor, Tensor] | None = None,
+        source: Tensor | None = None,
+        q: Tensor | None = None,
+        rows: slice | None = None,
+    ) -> Tensor:
+        """Attention from ``x`` (rows ``rows`` only) to ``source`` (default ``x``) or to given ``kv``.
+
+        ``q`` is an already-projected query (e.g. computed once per request and broadcast over documents).
+        """
+        xq = x if rows is None else x[:, rows]
+        if kv is None:
+            kv = self.project_kv(x if source is None else source)
+        if q is None:
+            q = self.project_q(xq)
+        if mask is not None and rows is not None and mask.shape[-2] != 1:
+            mask = mask[..., rows, :]
+        ctx = self.context(q, kv[0], kv[1], mask)
+        return self.output(ctx, xq)
+
+
+class TransformerLayer(nn.Module):
+    """A BERT layer (post-LN self-attention + feed-forward); state-dict compatible with ``BertLayer``."""
+
+    def __init__(self, hidden: int, heads: int, inner: int, eps: float, dropout: float, attn_dropout: float):
+        super().__init__()
+        self.attention = Attention(hidden, heads, eps, dropout, attn_dropout)
+        self.intermediate = nn.Module()
+        self.intermediate.dense = nn.Linear(hidden, inner)
+        self.output = _AddNorm(inner, hidden, eps, dropout)
+
+    def ffn(self, x: Tensor) -> Tensor:
+        """BERT's feed-forward sub-layer: ``LN(W2·GELU(W1·x + b1) + b2 + x)``."""
+        return self.output(F.gelu(self.intermediate.dense(x)), x)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        rows: slice | None = None,
+        kv: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
+        return self.ffn(self.attention(x, mask, kv=kv, rows=rows))
+
+
+class InteractionBlock(nn.Module):
+    """MORES Interaction Block on query states Q and document states D (or their stored projections).
+
+    ``Qx = LN(Attend(Q, D) + Q)``, ``Qs = LN(Attend(Qx, Qx) + Qx)``, ``IB = LN(FFN(Qs) + Qs)``.
+    """
+
+    def __init__(self, hidden: int, heads: int, inner: int, eps: float, dropout: float, attn_dropout: float):
+        super().__init__()
+        self.cross = Attention(hidden, heads, eps, dropout, attn_dropout)
+        self.layer = TransformerLayer(hidden, heads, inner, eps, dropout, attn_dropout)
+
+    def forward(
+        self,
+        q_states: Tensor,
+        q_mask: Tensor,
+        doc_kv: tuple[Tensor, Tensor],
+        d_mask: Tensor,
+        q_proj: Tensor | None = None,
+        cls_only: bool = False,
+    ) -> Tensor:
+        """q_states [Bq, Tq, n] (Bq = 1 broadcasts over the B documents), doc_kv [B, Td, n] each,
+        masks [Bq, Tq] / [B, Td]. Returns [B, Tq, n], or [B, 1, n] with ``cls_only``."""
+        qx = self.cross(q_states, key_mask(d_mask), kv=doc_kv, q=q_proj)
+        return self.layer(qx, key_mask(q_mask), rows=slice(0, 1) if cls_only else None)
+
+
+class Encoder(nn.Module):
+    """Embeddings + a stack of BERT layers (a full or partial copy of the base model)."""
+
+    def __init__(self, cfg: dict, n_layers: int):
+        super().__init__()
+        n = cfg["hidden_size"]
+        self.embeddings = Embeddings(
+            cfg["vocab_size"],
+            n,
+            cfg["max_position_embeddings"],
+            cfg["type_vocab_size"],
+            cfg["layer_norm_eps"],
+            cfg["hidden_dropout_prob"],
+        )
+        self.layer = nn.ModuleList(make_layer(cfg) for _ in range(n_layers))
+
+    def run(self, x: Tensor, mask: Tensor | None, start: int = 0, stop: int | None = None) -> Tensor:
+        """Run layers ``start..stop-1`` (0-based) on hidden states x with an attention mask."""
+        for layer in self.layer[start:stop]:
+            x = layer(x, mask)
+        return x
+
+
+def make_layer(cfg: dict) -> TransformerLayer:
+    return TransformerLayer(
+        cfg["hidden_size"],
+        cfg["num_attention_heads"],
+        cfg["intermediate_size"],
+        cfg["layer_norm_eps"],
+        cfg["hidden_dropout_prob"],
+        cfg["attention_probs_dropout_prob"],
+    )
+
+
+def make_interaction_block(cfg: dict) -> InteractionBlock:
+    return InteractionBlock(
+        cfg["hidden_size"],
+        cfg["num_attention_heads"],
+        cfg["intermediate_size"],
+        cfg["layer_norm_eps"],
+        cfg["hidden_dropout_prob"],
+        cfg["attention_probs_dropout_prob"],
+    )
+
+
+def sinusoidal_positions(length: int, dim: int, device: torch.device | None = None) -> Tensor:
+    """The fixed sinusoidal positional encoding of Vaswani et al. ([length, dim])."""
+    pos = torch.arange(length, dtype=torch.float32, device=device)[:, None]
+    i = torch.arange(0, dim, 2, dtype=torch.float32, device=device)
+    angle = pos / torch.pow(10000.0, i / dim)
+    pe = torch.zeros(length, dim, device=device)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : dim // 2])
+    return pe

@@ -1,0 +1,159 @@
+"""Checkpoints: a directory with ``config.json``, ``model.safetensors``, the tokenizer files and
+``fingerprint.json`` (sha256 over config + weights). Written into a temporary sibling and renamed, so a
+checkpoint directory is either complete or absent; loading verifies the fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_model, save_model
+
+from aheadrank.errors import CheckpointError
+from rankers.base import Ranker
+from rankers.base_model import TOKENIZER_FILES, load_base, resolve_base
+from rankers.config import RankerConfig, default_options
+from rankers.registry import RANKERS
+from rankers.text import TextEncoder
+
+REQUIRED = ("config.json", "model.safetensors", "fingerprint.json", "vocab.txt")
+
+
+def compute_fingerprint(path: str | os.PathLike) -> str:
+    """sha256 over config.json then model.safetensors, hex."""
+    h = hashlib.sha256()
+    for name in ("config.json", "model.safetensors"):
+        with open(Path(path) / name, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def read_fingerprint(path: str | os.PathLike) -> str:
+    """The recorded fingerprint of a checkpoint (not recomputed)."""
+    fp = Path(path) / "fingerprint.json"
+    if not fp.is_file():
+        raise CheckpointError(f"{path} is not a checkpoint: fingerprint.json is missing")
+    return json.loads(fp.read_text())["sha256"]
+
+
+def build_ranker(
+    config: RankerConfig, tokenizer_dir: str | os.PathLike | None, strategy: str | None = None
+) -> Ranker:
+    text = (
+        TextEncoder(tokenizer_dir, config.max_query_len, config.max_doc_len)
+        if tokenizer_dir is not None
+        else None
+    )
+    return RANKERS[config.kind](config, text, strategy)
+
+
+def init_ranker(kind: str, base: str | os.PathLike | None = None, seed: int = 0, **options) -> Ranker:
+    """A new ranker of ``kind`` with BERT-weight-assisted initialisation from the base model."""
+    if kind not in RANKERS:
+        raise CheckpointError(f"unknown ranker kind {kind!r}; expected one of {', '.join(RANKERS)}")
+    base_dir = resolve_base(base)
+    bert_cfg, sd = load_base(base_dir)
+    opts = {**default_options(kind), **{k: v for k, v in options.items() if v is not None}}
+    config = RankerConfig(kind=kind, bert=bert_cfg, base=str(base_dir), **opts).validate()
+    torch.manual_seed(seed)
+    ranker = build_ranker(config, base_dir)
+    ranker.init_from_base(sd)
+    return ranker.eval()
+
+
+def save_checkpoint(
+    ranker: Ranker, out: str | os.PathLike, overwrite: bool = False, extra: dict | None = None
+) -> str:
+    """Write the checkpoint directory atomically; returns its fingerprint."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise CheckpointError(f"{out} already exists (pass overwrite to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        config = ranker.config
+        if extra:
+            config.extra = {**config.extra, **extra}
+        (tmp / "config.json").write_text(config.to_json())
+        state = {k: v for k, v in ranker.state_dict().items()}
+        cpu_model = ranker if all(v.device.type == "cpu" for v in state.values()) else None
+        if cpu_model is None:
+            import copy
+
+            cpu_model = copy.deepcopy(ranker).cpu()
+        save_model(cpu_model, str(tmp / "model.safetensors"))
+        ranker._text().tokenizer.save_pretrained(str(tmp))
+        fp = compute_fingerprint(tmp)
+        (tmp / "fingerprint.json").write_text(
+            json.dumps(
+                {"sha256": fp, "over": ["config.json", "model.safetensors"], "kind": config.kind}, indent=2
+            )
+        )
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return fp
+
+
+def load_config(path: str | os.PathLike) -> RankerConfig:
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path} does not exist or is not a directory")
+    missing = [n for n in REQUIRED if not (path / n).is_file()]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is incomplete: missing {', '.join(missing)}")
+    try:
+        data = json.loads((path / "config.json").read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"checkpoint {path}: config.json is not valid JSON ({exc})") from exc
+    return RankerConfig.from_dict(data)
+
+
+def load_ranker(
+    path: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    strategy: str | None = None,
+    verify: bool = True,
+) -> Ranker:
+    """Load a checkpoint directory (fingerprint verified) onto ``device`` in eval mode."""
+    path = Path(path)
+    config = load_config(path)
+    recorded = read_fingerprint(path)
+    if verify:
+        actual = compute_fingerprint(path)
+        if actual != recorded:
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt or was modified: fingerprint {actual[:12]} != recorded {recorded[:12]}"
+            )
+    ranker = build_ranker(config, path, strategy)
+    try:
+        missing, unexpected = load_model(ranker, str(path / "model.safetensors"), strict=False)
+    except Exception as exc:  # safetensors raises various errors for shape mismatches
+        raise CheckpointError(f"checkpoint {path}: weights do not match its config.json ({exc})") from exc
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {path}: weights do not match a {config.kind} ranker "
+            f"(missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})"
+        )
+    ranker.fingerprint = recorded
+    return ranker.to(device).eval()
+
+
+__all__ = [
+    "TOKENIZER_FILES",
+    "compute_fingerprint",
+    "init_ranker",
+    "load_config",
+    "load_ranker",
+    "read_fingerprint",
+    "save_checkpoint",
+]

@@ -1,0 +1,128 @@
+"""Ranker configuration: the ranker kind and every hyper-parameter, saved as ``config.json`` in a checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from aheadrank.errors import CheckpointError
+
+KINDS = ("bert", "mores", "prettr", "tk")
+CONFIG_FORMAT = 1
+BERT_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "layer_norm_eps",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+)
+
+
+@dataclass
+class RankerConfig:
+    """All hyper-parameters of one ranker. Options of other kinds are ``None``.
+
+    Lengths count word pieces and exclude special tokens: a query is ``[CLS] q [SEP]`` with
+    ``len(q) <= max_query_len``; a document has ``len(d) <= max_doc_len`` word pieces.
+    """
+
+    kind: str
+    bert: dict[str, Any]  # the base encoder's shape (BertConfig fields in BERT_KEYS)
+    max_query_len: int = 16
+    max_doc_len: int = 128
+    # MORES / EARL
+    ibs: int | None = None  # K interaction blocks
+    pooling: str | None = None  # "cls" (ClsPool) or "mean" (AvePool)
+    tied: bool | None = None  # query and document modules share weights (EARL "Tied")
+    # PreTTR
+    layer: int | None = None  # l: document and query are kept apart in layers 1..l
+    compress: int | None = None  # e: compressed dims (0 = no compressor)
+    # TK
+    tk_layers: int | None = None
+    tk_heads: int | None = None
+    tk_ffn: int | None = None
+    # provenance (not a hyper-parameter of the math)
+    base: str = ""
+    format: int = CONFIG_FORMAT
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def hidden(self) -> int:
+        return int(self.bert["hidden_size"])
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.bert["num_hidden_layers"])
+
+    def validate(self) -> RankerConfig:
+        def bad(msg: str) -> CheckpointError:
+            return CheckpointError(f"invalid {self.kind} ranker config: {msg}")
+
+        if self.kind not in KINDS:
+            raise CheckpointError(f"unknown ranker kind {self.kind!r}; expected one of {', '.join(KINDS)}")
+        missing = [k for k in BERT_KEYS if k not in self.bert]
+        if missing:
+            raise bad(f"base config lacks {missing}")
+        if self.format > CONFIG_FORMAT:
+            raise bad(f"config format {self.format} is newer than this aheadrank ({CONFIG_FORMAT})")
+        if not 1 <= self.max_query_len <= 128:
+            raise bad(f"max_query_len must be in 1..128, got {self.max_query_len}")
+        if not 1 <= self.max_doc_len <= 512:
+            raise bad(f"max_doc_len must be in 1..512, got {self.max_doc_len}")
+        positions = int(self.bert["max_position_embeddings"])
+        L = self.n_layers
+        if self.kind in ("bert", "prettr"):
+            need = self.max_query_len + self.max_doc_len + 3
+            if need > positions:
+                raise bad(
+                    f"[CLS] q [SEP] d [SEP] needs {need} positions but the base has {positions}; "
+                    f"lower max_doc_len to {positions - self.max_query_len - 3}"
+                )
+        if self.kind == "mores":
+            if self.max_doc_len + 2 > positions:
+                raise bad(f"[CLS] d [SEP] needs {self.max_doc_len + 2} positions, the base has {positions}")
+            if self.ibs is None or not 1 <= self.ibs <= min(4, L):
+                raise bad(f"ibs (K) must be in 1..{min(4, L)} for a {L}-layer base, got {self.ibs}")
+            if self.pooling not in ("cls", "mean"):
+                raise bad(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        if self.kind == "prettr":
+            if self.layer is None or not 1 <= self.layer <= L - 1:
+                raise bad(f"layer (l) must be in 1..{L - 1} for a {L}-layer base, got {self.layer}")
+            if self.compress is None or not 0 <= self.compress <= self.hidden:
+                raise bad(f"compress (e) must be in 0..{self.hidden}, got {self.compress}")
+        if self.kind == "tk":
+            if not self.tk_layers or self.tk_layers < 1:
+                raise bad(f"tk_layers must be >= 1, got {self.tk_layers}")
+            if not self.tk_heads or self.hidden % self.tk_heads:
+                raise bad(f"tk_heads must divide the embedding size {self.hidden}, got {self.tk_heads}")
+        return self
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankerConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise CheckpointError(f"config.json has unknown keys {unknown} (written by a newer aheadrank?)")
+        if "kind" not in data or "bert" not in data:
+            raise CheckpointError("config.json lacks 'kind' or 'bert'")
+        return cls(**data).validate()
+
+
+def default_options(kind: str) -> dict[str, Any]:
+    """The defaults ``init-ranker`` uses for a kind's own options."""
+    return {
+        "bert": {},
+        "mores": {"ibs": 2, "pooling": "cls", "tied": False},
+        "prettr": {"layer": 5, "compress": 128},
+        "tk": {"tk_layers": 2, "tk_heads": 8, "tk_ffn": 384},
+    }[kind]

@@ -1,0 +1,123 @@
+"""MORES / EARL: document module, query module and K Interaction Blocks (IB).
+
+* Document module: all L layers of copy A of the base over ``[CLS] d [SEP]`` (token type 1).
+* Query module: the first L−K layers of copy B over ``[CLS] q [SEP]`` (token type 0); with ``tied`` (EARL
+  "Tied") it is the first L−K layers of the document module itself.
+* IB k (k = 0..K−1) is initialised from base layer L−K+k: its self-attention and FFN are that layer's, its
+  cross-attention a copy of that layer's self-attention.
+* Score = w·CLS of the last IB (``pooling="cls"``, only the [CLS] row of the last IB is computed) or
+  w·mean over query tokens (``pooling="mean"``).
+
+Strategies (what the store keeps): ``s1`` the document states D (field ``doc``); ``s2`` per IB k the
+cross-attention projections D·Wk+bk and D·Wv+bv (fields ``k{k}``, ``v{k}``, k from 1), so the online path
+never multiplies D by an n×n matrix. Both are the same function.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from rankers.base import QueryState, Ranker, masked_mean
+from rankers.base_model import base_embeddings, base_layer
+from rankers.blocks import Encoder, key_mask, make_interaction_block
+from rankers.text import positions
+
+
+class MoresRanker(Ranker):
+    kind = "mores"
+    strategies = ("s2", "s1")
+
+    def __init__(self, config, text=None, strategy=None):
+        super().__init__(config, text, strategy)
+        L, K = config.n_layers, config.ibs
+        self.doc_encoder = Encoder(config.bert, L)
+        self.query_encoder = self.doc_encoder if config.tied else Encoder(config.bert, L - K)
+        self.ibs = nn.ModuleList(make_interaction_block(config.bert) for _ in range(K))
+        self.head = nn.Linear(config.hidden, 1)
+
+    @property
+    def n_query_layers(self) -> int:
+        return self.config.n_layers - self.config.ibs
+
+    def field_dims(self) -> dict[str, int]:
+        n = self.config.hidden
+        if self.strategy == "s1":
+            return {"doc": n}
+        return {f"{kv}{k}": n for k in range(1, self.config.ibs + 1) for kv in ("k", "v")}
+
+    def doc_ids(self, pieces: list[int]) -> list[int]:
+        return [self._text().cls, *pieces, self._text().sep]
+
+    def doc_states(self, ids: Tensor, mask: Tensor) -> Tensor:
+        x = self.doc_encoder.embeddings(ids, 1, positions(mask))
+        return self.doc_encoder.run(x, key_mask(mask))
+
+    def query_states(self, ids: Tensor, mask: Tensor) -> Tensor:
+        x = self.query_encoder.embeddings(ids, 0, positions(mask))
+        return self.query_encoder.run(x, key_mask(mask), 0, self.n_query_layers)
+
+    def doc_kv(self, d_states: Tensor) -> list[tuple[Tensor, Tensor]]:
+        return [ib.cross.project_kv(d_states) for ib in self.ibs]
+
+    def document_fields(self, ids: Tensor, mask: Tensor) -> dict[str, Tensor]:
+        d = self.doc_states(ids, mask)
+        if self.strategy == "s1":
+            return {"doc": d}
+        out = {}
+        for k, (key, value) in enumerate(self.doc_kv(d), start=1):
+            out[f"k{k}"], out[f"v{k}"] = key, value
+        return out
+
+    def query_state(self, ids: Tensor, mask: Tensor) -> QueryState:
+        q = self.query_states(ids, mask)
+        # the first IB's cross-attention query projection depends on the query only: computed once
+        return QueryState({"q": q, "q_proj": self.ibs[0].cross.project_q(q)}, mask)
+
+    def interact(
+        self,
+        q: Tensor,
+        q_mask: Tensor,
+        kv: list[tuple[Tensor, Tensor]],
+        d_mask: Tensor,
+        q_proj: Tensor | None = None,
+    ) -> Tensor:
+        cls_pool = self.config.pooling == "cls"
+        x = q
+        for k, ib in enumerate(self.ibs):
+            last = k == len(self.ibs) - 1
+            x = ib(x, q_mask, kv[k], d_mask, q_proj=q_proj if k == 0 else None, cls_only=last and cls_pool)
+        pooled = x[:, 0] if cls_pool else masked_mean(x, q_mask)
+        return self.head(pooled).squeeze(-1)
+
+    def stored_kv(self, fields: dict[str, Tensor]) -> list[tuple[Tensor, Tensor]]:
+        dt = self.dtype
+        if "k1" in fields:
+            return [(fields[f"k{k}"].to(dt), fields[f"v{k}"].to(dt)) for k in range(1, self.config.ibs + 1)]
+        if "doc" in fields:
+            return self.doc_kv(fields["doc"].to(dt))
+        raise KeyError(
+            f"MORES needs fields 'doc' (s1) or 'k1..v{self.config.ibs}' (s2), got {sorted(fields)}"
+        )
+
+    def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
+        return self.interact(qs["q"], qs.mask, self.stored_kv(fields), mask, qs["q_proj"])
+
+    def forward_pairs(self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor) -> Tensor:
+        q = self.query_states(q_ids, q_mask)
+        return self.interact(q, q_mask, self.doc_kv(self.doc_states(d_ids, d_mask)), d_mask)
+
+    def init_from_base(self, sd: dict[str, Tensor]) -> None:
+        L, K = self.config.n_layers, self.config.ibs
+        self.doc_encoder.embeddings.load_state_dict(base_embeddings(sd))  # copy A
+        for i, layer in enumerate(self.doc_encoder.layer):
+            layer.load_state_dict(base_layer(sd, i))
+        if not self.config.tied:  # copy B: the first L-K layers
+            self.query_encoder.embeddings.load_state_dict(base_embeddings(sd))
+            for i, layer in enumerate(self.query_encoder.layer):
+                layer.load_state_dict(base_layer(sd, i))
+        for k, ib in enumerate(self.ibs):  # copy B: layers L-K .. L-1
+            src = base_layer(sd, L - K + k)
+            ib.layer.load_state_dict(src)
+            ib.cross.load_state_dict(
+                {n[len("attention.") :]: v for n, v in src.items() if n.startswith("attention.")}
+            )

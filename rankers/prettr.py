@@ -1,0 +1,128 @@
+"""PreTTR: one joint L-layer encoder over ``[CLS] q [SEP] d [SEP]`` whose query and document halves may not
+attend to each other in layers 1..l.
+
+Document positions start at the fixed offset ``max_query_len + 2``, so the document's layer-l states do not
+depend on the query and are computed at index time, compressed ``r = GELU(s_l·Wc + bc)`` to e dims and
+stored (field ``doc``). Online: the query through layers 1..l, ``ŝ = LN(r·Wd + bd)``, layers l+1..L over the
+joined sequence, and in layer L only [CLS]. ``compress = 0`` stores s_l itself (no compressor).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from rankers.base import QueryState, Ranker
+from rankers.base_model import base_embeddings, base_layer
+from rankers.blocks import Encoder, key_mask
+from rankers.text import positions
+
+
+class PrettrRanker(Ranker):
+    kind = "prettr"
+
+    def __init__(self, config, text=None, strategy=None):
+        super().__init__(config, text, strategy)
+        n, e = config.hidden, config.compress
+        self.encoder = Encoder(config.bert, config.n_layers)
+        self.head = nn.Linear(n, 1)
+        if e:
+            self.compressor = nn.Linear(n, e)
+            self.decompressor = nn.Linear(e, n)
+            self.decompressor_norm = nn.LayerNorm(n, eps=config.bert["layer_norm_eps"])
+
+    @property
+    def doc_offset(self) -> int:
+        return self.config.max_query_len + 2
+
+    def field_dims(self) -> dict[str, int]:
+        return {"doc": self.config.compress or self.config.hidden}
+
+    def doc_ids(self, pieces: list[int]) -> list[int]:
+        return [*pieces, self._text().sep]
+
+    def compress(self, s: Tensor) -> Tensor:
+        return F.gelu(self.compressor(s)) if self.config.compress else s
+
+    def decompress(self, r: Tensor) -> Tensor:
+        return self.decompressor_norm(self.decompressor(r)) if self.config.compress else r
+
+    def lower(self, ids: Tensor, mask: Tensor, token_type: int, offset: int) -> Tensor:
+        """One segment alone through layers 1..l."""
+        x = self.encoder.embeddings(ids, token_type, positions(mask, offset))
+        return self.encoder.run(x, key_mask(mask), 0, self.config.layer)
+
+    def document_fields(self, ids: Tensor, mask: Tensor) -> dict[str, Tensor]:
+        return {"doc": self.compress(self.lower(ids, mask, 1, self.doc_offset))}
+
+    def query_state(self, ids: Tensor, mask: Tensor) -> QueryState:
+        return QueryState({"q": self.lower(ids, mask, 0, 0)}, mask)
+
+    def upper(self, q: Tensor, q_mask: Tensor, s: Tensor, d_mask: Tensor) -> Tensor:
+        """Layers l+1..L over [query states; decompressed document states]; only [CLS] in layer L."""
+        L, split = self.config.n_layers, self.config.layer
+        b = s.shape[0]
+        mask = key_mask(torch.cat([q_mask.expand(b, -1), d_mask], 1))
+        last = self.encoder.layer[L - 1]
+        if split == L - 1 and q.shape[0] == 1:
+            # the query half is the same for every document: its keys/values and the [CLS] row are computed once
+            kq, vq = last.attention.project_kv(q)
+            kd, vd = last.attention.project_kv(s)
+            kv = (torch.cat([kq.expand(b, -1, -1), kd], 1), torch.cat([vq.expand(b, -1, -1), vd], 1))
+            x = last.ffn(last.attention(q[:, :1], mask, kv=kv))
+        else:
+            x = torch.cat([q.expand(b, -1, -1), s], 1)
+            x = self.encoder.run(x, mask, split, L - 1)
+            x = last(x, mask, rows=slice(0, 1))
+        return self.head(x[:, 0]).squeeze(-1)
+
+    def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
+        return self.upper(qs["q"], qs.mask, self.decompress(fields["doc"].to(self.dtype)), mask)
+
+    def joint_lower(
+        self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """The joint sequence through layers 1..l with the query/document block mask -> (states, key mask)."""
+        tq = q_ids.shape[1]
+        ids = torch.cat([q_ids, d_ids], 1)
+        valid = torch.cat([q_mask, d_mask], 1)
+        types = torch.cat([torch.zeros_like(q_ids), torch.ones_like(d_ids)], 1)
+        pos = torch.cat([positions(q_mask), positions(d_mask, self.doc_offset)], 1)
+        segment = torch.arange(ids.shape[1], device=ids.device) >= tq  # False: query, True: document
+        same = segment[:, None] == segment[None, :]  # [T, T]
+        block = same[None, None] & valid[:, None, None, :]
+        x = self.encoder.embeddings(ids, types, pos)
+        return self.encoder.run(x, block, 0, self.config.layer), valid
+
+    def forward_pairs(self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor) -> Tensor:
+        tq = q_ids.shape[1]
+        x, valid = self.joint_lower(q_ids, q_mask, d_ids, d_mask)
+        x = torch.cat([x[:, :tq], self.decompress(self.compress(x[:, tq:]))], 1)
+        x = self.encoder.run(x, key_mask(valid), self.config.layer)  # layers l+1..L, all rows
+        return self.head(x[:, 0]).squeeze(-1)
+
+    def attention_mse(self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor) -> Tensor:
+        """Eq. 2 of the paper: mean over layers l+1..L of the MSE between the attention maps computed with
+        the compressed-then-decompressed document states and with the original ones (lower layers frozen)."""
+        tq = q_ids.shape[1]
+        with torch.no_grad():
+            x, valid = self.joint_lower(q_ids, q_mask, d_ids, d_mask)
+        mask = key_mask(valid)
+        ref = x
+        hat = torch.cat([x[:, :tq], self.decompress(self.compress(x[:, tq:]))], 1)
+        losses = []
+        for layer in self.encoder.layer[self.config.layer :]:
+            att = layer.attention
+            with torch.no_grad():
+                p_ref = att.probs(att.project_q(ref), att.project_kv(ref)[0], mask)
+                ref = layer(ref, mask)
+            p_hat = att.probs(att.project_q(hat), att.project_kv(hat)[0], mask)
+            losses.append(F.mse_loss(p_hat, p_ref))
+            hat = layer(hat, mask)
+        return torch.stack(losses).mean()
+
+    def init_from_base(self, sd: dict[str, Tensor]) -> None:
+        self.encoder.embeddings.load_state_dict(base_embeddings(sd))
+        for i, layer in enumerate(self.encoder.layer):
+            layer.load_state_dict(base_layer(sd, i))

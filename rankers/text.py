@@ -1,0 +1,83 @@
+"""Tokenisation shared by every ranker: word pieces, special tokens, padding to a batch with a mask."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+
+class TextEncoder:
+    """Wraps the checkpoint's WordPiece tokenizer; truncates queries and documents to their maximum lengths."""
+
+    def __init__(self, path: str | Path, max_query_len: int, max_doc_len: int):
+        from transformers import BertTokenizerFast
+
+        self.tokenizer = BertTokenizerFast.from_pretrained(str(path), local_files_only=True)
+        self.max_query_len = max_query_len
+        self.max_doc_len = max_doc_len
+        self.cls = int(self.tokenizer.cls_token_id)
+        self.sep = int(self.tokenizer.sep_token_id)
+        self.pad = int(self.tokenizer.pad_token_id)
+        self.unk = int(self.tokenizer.unk_token_id)
+
+    def pieces(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
+        """Word-piece ids without special tokens, truncated; a text with no pieces becomes ``[UNK]``."""
+        if isinstance(texts, str):
+            raise TypeError("expected a list of texts, got one string")
+        enc = self.tokenizer(
+            list(texts),
+            add_special_tokens=False,
+            truncation=True,
+            max_length=max_len,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )["input_ids"]
+        return [ids or [self.unk] for ids in enc]
+
+    def query_pieces(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.pieces(texts, self.max_query_len)
+
+    def doc_pieces(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.pieces(texts, self.max_doc_len)
+
+
+def pad(
+    seqs: Sequence[Sequence[int]], device: torch.device | str = "cpu", value: int = 0
+) -> tuple[Tensor, Tensor]:
+    """Right-pad id lists into (ids [B, T] int64, mask [B, T] bool)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), value, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    mask = torch.arange(width)[None, :] < torch.tensor([len(s) for s in seqs])[:, None]
+    return ids.to(device), mask.to(device)
+
+
+def positions(mask: Tensor, offset: int = 0) -> Tensor:
+    """Position ids 0..T-1 (+offset) for every row of a [B, T] batch."""
+    return (torch.arange(mask.shape[1], device=mask.device) + offset).expand(mask.shape[0], -1)
+
+
+def pad_fields(
+    docs: Sequence[dict[str, Tensor]], device: torch.device, dtype: torch.dtype
+) -> tuple[dict[str, Tensor], Tensor]:
+    """A list of per-document field dicts ([len, dim] each) -> padded fields [B, T, dim] + mask [B, T]."""
+    if not docs:
+        raise ValueError("no documents to score")
+    names = list(docs[0])
+    lengths = [int(d[names[0]].shape[0]) for d in docs]
+    width = max(lengths)
+    out = {}
+    for name in names:
+        dim = docs[0][name].shape[1]
+        buf = torch.zeros(len(docs), width, dim, dtype=dtype)
+        for i, d in enumerate(docs):
+            if set(d) != set(names):
+                raise ValueError(f"document {i} has fields {sorted(d)}, expected {sorted(names)}")
+            buf[i, : lengths[i]] = torch.as_tensor(d[name]).to(dtype)
+        out[name] = buf.to(device)
+    mask = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
+    return out, mask.to(device)

@@ -1,0 +1,103 @@
+"""TK (Transformer-Kernel): contextualised term vectors matched by a cosine matrix and 11 RBF kernels.
+
+``t`` = word embeddings (taken from the base model's table), contextualised by a few small Transformer layers
+shared by query and document over ``t + p`` (sinusoidal positions); ``t̂ = α·t + (1−α)·context(t + p)``.
+Term vectors are unit-normalised; the stored document side is those vectors (field ``doc``, no special
+tokens). ``M = q̂·d̂ᵀ``; kernel k: ``K_k(M_ij) = exp(−(M_ij − μ_k)² / 2σ²)``, σ = 0.1,
+μ = 1, 0.9, 0.7, …, −0.9. Per kernel: ``φ_log = Σ_i log(max(Σ_j K, 1e-10))·0.01`` and
+``φ_len = Σ_i Σ_j K / |d|``; ``s = β·(w_log·φ_log) + γ·(w_len·φ_len)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from rankers.base import QueryState, Ranker
+from rankers.base_model import base_embeddings
+from rankers.blocks import TransformerLayer, key_mask, sinusoidal_positions
+
+KERNEL_MU = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1, -0.1, -0.3, -0.5, -0.7, -0.9)
+KERNEL_SIGMA = 0.1
+
+
+def kernel_features(
+    match: Tensor, q_mask: Tensor, d_mask: Tensor, mu: Tensor, sigma: float
+) -> tuple[Tensor, Tensor]:
+    """match [B, Tq, Td] cosine similarities; masks [B or 1, Tq] / [B, Td] -> (φ_log, φ_len), each [B, n_kernels]."""
+    k = torch.exp(-((match[..., None] - mu) ** 2) / (2 * sigma**2))  # [B, Tq, Td, K]
+    k = k * d_mask[:, None, :, None].to(k.dtype)
+    per_term = k.sum(2)  # [B, Tq, K]
+    qm = q_mask[..., None].to(k.dtype)
+    log_feat = (torch.log(per_term.clamp(min=1e-10)) * 0.01 * qm).sum(1)
+    doc_len = d_mask.sum(1).to(k.dtype).clamp(min=1.0)[:, None, None]
+    len_feat = (per_term / doc_len * qm).sum(1)
+    return log_feat, len_feat
+
+
+class TkRanker(Ranker):
+    kind = "tk"
+
+    def __init__(self, config, text=None, strategy=None):
+        super().__init__(config, text, strategy)
+        b, n = config.bert, config.hidden
+        self.embeddings = nn.Embedding(b["vocab_size"], n, padding_idx=0)
+        self.layers = nn.ModuleList(
+            TransformerLayer(
+                n,
+                config.tk_heads,
+                config.tk_ffn or n,
+                b["layer_norm_eps"],
+                b["hidden_dropout_prob"],
+                b["attention_probs_dropout_prob"],
+            )
+            for _ in range(config.tk_layers)
+        )
+        self.mixer = nn.Parameter(torch.tensor(0.5))
+        self.register_buffer("mu", torch.tensor(KERNEL_MU), persistent=False)
+        self.dense_log = nn.Linear(len(KERNEL_MU), 1, bias=False)
+        self.dense_len = nn.Linear(len(KERNEL_MU), 1, bias=False)
+        self.dense_comb = nn.Linear(2, 1, bias=False)  # β, γ
+        for lin in (self.dense_log, self.dense_len, self.dense_comb):
+            nn.init.uniform_(lin.weight, -0.014, 0.014)
+
+    def field_dims(self) -> dict[str, int]:
+        return {"doc": self.config.hidden}
+
+    def query_ids(self, pieces: list[int]) -> list[int]:
+        return list(pieces)
+
+    def doc_ids(self, pieces: list[int]) -> list[int]:
+        return list(pieces)
+
+    def contextualize(self, ids: Tensor, mask: Tensor) -> Tensor:
+        t = self.embeddings(ids)
+        x = t + sinusoidal_positions(ids.shape[1], t.shape[-1], t.device)
+        for layer in self.layers:
+            x = layer(x, key_mask(mask))
+        h = self.mixer * t + (1 - self.mixer) * x
+        return F.normalize(h, dim=-1) * mask[..., None].to(h.dtype)
+
+    def document_fields(self, ids: Tensor, mask: Tensor) -> dict[str, Tensor]:
+        return {"doc": self.contextualize(ids, mask)}
+
+    def query_state(self, ids: Tensor, mask: Tensor) -> QueryState:
+        return QueryState({"q": self.contextualize(ids, mask)}, mask)
+
+    def kernel_score(self, q: Tensor, q_mask: Tensor, d: Tensor, d_mask: Tensor) -> Tensor:
+        match = q[0] @ d.transpose(1, 2) if q.shape[0] == 1 else torch.bmm(q, d.transpose(1, 2))
+        log_feat, len_feat = kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA)
+        both = torch.cat([self.dense_log(log_feat), self.dense_len(len_feat)], -1)
+        return self.dense_comb(both).squeeze(-1)
+
+    def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
+        return self.kernel_score(qs["q"], qs.mask, fields["doc"].to(self.dtype), mask)
+
+    def forward_pairs(self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor) -> Tensor:
+        return self.kernel_score(
+            self.contextualize(q_ids, q_mask), q_mask, self.contextualize(d_ids, d_mask), d_mask
+        )
+
+    def init_from_base(self, sd: dict[str, Tensor]) -> None:
+        self.embeddings.weight.data.copy_(base_embeddings(sd)["word_embeddings.weight"])
