@@ -11,3 +11,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _root() -> None:
+    """aheadrank: offline document-side indexing + online transformer re-ranking."""

@@ -21,7 +21,7 @@ from rankers.config import RankerConfig, default_options
 from rankers.registry import RANKERS
 from rankers.text import TextEncoder
 
-REQUIRED = ("config.json", "model.safetensors", "fingerprint.json", "vocab.txt")
+REQUIRED = ("config.json", "model.safetensors", "fingerprint.json", "tokenizer_config.json")
 
 
 def compute_fingerprint(path: str | os.PathLike) -> str:
@@ -88,7 +88,10 @@ def save_checkpoint(
 
             cpu_model = copy.deepcopy(ranker).cpu()
         save_model(cpu_model, str(tmp / "model.safetensors"))
-        ranker._text().tokenizer.save_pretrained(str(tmp))
+        src = ranker._text().path
+        copied = [n for n in TOKENIZER_FILES if (src / n).is_file() and shutil.copyfile(src / n, tmp / n)]
+        if "vocab.txt" not in copied:
+            ranker._text().tokenizer.save_pretrained(str(tmp))
         fp = compute_fingerprint(tmp)
         (tmp / "fingerprint.json").write_text(
             json.dumps(

@@ -15,6 +15,7 @@ class TextEncoder:
     def __init__(self, path: str | Path, max_query_len: int, max_doc_len: int):
         from transformers import BertTokenizerFast
 
+        self.path = Path(path)
         self.tokenizer = BertTokenizerFast.from_pretrained(str(path), local_files_only=True)
         self.max_query_len = max_query_len
         self.max_doc_len = max_doc_len
