@@ -1,0 +1,62 @@
+"""Shared fixtures: a tiny random BERT base (fast), the real packaged MiniLM base, random texts."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+WORDS = (
+    "protein cell cancer tumour gene expression patient clinical trial risk therapy dose mouse model "
+    "signal pathway receptor binding membrane virus infection immune response vaccine blood pressure "
+    "heart disease brain neuron memory sleep diet obesity insulin glucose liver kidney lung smoking "
+    "the of and in a to is was for with that by on as are from at an be this which or have has not "
+    "increase decrease associated significant reduced higher lower levels study results showed effect"
+).split()
+
+
+def random_text(rng: random.Random, lo: int = 1, hi: int = 60) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    from rankers.base_model import packaged_base_dir
+
+    return packaged_base_dir()
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory, minilm_dir) -> Path:
+    """A random 4-layer, 32-hidden BERT with the MiniLM tokenizer (vocabulary 30522)."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(1234)
+    cfg = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        initializer_range=0.2,
+    )
+    path = tmp_path_factory.mktemp("tiny-bert")
+    BertModel(cfg).save_pretrained(path, safe_serialization=True)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (minilm_dir / name).is_file():
+            shutil.copyfile(minilm_dir / name, path / name)
+    return path
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    return random.Random(42)

@@ -1,0 +1,141 @@
+"""Checkpoints: save/load bit for bit; missing, partial, corrupt and mismatched checkpoints are clear errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from aheadrank.errors import CheckpointError
+from rankers import compute_fingerprint, init_ranker, load_ranker, read_fingerprint, save_checkpoint
+from rankers.checkpoint import REQUIRED
+
+QUERY = "insulin resistance in obesity"
+DOCS = ["insulin glucose liver obesity", "the heart and blood pressure", "a vaccine immune response study"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "opts"),
+    [
+        ("bert", {}),
+        ("mores", {"ibs": 2, "tied": True}),
+        ("prettr", {"layer": 2, "compress": 8}),
+        ("tk", {"tk_heads": 4}),
+    ],
+)
+def test_round_trip_bit_for_bit(tiny_base, tmp_path, kind, opts):
+    ranker = init_ranker(kind, base=tiny_base, max_doc_len=32, **opts)
+    fp = save_checkpoint(ranker, tmp_path / "ckpt")
+    assert fp == read_fingerprint(tmp_path / "ckpt") == compute_fingerprint(tmp_path / "ckpt")
+    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    assert config["kind"] == kind and config["max_doc_len"] == 32 and config["bert"]["num_hidden_layers"] == 4
+    loaded = load_ranker(tmp_path / "ckpt")
+    assert loaded.fingerprint == fp
+    with torch.no_grad():
+        assert torch.equal(loaded.score_pairs(QUERY, DOCS), ranker.score_pairs(QUERY, DOCS))
+    assert torch.equal(
+        loaded.score(loaded.encode_query(QUERY), loaded.encode_documents(DOCS)),
+        ranker.score(ranker.encode_query(QUERY), ranker.encode_documents(DOCS)),
+    )
+
+
+def test_mores_strategy_chosen_at_load(tiny_base, tmp_path):
+    save_checkpoint(init_ranker("mores", base=tiny_base, ibs=2), tmp_path / "m")
+    assert set(load_ranker(tmp_path / "m").field_dims()) == {"k1", "v1", "k2", "v2"}  # default s2
+    assert set(load_ranker(tmp_path / "m", strategy="s1").field_dims()) == {"doc"}
+    with pytest.raises(ValueError, match="strategies"):
+        load_ranker(tmp_path / "m", strategy="s3")
+
+
+def test_missing_partial_corrupt_and_mismatched(tiny_base, tmp_path):
+    ck = tmp_path / "ck"
+    save_checkpoint(init_ranker("mores", base=tiny_base, ibs=1), ck)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_ranker(tmp_path / "nowhere")
+    with pytest.raises(CheckpointError, match="already exists"):
+        save_checkpoint(init_ranker("bert", base=tiny_base), ck)
+    for name in REQUIRED:  # partial
+        broken = tmp_path / f"no-{name}"
+        shutil.copytree(ck, broken)
+        (broken / name).unlink()
+        with pytest.raises(CheckpointError, match=f"missing {name}"):
+            load_ranker(broken)
+    corrupt = tmp_path / "corrupt"  # one flipped byte in the weights
+    shutil.copytree(ck, corrupt)
+    data = bytearray((corrupt / "model.safetensors").read_bytes())
+    data[-10] ^= 0xFF
+    (corrupt / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="corrupt or was modified"):
+        load_ranker(corrupt)
+    # weights of one kind under the config of another, with a freshly recomputed fingerprint
+    mixed = tmp_path / "mixed"
+    shutil.copytree(ck, mixed)
+    save_checkpoint(init_ranker("bert", base=tiny_base), tmp_path / "b")
+    shutil.copyfile(tmp_path / "b" / "model.safetensors", mixed / "model.safetensors")
+    (mixed / "fingerprint.json").write_text(json.dumps({"sha256": compute_fingerprint(mixed)}))
+    with pytest.raises(CheckpointError, match="do not match"):
+        load_ranker(mixed)
+    bad_cfg = tmp_path / "badcfg"
+    shutil.copytree(ck, bad_cfg)
+    cfg = json.loads((bad_cfg / "config.json").read_text())
+    cfg["ibs"] = 9
+    (bad_cfg / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="ibs"):
+        load_ranker(bad_cfg)
+
+
+def test_invalid_options_are_clear_errors(tiny_base):
+    with pytest.raises(CheckpointError, match="unknown ranker kind"):
+        init_ranker("colbert", base=tiny_base)
+    with pytest.raises(CheckpointError, match="layer"):
+        init_ranker("prettr", base=tiny_base, layer=4)  # L = 4: l must be <= 3
+    with pytest.raises(CheckpointError, match="positions"):
+        init_ranker("bert", base=tiny_base, max_doc_len=250)  # 16 + 250 + 3 > 256 positions
+    with pytest.raises(CheckpointError, match="no config.json"):
+        init_ranker("bert", base=tiny_base.parent)
+
+
+def test_init_ranker_cli(tiny_base, tmp_path):
+    import rankers.commands  # noqa: F401  (registers the command)
+    from aheadrank.app import app
+
+    runner = CliRunner()
+    out = tmp_path / "cli-ckpt"
+    res = runner.invoke(
+        app,
+        [
+            "init-ranker",
+            "mores",
+            "--out",
+            str(out),
+            "--base",
+            str(tiny_base),
+            "--ibs",
+            "3",
+            "--pooling",
+            "mean",
+            "--tied",
+            "--max-doc-len",
+            "40",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    r = load_ranker(out)
+    assert (r.config.ibs, r.config.pooling, r.config.tied, r.config.max_doc_len) == (3, "mean", True, 40)
+    res = runner.invoke(
+        app,
+        ["init-ranker", "tk", "--out", str(tmp_path / "t"), "--base", str(tiny_base), "--layers", "1"],
+        env={"AHEADRANK_MAX_QUERY_LEN": "8"},
+    )
+    assert res.exit_code == 0, res.output
+    tk = load_ranker(tmp_path / "t")
+    assert (tk.config.tk_layers, tk.config.max_query_len) == (1, 8)  # the option came from its env variable
+    res = runner.invoke(
+        app, ["init-ranker", "bert", "--out", str(tmp_path / "x"), "--base", str(tiny_base), "--ibs", "2"]
+    )
+    assert res.exit_code == 2 and "--ibs does not apply" in res.output
+    res = runner.invoke(app, ["init-ranker", "mores", "--out", str(out), "--base", str(tiny_base)])
+    assert res.exit_code == 2 and "already exists" in res.output

@@ -1,0 +1,143 @@
+"""The split computes the same function as the unsplit model, for every ranker and option."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest import random_text
+from scipy.stats import kendalltau
+
+from rankers import init_ranker
+
+CASES = [
+    ("bert", {}),
+    ("mores", {"ibs": 1, "pooling": "cls"}),
+    ("mores", {"ibs": 2, "pooling": "cls"}),
+    ("mores", {"ibs": 3, "pooling": "mean"}),
+    ("mores", {"ibs": 4, "pooling": "cls"}),
+    ("mores", {"ibs": 2, "pooling": "mean", "tied": True}),
+    ("mores", {"ibs": 1, "pooling": "cls", "tied": True}),
+    ("prettr", {"layer": 3, "compress": 8}),  # l = L-1: cached query keys/values path
+    ("prettr", {"layer": 2, "compress": 16}),
+    ("prettr", {"layer": 1, "compress": 0}),
+    ("tk", {"tk_layers": 1, "tk_heads": 4}),
+    ("tk", {"tk_layers": 2, "tk_heads": 2}),
+]
+IDS = [f"{k}-" + "-".join(f"{a}{b}" for a, b in o.items()) for k, o in CASES]
+
+
+def assert_close_rel(actual: torch.Tensor, expected: torch.Tensor, rel: float = 1e-4) -> None:
+    """|a - e| <= rel * max|e| element-wise: relative to the scale of the scores (scores cross zero)."""
+    scale = expected.abs().max().clamp(min=1e-12)
+    err = ((actual - expected).abs() / scale).max().item()
+    assert err <= rel, f"relative error {err:.2e} > {rel:.0e}"
+
+
+def near_tie_only_discordance(a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, tol: float) -> list[tuple]:
+    """Pairs ranked differently by a and b whose reference scores differ by more than tol (should be none)."""
+    bad = []
+    n = len(ref)
+    for i in range(n):
+        for j in range(i + 1, n):
+            if (a[i] - a[j]) * (b[i] - b[j]) < 0 and abs(ref[i] - ref[j]) > tol:
+                bad.append((i, j, float(ref[i]), float(ref[j])))
+    return bad
+
+
+@pytest.fixture(scope="module")
+def texts():
+    rng = random.Random(7)
+    queries = [random_text(rng, 1, 24) for _ in range(3)]  # some exceed max_query_len=16
+    docs = [random_text(rng, 1, 70) for _ in range(100)]  # mixed lengths, some truncated at 48
+    return queries, docs
+
+
+@pytest.mark.parametrize(("kind", "opts"), CASES, ids=IDS)
+def test_split_equals_unsplit(tiny_base, texts, kind, opts):
+    ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
+    queries, docs = texts
+    for strategy in ranker.strategies:
+        ranker.strategy = strategy
+        stored = ranker.encode_documents(docs, batch_size=17)  # batches of mixed padding
+        assert set(stored[0]) == set(ranker.field_dims())
+        for doc, ids in zip(stored, ranker.tokenize_documents(docs), strict=True):
+            for name, dim in ranker.field_dims().items():
+                assert doc[name].shape == (len(ids), dim)
+        for q in queries:
+            with torch.no_grad():
+                ref = ranker.score_pairs(q, docs, batch_size=23)
+            got = ranker.score(ranker.encode_query(q), stored)
+            assert got.dtype == torch.float32 and got.shape == (len(docs),)
+            assert_close_rel(got, ref)
+
+
+@pytest.mark.parametrize(("kind", "opts"), CASES, ids=IDS)
+def test_float16_fields_rank_the_same(tiny_base, texts, kind, opts, record_property):
+    ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
+    queries, docs = texts
+    stored = ranker.encode_documents(docs)
+    half = [{k: v.half() for k, v in d.items()} for d in stored]
+    for q in queries:
+        qs = ranker.encode_query(q)
+        full, rounded = ranker.score(qs, stored), ranker.score(qs, half)
+        tau = kendalltau(full.numpy(), rounded.numpy())[0]
+        record_property(f"kendall_tau[{q[:20]}]", tau)
+        # every swapped pair must be a near-tie at float16's resolution; otherwise the rankings are identical
+        tol = 2e-3 * full.abs().max().item()
+        assert near_tie_only_discordance(full, rounded, full, tol) == []
+        assert tau > 0.99
+
+
+def test_mores_s1_and_s2_give_the_same_scores(tiny_base, texts):
+    queries, docs = texts
+    ranker = init_ranker("mores", base=tiny_base, ibs=3, max_doc_len=48)
+    by_strategy = {}
+    for strategy in ("s1", "s2"):
+        ranker.strategy = strategy
+        stored = ranker.encode_documents(docs)
+        by_strategy[strategy] = torch.stack([ranker.score(ranker.encode_query(q), stored) for q in queries])
+    assert set(ranker.field_dims()) == {"k1", "v1", "k2", "v2", "k3", "v3"}
+    assert_close_rel(by_strategy["s1"], by_strategy["s2"], 1e-5)
+
+
+@pytest.mark.parametrize("kind", ["bert", "mores", "prettr", "tk"])
+def test_padding_does_not_change_scores(tiny_base, kind):
+    """A short document scores the same alone and in a batch padded by a long one."""
+    opts = {"tk": {"tk_heads": 4}, "prettr": {"layer": 2, "compress": 8}}.get(kind, {})
+    ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
+    short, long = "insulin glucose", " ".join(["protein binding receptor"] * 20)
+    qs = ranker.encode_query("insulin levels")
+    alone = ranker.score(qs, ranker.encode_documents([short]))
+    together = ranker.score(qs, ranker.encode_documents([short, long]))
+    assert_close_rel(together[:1], alone, 1e-5)
+
+
+def test_real_minilm_split_equals_unsplit_and_float16_ranks_the_same(record_property):
+    """The real packaged all-MiniLM-L6-v2 base (L = 6, n = 384): MORES 2×IB s2 and PreTTR l = 5 e = 128."""
+    rng = random.Random(3)
+    q = "does smoking increase the risk of lung cancer"
+    docs = [random_text(rng, 5, 120) for _ in range(100)]
+    for kind, opts in (("mores", {"ibs": 2}), ("prettr", {"layer": 5, "compress": 128})):
+        ranker = init_ranker(kind, **opts)
+        stored = ranker.encode_documents(docs)
+        with torch.no_grad():
+            ref = ranker.score_pairs(q, docs)
+        got = ranker.score(ranker.encode_query(q), stored)
+        assert_close_rel(got, ref)
+        half = ranker.score(ranker.encode_query(q), [{k: v.half() for k, v in d.items()} for d in stored])
+        tau = kendalltau(got.numpy(), half.numpy())[0]
+        record_property(f"kendall_tau_minilm_{kind}", tau)
+        assert near_tie_only_discordance(got, half, got, 2e-3 * got.abs().max().item()) == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_matches_cpu(tiny_base, texts):
+    queries, docs = texts
+    for kind, opts in CASES[::3]:
+        ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
+        cpu = ranker.score(ranker.encode_query(queries[0]), ranker.encode_documents(docs))
+        ranker.to("cuda")
+        gpu = ranker.score(ranker.encode_query(queries[0]), ranker.encode_documents(docs))
+        assert_close_rel(gpu, cpu, 1e-3)

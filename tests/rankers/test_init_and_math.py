@@ -1,0 +1,139 @@
+"""BERT-weight-assisted initialisation copies what it claims; PreTTR compressor and TK kernels by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rankers import init_ranker
+from rankers.base_model import load_base
+from rankers.tk import KERNEL_MU, kernel_features
+
+
+def assert_copied(module: torch.nn.Module, sd: dict[str, torch.Tensor], prefix: str) -> int:
+    """Every tensor of module equals the base tensor at prefix + name; returns how many were checked."""
+    n = 0
+    for name, value in module.state_dict().items():
+        assert torch.equal(value, sd[prefix + name]), f"{name} != base {prefix + name}"
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("ibs", [1, 2, 4])
+def test_mores_initialisation_copies_base_layers(tiny_base, ibs, tied):
+    _, sd = load_base(tiny_base)
+    r = init_ranker("mores", base=tiny_base, ibs=ibs, tied=tied)
+    L = 4
+    checked = 0
+    emb = {k: v for k, v in sd.items() if k != "embeddings.position_ids"}
+    checked += assert_copied(r.doc_encoder.embeddings, emb, "embeddings.")
+    for i in range(L):  # document module: copy A, all L layers
+        checked += assert_copied(r.doc_encoder.layer[i], sd, f"encoder.layer.{i}.")
+    assert len(r.query_encoder.layer) == (L if tied else L - ibs)
+    for i in range(L - ibs):  # query module: the first L-K layers
+        checked += assert_copied(r.query_encoder.layer[i], sd, f"encoder.layer.{i}.")
+    assert (r.query_encoder is r.doc_encoder) == tied
+    for k, ib in enumerate(r.ibs):  # IB k: layer L-K+k; cross-attention = that layer's self-attention
+        src = f"encoder.layer.{L - ibs + k}."
+        checked += assert_copied(ib.layer, sd, src)
+        checked += assert_copied(ib.cross, sd, src + "attention.")
+        # copies, not shared storage: training the cross-attention must not move the self-attention
+        assert ib.cross.self.query.weight.data_ptr() != ib.layer.attention.self.query.weight.data_ptr()
+    assert checked > 16 * L
+
+
+def test_other_rankers_initialisation(tiny_base):
+    _, sd = load_base(tiny_base)
+    emb = {k: v for k, v in sd.items() if k != "embeddings.position_ids"}
+    for kind, opts in (("bert", {}), ("prettr", {"layer": 2, "compress": 8})):
+        r = init_ranker(kind, base=tiny_base, **opts)
+        assert_copied(r.encoder.embeddings, emb, "embeddings.")
+        for i, layer in enumerate(r.encoder.layer):
+            assert_copied(layer, sd, f"encoder.layer.{i}.")
+    tk = init_ranker("tk", base=tiny_base, tk_heads=4)
+    assert torch.equal(tk.embeddings.weight, sd["embeddings.word_embeddings.weight"])
+
+
+def test_mores_on_real_minilm_depth(minilm_dir):
+    """L comes from the base (6 for MiniLM), not a hard-coded 12."""
+    r = init_ranker("mores", ibs=2)
+    assert r.config.n_layers == 6 and len(r.doc_encoder.layer) == 6 and len(r.query_encoder.layer) == 4
+    _, sd = load_base(minilm_dir)
+    assert_copied(r.ibs[1].cross, sd, "encoder.layer.5.attention.")
+
+
+def test_prettr_compressor_round_trip_by_hand(tiny_base):
+    r = init_ranker("prettr", base=tiny_base, layer=2, compress=2)
+    n = r.config.hidden
+    wc = np.zeros((2, n), np.float32)
+    wc[0, 0], wc[1, 1], wc[1, 2] = 1.0, 2.0, -1.0
+    bc = np.array([0.5, 0.0], np.float32)
+    wd = np.zeros((n, 2), np.float32)
+    wd[0, 0], wd[1, 1], wd[2, 0] = 1.0, 1.0, -3.0
+    bd = np.zeros(n, np.float32)
+    bd[3] = 0.25
+    with torch.no_grad():
+        r.compressor.weight.copy_(torch.from_numpy(wc))
+        r.compressor.bias.copy_(torch.from_numpy(bc))
+        r.decompressor.weight.copy_(torch.from_numpy(wd))
+        r.decompressor.bias.copy_(torch.from_numpy(bd))
+    s = np.zeros((1, 1, n), np.float32)
+    s[0, 0, :3] = [1.0, 0.5, 2.0]
+    # r = GELU(s·Wc + bc): pre = [1 + 0.5, 2*0.5 - 2] = [1.5, -1.0]
+    gelu = lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
+    expected_r = np.array([gelu(1.5), gelu(-1.0)], np.float32)
+    got_r = r.compress(torch.from_numpy(s))
+    np.testing.assert_allclose(got_r[0, 0].detach().numpy(), expected_r, rtol=1e-6)
+    # ŝ = LN(r·Wd + bd) with LN weight 1, bias 0
+    y = np.zeros(n, np.float64)
+    y[0], y[1], y[2], y[3] = expected_r[0], expected_r[1], -3 * expected_r[0], 0.25
+    eps = r.config.bert["layer_norm_eps"]
+    expected_s = (y - y.mean()) / np.sqrt(y.var() + eps)
+    got_s = r.decompress(got_r)
+    np.testing.assert_allclose(got_s[0, 0].detach().numpy(), expected_s, rtol=1e-5, atol=1e-6)
+    assert r.field_dims() == {"doc": 2}
+
+
+def test_prettr_without_compressor_stores_hidden_states(tiny_base):
+    r = init_ranker("prettr", base=tiny_base, layer=2, compress=0)
+    assert not hasattr(r, "compressor") and r.field_dims() == {"doc": r.config.hidden}
+    x = torch.randn(2, 3, r.config.hidden)
+    assert torch.equal(r.decompress(r.compress(x)), x)
+
+
+def test_prettr_attention_mse_is_zero_without_loss_and_trains(tiny_base):
+    r = init_ranker("prettr", base=tiny_base, layer=2, compress=4).train(False)
+    q_ids, q_mask = torch.tensor([[101, 2054, 102]]), torch.ones(1, 3, dtype=torch.bool)
+    d_ids, d_mask = torch.tensor([[7592, 2088, 2003, 102]]), torch.ones(1, 4, dtype=torch.bool)
+    loss = r.attention_mse(q_ids, q_mask, d_ids, d_mask)
+    assert loss.item() > 0
+    loss.backward()
+    assert r.compressor.weight.grad is not None and r.compressor.weight.grad.abs().sum() > 0
+    assert r.encoder.layer[0].attention.self.query.weight.grad is None  # lower layers frozen (eq. 2)
+
+
+def test_tk_kernels_by_hand():
+    # one query term, two document terms (cosines 1.0 and 0.5) plus a padded slot
+    match = torch.tensor([[[1.0, 0.5, 0.9]]])
+    q_mask = torch.tensor([[True]])
+    d_mask = torch.tensor([[True, True, False]])
+    mu = torch.tensor(KERNEL_MU)
+    log_feat, len_feat = kernel_features(match, q_mask, d_mask, mu, 0.1)
+    per = [math.exp(-((1.0 - m) ** 2) / 0.02) + math.exp(-((0.5 - m) ** 2) / 0.02) for m in KERNEL_MU]
+    exp_log = [math.log(max(p, 1e-10)) * 0.01 for p in per]
+    exp_len = [p / 2 for p in per]
+    np.testing.assert_allclose(log_feat[0].numpy(), exp_log, rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(len_feat[0].numpy(), exp_len, rtol=1e-5, atol=1e-12)
+    # kernel mu=1.0 sees the exact match at full weight; mu=0.5 sees the 0.5 match at full weight
+    assert per[0] == pytest.approx(1.0 + math.exp(-12.5))
+    assert per[3] == pytest.approx(1.0 + math.exp(-12.5))
+
+
+def test_tk_document_vectors_are_unit_norm(tiny_base):
+    r = init_ranker("tk", base=tiny_base, tk_heads=4)
+    (doc,) = r.encode_documents(["insulin glucose liver"])
+    np.testing.assert_allclose(doc["doc"].norm(dim=-1).numpy(), 1.0, rtol=1e-5)
