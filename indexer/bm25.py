@@ -1,0 +1,375 @@
+"""BM25: build a Pyserini / Lucene index from any collection, and search it.
+
+Build (:func:`build_bm25_index`): the collection is streamed through :class:`indexer.collections.Collection`
+(so the same title/text join and the same problem policy apply as for the representation store) into a
+temporary Anserini ``JsonCollection`` folder (``{"id", "contents"}``, one file per thread), then Anserini's
+``IndexCollection`` runs in-process with ``-storePositions -storeDocvectors -storeRaw`` and the default
+English analyzer (Porter stemming, stopwords removed). The index is built in ``<index>.partial`` and moved
+into place only after its document count equals the number of valid collection documents.
+
+Search (:class:`Bm25Searcher`): wraps Anserini's ``SimpleSearcher``; see its docstring for thread safety.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aheadrank.errors import AheadrankError
+from indexer.collections import Collection, CollectionFormat, CollectionReport
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+META_FILE = "aheadrank-bm25.json"
+DEFAULT_K1 = 0.9  # Anserini's defaults
+DEFAULT_B = 0.4
+_FORMAT_VERSION = 1
+
+
+class IndexBuildError(AheadrankError):
+    """The Lucene build failed or produced an index that does not match the collection."""
+
+
+@dataclass(frozen=True)
+class Bm25BuildResult:
+    index_dir: Path
+    documents: int
+    report: CollectionReport
+    convert_seconds: float
+    index_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return self.convert_seconds + self.index_seconds
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def is_lucene_index(path: Path) -> bool:
+    return path.is_dir() and any(p.name.startswith("segments_") for p in path.iterdir())
+
+
+def _check_target(index_dir: Path) -> None:
+    if index_dir.exists() and not index_dir.is_dir():
+        raise IndexBuildError(f"index path exists and is not a directory: {index_dir}")
+    if index_dir.is_dir() and any(index_dir.iterdir()) and not is_lucene_index(index_dir):
+        raise IndexBuildError(
+            f"refusing to overwrite {index_dir}: it is not empty and not a Lucene index; pick another path"
+        )
+
+
+def _progress(enabled: bool, **kwargs: object) -> tqdm:
+    from tqdm import tqdm
+
+    return tqdm(disable=not enabled, mininterval=0.5, unit=" docs", dynamic_ncols=True, **kwargs)
+
+
+def convert_to_json_collection(
+    collection: Collection, out_dir: Path, *, files: int = 1, progress: bool = False
+) -> int:
+    """Write the collection's valid documents as Anserini JsonCollection files (round-robin over ``files``
+    files, so that ``files`` indexing threads get equal shares). Returns the number of documents written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    handles = [open(out_dir / f"docs{i:03d}.jsonl", "w", encoding="utf-8") for i in range(files)]  # noqa: SIM115
+    written = 0
+    try:
+        with _progress(progress, desc="convert") as bar:
+            for doc in collection:
+                record = json.dumps({"id": doc.docid, "contents": doc.text}, ensure_ascii=False)
+                handles[written % files].write(record + "\n")
+                written += 1
+                if written % 1024 == 0:
+                    bar.update(1024)
+            bar.update(written % 1024)
+    finally:
+        for handle in handles:
+            handle.close()
+    return written
+
+
+def _run_anserini(
+    json_dir: Path, index_dir: Path, threads: int, *, optimize: bool, progress: bool, total: int
+) -> dict[str, int]:
+    """Run Anserini's IndexCollection in a worker thread (the JVM releases the GIL), polling its counters.
+
+    Equivalent to ``python -m pyserini.index.lucene --collection JsonCollection --generator
+    DefaultLuceneDocumentGenerator --threads N --storePositions --storeDocvectors --storeRaw`` (which calls
+    ``IndexCollection.main``), but builds the ``IndexCollection`` itself so that its counters can be read."""
+    from indexer.java import detach_thread, java_classes
+
+    java = java_classes()
+    args = java.IndexCollectionArgs()
+    args.input = str(json_dir)
+    args.index = str(index_dir)
+    args.collectionClass = "JsonCollection"
+    args.generatorClass = "DefaultLuceneDocumentGenerator"
+    args.threads = threads
+    args.storePositions = True
+    args.storeDocvectors = True
+    args.storeRaw = True
+    args.optimize = optimize
+    args.quiet = True  # Anserini logs warnings only; our progress bar reports the rate
+    try:
+        indexer = java.IndexCollection(args)
+    except Exception as exc:  # jnius.JavaException
+        raise IndexBuildError(f"Anserini could not start indexing: {exc}") from exc
+
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            indexer.run()
+        except BaseException as exc:  # reported in the calling thread
+            failure.append(exc)
+        finally:
+            detach_thread()
+
+    worker = threading.Thread(target=work, name="anserini-index", daemon=True)
+    worker.start()
+    with _progress(progress, desc="index", total=total) as bar:
+        while worker.is_alive():
+            worker.join(0.25)
+            bar.update(int(indexer.getCounters().indexed.get()) - bar.n)
+    if failure:
+        raise IndexBuildError(f"Anserini indexing failed: {failure[0]}") from failure[0]
+    counters = indexer.getCounters()
+    return {
+        name: int(getattr(counters, name).get())
+        for name in ("indexed", "empty", "unindexable", "skipped", "errors")
+    }
+
+
+def index_document_count(index_dir: Path) -> int:
+    """``stats()['documents']`` of the index: what ``LuceneIndexReader(index_dir).stats()`` reports, read
+    through Anserini's ``IndexReaderUtils`` directly (importing pyserini's Python reader costs ~1.5 s)."""
+    from indexer.java import java_classes
+
+    utils = java_classes().IndexReaderUtils
+    reader = utils.getReader(str(index_dir))
+    try:
+        return int(utils.getIndexStats(reader).get("documents"))
+    finally:
+        reader.close()
+
+
+def _swap_into_place(partial: Path, index_dir: Path) -> None:
+    old = index_dir.with_name(index_dir.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if index_dir.exists():
+        index_dir.rename(old)
+    partial.rename(index_dir)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def build_bm25_index(
+    collection: str | Path | Collection,
+    index_dir: str | Path,
+    *,
+    threads: int | None = None,
+    fmt: CollectionFormat | str = CollectionFormat.AUTO,
+    strict: bool = False,
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
+    optimize: bool = False,
+    progress: bool = True,
+    tmp_dir: str | Path | None = None,
+) -> Bm25BuildResult:
+    """Build a BM25 Lucene index of ``collection`` at ``index_dir`` (replacing an index already there).
+
+    ``k1``/``b`` are query-time parameters in Lucene; they are recorded in ``aheadrank-bm25.json`` inside
+    the index as the defaults :class:`Bm25Searcher` uses. The temporary JsonCollection goes to ``tmp_dir``
+    (default: the system temp folder) and is deleted afterwards. Raises :class:`CollectionError` for a bad
+    collection and :class:`IndexBuildError` when the build fails or its document count is off.
+    """
+    if not isinstance(collection, Collection):
+        collection = Collection(collection, fmt, strict=strict)
+    threads = threads or default_threads()
+    if threads < 1:
+        raise IndexBuildError(f"threads must be >= 1, got {threads}")
+    if k1 < 0 or not 0 <= b <= 1:
+        raise IndexBuildError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+    index_dir = Path(index_dir)
+    _check_target(index_dir)
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    partial = index_dir.with_name(index_dir.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+
+    keep_partial = False  # kept for inspection when the count check fails
+    try:
+        with tempfile.TemporaryDirectory(prefix="aheadrank-bm25-", dir=tmp_dir) as tmp:
+            start = time.perf_counter()
+            written = convert_to_json_collection(collection, Path(tmp), files=threads, progress=progress)
+            convert_seconds = time.perf_counter() - start
+            if written == 0:
+                raise IndexBuildError(
+                    f"no valid documents in {collection.path}: {collection.report.summary()}"
+                )
+            start = time.perf_counter()
+            counters = _run_anserini(
+                Path(tmp), partial, threads, optimize=optimize, progress=progress, total=written
+            )
+        found = index_document_count(partial)
+        index_seconds = time.perf_counter() - start
+        if found != written:
+            keep_partial = True
+            raise IndexBuildError(
+                f"the index holds {found:,} documents but the collection has {written:,} valid ones "
+                f"(Anserini counters: {counters}); index left unfinished at {partial}"
+            )
+        meta = {
+            "format_version": _FORMAT_VERSION,
+            "collection": str(collection.path),
+            "collection_format": collection.format.value,
+            "documents": written,
+            "k1": k1,
+            "b": b,
+            "analyzer": "Anserini default English (Porter stemmer, stopwords removed)",
+            "text": "indexer.collections.join_title_text: '{title}. {text}'",
+            "report": collection.report.to_dict(),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (partial / META_FILE).write_text(
+            json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        _swap_into_place(partial, index_dir)
+    except BaseException:
+        if not keep_partial:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return Bm25BuildResult(index_dir, written, collection.report, convert_seconds, index_seconds)
+
+
+def read_index_meta(index_dir: str | Path) -> dict:
+    """The build record ``aheadrank-bm25.json`` of an index, or ``{}`` for an index built elsewhere."""
+    path = Path(index_dir) / META_FILE
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+class Bm25Searcher:
+    """BM25 search over a Lucene index built by :func:`build_bm25_index` (or any Anserini index with raw
+    ``{"id", "contents"}`` documents).
+
+    Thread safety: every Java call goes through one lock, so one searcher may be shared by any number of
+    Python threads (each is attached to the JVM by pyjnius on its first call; a short-lived thread should
+    call :func:`indexer.java.detach_thread` before it ends). Single searches are serialised (they take
+    milliseconds); for throughput use :meth:`batch_search`, which runs queries on Java threads.
+    """
+
+    def __init__(self, index_dir: str | Path, *, k1: float | None = None, b: float | None = None) -> None:
+        self.index_dir = Path(index_dir)
+        if not is_lucene_index(self.index_dir):
+            raise AheadrankError(
+                f"not a Lucene index: {self.index_dir} (build one with `aheadrank bm25-index`)"
+            )
+        from indexer.java import java_classes
+
+        self._java = java_classes()
+        self.meta = read_index_meta(self.index_dir)
+        self._lock = threading.RLock()
+        try:
+            self._searcher = self._java.SimpleSearcher(str(self.index_dir))
+        except Exception as exc:  # jnius.JavaException
+            raise AheadrankError(f"cannot open Lucene index {self.index_dir}: {exc}") from exc
+        self.num_docs = int(self._searcher.get_total_num_docs())
+        self.k1 = self.b = 0.0
+        self.set_bm25(
+            self.meta.get("k1", DEFAULT_K1) if k1 is None else k1,
+            self.meta.get("b", DEFAULT_B) if b is None else b,
+        )
+
+    def set_bm25(self, k1: float, b: float) -> None:
+        if k1 < 0 or not 0 <= b <= 1:
+            raise AheadrankError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+        with self._lock:
+            self._searcher.set_bm25(float(k1), float(b))
+            self.k1, self.b = float(k1), float(b)
+
+    @staticmethod
+    def _check_k(k: int) -> int:
+        if k < 1:
+            raise AheadrankError(f"k must be >= 1, got {k}")
+        return int(k)
+
+    def search(self, query: str, k: int = 1000) -> list[tuple[str, float]]:
+        """Top-``k`` ``(docid, score)`` pairs, best first; ``[]`` for a query with no indexable term."""
+        k = self._check_k(k)
+        if not query.strip():
+            return []
+        with self._lock:
+            hits = self._searcher.search(query, k)
+            return [(hit.docid, float(hit.score)) for hit in hits]
+
+    def batch_search(
+        self, queries: Sequence[str], k: int = 1000, threads: int = 1
+    ) -> list[list[tuple[str, float]]]:
+        """:meth:`search` for many queries at once, on ``threads`` Java threads; results in input order."""
+        k = self._check_k(k)
+        if not queries:
+            return []
+        jqueries, jqids = self._java.ArrayList(), self._java.ArrayList()
+        for i, query in enumerate(queries):
+            jqueries.add(query)
+            jqids.add(str(i))
+        with self._lock:
+            results = self._searcher.batch_search(jqueries, jqids, k, max(1, int(threads)))
+            by_qid = {
+                entry.getKey(): [(hit.docid, float(hit.score)) for hit in entry.getValue()]
+                for entry in results.entrySet().toArray()
+            }
+        return [by_qid.get(str(i), []) for i in range(len(queries))]
+
+    def doc_text(self, docid: str) -> str | None:
+        """The document's text as indexed (from the raw store), or ``None`` for an unknown docid."""
+        with self._lock:
+            document = self._searcher.doc(docid)
+            raw = None if document is None else document.get("raw")
+        if raw is None:
+            return None
+        return _contents(raw)
+
+    def doc_texts(self, docids: Iterable[str]) -> dict[str, str]:
+        """:meth:`doc_text` for many docids; unknown ones are left out of the result."""
+        texts = {}
+        for docid in docids:
+            text = self.doc_text(docid)
+            if text is not None:
+                texts[docid] = text
+        return texts
+
+    def close(self) -> None:
+        with self._lock:
+            if self._searcher is not None:
+                self._searcher.close()
+                self._searcher = None
+
+    def __enter__(self) -> Bm25Searcher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _contents(raw: str) -> str:
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return raw
+    if isinstance(record, dict) and isinstance(record.get("contents"), str):
+        return record["contents"]
+    return raw

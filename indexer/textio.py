@@ -1,0 +1,112 @@
+"""Line-oriented reading of plain, gzip and zstandard files.
+
+Compression is recognised by the file's magic bytes (not its name), so ``corpus.jsonl`` that is really
+gzip-compressed still reads. Lines come back as raw ``bytes`` with their 1-based line number, so callers
+can report invalid UTF-8 with the exact file and line instead of failing the whole file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+from aheadrank.errors import CollectionError
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
+_BOM = b"\xef\xbb\xbf"
+_BUFFER = 1 << 20
+
+
+def strip_compression_suffix(name: str) -> str:
+    """``corpus.jsonl.gz`` -> ``corpus.jsonl``; other names unchanged."""
+    lowered = name.lower()
+    for suffix in COMPRESSION_SUFFIXES:
+        if lowered.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def open_binary(path: str | Path) -> io.BufferedIOBase:
+    """Open ``path`` for binary reading, transparently decompressing gzip or zstandard content."""
+    path = Path(path)
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+    except OSError as exc:
+        raise CollectionError(f"cannot open {path}: {exc.strerror or exc}") from exc
+    magic = raw.peek(4)[:4] if hasattr(raw, "peek") else b""
+    if magic.startswith(GZIP_MAGIC):
+        return io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"), buffer_size=_BUFFER)
+    if magic.startswith(ZSTD_MAGIC):
+        return io.BufferedReader(_ZstdRawReader(raw), buffer_size=_BUFFER)
+    return raw
+
+
+class _ZstdRawReader(io.RawIOBase):
+    """Decompresses concatenated zstandard frames and, unlike ``ZstdDecompressor.stream_reader``, raises
+    ``EOFError`` when the file ends inside a frame (a truncated file must not silently lose documents)."""
+
+    def __init__(self, fh: io.BufferedIOBase) -> None:
+        import zstandard
+
+        self._fh = fh
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj = self._dctx.decompressobj()
+        self._in_frame = False
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        while not self._pending:
+            chunk = self._fh.read(_BUFFER)
+            if not chunk:
+                if self._in_frame:
+                    raise EOFError("zstandard stream ends inside a frame (truncated file?)")
+                return 0
+            self._pending = memoryview(self._decompress(chunk))
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def _decompress(self, chunk: bytes) -> bytes:
+        out = []
+        while chunk:
+            self._in_frame = True
+            out.append(self._obj.decompress(chunk))
+            if not self._obj.eof:
+                break
+            self._in_frame = False  # frame complete; anything left starts the next frame
+            chunk = self._obj.unused_data
+            self._obj = self._dctx.decompressobj()
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line_number, line)`` for every line of ``path``, without the line ending.
+
+    A UTF-8 byte-order mark on the first line is dropped; ``\\r\\n`` endings are accepted. A corrupt
+    compressed stream raises :class:`CollectionError` naming the file and the last good line.
+    """
+    lineno = 0
+    with open_binary(path) as fh:
+        while True:
+            try:
+                line = fh.readline()
+            except Exception as exc:  # gzip: OSError/EOFError, zstandard: ZstdError
+                raise CollectionError(f"{path}:{lineno + 1}: cannot read/decompress: {exc}") from exc
+            if not line:
+                return
+            lineno += 1
+            if lineno == 1 and line.startswith(_BOM):
+                line = line[len(_BOM) :]
+            yield lineno, line.rstrip(b"\r\n")
