@@ -14,7 +14,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # each module registers its commands on `app` at import (cheap: heavy imports live inside the commands)
-COMMAND_MODULES = ("rankers.commands", "store.commands", "indexer.commands", "services.commands")
+COMMAND_MODULES = (
+    "rankers.commands",
+    "store.commands",
+    "indexer.commands",
+    "services.commands",
+    "aheadrank.commands",
+)
 
 for _name in COMMAND_MODULES:
     try:
