@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "indexer.commands",
     "services.commands",
     "aheadrank.commands",
+    "aheadrank.run_commands",
 )
 
 for _name in COMMAND_MODULES:

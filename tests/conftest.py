@@ -8,6 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+
+# one thread per test process: fast for tiny models and immune to oversubscription on a shared 2-core box
+torch.set_num_threads(1)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

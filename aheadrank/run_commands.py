@@ -1,0 +1,162 @@
+"""``aheadrank train``, ``pretrain-compressor`` and ``rerank-run``: batch jobs over a collection's queries."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import typer
+
+from aheadrank.app import app
+from aheadrank.cliutil import env, user_errors
+from rankers.commands import Kind, Pooling
+
+
+@app.command("train")
+@user_errors
+def train_cmd(
+    ranker: Kind = typer.Option(..., "--ranker", envvar=env("ranker"), help="ranker kind"),
+    collection: Path = typer.Option(..., "--collection", envvar=env("collection"), help="BEIR directory"),
+    index: Path = typer.Option(..., "--index", envvar=env("index"), help="its BM25 Lucene index (negatives)"),
+    out: Path = typer.Option(
+        ..., "--out", envvar=env("out"), help="checkpoint directory (best by validation)"
+    ),
+    split: str = typer.Option("train", "--split", envvar=env("split")),
+    init: Path | None = typer.Option(None, "--init", envvar=env("init"), help="start from this checkpoint"),
+    base: Path | None = typer.Option(None, "--base", envvar=env("base")),
+    ibs: int | None = typer.Option(None, "--ibs", envvar=env("ibs")),
+    pooling: Pooling | None = typer.Option(None, "--pooling", envvar=env("pooling")),
+    tied: bool | None = typer.Option(None, "--tied/--untied", envvar=env("tied")),
+    layer: int | None = typer.Option(None, "--layer", envvar=env("layer")),
+    compress: int | None = typer.Option(None, "--compress", envvar=env("compress")),
+    layers: int | None = typer.Option(None, "--layers", envvar=env("layers")),
+    max_query_len: int | None = typer.Option(None, "--max-query-len", envvar=env("max-query-len")),
+    max_doc_len: int | None = typer.Option(None, "--max-doc-len", envvar=env("max-doc-len")),
+    steps: int = typer.Option(1000, "--steps", envvar=env("steps")),
+    group_size: int = typer.Option(8, "--group-size", envvar=env("group-size")),
+    queries_per_step: int = typer.Option(8, "--queries-per-step", envvar=env("queries-per-step")),
+    grad_accum: int = typer.Option(1, "--grad-accum", envvar=env("grad-accum")),
+    lr: float = typer.Option(3e-5, "--lr", envvar=env("lr")),
+    warmup: float = typer.Option(0.1, "--warmup", envvar=env("warmup")),
+    eval_every: int = typer.Option(200, "--eval-every", envvar=env("eval-every")),
+    val_queries: int = typer.Option(50, "--val-queries", envvar=env("val-queries")),
+    seed: int = typer.Option(0, "--seed", envvar=env("seed")),
+    teacher: Path | None = typer.Option(
+        None, "--teacher", envvar=env("teacher"), help="bert checkpoint to distil"
+    ),
+    distill_weight: float = typer.Option(0.0, "--distill-weight", envvar=env("distill-weight")),
+    device: str = typer.Option("cpu", "--device", envvar=env("device")),
+    compressor_steps: int = typer.Option(
+        0,
+        "--compressor-steps",
+        envvar=env("compressor-steps"),
+        help="PreTTR: attention-MSE pre-training steps before fine-tuning",
+    ),
+) -> None:
+    """Train a ranker on a BEIR collection: 1 relevant + n BM25 negatives per group, best checkpoint kept."""
+    from aheadrank.runs import build_training_data
+    from rankers import init_ranker, load_ranker
+    from rankers.training import TrainConfig, pretrain_compressor, train
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    data = build_training_data(collection, split, index)
+    if init is not None:
+        model = load_ranker(init, device=device)
+    else:
+        opts = {
+            "ibs": ibs,
+            "pooling": pooling.value if pooling else None,
+            "tied": tied,
+            "layer": layer,
+            "compress": compress,
+            "tk_layers": layers,
+        }
+        own = {
+            "bert": (),
+            "mores": ("ibs", "pooling", "tied"),
+            "prettr": ("layer", "compress"),
+            "tk": ("tk_layers",),
+        }
+        opts = {k: v for k, v in opts.items() if k in own[ranker.value]}
+        model = init_ranker(
+            ranker.value, base=base, seed=seed, max_query_len=max_query_len, max_doc_len=max_doc_len, **opts
+        ).to(device)
+    if compressor_steps:
+        pretrain_compressor(model, data, steps=compressor_steps, seed=seed)
+    cfg = TrainConfig(
+        steps=steps,
+        group_size=group_size,
+        queries_per_step=queries_per_step,
+        grad_accum=grad_accum,
+        lr=lr,
+        warmup=warmup,
+        eval_every=eval_every,
+        val_queries=val_queries,
+        seed=seed,
+        distill_weight=distill_weight,
+    )
+    teacher_model = load_ranker(teacher, device=device) if teacher else None
+    result = train(model, data, out, cfg, teacher=teacher_model)
+    typer.echo(
+        json.dumps(
+            {
+                "out": str(out),
+                "steps": result.steps,
+                "best_val_ndcg10": result.best_metric,
+                "best_step": result.best_step,
+                "seconds": round(result.seconds, 1),
+            }
+        )
+    )
+
+
+@app.command("rerank-run")
+@user_errors
+def rerank_run_cmd(
+    checkpoint: Path = typer.Option(..., "--checkpoint", envvar=env("checkpoint")),
+    store: Path = typer.Option(..., "--store", envvar=env("store")),
+    queries: Path = typer.Option(
+        ..., "--queries", envvar=env("queries"), help="queries.jsonl, TSV or BEIR dir"
+    ),
+    out: Path = typer.Option(..., "--out", envvar=env("out"), help="TREC run file to write"),
+    index: Path | None = typer.Option(None, "--index", envvar=env("index"), help="BM25 index (candidates)"),
+    candidates: Path | None = typer.Option(
+        None, "--candidates", envvar=env("candidates"), help="first-stage TREC run to re-rank instead of BM25"
+    ),
+    depth: int = typer.Option(100, "--depth", envvar=env("depth")),
+    split: str | None = typer.Option(
+        None,
+        "--split",
+        envvar=env("split"),
+        help="with a BEIR dir: only the queries judged in qrels/<split>.tsv",
+    ),
+    device: str = typer.Option("cpu", "--device", envvar=env("device")),
+    tag: str = typer.Option("aheadrank", "--tag", envvar=env("tag")),
+) -> None:
+    """Re-rank BM25 top-depth (or a given first-stage run) through the stored representations."""
+    from aheadrank.errors import AheadrankError
+    from aheadrank.evaluation import write_run
+    from aheadrank.runs import bm25_candidates, read_first_stage, rerank_run
+    from indexer.topics import read_beir_split, read_queries
+
+    qs = read_beir_split(queries, split)[0] if split else read_queries(queries)
+    if candidates is not None:
+        cands = read_first_stage(candidates, depth)
+    elif index is not None:
+        cands = bm25_candidates(index, qs, depth)
+    else:
+        raise AheadrankError("give --index (BM25 candidates) or --candidates (a first-stage run)")
+    run, stats = rerank_run(checkpoint, store, qs, cands, device=device)
+    write_run(out, run, tag)
+    typer.echo(
+        json.dumps(
+            {
+                "out": str(out),
+                "queries": stats.queries,
+                "candidates": stats.candidates,
+                "unknown_docids": stats.unknown,
+                "seconds": {k: round(v, 2) for k, v in stats.seconds.items()},
+            }
+        )
+    )

@@ -1,0 +1,292 @@
+"""Training any ranker through its unsplit model (``forward_pairs``), and PreTTR's compressor pre-training.
+
+Groups of one judged-relevant document and n negatives sampled from the query's first-stage (BM25)
+candidates, localised softmax cross-entropy (the positive is class 0), AdamW with linear warm-up and
+linear decay, gradient accumulation, periodic validation on held-out training queries (the best checkpoint
+is kept), mixed precision on CUDA, and a ``train-state.pt`` next to the checkpoint so a stopped run resumes
+where it stopped. Optional distillation: MSE between the student's and a teacher ranker's scores.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from rankers.base import Ranker
+from rankers.checkpoint import save_checkpoint
+from rankers.text import pad
+
+log = logging.getLogger("aheadrank.train")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 1000
+    group_size: int = 8  # 1 positive + (group_size - 1) negatives
+    queries_per_step: int = 8
+    grad_accum: int = 1
+    lr: float = 3e-5
+    weight_decay: float = 0.01
+    warmup: float = 0.1  # fraction of steps
+    eval_every: int = 200
+    val_queries: int = 50  # held out from the training queries
+    val_depth: int = 50
+    neg_depth: int = 100  # negatives come from the top neg_depth candidates
+    seed: int = 0
+    amp: bool = True  # float16 autocast on CUDA
+    distill_weight: float = 0.0  # > 0: add MSE to a teacher's scores
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class TrainingData:
+    """Texts by docid, queries by qid, judgments and first-stage candidates (ranked docids) per query."""
+
+    texts: dict[str, str]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    candidates: dict[str, list[str]]
+
+    def trainable(self) -> list[str]:
+        """Queries with a judged-relevant document in the collection and at least one negative candidate."""
+        out = []
+        for qid in sorted(self.queries):
+            rel = {d for d, r in self.qrels.get(qid, {}).items() if r > 0 and d in self.texts}
+            if rel and any(d not in rel for d in self.candidates.get(qid, [])):
+                out.append(qid)
+        return out
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    best_metric: float
+    best_step: int
+    seconds: float
+    history: list[dict] = field(default_factory=list)
+
+
+def split_queries(data: TrainingData, n_val: int, seed: int) -> tuple[list[str], list[str]]:
+    qids = data.trainable()
+    rng = random.Random(seed)
+    rng.shuffle(qids)
+    n_val = min(n_val, len(qids) // 5)
+    return sorted(qids[n_val:]), sorted(qids[:n_val])
+
+
+def sample_group(data: TrainingData, qid: str, size: int, depth: int, rng: random.Random) -> list[str]:
+    rel = [d for d, r in data.qrels[qid].items() if r > 0 and d in data.texts]
+    negs = [d for d in data.candidates[qid][:depth] if d not in data.qrels[qid] or data.qrels[qid][d] <= 0]
+    picked = rng.sample(negs, min(size - 1, len(negs)))
+    while len(picked) < size - 1:  # few candidates: repeat negatives rather than change the group shape
+        picked.append(rng.choice(negs))
+    return [rng.choice(rel), *picked]
+
+
+def group_scores(
+    ranker: Ranker, queries: list[str], groups: list[list[str]], texts: dict[str, str]
+) -> torch.Tensor:
+    """Scores [n_groups, group_size] of the unsplit model."""
+    q_seqs = ranker.tokenize_queries(queries)
+    flat_docs = [texts[d] for g in groups for d in g]
+    d_seqs = ranker.tokenize_documents(flat_docs)
+    size = len(groups[0])
+    q_rep = [q for q in q_seqs for _ in range(size)]
+    pad_id = ranker._text().pad
+    q_ids, q_mask = pad(q_rep, ranker.device, pad_id)
+    d_ids, d_mask = pad(d_seqs, ranker.device, pad_id)
+    return ranker.forward_pairs(q_ids, q_mask, d_ids, d_mask).float().view(len(groups), size)
+
+
+@torch.no_grad()
+def rerank_queries(ranker: Ranker, data: TrainingData, qids: list[str], depth: int, batch: int = 64) -> dict:
+    """A run {qid: {docid: score}} re-ranking each query's top-``depth`` candidates with the unsplit model."""
+    was_training = ranker.training
+    ranker.eval()
+    run = {}
+    for qid in qids:
+        docs = data.candidates.get(qid, [])[:depth]
+        if docs:
+            scores = ranker.score_pairs(data.queries[qid], [data.texts[d] for d in docs], batch_size=batch)
+            run[qid] = dict(zip(docs, scores.tolist(), strict=True))
+    ranker.train(was_training)
+    return run
+
+
+def validation_metric(run: dict, qrels: dict) -> float:
+    from aheadrank.evaluation import evaluate
+
+    return float(evaluate(run, {q: qrels[q] for q in run}, metrics=("ndcg_cut_10",))["ndcg_cut_10"])
+
+
+def lr_lambda(warmup_steps: int, total: int) -> Callable[[int], float]:
+    def f(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        return max(0.0, (total - step) / max(1, total - warmup_steps))
+
+    return f
+
+
+def train(
+    ranker: Ranker,
+    data: TrainingData,
+    out: str | Path,
+    cfg: TrainConfig,
+    teacher: Ranker | None = None,
+    resume: bool = True,
+    progress: bool = True,
+    stop_after: int | None = None,
+) -> TrainResult:
+    """Train ``ranker`` in place; the best checkpoint (by validation nDCG@10) is written to ``out``.
+
+    ``stop_after`` ends this invocation after that many steps (the state is saved; a later call resumes)."""
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    state_path = out.parent / f"{out.name}.train-state.pt"
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    train_q, val_q = split_queries(data, cfg.val_queries, cfg.seed)
+    if not train_q:
+        raise ValueError("no trainable queries: none has a judged-relevant document and a BM25 negative")
+    device = ranker.device
+    use_amp = cfg.amp and device.type == "cuda"
+    opt = torch.optim.AdamW(ranker.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(int(cfg.warmup * cfg.steps), cfg.steps))
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+    step, best, best_step, history = 0, -1.0, -1, []
+    if resume and state_path.is_file():
+        state = torch.load(state_path, map_location=device, weights_only=False)
+        if state["config"] != asdict(cfg):
+            raise ValueError(
+                f"{state_path} was written with another training config; delete it to start over"
+            )
+        ranker.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
+        step, best, best_step, history = state["step"], state["best"], state["best_step"], state["history"]
+        rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        log.info("resumed at step %d from %s", step, state_path)
+    ranker.train()
+    bar = tqdm(total=cfg.steps, initial=step, desc=f"train {ranker.kind}", unit="step", disable=not progress)
+    start, seen = time.perf_counter(), 0
+    limit = cfg.steps if stop_after is None else min(cfg.steps, step + stop_after)
+    while step < limit:
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for _ in range(cfg.grad_accum):
+            qids = [rng.choice(train_q) for _ in range(cfg.queries_per_step)]
+            groups = [sample_group(data, q, cfg.group_size, cfg.neg_depth, rng) for q in qids]
+            queries = [data.queries[q] for q in qids]
+            with torch.autocast("cuda", dtype=torch.float16, enabled=use_amp):
+                scores = group_scores(ranker, queries, groups, data.texts)
+                loss = F.cross_entropy(scores, torch.zeros(len(groups), dtype=torch.long, device=device))
+                if teacher is not None and cfg.distill_weight > 0:
+                    with torch.no_grad():
+                        target = group_scores(teacher, queries, groups, data.texts)
+                    loss = loss + cfg.distill_weight * F.mse_loss(scores, target)
+            scaler.scale(loss / cfg.grad_accum).backward()
+            total += loss.item() / cfg.grad_accum
+            seen += len(groups) * cfg.group_size
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(ranker.parameters(), cfg.max_grad_norm)
+        scaler.step(opt)
+        scaler.update()
+        sched.step()
+        step += 1
+        rate = seen / max(time.perf_counter() - start, 1e-9)
+        bar.update(1)
+        bar.set_postfix(loss=f"{total:.4f}", ex_s=f"{rate:.1f}")
+        history.append({"step": step, "loss": total})
+        if step % cfg.eval_every == 0 or step in (cfg.steps, limit):
+            metric = (
+                validation_metric(rerank_queries(ranker, data, val_q, cfg.val_depth), data.qrels)
+                if val_q
+                else -total
+            )
+            history[-1]["val_ndcg10"] = metric
+            log.info("step %d loss %.4f val nDCG@10 %.4f", step, total, metric)
+            if metric > best:
+                best, best_step = metric, step
+                save_checkpoint(
+                    ranker,
+                    out,
+                    overwrite=True,
+                    extra={"train": {**asdict(cfg), "best_step": step, "val_ndcg10": metric}},
+                )
+            torch.save(
+                {
+                    "config": asdict(cfg),
+                    "model": ranker.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(),
+                    "scaler": scaler.state_dict(),
+                    "step": step,
+                    "best": best,
+                    "best_step": best_step,
+                    "history": history,
+                    "rng": rng.getstate(),
+                    "torch_rng": torch.get_rng_state(),
+                },
+                state_path,
+            )
+    bar.close()
+    ranker.eval()
+    (out / "train-history.json").write_text(json.dumps(history))
+    return TrainResult(step, best, best_step, time.perf_counter() - start, history)
+
+
+def pretrain_compressor(
+    ranker: Ranker,
+    data: TrainingData,
+    steps: int,
+    lr: float = 1e-3,
+    batch: int = 16,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[float]:
+    """PreTTR: train only the compressor/decompressor on (query, candidate) pairs with the attention-MSE
+    loss (eq. 2). Returns the loss per step."""
+    from tqdm.auto import tqdm
+
+    if ranker.kind != "prettr" or not ranker.config.compress:
+        raise ValueError("pretrain_compressor needs a PreTTR ranker with a compressor (compress > 0)")
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    params = [
+        *ranker.compressor.parameters(),
+        *ranker.decompressor.parameters(),
+        *ranker.decompressor_norm.parameters(),
+    ]
+    opt = torch.optim.AdamW(params, lr=lr)
+    trainable = {id(p) for p in params}
+    frozen = [p for p in ranker.parameters() if id(p) not in trainable and p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    pairs = [(q, d) for q in sorted(data.candidates) if q in data.queries for d in data.candidates[q][:20]]
+    ranker.train()
+    losses = []
+    for _ in tqdm(range(steps), desc="compressor", disable=not progress):
+        chosen = [pairs[rng.randrange(len(pairs))] for _ in range(batch)]
+        q_ids, q_mask = pad(ranker.tokenize_queries([data.queries[q] for q, _ in chosen]), ranker.device)
+        d_ids, d_mask = pad(ranker.tokenize_documents([data.texts[d] for _, d in chosen]), ranker.device)
+        loss = ranker.attention_mse(q_ids, q_mask, d_ids, d_mask)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    for p in frozen:
+        p.requires_grad_(True)
+    ranker.eval()
+    return losses
