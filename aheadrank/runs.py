@@ -1,0 +1,113 @@
+"""Batch jobs over a collection's queries: BM25 candidates for training, and re-ranking runs through the
+precomputed path (store + query encoder + interaction), written as TREC run files."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("aheadrank.runs")
+
+
+def bm25_candidates(
+    index: str | Path, queries: dict[str, str], depth: int, threads: int = 2
+) -> dict[str, list]:
+    """{qid: [(docid, bm25_score), ...]} best first."""
+    import aheadrank.javaenv  # noqa: F401  (before pyserini)
+    from indexer.bm25 import Bm25Searcher
+
+    searcher = Bm25Searcher(index)
+    try:
+        qids = sorted(queries)
+        hits = searcher.batch_search([queries[q] for q in qids], k=depth, threads=threads)
+        return dict(zip(qids, hits, strict=True))
+    finally:
+        searcher.close()
+
+
+def build_training_data(collection: str | Path, split: str, index: str | Path, depth: int = 100):
+    """TrainingData from a BEIR directory (corpus, queries, qrels/<split>.tsv) and its BM25 index."""
+    from indexer.collections import Collection
+    from indexer.topics import read_beir_split
+    from rankers.training import TrainingData
+
+    queries, qrels = read_beir_split(collection, split)
+    texts = {d.docid: d.text for d in Collection(collection)}
+    cands = bm25_candidates(index, queries, depth)
+    return TrainingData(texts, queries, qrels, {q: [d for d, _ in hits] for q, hits in cands.items()})
+
+
+def read_first_stage(path: str | Path, depth: int) -> dict[str, list]:
+    """A first-stage TREC run as {qid: [(docid, score), ...]} best first, cut at depth."""
+    from aheadrank.evaluation import ranking, read_run
+
+    run = read_run(path)
+    return {q: [(d, docs[d]) for d in ranking(docs)[:depth]] for q, docs in run.items()}
+
+
+@dataclass
+class RerankStats:
+    queries: int = 0
+    candidates: int = 0
+    unknown: int = 0
+    seconds: dict[str, float] = field(default_factory=lambda: {"query": 0.0, "fetch": 0.0, "score": 0.0})
+
+
+def rerank_with_store(
+    ranker, reader, query: str, candidates: list[tuple[str, float]], stats: RerankStats, batch: int = 256
+) -> list[tuple[str, float]]:
+    """Re-rank candidates [(docid, first-stage score)] with stored document fields; unknown docids keep
+    their place below every re-ranked one (and are counted), never a silent zero vector."""
+    import torch
+
+    t0 = time.perf_counter()
+    qs = ranker.encode_query(query)
+    stats.seconds["query"] += time.perf_counter() - t0
+    scored: list[tuple[str, float]] = []
+    unknown: list[str] = []
+    for start in range(0, len(candidates), batch):
+        ids = [d for d, _ in candidates[start : start + batch]]
+        t0 = time.perf_counter()
+        fetched = reader.fetch_torch(ids, ranker.device)
+        t1 = time.perf_counter()
+        if fetched.docids:
+            with torch.inference_mode():
+                scores = ranker.score_batch(qs, fetched.fields, fetched.mask).float().cpu().tolist()
+            scored.extend(zip(fetched.docids, scores, strict=True))
+        stats.seconds["fetch"] += t1 - t0
+        stats.seconds["score"] += time.perf_counter() - t1
+        unknown.extend(fetched.unknown)
+    stats.queries += 1
+    stats.candidates += len(candidates)
+    stats.unknown += len(unknown)
+    scored.sort(key=lambda x: (-x[1], x[0]))
+    return scored + [(d, float("-inf")) for d in unknown]
+
+
+def rerank_run(
+    checkpoint: str | Path,
+    store: str | Path,
+    queries: dict[str, str],
+    candidates: dict[str, list],
+    device: str = "cpu",
+    progress: bool = True,
+) -> tuple[dict[str, dict[str, float]], RerankStats]:
+    """Re-rank every query's candidates through the precomputed path; returns (run, stats)."""
+    from tqdm.auto import tqdm
+
+    from rankers import load_ranker
+    from store import StoreReader
+
+    reader = StoreReader(store)
+    ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)
+    reader.check_fingerprint(ranker.fingerprint)
+    stats = RerankStats()
+    run: dict[str, dict[str, float]] = {}
+    for qid in tqdm(sorted(queries), desc="rerank", unit="q", disable=not progress):
+        ranked = rerank_with_store(ranker, reader, queries[qid], candidates.get(qid, []), stats)
+        # TREC runs need finite scores: unknown docids go below the re-ranked ones in first-stage order
+        floor = min((s for _, s in ranked if s != float("-inf")), default=0.0)
+        run[qid] = {d: (s if s != float("-inf") else floor - 1.0 - i) for i, (d, s) in enumerate(ranked)}
+    return run, stats
