@@ -59,8 +59,11 @@ class TkRanker(Ranker):
         self.dense_log = nn.Linear(len(KERNEL_MU), 1, bias=False)
         self.dense_len = nn.Linear(len(KERNEL_MU), 1, bias=False)
         self.dense_comb = nn.Linear(2, 1, bias=False)  # β, γ
-        for lin in (self.dense_log, self.dense_len, self.dense_comb):
+        for lin in (self.dense_log, self.dense_len):
             nn.init.uniform_(lin.weight, -0.014, 0.014)
+        # β = γ = 1 at the start: with both layers drawn near zero (as in the TK code) their product's
+        # gradient vanishes and training stalls at the uniform softmax
+        nn.init.ones_(self.dense_comb.weight)
 
     def field_dims(self) -> dict[str, int]:
         return {"doc": self.config.hidden}
