@@ -8,6 +8,7 @@ import typer
 
 from aheadrank.app import app
 from aheadrank.cliutil import env, user_errors
+from aheadrank.errors import AheadrankError
 from indexer.collections import CollectionFormat
 
 
@@ -108,3 +109,60 @@ def bm25_search(
             )
     if not hits:
         typer.echo("no hits", err=True)
+
+
+@app.command("index")
+@user_errors
+def index_cmd(
+    checkpoint: Path = typer.Option(..., "--checkpoint", envvar=env("checkpoint"), help="Ranker checkpoint."),
+    collection: Path = typer.Option(..., "--collection", envvar=env("collection"), help="Collection path."),
+    store: Path = typer.Option(..., "--store", envvar=env("store"), help="Representation store directory."),
+    strategy: str | None = typer.Option(None, "--strategy", envvar=env("strategy"), help="MORES: s1 or s2."),
+    shard_size: int = typer.Option(10_000, "--shard-size", min=1, envvar=env("shard-size")),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, envvar=env("batch-size")),
+    max_doc_len: int | None = typer.Option(None, "--max-doc-len", min=1, envvar=env("max-doc-len")),
+    device: str = typer.Option("cpu", "--device", envvar=env("device"), help="cpu or cuda."),
+    dtype: str = typer.Option("float16", "--dtype", envvar=env("dtype"), help="float16 or int8."),
+    compression: str = typer.Option("none", "--compression", envvar=env("compression"), help="none or zstd."),
+    scheduler: str | None = typer.Option(
+        None, "--scheduler", envvar=env("scheduler"), help="Dask scheduler address, tcp://HOST:PORT."
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, envvar=env("workers"), help="Run on a local Dask cluster of N workers."
+    ),
+    strict: bool = typer.Option(False, "--strict/--no-strict", envvar=env("strict")),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", envvar=env("overwrite"), help="Start over: delete an existing store first."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
+) -> None:
+    """Build (or resume) the representation store: the checkpoint's document side over the collection."""
+    from indexer.build import BuildOptions, build_store
+
+    if scheduler and workers:
+        raise AheadrankError("give --scheduler or --workers, not both")
+    summary = build_store(
+        BuildOptions(
+            checkpoint=str(checkpoint),
+            collection=str(collection),
+            store=str(store),
+            strategy=strategy,
+            shard_size=shard_size,
+            batch_size=batch_size,
+            max_doc_len=max_doc_len,
+            device=device,
+            dtype=dtype,
+            compression=compression,
+            strict=strict,
+            overwrite=overwrite,
+            scheduler=scheduler,
+            workers=workers,
+            progress=progress,
+        )
+    )
+    typer.echo(
+        f"stored {summary.documents:,} documents ({summary.tokens:,} tokens) in {summary.shards} shards "
+        f"({summary.shards_reused} reused) at {summary.store} in {summary.seconds:.1f} s "
+        f"({summary.docs_per_s:.0f} docs/s)"
+        + (f"; skipped {summary.skipped:,} records" if summary.skipped else "")
+    )

@@ -90,6 +90,10 @@ class Ranker(nn.Module):
     def dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
 
+    def max_doc_tokens(self) -> int:
+        """The most tokens a stored document can have (word pieces plus this ranker's special tokens)."""
+        return len(self.doc_ids([0] * self._text().max_doc_len))
+
     def tokenize_documents(self, texts: Sequence[str]) -> list[list[int]]:
         return [self.doc_ids(p) for p in self._text().doc_pieces(texts)]
 

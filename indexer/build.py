@@ -1,0 +1,344 @@
+"""Representation-store builds: a ranker's document side over a collection, written shard by shard.
+
+One shard is the unit of work everywhere: documents are assigned to shards in collection order
+(shard i holds documents ``[i·S, (i+1)·S)``), each shard is tokenised, sorted by length into batches (little
+padding), encoded with ``document_fields`` and written atomically by ``store.write_shard``; the manifest is
+rewritten after every finished shard (``complete: false``) and once more at the end (``complete: true``).
+So an interrupted build resumes by skipping the shards the manifest lists, and a local build, a resumed
+build and a Dask build write the same shards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from aheadrank.errors import StoreError
+
+log = logging.getLogger("aheadrank.indexer")
+
+
+@dataclass
+class BuildOptions:
+    checkpoint: str
+    collection: str
+    store: str
+    strategy: str | None = None
+    shard_size: int = 10_000
+    batch_size: int = 64
+    max_doc_len: int | None = None
+    device: str = "cpu"
+    dtype: str = "float16"
+    compression: str = "none"
+    strict: bool = False
+    overwrite: bool = False
+    scheduler: str | None = None
+    workers: int | None = None
+    progress: bool = True
+
+
+@dataclass
+class BuildSummary:
+    store: str
+    documents: int
+    tokens: int
+    shards: int
+    shards_reused: int
+    seconds: float
+    skipped: int = 0
+    collection_report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def docs_per_s(self) -> float:
+        return self.documents / self.seconds if self.seconds else 0.0
+
+
+# ---- the ranker, once per process ---------------------------------------------------------------
+_RANKERS: dict[tuple, Any] = {}
+_RANKER_LOCK = threading.Lock()
+
+
+def get_ranker(checkpoint: str, strategy: str | None, device: str, max_doc_len: int | None):
+    """Load a checkpoint once per process (Dask workers reuse it across shard tasks)."""
+    from rankers import load_ranker
+
+    key = (str(Path(checkpoint).resolve()), strategy, device, max_doc_len)
+    with _RANKER_LOCK:
+        if key not in _RANKERS:
+            ranker = load_ranker(checkpoint, device=device, strategy=strategy)
+            if max_doc_len is not None:
+                if max_doc_len > ranker.config.max_doc_len:
+                    raise StoreError(
+                        f"--max-doc-len {max_doc_len} exceeds the checkpoint's max_doc_len {ranker.config.max_doc_len}"
+                    )
+                ranker._text().max_doc_len = max_doc_len
+            _RANKERS[key] = ranker
+        return _RANKERS[key]
+
+
+def make_spec(ranker, opts: BuildOptions):
+    from store import StoreSpec
+
+    return StoreSpec(
+        fields=ranker.field_dims(),
+        fingerprint=ranker.fingerprint,
+        ranker_kind=ranker.kind,
+        strategy=ranker.strategy,
+        max_doc_len=ranker.max_doc_tokens(),
+        compression=opts.compression,
+        dtype=opts.dtype,
+        shard_size=opts.shard_size,
+        config={"ranker": ranker.describe(), "checkpoint": str(opts.checkpoint)},
+    )
+
+
+# ---- encoding one shard ---------------------------------------------------------------------------
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
+    """Indices sorted by length (longest first), cut into batches: little padding, stable order."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def encode_token_ids(
+    ranker, seqs: list[list[int]], batch_size: int, on_batch: Callable[[int, int], None] | None = None
+) -> list[dict[str, np.ndarray]]:
+    """Fields (float32 numpy, [len, dim]) for already-tokenised documents, in input order.
+    ``on_batch(docs, tokens)`` is called after every batch (progress)."""
+    from rankers.text import pad
+
+    out: list[dict[str, np.ndarray] | None] = [None] * len(seqs)
+    device = ranker.device
+    autocast = (
+        torch.autocast("cuda", dtype=torch.float16)
+        if device.type == "cuda"
+        else torch.autocast("cpu", enabled=False)
+    )
+    with torch.inference_mode(), autocast:
+        for idx in length_batches([len(s) for s in seqs], batch_size):
+            ids, mask = pad([seqs[i] for i in idx], device, ranker._text().pad)
+            fields = {k: v.float().cpu().numpy() for k, v in ranker.document_fields(ids, mask).items()}
+            for row, i in enumerate(idx):
+                n = len(seqs[i])
+                out[i] = {k: v[row, :n] for k, v in fields.items()}
+            if on_batch is not None:
+                on_batch(len(idx), int(mask.sum()))
+    return out  # type: ignore[return-value]
+
+
+def encode_shard_texts(ranker, texts: list[str], batch_size: int) -> list[dict[str, np.ndarray]]:
+    return encode_token_ids(ranker, ranker.tokenize_documents(texts), batch_size)
+
+
+def shard_task(
+    checkpoint: str,
+    strategy: str | None,
+    device: str,
+    max_doc_len: int | None,
+    store_dir: str,
+    spec_dict: dict,
+    shard_index: int,
+    docids: list[str],
+    texts: list[str],
+    batch_size: int,
+    threads: int | None = None,
+):
+    """One Dask task: encode one shard's documents and write its file atomically; returns its ShardInfo."""
+    from store import StoreSpec, write_shard
+
+    if threads:
+        torch.set_num_threads(threads)
+    ranker = get_ranker(checkpoint, strategy, device, max_doc_len)
+    fields = encode_shard_texts(ranker, texts, batch_size)
+    return write_shard(store_dir, shard_index, StoreSpec(**spec_dict), docids, fields)
+
+
+# ---- reading the collection in shards -------------------------------------------------------------
+def iter_shards(collection, shard_size: int) -> Iterator[tuple[int, list[str], list[str]]]:
+    docids: list[str] = []
+    texts: list[str] = []
+    index = 0
+    for doc in collection:
+        docids.append(doc.docid)
+        texts.append(doc.text)
+        if len(docids) == shard_size:
+            yield index, docids, texts
+            index, docids, texts = index + 1, [], []
+    if docids:
+        yield index, docids, texts
+
+
+def prefetch(it: Iterator, depth: int = 2) -> Iterator:
+    """Run an iterator in a background thread (collection reading and tokenisation hide behind compute)."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+
+    def work() -> None:
+        try:
+            for item in it:
+                q.put(item)
+        except BaseException as exc:  # re-raised in the consumer
+            q.put(exc)
+        q.put(done)
+
+    threading.Thread(target=work, daemon=True, name="aheadrank-prefetch").start()
+    while True:
+        item = q.get()
+        if item is done:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+
+
+# ---- the build ------------------------------------------------------------------------------------
+def prepare_store_dir(path: Path, spec, overwrite: bool) -> dict[int, Any]:
+    """Check an existing store is this build's (else refuse, or start over); return its finished shards."""
+    from store import read_manifest
+
+    if overwrite and path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if not (path / "manifest.json").exists():
+        leftovers = [p.name for p in path.iterdir() if p.name.startswith("shard-")]
+        for name in leftovers:  # shard files no manifest lists do not exist
+            (path / name).unlink()
+        return {}
+    manifest = read_manifest(path)
+    old = manifest.spec
+    if old.fingerprint != spec.fingerprint:
+        raise StoreError(
+            f"store {path} was built by checkpoint {old.fingerprint[:12]}, not {spec.fingerprint[:12]}; "
+            "pass --overwrite to start over"
+        )
+    mine, theirs = _spec_key(spec), _spec_key(old)
+    if mine != theirs:
+        diff = {k: (theirs.get(k), mine.get(k)) for k in mine if mine.get(k) != theirs.get(k)}
+        raise StoreError(
+            f"store {path} was built with other options {diff} (stored, requested); pass --overwrite"
+        )
+    return {s.index: s for s in manifest.shards}
+
+
+def _spec_key(spec) -> dict:
+    d = asdict(spec)
+    d.pop("config", None)
+    return d
+
+
+def build_store(opts: BuildOptions) -> BuildSummary:
+    """Build (or resume) a representation store from a collection with a checkpoint's document side."""
+    from indexer.collections import Collection
+    from store import write_manifest
+
+    start = time.perf_counter()
+    ranker = get_ranker(opts.checkpoint, opts.strategy, opts.device, opts.max_doc_len)
+    spec = make_spec(ranker, opts)
+    path = Path(opts.store)
+    done = prepare_store_dir(path, spec, opts.overwrite)
+    collection = Collection(opts.collection, strict=opts.strict)
+    infos: dict[int, Any] = dict(done)
+    counters = {"docs": 0, "tokens": 0}
+    bar = _progress(opts.progress)
+
+    def encoded(docs: int, tokens: int) -> None:
+        counters["docs"] += docs
+        counters["tokens"] += tokens
+        bar.update(docs)
+        elapsed = max(time.perf_counter() - start, 1e-9)
+        bar.set_postfix(
+            docs_s=f"{counters['docs'] / elapsed:.0f}", tok_s=f"{counters['tokens'] / elapsed:.0f}"
+        )
+
+    def finished(info) -> None:
+        infos[info.index] = info
+        write_manifest(path, spec, [infos[i] for i in sorted(infos)], complete=False)
+        if opts.scheduler or opts.workers:  # remote workers report per shard, not per batch
+            encoded(info.n_docs, info.n_tokens)
+
+    todo = (s for s in iter_shards(collection, opts.shard_size) if s[0] not in done)
+    if opts.scheduler or opts.workers:
+        _build_dask(opts, spec, todo, finished)
+    else:
+        from store import write_shard
+
+        tokenized = ((i, ids, ranker.tokenize_documents(texts)) for i, ids, texts in todo)
+        for index, docids, seqs in prefetch(tokenized):
+            fields = encode_token_ids(ranker, seqs, opts.batch_size, encoded)
+            finished(write_shard(path, index, spec, docids, fields))
+    bar.close()
+    n_shards = (collection.report.documents + opts.shard_size - 1) // opts.shard_size
+    if sorted(infos) != list(range(n_shards)):
+        raise StoreError(f"build of {path} finished with shards {sorted(infos)}, expected 0..{n_shards - 1}")
+    write_manifest(path, spec, [infos[i] for i in sorted(infos)], complete=True)
+    return BuildSummary(
+        store=str(path),
+        documents=sum(s.n_docs for s in infos.values()),
+        tokens=sum(s.n_tokens for s in infos.values()),
+        shards=len(infos),
+        shards_reused=len(done),
+        seconds=time.perf_counter() - start,
+        skipped=collection.report.skipped,
+        collection_report=collection.report.to_dict(),
+    )
+
+
+def _progress(enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(desc="index", unit="doc", disable=not enabled, dynamic_ncols=True)
+
+
+def _build_dask(opts: BuildOptions, spec, todo: Iterator, finished) -> None:
+    """One Dask task per shard on an existing cluster (``--scheduler``) or a local one (``--workers``)."""
+    from dask.distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if opts.scheduler:
+        client = Client(opts.scheduler)
+        threads = None
+    else:
+        n = int(opts.workers or 1)
+        cluster = LocalCluster(
+            n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        )
+        client = Client(cluster)
+        threads = max(1, (os.cpu_count() or 1) // n)
+    try:
+        spec_dict = asdict(spec)
+        futures = [
+            client.submit(
+                shard_task,
+                str(Path(opts.checkpoint).resolve()),
+                opts.strategy,
+                opts.device,
+                opts.max_doc_len,
+                str(Path(opts.store).resolve()),
+                spec_dict,
+                index,
+                docids,
+                texts,
+                opts.batch_size,
+                threads,
+                key=f"aheadrank-shard-{index}-{spec.fingerprint[:8]}",
+                retries=2,
+                pure=False,
+            )
+            for index, docids, texts in todo
+        ]
+        for fut in as_completed(futures):
+            finished(fut.result())
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
