@@ -1,0 +1,290 @@
+"""`aheadrank index`: store builds equal direct encoding, resume after SIGKILL, Dask == local, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import random_text
+
+from aheadrank.errors import StoreError
+from indexer.build import BuildOptions, build_store
+from rankers import init_ranker, save_checkpoint
+from store import StoreReader, read_manifest, verify_store
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory) -> Path:
+    rng = random.Random(11)
+    path = tmp_path_factory.mktemp("coll") / "corpus.jsonl"
+    with path.open("w") as f:
+        for i in range(230):
+            f.write(
+                json.dumps({"_id": f"doc{i}", "title": f"title {i}", "text": random_text(rng, 1, 50)}) + "\n"
+            )
+        f.write("{not json\n")  # skipped and counted, not fatal
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tiny_base, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ckpts")
+    out = {}
+    for name, kind, opts in (
+        ("mores", "mores", {"ibs": 2}),
+        ("prettr", "prettr", {"layer": 2, "compress": 8}),
+        ("tk", "tk", {"tk_heads": 4}),
+        ("mores-b", "mores", {"ibs": 1}),
+    ):
+        save_checkpoint(init_ranker(kind, base=tiny_base, max_doc_len=40, **opts), root / name)
+        out[name] = root / name
+    return out
+
+
+def read_all(store: Path) -> dict[str, dict[str, np.ndarray]]:
+    reader = StoreReader(store)
+    out = {}
+    ids = reader.docids()
+    for start in range(0, len(ids), 64):
+        batch = reader.fetch(ids[start : start + 64])
+        for row, docid in enumerate(batch.docids):
+            n = int(batch.lengths[row])
+            out[docid] = {k: v[row, :n].copy() for k, v in batch.fields.items()}
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "strategy"), [("mores", "s1"), ("mores", "s2"), ("prettr", None), ("tk", None)]
+)
+def test_store_equals_direct_encoding(collection, checkpoints, tmp_path, name, strategy):
+    from indexer.collections import Collection
+    from rankers import load_ranker
+
+    summary = build_store(
+        BuildOptions(
+            str(checkpoints[name]),
+            str(collection),
+            str(tmp_path / "s"),
+            strategy=strategy,
+            shard_size=64,
+            batch_size=16,
+            progress=False,
+        )
+    )
+    assert summary.documents == 230 and summary.skipped == 1 and summary.shards == 4
+    docs = list(Collection(collection))
+    ranker = load_ranker(checkpoints[name], strategy=strategy)
+    direct = ranker.encode_documents([d.text for d in docs], batch_size=16)
+    stored = read_all(tmp_path / "s")
+    assert list(stored) == [d.docid for d in docs]
+    mismatches: list[float] = []
+    for doc, expected in zip(docs, direct, strict=True):
+        for field, value in expected.items():
+            got = stored[doc.docid][field]
+            want = value.half().numpy()
+            assert got.dtype == np.float16 and got.shape == want.shape
+            # same bits, except where float32 noise of a different batching (padding width) crosses a float16
+            # rounding boundary: then the stored value is still within one float16 step of the float32 value
+            step = np.abs(np.spacing(want)).astype(np.float32)
+            err = np.abs(got.astype(np.float32) - value.numpy())
+            assert (err <= step + 1e-5).all(), (doc.docid, field, float((err - step).max()))
+            mismatches.append(np.mean(got.view(np.uint16) != want.view(np.uint16)))
+    assert np.mean(mismatches) < 1e-3  # almost every value has the same bits
+    manifest = read_manifest(tmp_path / "s")
+    assert manifest.complete and manifest.spec.fingerprint == ranker.fingerprint
+    assert manifest.spec.strategy == ranker.strategy and manifest.spec.fields == ranker.field_dims()
+    assert verify_store(tmp_path / "s") == []
+
+
+def shard_hashes(store: Path) -> list[str]:
+    return [s.sha256 for s in read_manifest(store).shards]
+
+
+def test_sigkill_midway_then_resume_equals_uninterrupted(collection, checkpoints, tmp_path):
+    ref = tmp_path / "ref"
+    build_store(
+        BuildOptions(
+            str(checkpoints["mores"]), str(collection), str(ref), shard_size=20, batch_size=2, progress=False
+        )
+    )
+    target = tmp_path / "killed"
+    cmd = [
+        sys.executable,
+        "-m",
+        "aheadrank.cli",
+        "index",
+        "--checkpoint",
+        str(checkpoints["mores"]),
+        "--collection",
+        str(collection),
+        "--store",
+        str(target),
+        "--shard-size",
+        "20",
+        "--batch-size",
+        "2",
+        "--no-progress",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    killed_at = None
+    for _attempt in range(3):  # bounded: kill after the first finished shard, before the last
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            manifest = target / "manifest.json"
+            if manifest.exists():
+                data = json.loads(manifest.read_text())
+                if not data["complete"] and len(data["shards"]) >= 2:
+                    proc.send_signal(signal.SIGKILL)
+                    killed_at = len(data["shards"])
+                    break
+            time.sleep(0.01)
+        proc.wait(timeout=60)
+        if killed_at:
+            break
+    assert killed_at, "the build finished before it could be killed"
+    assert not json.loads((target / "manifest.json").read_text())["complete"]
+    with pytest.raises(StoreError, match="interrupted|incomplete|resume"):
+        StoreReader(target)
+    summary = build_store(
+        BuildOptions(
+            str(checkpoints["mores"]),
+            str(collection),
+            str(target),
+            shard_size=20,
+            batch_size=2,
+            progress=False,
+        )
+    )
+    assert summary.shards_reused >= 2 and summary.documents == 230
+    assert shard_hashes(target) == shard_hashes(ref)  # exactly the same store
+    assert verify_store(target) == []
+    a, b = read_all(ref), read_all(target)
+    assert list(a) == list(b)
+    assert all(np.array_equal(a[d][f], b[d][f]) for d in a for f in a[d])
+
+
+def test_local_dask_cluster_builds_the_same_store(collection, checkpoints, tmp_path):
+    local, dask = tmp_path / "local", tmp_path / "dask"
+    build_store(
+        BuildOptions(str(checkpoints["tk"]), str(collection), str(local), shard_size=50, progress=False)
+    )
+    summary = build_store(
+        BuildOptions(
+            str(checkpoints["tk"]), str(collection), str(dask), shard_size=50, workers=2, progress=False
+        )
+    )
+    assert summary.documents == 230 and summary.shards == 5
+    assert shard_hashes(dask) == shard_hashes(local)
+    assert verify_store(dask) == []
+
+
+def test_refuses_a_store_of_another_checkpoint_or_options(collection, checkpoints, tmp_path):
+    store = tmp_path / "s"
+    build_store(
+        BuildOptions(str(checkpoints["mores"]), str(collection), str(store), shard_size=100, progress=False)
+    )
+    with pytest.raises(StoreError, match="built by checkpoint"):
+        build_store(
+            BuildOptions(
+                str(checkpoints["mores-b"]), str(collection), str(store), shard_size=100, progress=False
+            )
+        )
+    with pytest.raises(StoreError, match="other options"):
+        build_store(
+            BuildOptions(
+                str(checkpoints["mores"]), str(collection), str(store), shard_size=50, progress=False
+            )
+        )
+    with pytest.raises(StoreError, match="other options"):
+        build_store(
+            BuildOptions(
+                str(checkpoints["mores"]),
+                str(collection),
+                str(store),
+                shard_size=100,
+                strategy="s1",
+                progress=False,
+            )
+        )
+    again = build_store(
+        BuildOptions(str(checkpoints["mores"]), str(collection), str(store), shard_size=100, progress=False)
+    )
+    assert again.shards_reused == 3  # a complete store is reused as it is
+    summary = build_store(
+        BuildOptions(
+            str(checkpoints["mores-b"]),
+            str(collection),
+            str(store),
+            shard_size=100,
+            overwrite=True,
+            progress=False,
+        )
+    )
+    assert summary.shards_reused == 0
+    assert read_manifest(store).spec.fields == {"k1": 32, "v1": 32}
+
+
+def test_index_cli_reports_errors_without_traceback(collection, checkpoints, tmp_path):
+    from typer.testing import CliRunner
+
+    import indexer.commands  # noqa: F401
+    from aheadrank.app import app
+
+    runner = CliRunner()
+    res = runner.invoke(
+        app,
+        [
+            "index",
+            "--checkpoint",
+            str(checkpoints["tk"]),
+            "--collection",
+            str(collection),
+            "--store",
+            str(tmp_path / "s"),
+            "--shard-size",
+            "100",
+            "--no-progress",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "stored 230 documents" in res.output
+    res = runner.invoke(
+        app,
+        [
+            "index",
+            "--checkpoint",
+            str(tmp_path / "nope"),
+            "--collection",
+            str(collection),
+            "--store",
+            str(tmp_path / "s2"),
+        ],
+    )
+    assert res.exit_code == 2 and "does not exist" in res.output
+    res = runner.invoke(
+        app,
+        [
+            "index",
+            "--checkpoint",
+            str(checkpoints["tk"]),
+            "--collection",
+            str(collection),
+            "--store",
+            str(tmp_path / "s3"),
+            "--strict",
+        ],
+    )
+    assert res.exit_code == 2 and "corpus.jsonl:231" in res.output
+    assert torch.get_num_threads() >= 1
