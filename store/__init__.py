@@ -1,0 +1,30 @@
+"""The sharded HDF5 representation store: the document side of every ranker, computed once, fetched fast.
+
+A store is a directory: ``manifest.json`` plus ``shard-NNNNN.h5`` files (see ``store/README.md``).
+"""
+
+from __future__ import annotations
+
+from aheadrank.errors import StoreError
+from store.manifest import Manifest, ShardInfo, read_manifest
+from store.reader import FetchResult, StoreReader, TorchBatch
+from store.shard import write_shard
+from store.spec import FORMAT_VERSION, StoreSpec
+from store.verify import verify_store
+from store.writer import StoreWriter, write_manifest
+
+__all__ = [
+    "FORMAT_VERSION",
+    "FetchResult",
+    "Manifest",
+    "ShardInfo",
+    "StoreError",
+    "StoreReader",
+    "StoreSpec",
+    "StoreWriter",
+    "TorchBatch",
+    "read_manifest",
+    "verify_store",
+    "write_manifest",
+    "write_shard",
+]

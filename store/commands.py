@@ -1,0 +1,91 @@
+"""``aheadrank store-info DIR`` and ``aheadrank verify-store DIR`` (heavy imports live inside the commands)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from aheadrank.app import app
+from aheadrank.cliutil import user_errors
+
+
+def _summary(path: Path) -> dict:
+    from store.manifest import read_manifest
+
+    manifest = read_manifest(path)
+    spec = manifest.spec
+    tokens = manifest.n_tokens
+    return {
+        "path": str(path),
+        "complete": manifest.complete,
+        "format_version": manifest.format_version,
+        "documents": manifest.n_docs,
+        "tokens": tokens,
+        "mean_doc_len": round(tokens / manifest.n_docs, 2) if manifest.n_docs else 0.0,
+        "bytes": manifest.n_bytes,
+        "bytes_per_token": round(manifest.n_bytes / tokens, 2) if tokens else 0.0,
+        "fields": spec.fields,
+        "compression": spec.compression,
+        "dtype": spec.dtype,
+        "max_doc_len": spec.max_doc_len,
+        "shard_size": spec.shard_size,
+        "shards": len(manifest.shards),
+        "ranker_kind": spec.ranker_kind,
+        "strategy": spec.strategy,
+        "fingerprint": spec.fingerprint,
+        "created": manifest.created,
+    }
+
+
+@app.command("store-info")
+@user_errors
+def store_info(
+    path: Path = typer.Argument(..., help="Store directory (holds manifest.json and shard-NNNNN.h5)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Summarise a representation store: documents, tokens, bytes per token, fields, format."""
+    import json
+
+    info = _summary(path)
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    status = "complete" if info["complete"] else "INCOMPLETE (build interrupted: resume it)"
+    fields = ", ".join(f"{name}[{dim}]" for name, dim in info["fields"].items())
+    rows = [
+        ("store", f"{info['path']} ({status})"),
+        ("documents", f"{info['documents']:,}"),
+        (
+            "tokens",
+            f"{info['tokens']:,} (mean {info['mean_doc_len']} per document, max {info['max_doc_len']})",
+        ),
+        ("bytes", f"{info['bytes']:,} ({info['bytes'] / 2**30:.3f} GiB)"),
+        ("bytes per token", f"{info['bytes_per_token']}"),
+        ("fields", fields),
+        ("dtype", info["dtype"] + (" (per-token float32 scale)" if info["dtype"] == "int8" else "")),
+        ("compression", info["compression"]),
+        ("shards", f"{info['shards']} (up to {info['shard_size']:,} documents each)"),
+        ("ranker", f"{info['ranker_kind']}" + (f", strategy {info['strategy']}" if info["strategy"] else "")),
+        ("fingerprint", info["fingerprint"]),
+        ("format version", str(info["format_version"])),
+    ]
+    width = max(len(key) for key, _ in rows)
+    for key, value in rows:
+        typer.echo(f"{key:<{width}}  {value}")
+
+
+@app.command("verify-store")
+@user_errors
+def verify_store_cmd(
+    path: Path = typer.Argument(..., help="Store directory to check."),
+) -> None:
+    """Check the manifest and every shard's size, sha256 and layout; exit 1 naming each bad shard."""
+    from store.verify import verify_store
+
+    problems = verify_store(path)
+    if problems:
+        for problem in problems:
+            typer.echo(f"FAILED {problem}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"OK {path}")

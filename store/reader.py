@@ -1,0 +1,382 @@
+"""Serving a store: :class:`StoreReader` maps docid -> (shard, row) once, then gathers padded batches.
+
+Uncompressed shards are memory-mapped; a fetch builds one [B, T] array of token rows and gathers each
+shard's part with a single ``np.take`` (no per-document Python loop). zstd shards decompress one frame
+per document (zstandard's multi-threaded batch API). The fetch path touches no h5py handle and no shared
+mutable state, so concurrent fetches from threads need no lock.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aheadrank.errors import StoreError
+from store._io import sha256_file
+from store.manifest import Manifest, read_manifest
+from store.quant import dequantize_int8
+from store.shard import DatasetLoc, ShardMeta, read_shard_meta
+from store.spec import StoreSpec
+
+if TYPE_CHECKING:
+    import torch
+
+_ZSTD_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+
+@dataclass
+class FetchResult:
+    """A padded batch: the known docids in request order; ``unknown`` lists the rest (never zero-filled)."""
+
+    fields: dict[str, np.ndarray]  # each [B, T, dim] float16, zero beyond each document's length
+    lengths: np.ndarray  # int64 [B]
+    docids: list[str]
+    unknown: list[str]
+
+    @property
+    def mask(self) -> np.ndarray:
+        """bool [B, T]: True at real tokens."""
+        width = next(iter(self.fields.values())).shape[1] if self.fields else 0
+        return np.arange(width)[None, :] < self.lengths[:, None]
+
+    def __len__(self) -> int:
+        return len(self.docids)
+
+
+@dataclass
+class TorchBatch:
+    """:class:`FetchResult` as torch tensors on a device, plus the bool mask [B, T]."""
+
+    fields: dict[str, torch.Tensor]
+    mask: torch.Tensor
+    lengths: torch.Tensor
+    docids: list[str]
+    unknown: list[str]
+
+    def __len__(self) -> int:
+        return len(self.docids)
+
+
+class _MappedShard:
+    """One shard file memory-mapped read-only, with a numpy view per dataset."""
+
+    def __init__(self, meta: ShardMeta) -> None:
+        self.meta = meta
+        with open(meta.file, "rb") as fh:
+            self._mmap = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        self.fields = {name: self._view(loc) for name, loc in meta.fields.items()}
+        self.scales = {name: self._view(loc) for name, loc in meta.scales.items()}
+
+    def _view(self, loc: DatasetLoc) -> np.ndarray:
+        count = int(np.prod(loc.shape, dtype=np.int64))
+        return np.frombuffer(self._mmap, dtype=loc.dtype, count=count, offset=loc.offset).reshape(loc.shape)
+
+    def close(self) -> None:
+        self.fields, self.scales = {}, {}
+        try:
+            self._mmap.close()
+        except BufferError:  # a caller still holds a view; the mapping goes when it does
+            pass
+
+
+class StoreReader:
+    """Read-only access to a complete store.
+
+    Opening validates the manifest (format version, completeness, fingerprint, shard files and sizes;
+    ``verify=True`` also checks every shard's sha256) and loads docids and offsets; the data stay on disk,
+    memory-mapped, served from the page cache.
+    """
+
+    def __init__(
+        self, path: str | Path, expected_fingerprint: str | None = None, verify: bool = False
+    ) -> None:
+        self.path = Path(path)
+        self.manifest: Manifest = read_manifest(self.path)
+        spec = self.manifest.spec
+        if not self.manifest.complete:
+            raise StoreError(
+                f"the store at {self.path} is incomplete: its build was interrupted after "
+                f"{self.manifest.n_docs} documents ({len(self.manifest.shards)} finished shards). "
+                "Resume the build (re-run the indexer, or StoreWriter(path, spec, resume=True)) to finish it."
+            )
+        if expected_fingerprint is not None:
+            self.check_fingerprint(expected_fingerprint)
+        self._check_files(verify)
+        self._shards: list[_MappedShard] = []
+        try:
+            for info in self.manifest.shards:
+                meta = read_shard_meta(self.path / info.file, spec, expected_index=info.index)
+                if (meta.n_docs, meta.n_tokens) != (info.n_docs, info.n_tokens):
+                    raise StoreError(
+                        f"{info.file}: holds {meta.n_docs} docs / {meta.n_tokens} tokens, "
+                        f"the manifest says {info.n_docs} / {info.n_tokens}"
+                    )
+                self._shards.append(_MappedShard(meta))
+            self._build_index()
+        except BaseException:
+            self.close()
+            raise
+
+    def check_fingerprint(self, fingerprint: str) -> None:
+        """Refuse to serve this store with a checkpoint other than the one that built it."""
+        if fingerprint != self.spec.fingerprint:
+            raise StoreError(
+                f"the store at {self.path} was built by the checkpoint with fingerprint {self.spec.fingerprint}, "
+                f"but the checkpoint being served has fingerprint {fingerprint}; "
+                "rebuild the store with this checkpoint or serve the checkpoint that built it"
+            )
+
+    def _check_files(self, verify: bool) -> None:
+        missing = [info.file for info in self.manifest.shards if not (self.path / info.file).is_file()]
+        if missing:
+            raise StoreError(f"the store at {self.path} is missing shard files: {', '.join(missing)}")
+        for info in self.manifest.shards:
+            file = self.path / info.file
+            size = file.stat().st_size
+            if size != info.bytes:
+                raise StoreError(
+                    f"{info.file}: {size} bytes on disk, the manifest says {info.bytes} (truncated?)"
+                )
+            if verify and sha256_file(file) != info.sha256:
+                raise StoreError(f"{info.file}: sha256 mismatch; the shard is corrupt (run verify-store)")
+
+    def _build_index(self) -> None:
+        metas = [s.meta for s in self._shards]
+        empty_i64 = np.zeros(0, dtype=np.int64)
+        self._ids = np.concatenate([m.docids for m in metas]) if metas else np.zeros(0, dtype="S1")
+        self._shard_of = np.concatenate(
+            [np.full(m.n_docs, i, dtype=np.int32) for i, m in enumerate(metas)] or [empty_i64]
+        )
+        self._row = np.concatenate([np.arange(m.n_docs, dtype=np.int64) for m in metas] or [empty_i64])
+        self._start = np.concatenate([m.offsets[:-1] for m in metas] or [empty_i64])
+        self._len = np.concatenate([np.diff(m.offsets) for m in metas] or [empty_i64])
+        self._sorter = np.argsort(self._ids, kind="stable")
+        ordered = self._ids[self._sorter]
+        dup = np.flatnonzero(ordered[1:] == ordered[:-1])
+        if dup.size:
+            raise StoreError(
+                f"the store at {self.path} holds docid {ordered[dup[0]].decode('utf-8')!r} twice"
+            )
+
+    # -- lookup -------------------------------------------------------------------------------------
+
+    @property
+    def spec(self) -> StoreSpec:
+        return self.manifest.spec
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, docid: object) -> bool:
+        return isinstance(docid, str) and bool(self._lookup([docid])[1][0])
+
+    def docids(self) -> list[str]:
+        """All docids in store order (shard by shard)."""
+        return [d.decode("utf-8") for d in self._ids.tolist()]
+
+    def _lookup(self, docids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(global document index [n] (valid where known), known bool [n]) for ``docids``."""
+        n = len(docids)
+        if n == 0 or len(self._ids) == 0:
+            return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        plain = np.ones(n, dtype=bool)
+        for i, docid in enumerate(docids):
+            if type(docid) is not str:
+                raise StoreError(f"docids must be strings, got {docid!r}")
+            if "\x00" in docid or not docid:
+                plain[i] = False  # can never be stored, and numpy's bytes would drop a trailing NUL
+        query = np.char.encode(np.asarray(docids, dtype=np.str_), "utf-8")
+        pos = np.searchsorted(self._ids, query, sorter=self._sorter)
+        index = self._sorter[np.minimum(pos, len(self._ids) - 1)]
+        known = (self._ids[index] == query) & plain
+        return index, known
+
+    # -- fetch --------------------------------------------------------------------------------------
+
+    def _resolve(
+        self, docids: Sequence[str], pad_to: int | None
+    ) -> tuple[np.ndarray, np.ndarray, int, list, list]:
+        """(global index, lengths, padded width, known docids, unknown docids) of a request."""
+        if isinstance(docids, str):
+            raise StoreError("fetch() takes a list of docids, not one string")
+        docids = list(docids)
+        index, known = self._lookup(docids)
+        if known.all():
+            found, unknown = docids, []
+        else:
+            found = [docids[i] for i in np.flatnonzero(known)]
+            unknown = [docids[i] for i in np.flatnonzero(~known)]
+            index = index[known]
+        lengths = self._len[index].astype(np.int64)
+        width = int(lengths.max()) if len(lengths) else 0
+        if pad_to is not None:
+            if isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < width:
+                raise StoreError(
+                    f"pad_to={pad_to!r} is shorter than the longest fetched document ({width} tokens)"
+                )
+            width = pad_to
+        return index, lengths, width, found, unknown
+
+    def fetch(self, docids: Sequence[str], pad_to: int | None = None) -> FetchResult:
+        """Gather the stored fields of ``docids`` into [B, T, dim] float16 arrays, in request order.
+
+        ``T`` is the longest document of the batch, or ``pad_to`` (an error if a document is longer).
+        Docids not in the store are listed in ``unknown`` and left out of the batch.
+        """
+        index, lengths, width, found, unknown = self._resolve(docids, pad_to)
+        raw = self._gather(index, lengths, width)
+        fields = {name: v if s is None else dequantize_int8(v, s) for name, (v, s) in raw.items()}
+        return FetchResult(fields, lengths, found, unknown)
+
+    def _gather(
+        self, index: np.ndarray, lengths: np.ndarray, width: int
+    ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+        """Per field: values [B, T, dim] as stored (float16 or int8) and, for int8, scales [B, T] (0 at padding)."""
+        spec = self.spec
+        batch = len(index)
+        shard_of = self._shard_of[index]
+        # group the batch by shard (one gather per shard touched); `order` is None when already grouped
+        order: np.ndarray | None = None
+        if batch and np.any(shard_of[1:] < shard_of[:-1]):
+            order = np.argsort(shard_of, kind="stable")
+            shard_of, index, lengths = shard_of[order], index[order], lengths[order]
+            inverse = np.empty_like(order)
+            inverse[order] = np.arange(batch)
+        cuts = np.flatnonzero(shard_of[1:] != shard_of[:-1]) + 1
+        groups = [
+            (int(shard_of[a]), int(a), int(b))
+            for a, b in zip(np.r_[0, cuts], np.r_[cuts, batch], strict=True)
+            if b > a
+        ]
+        positions = np.arange(width)
+        pad = positions[None, :] >= lengths[:, None]  # [B, T] in grouped order
+        # token rows inside each document's shard; padding re-reads the document's last row, zeroed below
+        rows = self._start[index][:, None] + np.minimum(
+            positions[None, :], np.maximum(lengths - 1, 0)[:, None]
+        )
+        out: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+        for name, dim in spec.fields.items():
+            if spec.compression == "none":
+                values = self._take(groups, rows, width, lambda s, n=name: self._shards[s].fields[n], (dim,))
+            else:
+                values = self._decompress(name, groups, index, lengths, width, dim)
+            scales = None
+            if spec.dtype == "int8":
+                scales = self._take(groups, rows, width, lambda s, n=name: self._shards[s].scales[n], ())
+                scales[pad] = 0  # zero scale -> zero vector, whatever int8 values sit in the padding
+            elif spec.compression == "none" and pad.any():
+                values[pad] = 0
+            if order is not None:  # back to request order
+                values = np.take(values, inverse, axis=0)
+                scales = None if scales is None else np.take(scales, inverse, axis=0)
+            out[name] = (values, scales)
+        return out
+
+    def _take(
+        self, groups: list[tuple[int, int, int]], rows: np.ndarray, width: int, source: Any, tail: tuple
+    ) -> np.ndarray:
+        """rows [B, T] of per-shard arrays ``source(shard)`` -> [B, T, *tail], one ``np.take`` per shard."""
+        batch = rows.shape[0]
+        dtype = source(groups[0][0]).dtype if groups else np.float16
+        out = np.empty((batch, width, *tail), dtype=dtype)
+        flat = out.reshape(batch * width, *tail)
+        for shard, a, b in groups:
+            np.take(
+                source(shard), rows[a:b].reshape(-1), axis=0, out=flat[a * width : b * width], mode="clip"
+            )
+        return out
+
+    def _decompress(
+        self,
+        name: str,
+        groups: list[tuple[int, int, int]],
+        index: np.ndarray,
+        lengths: np.ndarray,
+        width: int,
+        dim: int,
+    ) -> np.ndarray:
+        """zstd: one frame per document, decompressed (multi-threaded) into a zeroed [B, T, dim] array."""
+        import zstandard
+
+        dtype = np.int8 if self.spec.dtype == "int8" else np.float16
+        out = np.zeros((len(index), width, dim), dtype=dtype)
+        itemsize = np.dtype(dtype).itemsize
+        decompressor = zstandard.ZstdDecompressor()
+        for shard, a, b in groups:
+            blob = self._shards[shard].fields[name]
+            blob_offsets = self._shards[shard].meta.blob_offsets[name]
+            rows = self._row[index[a:b]]
+            segments = np.stack([blob_offsets[rows], blob_offsets[rows + 1] - blob_offsets[rows]], axis=1)
+            sizes = (lengths[a:b] * dim * itemsize).astype(np.uint64)
+            frames = zstandard.BufferWithSegments(blob, segments.astype(np.uint64).tobytes())
+            try:
+                result = decompressor.multi_decompress_to_buffer(
+                    frames, decompressed_sizes=sizes.tobytes(), threads=_ZSTD_THREADS
+                )
+            except zstandard.ZstdError as exc:
+                raise StoreError(
+                    f"{self._shards[shard].meta.file.name}: corrupt zstd data in {name!r} ({exc})"
+                ) from exc
+            for i in range(b - a):  # per document: zstd frames have no vectorised form
+                doc = np.frombuffer(result[i], dtype=dtype)
+                out[a + i, : lengths[a + i]] = doc.reshape(-1, dim)
+        return out
+
+    def fetch_torch(
+        self, docids: Sequence[str], device: str | torch.device = "cpu", pad_to: int | None = None
+    ) -> TorchBatch:
+        """:meth:`fetch` as torch tensors on ``device``, plus the bool mask [B, T].
+
+        For CUDA, host arrays are pinned and copied with ``non_blocking=True``; int8 stores travel as int8
+        plus scales (half the bytes) and are dequantized to float16 on the device.
+        """
+        import torch
+
+        target = torch.device(device)
+        cuda = target.type == "cuda"
+
+        def move(array: np.ndarray) -> torch.Tensor:
+            tensor = torch.from_numpy(array)
+            return tensor.pin_memory().to(target, non_blocking=True) if cuda else tensor.to(target)
+
+        index, lengths, width, found, unknown = self._resolve(docids, pad_to)
+        fields = {}
+        for name, (values, scales) in self._gather(index, lengths, width).items():
+            if scales is None:
+                fields[name] = move(values)
+            elif cuda:
+                fields[name] = (move(values).float() * move(scales).unsqueeze(-1)).half()
+            else:
+                fields[name] = torch.from_numpy(dequantize_int8(values, scales))
+        lengths_t = move(lengths)
+        mask = torch.arange(width, device=target)[None, :] < lengths_t[:, None]
+        return TorchBatch(fields, mask, lengths_t, found, unknown)
+
+    # -- lifetime -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for shard in getattr(self, "_shards", []):
+            shard.close()
+        self._shards = []
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        spec = self.spec
+        return (
+            f"StoreReader({str(self.path)!r}, docs={len(self)}, fields={spec.fields}, "
+            f"compression={spec.compression!r}, dtype={spec.dtype!r})"
+        )
