@@ -1,9 +1,11 @@
 """Serving a store: :class:`StoreReader` maps docid -> (shard, row) once, then gathers padded batches.
 
-Uncompressed shards are memory-mapped; a fetch builds one [B, T] array of token rows and gathers each
-shard's part with a single ``np.take`` (no per-document Python loop). zstd shards decompress one frame
-per document (zstandard's multi-threaded batch API). The fetch path touches no h5py handle and no shared
-mutable state, so concurrent fetches from threads need no lock.
+Uncompressed shards are memory-mapped side by side into one array per dataset (store/vmap.py): a fetch
+builds one [B, T] array of token rows and gathers the whole batch with a single ``np.take`` into the
+padded output (no per-document Python loop). Where that mapping is not possible, each shard is mapped on
+its own and gathered with one ``np.take`` per shard. zstd shards decompress one frame per document
+(zstandard's multi-threaded batch API). The fetch path touches no h5py handle and no shared mutable
+state, so concurrent fetches from threads need no lock.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,11 +26,14 @@ from store.manifest import Manifest, read_manifest
 from store.quant import dequantize_int8
 from store.shard import DatasetLoc, ShardMeta, read_shard_meta
 from store.spec import StoreSpec
+from store.vmap import Segment, Stitched, stitch
 
 if TYPE_CHECKING:
     import torch
 
 _ZSTD_THREADS = max(1, min(4, os.cpu_count() or 1))
+_STITCH = True  # map every shard into one array per dataset where the platform allows (store/vmap.py)
+_SCRATCH_BYTES = 1 << 20  # per-shard fallback: a window of documents goes through a cache-sized block
 
 
 @dataclass
@@ -86,6 +91,37 @@ class _MappedShard:
             pass
 
 
+def _take_rows(
+    sources: dict[int, np.ndarray], shard_of: np.ndarray, rows: np.ndarray, tail: tuple
+) -> np.ndarray:
+    """``out[b, t] = sources[shard_of[b]][rows[b, t]]``: the padded [B, T, *tail] gather of a batch.
+
+    One shard: a single ``np.take`` straight into the output. Several: the batch is walked in request
+    order, a window of documents at a time; per shard in the window, one ``np.take`` into a cache-sized
+    scratch block, then one document-level copy into the window. The output is written front to back
+    (fresh pages fault in order) and nothing is re-ordered in a second pass over memory.
+    """
+    batch, width = rows.shape
+    dtype = next(iter(sources.values())).dtype if sources else np.float16
+    out = np.empty((batch, width, *tail), dtype=dtype)
+    if len(sources) == 1:
+        source = next(iter(sources.values()))
+        np.take(source, rows.reshape(-1), axis=0, out=out.reshape(batch * width, *tail), mode="clip")
+        return out
+    doc_bytes = max(1, width * int(np.prod(tail, dtype=np.int64)) * np.dtype(dtype).itemsize)
+    window = max(1, _SCRATCH_BYTES // doc_bytes)
+    scratch = np.empty((min(window, batch) * width, *tail), dtype=dtype)
+    for start in range(0, batch, window):
+        shards = shard_of[start : start + window]
+        order = np.argsort(shards, kind="stable")
+        for part in np.split(order, np.flatnonzero(np.diff(shards[order])) + 1):
+            block = scratch[: len(part) * width]
+            where = part + start
+            np.take(sources[int(shards[part[0]])], rows[where].reshape(-1), axis=0, out=block, mode="clip")
+            out[where] = block.reshape(len(part), width, *tail)
+    return out
+
+
 class StoreReader:
     """Read-only access to a complete store.
 
@@ -120,6 +156,7 @@ class StoreReader:
                     )
                 self._shards.append(_MappedShard(meta))
             self._build_index()
+            self._stitch()
         except BaseException:
             self.close()
             raise
@@ -146,6 +183,24 @@ class StoreReader:
                 )
             if verify and sha256_file(file) != info.sha256:
                 raise StoreError(f"{info.file}: sha256 mismatch; the shard is corrupt (run verify-store)")
+
+    def _stitch(self) -> None:
+        """Uncompressed stores: one array per dataset over all shards (store/vmap.py), where possible."""
+        self._stitched: dict[tuple[str, str], Stitched] = {}
+        if self.spec.compression != "none" or not _STITCH or not self._shards:
+            return
+        for kind in ("fields", "scales"):
+            for name in getattr(self._shards[0].meta, kind):
+                locs = [getattr(shard.meta, kind)[name] for shard in self._shards]
+                segments = [
+                    Segment(shard.meta.file, loc.offset, loc.shape[0])
+                    for shard, loc in zip(self._shards, locs, strict=True)
+                ]
+                stitched = stitch(segments, locs[0].shape[1:], locs[0].dtype)
+                if stitched is None:
+                    self._stitched.clear()  # all or nothing: one gather path per store
+                    return
+                self._stitched[kind, name] = stitched
 
     def _build_index(self) -> None:
         metas = [s.meta for s in self._shards]
@@ -206,6 +261,8 @@ class StoreReader:
         """(global index, lengths, padded width, known docids, unknown docids) of a request."""
         if isinstance(docids, str):
             raise StoreError("fetch() takes a list of docids, not one string")
+        if not self._shards and len(self._ids):
+            raise StoreError(f"the reader of {self.path} is closed")
         docids = list(docids)
         index, known = self._lookup(docids)
         if known.all():
@@ -240,63 +297,62 @@ class StoreReader:
     ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
         """Per field: values [B, T, dim] as stored (float16 or int8) and, for int8, scales [B, T] (0 at padding)."""
         spec = self.spec
-        batch = len(index)
         shard_of = self._shard_of[index]
-        # group the batch by shard (one gather per shard touched); `order` is None when already grouped
-        order: np.ndarray | None = None
-        if batch and np.any(shard_of[1:] < shard_of[:-1]):
-            order = np.argsort(shard_of, kind="stable")
-            shard_of, index, lengths = shard_of[order], index[order], lengths[order]
-            inverse = np.empty_like(order)
-            inverse[order] = np.arange(batch)
-        cuts = np.flatnonzero(shard_of[1:] != shard_of[:-1]) + 1
-        groups = [
-            (int(shard_of[a]), int(a), int(b))
-            for a, b in zip(np.r_[0, cuts], np.r_[cuts, batch], strict=True)
-            if b > a
-        ]
+        # the batch's positions grouped by shard: one gather (or decompression call) per shard touched
+        order = np.argsort(shard_of, kind="stable")
+        cuts = np.flatnonzero(np.diff(shard_of[order])) + 1
+        groups = [(int(shard_of[g[0]]), g) for g in np.split(order, cuts) if len(g)]
         positions = np.arange(width)
-        pad = positions[None, :] >= lengths[:, None]  # [B, T] in grouped order
+        pad = positions[None, :] >= lengths[:, None]  # [B, T]
         # token rows inside each document's shard; padding re-reads the document's last row, zeroed below
-        rows = self._start[index][:, None] + np.minimum(
-            positions[None, :], np.maximum(lengths - 1, 0)[:, None]
-        )
+        last = np.maximum(lengths - 1, 0)[:, None]
+        rows = self._start[index][:, None] + np.minimum(positions[None, :], last)
         out: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
         for name, dim in spec.fields.items():
             if spec.compression == "none":
-                values = self._take(groups, rows, width, lambda s, n=name: self._shards[s].fields[n], (dim,))
+                values = self._take("fields", name, groups, shard_of, rows)
             else:
                 values = self._decompress(name, groups, index, lengths, width, dim)
             scales = None
             if spec.dtype == "int8":
-                scales = self._take(groups, rows, width, lambda s, n=name: self._shards[s].scales[n], ())
+                scales = self._take("scales", name, groups, shard_of, rows)
                 scales[pad] = 0  # zero scale -> zero vector, whatever int8 values sit in the padding
             elif spec.compression == "none" and pad.any():
                 values[pad] = 0
-            if order is not None:  # back to request order
-                values = np.take(values, inverse, axis=0)
-                scales = None if scales is None else np.take(scales, inverse, axis=0)
             out[name] = (values, scales)
         return out
 
     def _take(
-        self, groups: list[tuple[int, int, int]], rows: np.ndarray, width: int, source: Any, tail: tuple
+        self,
+        kind: str,
+        name: str,
+        groups: list[tuple[int, np.ndarray]],
+        shard_of: np.ndarray,
+        rows: np.ndarray,
     ) -> np.ndarray:
-        """rows [B, T] of per-shard arrays ``source(shard)`` -> [B, T, *tail], one ``np.take`` per shard."""
-        batch = rows.shape[0]
-        dtype = source(groups[0][0]).dtype if groups else np.float16
-        out = np.empty((batch, width, *tail), dtype=dtype)
-        flat = out.reshape(batch * width, *tail)
-        for shard, a, b in groups:
-            np.take(
-                source(shard), rows[a:b].reshape(-1), axis=0, out=flat[a * width : b * width], mode="clip"
-            )
+        """The [B, T, *row] gather of ``kind/name``: one ``np.take`` over the stitched shards, else per shard."""
+        stitched = self._stitched.get((kind, name))
+        if stitched is None:
+            sources = {s: getattr(self._shards[s], kind)[name] for s, _ in groups}
+            tail = next(iter(sources.values())).shape[1:] if sources else ()
+            return _take_rows(sources, shard_of, rows, tail)
+        batch, width = rows.shape
+        tail = stitched.array.shape[1:]
+        out = np.empty((batch, width, *tail), dtype=stitched.array.dtype)
+        global_rows = rows + stitched.row_start[shard_of][:, None]
+        np.take(
+            stitched.array,
+            global_rows.reshape(-1),
+            axis=0,
+            out=out.reshape(batch * width, *tail),
+            mode="clip",
+        )
         return out
 
     def _decompress(
         self,
         name: str,
-        groups: list[tuple[int, int, int]],
+        groups: list[tuple[int, np.ndarray]],
         index: np.ndarray,
         lengths: np.ndarray,
         width: int,
@@ -309,12 +365,12 @@ class StoreReader:
         out = np.zeros((len(index), width, dim), dtype=dtype)
         itemsize = np.dtype(dtype).itemsize
         decompressor = zstandard.ZstdDecompressor()
-        for shard, a, b in groups:
+        for shard, where in groups:
             blob = self._shards[shard].fields[name]
             blob_offsets = self._shards[shard].meta.blob_offsets[name]
-            rows = self._row[index[a:b]]
+            rows = self._row[index[where]]
             segments = np.stack([blob_offsets[rows], blob_offsets[rows + 1] - blob_offsets[rows]], axis=1)
-            sizes = (lengths[a:b] * dim * itemsize).astype(np.uint64)
+            sizes = (lengths[where] * dim * itemsize).astype(np.uint64)
             frames = zstandard.BufferWithSegments(blob, segments.astype(np.uint64).tobytes())
             try:
                 result = decompressor.multi_decompress_to_buffer(
@@ -324,9 +380,8 @@ class StoreReader:
                 raise StoreError(
                     f"{self._shards[shard].meta.file.name}: corrupt zstd data in {name!r} ({exc})"
                 ) from exc
-            for i in range(b - a):  # per document: zstd frames have no vectorised form
-                doc = np.frombuffer(result[i], dtype=dtype)
-                out[a + i, : lengths[a + i]] = doc.reshape(-1, dim)
+            for i, position in enumerate(where.tolist()):  # per document: zstd frames are not vectorisable
+                out[position, : lengths[position]] = np.frombuffer(result[i], dtype=dtype).reshape(-1, dim)
         return out
 
     def fetch_torch(
@@ -365,6 +420,7 @@ class StoreReader:
         for shard in getattr(self, "_shards", []):
             shard.close()
         self._shards = []
+        self._stitched = {}  # unmapped once no fetch still uses them
 
     def __enter__(self) -> StoreReader:
         return self

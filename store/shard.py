@@ -24,11 +24,12 @@ import numpy as np
 from aheadrank.errors import StoreError
 from store._io import commit_file, sha256_file, temp_name
 from store.manifest import ShardInfo, shard_file_name
-from store.quant import quantize_int8
+from store.quant import all_finite_float16, cast, quantize_int8
 from store.spec import FORMAT, FORMAT_VERSION, ZSTD_LEVEL, StoreSpec
 
 SHARD_FORMAT = f"{FORMAT}-shard"
 _WRITE_BLOCK_BYTES = 64 << 20
+ALIGNMENT = 4096
 
 
 def validate_docid(docid: Any) -> bytes:
@@ -120,13 +121,13 @@ class ShardBuffer:
                     f"document {docid!r}: fields have different lengths ({doc_len} vs {array.shape[0]})"
                 )
             if spec.dtype == "int8":
-                if not np.isfinite(array).all():
-                    raise StoreError(f"document {docid!r}, field {name!r}: contains NaN or inf")
-                encoded[name] = quantize_int8(array)
-            else:
-                with np.errstate(over="ignore"):
-                    values = np.ascontiguousarray(array, dtype=np.float16)
+                values = cast(array, np.float32)
                 if not np.isfinite(values).all():
+                    raise StoreError(f"document {docid!r}, field {name!r}: contains NaN or inf")
+                encoded[name] = quantize_int8(values)
+            else:
+                values = cast(array, np.float16)
+                if not all_finite_float16(values):
                     raise StoreError(f"document {docid!r}, field {name!r}: NaN, inf or beyond float16 range")
                 encoded[name] = (values, None)
         return encoded
@@ -154,7 +155,8 @@ class ShardBuffer:
         offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
         np.cumsum(self.lengths, out=offsets[1:])
         ids = np.array([d.encode("utf-8") for d in self.docids], dtype=np.bytes_)
-        with h5py.File(file, "w") as h5:
+        # datasets page-aligned in the file, so that a reader can map every shard into one array
+        with h5py.File(file, "w", alignment_threshold=1, alignment_interval=ALIGNMENT) as h5:
             h5.attrs.update(
                 {
                     "format": SHARD_FORMAT,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -208,3 +209,57 @@ def test_same_input_gives_same_shard_bytes(tmp_path):
     a = write_shard(tmp_path / "a", 0, spec, list(docs), list(docs.values()))
     b = write_shard(tmp_path / "b", 0, spec, list(docs), list(docs.values()))
     assert a.sha256 == b.sha256 and a.bytes == b.bytes
+
+
+def test_int8_dequantize_numpy_fallback_equals_torch(monkeypatch):
+    import store.quant as quant
+
+    x = np.random.default_rng(1).standard_normal((3, 300, 40)).astype(np.float32)
+    q, scale = quant.quantize_int8(x.reshape(-1, 40))
+    q, scale = q.reshape(3, 300, 40), scale.reshape(3, 300)
+    with_torch = quant.dequantize_int8(q, scale)
+    monkeypatch.setattr(quant, "_torch", lambda: None)
+    assert np.array_equal(quant.dequantize_int8(q, scale), with_torch)
+    assert np.array_equal(with_torch, (q * scale[..., None]).astype(np.float16))
+
+
+@pytest.mark.parametrize(("compression", "dtype"), COMBOS)
+def test_gather_in_small_windows(tmp_path, monkeypatch, compression, dtype):
+    import store.reader
+
+    monkeypatch.setattr(store.reader, "_STITCH", False)  # the per-shard path (platforms without it)
+    monkeypatch.setattr(store.reader, "_SCRATCH_BYTES", 1)  # one document per window and shard
+    docs = make_docs(17)
+    build(tmp_path, make_spec(compression=compression, dtype=dtype, shard_size=3), docs)
+    request = ["d16", "d0", "nope", "d5", "d5", "d9", "d1", "d12"]
+    with StoreReader(tmp_path) as reader:
+        assert not reader._stitched
+        check_fetch(reader.fetch(request), docs, request, dtype)
+        check_fetch(reader.fetch(request, pad_to=20), docs, request, dtype, pad_to=20)
+
+
+@pytest.mark.skipif(sys.platform not in ("linux", "darwin"), reason="POSIX mmap")
+def test_uncompressed_shards_are_stitched_into_one_array(tmp_path):
+    docs = make_docs(11)
+    build(tmp_path, make_spec(dtype="int8", shard_size=4), docs)
+    reader = StoreReader(tmp_path)
+    assert set(reader._stitched) == {("fields", "k1"), ("fields", "v1"), ("scales", "k1"), ("scales", "v1")}
+    assert reader._stitched["fields", "k1"].row_start.tolist()[0] == 0
+    request = ["d10", "d0", "d5"]
+    before = reader.fetch(request)
+    check_fetch(before, docs, request, "int8")
+    reader.close()
+    with pytest.raises(StoreError, match="closed"):
+        reader.fetch(request)
+
+
+def test_casts_without_torch_match(monkeypatch):
+    import store.quant as quant
+
+    x = np.random.default_rng(2).standard_normal((70, 600)).astype(np.float32) * 100
+    x[0, 0] = 1e6  # overflows float16
+    with_torch = quant.cast(x, np.float16)
+    monkeypatch.setattr(quant, "_torch", lambda: None)
+    assert np.array_equal(quant.cast(x, np.float16), with_torch)
+    assert not quant.all_finite_float16(with_torch)
+    assert quant.all_finite_float16(with_torch[1:])
