@@ -241,12 +241,12 @@ class StoreReader:
         n = len(docids)
         if n == 0 or len(self._ids) == 0:
             return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        if set(map(type, docids)) != {str}:
+            bad = next(d for d in docids if type(d) is not str)
+            raise StoreError(f"docids must be strings, got {bad!r}")
         plain = np.ones(n, dtype=bool)
-        for i, docid in enumerate(docids):
-            if type(docid) is not str:
-                raise StoreError(f"docids must be strings, got {docid!r}")
-            if "\x00" in docid or not docid:
-                plain[i] = False  # can never be stored, and numpy's bytes would drop a trailing NUL
+        if "\x00" in "".join(docids):  # never stored, and numpy's bytes would drop a trailing NUL
+            plain = np.array(["\x00" not in d for d in docids], dtype=bool)
         query = np.char.encode(np.asarray(docids, dtype=np.str_), "utf-8")
         pos = np.searchsorted(self._ids, query, sorter=self._sorter)
         index = self._sorter[np.minimum(pos, len(self._ids) - 1)]
