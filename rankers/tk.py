@@ -10,6 +10,8 @@ tokens). ``M = q̂·d̂ᵀ``; kernel k: ``K_k(M_ij) = exp(−(M_ij − μ_k)² /
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -103,4 +105,9 @@ class TkRanker(Ranker):
         )
 
     def init_from_base(self, sd: dict[str, Tensor]) -> None:
-        self.embeddings.weight.data.copy_(base_embeddings(sd)["word_embeddings.weight"])
+        """The base's word embeddings, rescaled to a mean norm of √n: the scale of the sinusoidal positions
+        and of the post-LN context layers. Cosine matching is scale-free, but at BERT's scale (norm ≈ 1) the
+        position term drowns ``t + p`` and the context term drowns the α-mix, and training stalls."""
+        table = base_embeddings(sd)["word_embeddings.weight"]
+        scale = math.sqrt(table.shape[1]) / table.norm(dim=1).mean()
+        self.embeddings.weight.data.copy_(table * scale)

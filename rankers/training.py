@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -163,7 +164,7 @@ def train(
     opt = torch.optim.AdamW(ranker.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(int(cfg.warmup * cfg.steps), cfg.steps))
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
-    step, best, best_step, history = 0, -1.0, -1, []
+    step, best, best_step, history = 0, -math.inf, -1, []
     if resume and state_path.is_file():
         state = torch.load(state_path, map_location=device, weights_only=False)
         if state["config"] != asdict(cfg):
@@ -243,6 +244,7 @@ def train(
             )
     bar.close()
     ranker.eval()
+    out.mkdir(parents=True, exist_ok=True)
     (out / "train-history.json").write_text(json.dumps(history))
     return TrainResult(step, best, best_step, time.perf_counter() - start, history)
 

@@ -55,7 +55,10 @@ def test_other_rankers_initialisation(tiny_base):
         for i, layer in enumerate(r.encoder.layer):
             assert_copied(layer, sd, f"encoder.layer.{i}.")
     tk = init_ranker("tk", base=tiny_base, tk_heads=4)
-    assert torch.equal(tk.embeddings.weight, sd["embeddings.word_embeddings.weight"])
+    table = sd["embeddings.word_embeddings.weight"]
+    scale = tk.embeddings.weight.norm(dim=1).mean() / table.norm(dim=1).mean()
+    torch.testing.assert_close(tk.embeddings.weight, table * scale)  # the same table, rescaled to norm √n
+    assert tk.embeddings.weight.norm(dim=1).mean().item() == pytest.approx(32**0.5, rel=1e-4)
 
 
 def test_mores_on_real_minilm_depth(minilm_dir):
