@@ -213,26 +213,25 @@ class Encoder(nn.Module):
         return x
 
 
-def make_layer(cfg: dict) -> TransformerLayer:
-    return TransformerLayer(
-        cfg["hidden_size"],
-        cfg["num_attention_heads"],
-        cfg["intermediate_size"],
-        cfg["layer_norm_eps"],
-        cfg["hidden_dropout_prob"],
-        cfg["attention_probs_dropout_prob"],
+def _bert_shape(cfg: dict) -> tuple:
+    """(hidden, heads, inner, eps, dropout, attention dropout) of a BERT config."""
+    keys = (
+        "hidden_size",
+        "num_attention_heads",
+        "intermediate_size",
+        "layer_norm_eps",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
     )
+    return tuple(cfg[k] for k in keys)
+
+
+def make_layer(cfg: dict) -> TransformerLayer:
+    return TransformerLayer(*_bert_shape(cfg))
 
 
 def make_interaction_block(cfg: dict) -> InteractionBlock:
-    return InteractionBlock(
-        cfg["hidden_size"],
-        cfg["num_attention_heads"],
-        cfg["intermediate_size"],
-        cfg["layer_norm_eps"],
-        cfg["hidden_dropout_prob"],
-        cfg["attention_probs_dropout_prob"],
-    )
+    return InteractionBlock(*_bert_shape(cfg))
 
 
 def sinusoidal_positions(length: int, dim: int, device: torch.device | None = None) -> Tensor:

@@ -149,14 +149,3 @@ def load_ranker(
         )
     ranker.fingerprint = recorded
     return ranker.to(device).eval()
-
-
-__all__ = [
-    "TOKENIZER_FILES",
-    "compute_fingerprint",
-    "init_ranker",
-    "load_config",
-    "load_ranker",
-    "read_fingerprint",
-    "save_checkpoint",
-]

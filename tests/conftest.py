@@ -55,7 +55,9 @@ def tiny_base(tmp_path_factory, minilm_dir) -> Path:
     )
     path = tmp_path_factory.mktemp("tiny-bert")
     BertModel(cfg).save_pretrained(path, safe_serialization=True)
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+    from rankers.base_model import TOKENIZER_FILES
+
+    for name in TOKENIZER_FILES:
         if (minilm_dir / name).is_file():
             shutil.copyfile(minilm_dir / name, path / name)
     return path
