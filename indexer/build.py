@@ -207,6 +207,15 @@ def prepare_store_dir(path: Path, spec, overwrite: bool) -> dict[int, Any]:
     from store import read_manifest
 
     if overwrite and path.exists():
+        foreign = [
+            p.name
+            for p in path.iterdir()
+            if p.name != "manifest.json" and not p.name.startswith(("shard-", "."))
+        ]
+        if foreign:  # never delete a directory that is not a store
+            raise StoreError(
+                f"--overwrite refused: {path} holds files that are not a store's ({foreign[:3]})"
+            )
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     if not (path / "manifest.json").exists():

@@ -234,6 +234,19 @@ def test_refuses_a_store_of_another_checkpoint_or_options(collection, checkpoint
     )
     assert summary.shards_reused == 0
     assert read_manifest(store).spec.fields == {"k1": 32, "v1": 32}
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "thesis.tex").write_text("do not delete")
+    with pytest.raises(StoreError, match="not a store"):
+        build_store(
+            BuildOptions(
+                str(checkpoints["tk"]),
+                str(collection),
+                str(tmp_path / "precious"),
+                overwrite=True,
+                progress=False,
+            )
+        )
+    assert (tmp_path / "precious" / "thesis.tex").exists()
 
 
 def test_index_cli_reports_errors_without_traceback(collection, checkpoints, tmp_path):
