@@ -112,9 +112,14 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
 
 
 def encode_token_ids(
-    ranker, seqs: list[list[int]], batch_size: int, on_batch: Callable[[int, int], None] | None = None
+    ranker,
+    seqs: list[list[int]],
+    batch_size: int,
+    on_batch: Callable[[int, int], None] | None = None,
+    half: bool = True,
 ) -> list[dict[str, np.ndarray]]:
-    """Fields (float32 numpy, [len, dim]) for already-tokenised documents, in input order.
+    """Fields ([len, dim] numpy; float16 with ``half``, the store's type, rounded by torch on the device,
+    else float32 for int8 quantisation) for tokenised documents, in input order.
     ``on_batch(docs, tokens)`` is called after every batch (progress)."""
     from rankers.text import pad
 
@@ -128,7 +133,8 @@ def encode_token_ids(
     with torch.inference_mode(), autocast:
         for idx in length_batches([len(s) for s in seqs], batch_size):
             ids, mask = pad([seqs[i] for i in idx], device, ranker._text().pad)
-            fields = {k: v.float().cpu().numpy() for k, v in ranker.document_fields(ids, mask).items()}
+            encoded = ranker.document_fields(ids, mask)
+            fields = {k: (v.half() if half else v.float()).cpu().numpy() for k, v in encoded.items()}
             for row, i in enumerate(idx):
                 n = len(seqs[i])
                 out[i] = {k: v[row, :n] for k, v in fields.items()}
@@ -137,8 +143,8 @@ def encode_token_ids(
     return out  # type: ignore[return-value]
 
 
-def encode_shard_texts(ranker, texts: list[str], batch_size: int) -> list[dict[str, np.ndarray]]:
-    return encode_token_ids(ranker, ranker.tokenize_documents(texts), batch_size)
+def encode_shard_texts(ranker, texts: list[str], batch_size: int, half: bool) -> list[dict[str, np.ndarray]]:
+    return encode_token_ids(ranker, ranker.tokenize_documents(texts), batch_size, half=half)
 
 
 def shard_task(
@@ -160,8 +166,9 @@ def shard_task(
     if threads:
         torch.set_num_threads(threads)
     ranker = get_ranker(checkpoint, strategy, device, max_doc_len)
-    fields = encode_shard_texts(ranker, texts, batch_size)
-    return write_shard(store_dir, shard_index, StoreSpec(**spec_dict), docids, fields)
+    spec = StoreSpec(**spec_dict)
+    fields = encode_shard_texts(ranker, texts, batch_size, half=spec.dtype == "float16")
+    return write_shard(store_dir, shard_index, spec, docids, fields)
 
 
 # ---- reading the collection in shards -------------------------------------------------------------
@@ -281,12 +288,22 @@ def build_store(opts: BuildOptions) -> BuildSummary:
     if opts.scheduler or opts.workers:
         _build_dask(opts, spec, todo, finished)
     else:
+        from concurrent.futures import ThreadPoolExecutor
+
         from store import write_shard
 
         tokenized = ((i, ids, ranker.tokenize_documents(texts)) for i, ids, texts in todo)
-        for index, docids, seqs in prefetch(tokenized):
-            fields = encode_token_ids(ranker, seqs, opts.batch_size, encoded)
-            finished(write_shard(path, index, spec, docids, fields))
+        half = spec.dtype == "float16"
+        # shard i is written (HDF5, fsync, sha256) in the background while shard i+1 is encoded
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="aheadrank-writer") as writer:
+            pending = None
+            for index, docids, seqs in prefetch(tokenized):
+                fields = encode_token_ids(ranker, seqs, opts.batch_size, encoded, half=half)
+                if pending is not None:
+                    finished(pending.result())
+                pending = writer.submit(write_shard, path, index, spec, docids, fields)
+            if pending is not None:
+                finished(pending.result())
     bar.close()
     n_shards = (collection.report.documents + opts.shard_size - 1) // opts.shard_size
     if sorted(infos) != list(range(n_shards)):
