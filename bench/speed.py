@@ -1,0 +1,759 @@
+"""Speed of every ranker's online path against the ``bert`` cross-encoder, document fields already in memory.
+
+One query of exactly 16 word pieces against N candidate documents of d word pieces each (random token ids
+from the vocabulary, special tokens and ``[unused*]`` excluded; the same documents for every ranker). Per
+ranker, untimed: the document fields are computed once (``document_fields`` semantics, in chunks), rounded
+to float16 and kept in memory as padded tensors + mask, exactly as the store hands them over. Timed, under
+``torch.inference_mode``: ``query_state`` + ``score_batch`` over all N documents in chunks, median (and min)
+of ``--repeats`` runs after a warm-up. Before timing, a sanity check: scores from the float16 fields rank
+the first ``--check-n`` documents as the float32 fields do (Kendall τ printed, not fatal).
+
+Each row also carries an analytic count of the matmul FLOPs of what the timed path computes (2·m·n·k per
+matmul; TK's RBF kernels add exp() calls, counted separately), and the FLOP floor = FLOPs / the machine's
+measured float32 matmul GFLOP/s, so each row shows how close it runs to the compute floor.
+
+d = 512: ``bert`` and ``prettr`` run ``[CLS] q [SEP] d [SEP]`` in at most 512 positions, so every ranker
+gets 512 − 16 − 3 = 493 word pieces at that setting (``d_pieces`` in the JSON).
+
+    .venv/bin/python bench/speed.py                      # the full run (N = 1000, d = 128 and 512)
+    .venv/bin/python bench/speed.py --quick              # smoke run (N = 48, few repeats)
+    .venv/bin/python bench/speed.py --d 128 --rankers 'mores-*' bert --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from scipy.stats import kendalltau
+from torch import Tensor
+
+from rankers import Ranker, init_ranker
+from rankers.blocks import key_mask
+from rankers.text import pad, positions
+
+REPO = Path(__file__).resolve().parents[1]
+QUERY_PIECES = 16
+FIRST_WORD_ID = 1000  # below: [PAD], [unusedN], [UNK], [CLS], [SEP], [MASK] in the BERT vocabulary
+CHUNK_CANDIDATES = (
+    32,
+    64,
+    128,
+    256,
+)  # plus "all N at once"; rows estimated slower than FAST_S try SLOW_CHUNKS
+SLOW_CHUNKS = (16, 32)  # tried on the first 32 documents
+FAST_S = (
+    2.0  # estimated seconds per pass (FLOPs / matmul rate) up to which every chunk size is tried on all N
+)
+SLOW_S = 10.0  # rows estimated slower than this (and bert) get --slow-repeats
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+# ---- the rows ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Row:
+    name: str
+    kind: str
+    options: dict = field(default_factory=dict)
+    strategy: str | None = None
+
+
+CATALOGUE = (
+    Row("bert", "bert"),
+    Row("mores-1ib-s1", "mores", {"ibs": 1, "pooling": "cls"}, "s1"),
+    Row("mores-1ib-s2", "mores", {"ibs": 1, "pooling": "cls"}, "s2"),
+    Row("mores-2ib-s1", "mores", {"ibs": 2, "pooling": "cls"}, "s1"),
+    Row("mores-2ib-s2", "mores", {"ibs": 2, "pooling": "cls"}, "s2"),
+    Row("mores-2ib-s2-mean", "mores", {"ibs": 2, "pooling": "mean"}, "s2"),
+    Row("prettr-l5-e0", "prettr", {"layer": 5, "compress": 0}),
+    Row("prettr-l5-e128", "prettr", {"layer": 5, "compress": 128}),
+    Row("prettr-l5-e256", "prettr", {"layer": 5, "compress": 256}),
+    Row("prettr-l4-e0", "prettr", {"layer": 4, "compress": 0}),
+    Row("prettr-l4-e128", "prettr", {"layer": 4, "compress": 128}),
+    Row("prettr-l4-e256", "prettr", {"layer": 4, "compress": 256}),
+    Row("tk-1", "tk", {"tk_layers": 1}),
+    Row("tk-2", "tk", {"tk_layers": 2}),
+)
+# PreTTR l = 4 re-runs a whole layer over all 16 + d positions per document (a quarter of bert), so only
+# e = 128 is in the default set; --rankers 'prettr-*' adds e = 0 and e = 256.
+DEFAULT_ROWS = tuple(r.name for r in CATALOGUE if r.name not in ("prettr-l4-e0", "prettr-l4-e256"))
+
+# (d, row, minimum speed-up over bert at the same d)
+SPEEDUP_TARGETS = (
+    (128, "mores-1ib-s2", 35.0),
+    (128, "mores-2ib-s2", 20.0),
+    (128, "prettr-l5-e128", 20.0),
+    (128, "tk-2", 50.0),
+    (512, "mores-2ib-s2", 50.0),
+)
+FLOOR_TARGET = 2.0  # every online path within 2x of its FLOP floor
+
+
+# ---- analytic FLOPs (matmuls only, 2·m·k·n each) ------------------------------------------------------------
+def lin(m: int, k: int, n: int) -> int:
+    return 2 * m * k * n
+
+
+def attend(tq: int, tk: int, n: int) -> int:
+    """softmax(QKᵀ)V for tq query rows over tk keys, all heads together: QKᵀ and PV, 2·tq·tk·n each."""
+    return 4 * tq * tk * n
+
+
+def layer_flops(t: int, n: int, f: int) -> int:
+    """A full BERT layer over t tokens: Q, K, V, O projections, attention, FFN n→f→n."""
+    return 4 * lin(t, n, n) + attend(t, t, n) + lin(t, n, f) + lin(t, f, n)
+
+
+def cls_layer_flops(t: int, n: int, f: int) -> int:
+    """A BERT layer computing only the [CLS] row: K, V over all t tokens; Q, attention, O, FFN for one row."""
+    return 2 * lin(t, n, n) + 2 * lin(1, n, n) + attend(1, t, n) + lin(1, n, f) + lin(1, f, n)
+
+
+def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) -> dict:
+    """FLOPs of one timed query: ``query_state`` once, per-chunk work, per-document ``score_batch`` work."""
+    c = ranker.config
+    n, f, L = c.hidden, int(c.bert["intermediate_size"]), c.n_layers
+    query = per_chunk = per_doc = exps = 0
+    head = lin(1, n, 1)
+    if ranker.kind == "bert":
+        t = tq + td
+        per_doc = (L - 1) * layer_flops(t, n, f) + cls_layer_flops(t, n, f) + head
+    elif ranker.kind == "mores":
+        K = c.ibs
+        query = (L - K) * layer_flops(tq, n, f) + lin(tq, n, n)  # query module + IB 1's cross-attention Q
+        for k in range(K):
+            if ranker.strategy == "s1":
+                per_doc += 2 * lin(td, n, n)  # D -> K, V online
+            if k > 0:
+                per_doc += lin(tq, n, n)  # cross-attention Q of IB k (depends on the document)
+            per_doc += attend(tq, td, n) + lin(tq, n, n)  # cross-attention + output projection
+            last_cls = k == K - 1 and c.pooling == "cls"
+            per_doc += cls_layer_flops(tq, n, f) if last_cls else layer_flops(tq, n, f)
+        per_doc += head
+    elif ranker.kind == "prettr":
+        split, e = c.layer, c.compress
+        query = split * layer_flops(tq, n, f)
+        per_doc = lin(td, e, n) if e else 0  # decompression
+        if split == L - 1:
+            per_chunk = 2 * lin(tq, n, n) + lin(1, n, n)  # the query's K, V and [CLS]'s Q, once per batch
+            per_doc += 2 * lin(td, n, n) + attend(1, tq + td, n) + lin(1, n, n) + lin(1, n, f) + lin(1, f, n)
+        else:
+            t = tq + td
+            per_doc += (L - 1 - split) * layer_flops(t, n, f) + cls_layer_flops(t, n, f)
+        per_doc += head
+    elif ranker.kind == "tk":
+        f_tk = c.tk_ffn or n
+        query = c.tk_layers * layer_flops(tq, n, f_tk)
+        kernels = 11
+        per_doc = lin(tq, n, td) + 2 * lin(1, kernels, 1) + lin(1, 2, 1)  # cosine matrix + dense layers
+        exps = tq * td * kernels  # the RBF kernels: one exp() per (query term, doc term, kernel)
+    else:
+        raise ValueError(ranker.kind)
+    total = query + n_chunks * per_chunk + n_docs * per_doc
+    return {
+        "total": total,
+        "query_side": query,
+        "per_chunk": per_chunk,
+        "per_doc": per_doc,
+        "exp_per_query": n_docs * exps,
+    }
+
+
+# ---- the machine ------------------------------------------------------------------------------------------
+def best_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_matmul(repeats: int = 10) -> dict:
+    """Best float32 torch.matmul GFLOP/s over shapes like the workload's (FFN in/out, attention projections)."""
+    shapes = [(2048, 384, 1536), (2048, 1536, 384), (18432, 384, 384)]
+    per_shape = {}
+    g = torch.Generator().manual_seed(0)
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+        per_shape[f"{m}x{k}x{n}"] = lin(m, k, n) / best_time(lambda a=a, b=b: a @ b, repeats) / 1e9
+    # exp() on arguments in [-80, 0] (arguments below -87.3 give subnormal or zero results and run ~30x slower)
+    args, out = torch.rand(1000 * 16 * 128 * 11, generator=g) * -80.0, torch.empty(1000 * 16 * 128 * 11)
+    exp_rate = args.numel() / best_time(lambda: torch.exp(args, out=out), repeats) / 1e9
+    return {"gflops": max(per_shape.values()), "per_shape": per_shape, "exp_g_per_s": exp_rate}
+
+
+def machine_info(threads: int) -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "git_commit": commit,
+        "load_average_start": list(os.getloadavg()),
+    }
+
+
+# ---- documents and fields ---------------------------------------------------------------------------------
+def doc_batch(ranker: Ranker, pieces: Tensor) -> tuple[Tensor, Tensor]:
+    """Word pieces [N, d] -> this ranker's document ids with its special tokens, padded, + mask."""
+    return pad([ranker.doc_ids(p) for p in pieces.tolist()], "cpu", ranker.text.pad)
+
+
+def chunked(
+    fn: Callable[[slice], dict[str, Tensor]], n: int, bs: int, dtype: torch.dtype
+) -> dict[str, Tensor]:
+    """Call ``fn`` on slices of ``bs`` of n documents and concatenate each returned field in ``dtype``."""
+    parts: dict[str, list[Tensor]] = {}
+    for s in range(0, n, bs):
+        for k, v in fn(slice(s, s + bs)).items():
+            parts.setdefault(k, []).append(v.to(dtype))
+    return {k: torch.cat(v) for k, v in parts.items()}
+
+
+def clone_state(module: torch.nn.Module) -> dict[str, Tensor]:
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+def check_same_weights(cache_entry: dict, module: torch.nn.Module, what: str) -> None:
+    """Cached document states are only reused by a ranker whose document-side weights are identical."""
+    for name, value in module.state_dict().items():
+        if not torch.equal(cache_entry["weights"][name], value):
+            raise RuntimeError(f"cached {what} states were built with other weights ({name})")
+
+
+class FieldBuilder:
+    """Document fields per ranker (untimed). The expensive document-side encoders are shared where the
+    weights are the same: MORES's document module (copy A of the base) is the same for every K, pooling and
+    strategy, so its states D are computed once per d and each variant derives its own fields from D exactly
+    as ``document_fields`` does; PreTTR's layer-l states likewise, once for all l and e. The sanity check
+    compares the first documents' fields with ``document_fields`` itself."""
+
+    def __init__(self, pieces: Tensor, batch: int, layers_needed: list[int]):
+        self.pieces = pieces
+        self.batch = batch
+        self.layers_needed = sorted(set(layers_needed))
+        self.cache: dict[str, dict] = {}
+
+    def drop(self, kind: str) -> None:
+        self.cache.pop(kind, None)
+        gc.collect()
+
+    def build(
+        self, ranker: Ranker, docs: slice = slice(None), dtype: torch.dtype = torch.float16
+    ) -> tuple[dict[str, Tensor], Tensor]:
+        """The fields of documents ``docs`` in ``dtype`` (float16: as the store hands them over) + mask."""
+        ids, mask = doc_batch(ranker, self.pieces[docs])
+        n, bs = ids.shape[0], self.batch
+        if ranker.kind == "mores":
+            entry = self.cache.get("mores")
+            if entry is None:
+                everything = doc_batch(ranker, self.pieces)
+                states = chunked(
+                    lambda s: {"D": ranker.doc_states(*(t[s] for t in everything))},
+                    len(self.pieces),
+                    bs,
+                    torch.float32,
+                )
+                entry = self.cache["mores"] = {"D": states["D"], "weights": clone_state(ranker.doc_encoder)}
+            check_same_weights(entry, ranker.doc_encoder, "MORES document")
+            D = entry["D"][docs]
+            if ranker.strategy == "s1":
+                return {"doc": D.to(dtype)}, mask
+
+            def kv_fields(s: slice) -> dict[str, Tensor]:
+                out = {}
+                for k, (key, value) in enumerate(ranker.doc_kv(D[s]), start=1):
+                    out[f"k{k}"], out[f"v{k}"] = key, value
+                return out
+
+            return chunked(kv_fields, n, bs, dtype), mask
+        if ranker.kind == "prettr":
+            entry = self.cache.get("prettr")
+            if entry is None:
+                entry = self.cache["prettr"] = self.prettr_states(ranker, *doc_batch(ranker, self.pieces))
+            check_same_weights(entry, ranker.encoder, "PreTTR lower-layer")
+            states = entry[ranker.config.layer][docs]
+            return chunked(lambda s: {"doc": ranker.compress(states[s])}, n, bs, dtype), mask
+        return chunked(lambda s: ranker.document_fields(ids[s], mask[s]), n, bs, dtype), mask
+
+    def prettr_states(self, ranker, ids: Tensor, mask: Tensor) -> dict:
+        """The document alone through layers 1..l for every l needed (``PrettrRanker.lower`` for several l)."""
+        enc = ranker.encoder
+        out: dict = {"weights": clone_state(enc)}
+        for s in range(0, ids.shape[0], self.batch):
+            i, m = ids[s : s + self.batch], mask[s : s + self.batch]
+            x = enc.embeddings(i, 1, positions(m, ranker.doc_offset))
+            done = 0
+            for layer in self.layers_needed:
+                x = enc.run(x, key_mask(m), done, layer)
+                done = layer
+                out.setdefault(layer, []).append(x)
+        for layer in self.layers_needed:
+            out[layer] = torch.cat(out[layer])
+        return out
+
+
+# ---- timing -------------------------------------------------------------------------------------------
+def run_query(
+    ranker: Ranker, q: tuple[Tensor, Tensor], fields: dict[str, Tensor], mask: Tensor, chunk: int, n: int
+):
+    """The timed path: the query side once, then the per-candidate interaction over n documents in chunks."""
+    qs = ranker.query_state(*q)
+    out = [
+        ranker.score_batch(qs, {k: v[s : s + chunk] for k, v in fields.items()}, mask[s : s + chunk])
+        for s in range(0, n, chunk)
+    ]
+    return torch.cat(out)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def cpu_sample() -> tuple[float, int, int]:
+    """(time, busy clock ticks of the whole machine, clock ticks of this process) from /proc."""
+    try:
+        busy = sum(
+            int(v)
+            for i, v in enumerate(Path("/proc/stat").read_text().split("\n")[0].split()[1:])
+            if i not in (3, 4, 8, 9)
+        )
+        own = sum(int(v) for v in Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[11:13])
+    except (OSError, ValueError):
+        busy = own = 0
+    return time.perf_counter(), busy, own
+
+
+def others_cores(start: tuple[float, int, int], end: tuple[float, int, int]) -> float:
+    """CPU cores other processes kept busy between two samples (0 where /proc is unavailable)."""
+    dt = end[0] - start[0]
+    ticks = (end[1] - start[1]) - (end[2] - start[2])
+    return max(0.0, ticks / os.sysconf("SC_CLK_TCK") / dt) if dt > 0 else 0.0
+
+
+def wait_quiet(limit_s: float, threshold: float = 0.3) -> float:
+    """Wait (at most ``limit_s``) until other processes use under ``threshold`` cores; returns the wait."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit_s:
+        a = cpu_sample()
+        time.sleep(1.0)
+        if others_cores(a, cpu_sample()) < threshold:
+            break
+    return time.perf_counter() - t0
+
+
+def choose_chunk(ranker, q, fields, mask, n_docs: int, est_s: float, fixed: int | None) -> tuple[int, dict]:
+    """The fastest chunk size: fast rows try each candidate (and all N at once) over all N documents; rows
+    estimated slower than FAST_S try SLOW_CHUNKS on the first 32 documents. Includes the warm-up."""
+    if fixed:
+        run_query(ranker, q, fields, mask, fixed, min(n_docs, fixed))  # warm-up
+        return fixed, {}
+    if est_s <= FAST_S:
+        cands = sorted({c for c in CHUNK_CANDIDATES if c < n_docs} | {n_docs})
+        n = n_docs
+    else:
+        n = min(n_docs, max(SLOW_CHUNKS))
+        cands = [c for c in SLOW_CHUNKS if c <= n] or [n]
+    run_query(ranker, q, fields, mask, cands[0], min(n, cands[0]) if est_s > FAST_S else n)  # warm-up
+    tried = {c: timed(lambda c=c: run_query(ranker, q, fields, mask, c, n)) / n * n_docs for c in cands}
+    return min(tried, key=tried.get), {str(c): round(t * 1e3, 2) for c, t in tried.items()}
+
+
+def rank_check(ranker, q, fields16, builder: FieldBuilder, n_check: int, n_direct: int = 8) -> dict:
+    """Scores from the float16 fields (as stored) vs from float32 fields: the same ranking of the first
+    ``n_check`` documents? Also checks the float32 fields against ``document_fields`` itself on a few."""
+    n = min(n_check, builder.pieces.shape[0])
+    f32, mask = builder.build(ranker, slice(0, n), torch.float32)
+    k = min(n, n_direct)
+    direct = ranker.document_fields(*doc_batch(ranker, builder.pieces[:k]))
+    field_err = max(
+        ((f32[name][:k] - direct[name]).abs().max() / direct[name].abs().max().clamp(min=1e-12)).item()
+        for name in direct
+    )
+    qs = ranker.query_state(*q)
+    s32 = ranker.score_batch(qs, f32, mask).float()
+    s16 = ranker.score_batch(qs, {name: v[:n] for name, v in fields16.items()}, mask).float()
+    tau = float(kendalltau(s32.numpy(), s16.numpy()).statistic) if n > 1 else 1.0
+    return {
+        "n": n,
+        "same_ranking": bool(torch.equal(s32.argsort(descending=True), s16.argsort(descending=True))),
+        "kendall_tau": tau,
+        "max_abs_score_diff": (s32 - s16).abs().max().item(),
+        "score_spread": (s32.max() - s32.min()).item(),
+        "fields_vs_document_fields_rel_err": field_err,
+    }
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Silence the profiler's C++ start/stop lines (written to file descriptor 2)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def top_ops(ranker, q, fields, mask, chunk: int, n: int, k: int = 8) -> dict:
+    """Where the time goes: torch.profiler self-CPU time per op over one pass of n documents."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        run_query(ranker, q, fields, mask, chunk, n)
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    events.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
+    return {
+        "docs": n,
+        "chunk": chunk,
+        "total_ms": total / 1e3,
+        "ops": [
+            {
+                "op": e.key,
+                "self_ms": round(e.self_cpu_time_total / 1e3, 2),
+                "share": round(e.self_cpu_time_total / total, 3),
+                "calls": e.count,
+            }
+            for e in events[:k]
+        ],
+    }
+
+
+def bench_row(
+    row: Row, d_pieces: int, builder: FieldBuilder, q_pieces: list[int], args, gflops: float
+) -> dict:
+    t_setup = time.perf_counter()
+    ranker = init_ranker(
+        row.kind, seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_pieces, **row.options
+    )
+    if row.strategy:
+        ranker.strategy = row.strategy
+    q = pad([ranker.query_ids(q_pieces)], "cpu", ranker.text.pad)
+    fields, mask = builder.build(ranker)
+    setup_s = time.perf_counter() - t_setup
+    n_docs, td = mask.shape
+    tq = q[0].shape[1]
+    check = rank_check(ranker, q, fields, builder, args.check_n)
+
+    est_s = count_flops(ranker, tq, td, n_docs, 1)["total"] / (gflops * 1e9)
+    fixed = args.bert_chunk if row.kind == "bert" and args.bert_chunk else args.chunk
+    chunk, tried = choose_chunk(ranker, q, fields, mask, n_docs, est_s, fixed)
+    repeats = args.slow_repeats if row.kind == "bert" or est_s > SLOW_S else args.repeats
+    waited = wait_quiet(args.wait_quiet) if args.wait_quiet else 0.0
+    t0 = cpu_sample()
+    times = [timed(lambda: run_query(ranker, q, fields, mask, chunk, n_docs)) for _ in range(repeats)]
+    others = others_cores(t0, cpu_sample())
+    n_chunks = -(-n_docs // chunk)
+    flops = count_flops(ranker, tq, td, n_docs, n_chunks)
+    result = {
+        "ranker": row.name,
+        "kind": row.kind,
+        "strategy": ranker.strategy if row.kind == "mores" else None,
+        "options": {k: v for k, v in ranker.describe().items() if k not in ("kind", "strategy", "fields")},
+        "d_pieces": d_pieces,
+        "query_tokens": tq,
+        "doc_tokens": td,
+        "n_docs": n_docs,
+        "chunk": chunk,
+        "chunk_trials_ms": tried,
+        "repeats": repeats,
+        "times_ms": [round(t * 1e3, 3) for t in times],
+        "ms_median": statistics.median(times) * 1e3,
+        "ms_min": min(times) * 1e3,
+        "fields": ranker.field_dims(),
+        "bytes_per_doc": 2 * td * sum(ranker.field_dims().values()),
+        "flops": flops,
+        "fp16_check": check,
+        "setup_s": round(setup_s, 1),
+        "other_processes_cores": round(others, 2),
+        "waited_for_quiet_s": round(waited, 1),
+    }
+    if args.profile:
+        n_prof = n_docs if result["ms_median"] < 3000 else min(n_docs, 64)
+        result["profile"] = top_ops(ranker, q, fields, mask, min(chunk, n_prof), n_prof)
+    return result
+
+
+def finish_rows(rows: list[dict], gflops: float, exp_rate: float) -> None:
+    """Speed-ups over bert at the same d, achieved GFLOP/s, FLOP floor and the ratio to it."""
+    bert = {r["d_pieces"]: r for r in rows if r["kind"] == "bert"}
+    for r in rows:
+        ref = bert.get(r["d_pieces"])
+        r["speedup_vs_bert"] = ref["ms_median"] / r["ms_median"] if ref else None
+        r["speedup_vs_bert_min"] = ref["ms_min"] / r["ms_min"] if ref else None
+        total = r["flops"]["total"]
+        r["gflop_per_query"] = total / 1e9
+        r["achieved_gflops"] = total / (r["ms_median"] / 1e3) / 1e9
+        r["floor_ms"] = total / (gflops * 1e9) * 1e3
+        r["x_floor"] = r["ms_median"] / r["floor_ms"]
+        if r["flops"]["exp_per_query"]:
+            r["floor_ms_incl_exp"] = r["floor_ms"] + r["flops"]["exp_per_query"] / (exp_rate * 1e9) * 1e3
+            r["x_floor_incl_exp"] = r["ms_median"] / r["floor_ms_incl_exp"]
+
+
+def evaluate_targets(rows: list[dict], d_map: dict[int, int]) -> list[dict]:
+    out = []
+    for d, name, need in SPEEDUP_TARGETS:
+        row = next((r for r in rows if r["ranker"] == name and r["d_pieces"] == d_map.get(d)), None)
+        got = row["speedup_vs_bert"] if row else None
+        out.append(
+            {
+                "target": f"d={d}: {name} >= {need:g}x bert",
+                "d": d,
+                "ranker": name,
+                "need": need,
+                "measured": got,
+                "met": None if got is None else got >= need,
+            }
+        )
+    for r in rows:
+        out.append(
+            {
+                "target": f"d={r['d_pieces']}: {r['ranker']} within {FLOOR_TARGET:g}x of its FLOP floor",
+                "d": r["d_pieces"],
+                "ranker": r["ranker"],
+                "need": FLOOR_TARGET,
+                "measured": r["x_floor"],
+                "met": r["x_floor"] <= FLOOR_TARGET,
+            }
+        )
+    return out
+
+
+def print_table(rows: list[dict], gflops: float) -> None:
+    table = Table(title=f"online path, one query, N docs (matmul floor at {gflops:.0f} GFLOP/s)")
+    for col in (
+        "ranker",
+        "d",
+        "chunk",
+        "ms med",
+        "ms min",
+        "× bert",
+        "KB/doc",
+        "GFLOP",
+        "GFLOP/s",
+        "floor ms",
+        "× floor",
+        "fp16 τ",
+    ):
+        table.add_column(col, justify="left" if col == "ranker" else "right")
+    for r in rows:
+        sp = r["speedup_vs_bert"]
+        table.add_row(
+            r["ranker"],
+            str(r["d_pieces"]),
+            str(r["chunk"]),
+            f"{r['ms_median']:.1f}",
+            f"{r['ms_min']:.1f}",
+            "—" if sp is None else f"{sp:.1f}",
+            f"{r['bytes_per_doc'] / 1024:.0f}",
+            f"{r['gflop_per_query']:.2f}",
+            f"{r['achieved_gflops']:.1f}",
+            f"{r['floor_ms']:.1f}",
+            f"{r['x_floor']:.1f}",
+            f"{r['fp16_check']['kendall_tau']:.3f}",
+        )
+    console.print(table)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--n", type=int, default=None, help="candidate documents per query (default 1000; --quick 48)"
+    )
+    p.add_argument("--d", type=int, nargs="+", default=[128, 512], help="document word pieces (512 -> 493)")
+    p.add_argument(
+        "--rankers",
+        nargs="+",
+        default=None,
+        help=f"row names or globs (default {' '.join(DEFAULT_ROWS)}); 'all': {len(CATALOGUE)} rows",
+    )
+    p.add_argument("--repeats", type=int, default=None, help="timed runs per row after warm-up (default 5)")
+    p.add_argument(
+        "--slow-repeats",
+        "--bert-repeats",
+        type=int,
+        default=None,
+        help=f"timed runs for bert and rows estimated over {SLOW_S:g} s per pass (default 3)",
+    )
+    p.add_argument(
+        "--chunk", type=int, default=None, help="documents per score_batch call (default: fastest)"
+    )
+    p.add_argument("--bert-chunk", type=int, default=None, help="chunk for bert only (default: fastest)")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: all cores)")
+    p.add_argument(
+        "--check-n", type=int, default=100, help="documents in the float16-vs-float32 ranking check"
+    )
+    p.add_argument("--encode-batch", type=int, default=32, help="documents per document-side batch (untimed)")
+    p.add_argument("--no-profile", dest="profile", action="store_false", help="skip the per-row op profile")
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=5.0,
+        help="before timing each row, wait up to this many seconds for other processes to go idle (0: never)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="smoke run: N = 48, 2 repeats, 1 for bert")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON (default bench/results/speed.json; --quick: speed-quick.json)",
+    )
+    args = p.parse_args(argv)
+    q = args.quick
+    args.n = args.n or (48 if q else 1000)
+    args.repeats = args.repeats or (2 if q else 5)
+    args.slow_repeats = args.slow_repeats or (1 if q else 3)
+    args.check_n = min(args.check_n, args.n)
+    args.threads = args.threads or os.cpu_count() or 1
+    args.out = args.out or REPO / "bench" / "results" / ("speed-quick.json" if q else "speed.json")
+    pats = args.rankers or list(DEFAULT_ROWS)
+    if pats == ["all"]:
+        pats = ["*"]
+    args.rows = [r for r in CATALOGUE if any(fnmatch.fnmatchcase(r.name, p) for p in pats)]
+    if not args.rows:
+        p.error(f"no row matches {pats}; rows: {', '.join(r.name for r in CATALOGUE)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    t_start = time.perf_counter()
+    info = machine_info(args.threads)
+    console.print(f"[bold]{info['cpu']}[/], {args.threads} threads, torch {info['torch']}")
+    mm = measure_matmul()
+    console.print(
+        f"float32 matmul: best {mm['gflops']:.0f} GFLOP/s ("
+        + ", ".join(f"{k}: {v:.0f}" for k, v in mm["per_shape"].items())
+        + f"); exp: {mm['exp_g_per_s']:.2f} G/s"
+    )
+
+    rows: list[dict] = []
+    d_map: dict[int, int] = {}
+    gen = torch.Generator().manual_seed(args.seed)
+    with torch.inference_mode():
+        for d in args.d:
+            probe = init_ranker("bert", max_query_len=QUERY_PIECES, max_doc_len=128)
+            max_pos = int(probe.config.bert["max_position_embeddings"])
+            vocab = int(probe.config.bert["vocab_size"])
+            special = set(probe.text.tokenizer.all_special_ids)
+            q_pieces = torch.randint(FIRST_WORD_ID, vocab, (QUERY_PIECES,), generator=gen).tolist()
+            assert not special & set(q_pieces)
+            d_pieces = min(d, max_pos - QUERY_PIECES - 3)
+            d_map[d] = d_pieces
+            pieces = torch.randint(FIRST_WORD_ID, vocab, (args.n, d_pieces), generator=gen)
+            layers = [r.options["layer"] for r in args.rows if r.kind == "prettr"]
+            builder = FieldBuilder(pieces, args.encode_batch, layers)
+            console.rule(f"d = {d} ({d_pieces} word pieces), N = {args.n}")
+            for i, row in enumerate(args.rows):
+                r = bench_row(row, d_pieces, builder, q_pieces, args, mm["gflops"])
+                r["d_nominal"] = d
+                rows.append(r)
+                gc.collect()
+                c = r["fp16_check"]
+                console.print(
+                    f"{row.name:18s} {r['ms_median']:10.1f} ms (min {r['ms_min']:.1f}, chunk {r['chunk']}, "
+                    f"{r['repeats']} runs, other processes {r['other_processes_cores']:.1f} cores)  fp16 vs fp32: same ranking "
+                    f"{c['same_ranking']}, τ = {c['kendall_tau']:.4f}, max |Δscore| {c['max_abs_score_diff']:.2e}"
+                )
+                if not any(later.kind == row.kind for later in args.rows[i + 1 :]):
+                    builder.drop(row.kind)
+            del builder
+            gc.collect()
+
+    mm_end = measure_matmul()
+    gflops = max(mm["gflops"], mm_end["gflops"])
+    finish_rows(rows, gflops, max(mm["exp_g_per_s"], mm_end["exp_g_per_s"]))
+    targets = evaluate_targets(rows, d_map)
+    print_table(rows, gflops)
+    for t in targets:
+        if t["measured"] is None:
+            continue
+        mark = "[green]met[/]" if t["met"] else "[red]missed[/]"
+        console.print(f"{mark:22s} {t['target']}: {t['measured']:.1f}")
+
+    info["load_average_end"] = list(os.getloadavg())
+    result = {
+        "benchmark": "bench/speed.py",
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "machine": info,
+        "matmul": {"start": mm, "end": mm_end, "gflops_used_for_floor": gflops},
+        "settings": {
+            "n_docs": args.n,
+            "query_pieces": QUERY_PIECES,
+            "d": {str(k): v for k, v in d_map.items()},
+            "d_note": (
+                "d = 512 means 512 - 16 - 3 = 493 word pieces for every ranker: [CLS] q [SEP] d [SEP] must fit"
+                " bert's and prettr's 512 positions; MORES stores [CLS] d [SEP], bert and prettr d [SEP], tk d"
+            ),
+            "token_ids": f"uniform in [{FIRST_WORD_ID}, vocab): no special or [unused] tokens",
+            "repeats": args.repeats,
+            "slow_repeats": args.slow_repeats,
+            "slow_rows": f"bert, and rows whose analytic FLOPs at the matmul rate exceed {SLOW_S:g} s per pass",
+            "warmup": "one untimed pass before the chunk-size trials (slow rows: one chunk), then the trials",
+            "timed": "query_state + score_batch over all N documents, float16 fields in memory, inference_mode",
+            "floor": "analytic matmul FLOPs / best measured float32 matmul GFLOP/s (start or end of the run)",
+            "flops_note": (
+                "matmuls only (2·m·k·n); LayerNorm, GELU, softmax, float16->float32 conversion are not counted;"
+                " TK's 11 RBF kernels are exp() calls, counted in flops.exp_per_query and not in floor_ms;"
+                " floor_ms_incl_exp adds them at the measured exp() rate"
+            ),
+            "seed": args.seed,
+        },
+        "rows": rows,
+        "targets": targets,
+        "wall_s": round(time.perf_counter() - t_start, 1),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {args.out} ({result['wall_s']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
