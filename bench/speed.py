@@ -50,17 +50,16 @@ from rankers.text import pad, positions
 REPO = Path(__file__).resolve().parents[1]
 QUERY_PIECES = 16
 FIRST_WORD_ID = 1000  # below: [PAD], [unusedN], [UNK], [CLS], [SEP], [MASK] in the BERT vocabulary
-CHUNK_CANDIDATES = (
-    32,
-    64,
-    128,
-    256,
-)  # plus "all N at once"; rows estimated slower than FAST_S try SLOW_CHUNKS
-SLOW_CHUNKS = (16, 32)  # tried on the first 32 documents
-FAST_S = (
-    2.0  # estimated seconds per pass (FLOPs / matmul rate) up to which every chunk size is tried on all N
-)
-SLOW_S = 10.0  # rows estimated slower than this (and bert) get --slow-repeats
+# How a row is timed depends on its analytic FLOPs per pass (not on a measured rate, so every run treats
+# the same row the same way). Chunk sizes are tried on all N documents by rows of at most FAST_GFLOP. "All N at once" was the slowest choice for every row in the first full runs (float32 copies of the
+# fields fall out of cache), so it is tried only when N <= ALL_AT_ONCE_MAX; --chunk N forces it.
+CHUNK_CANDIDATES = (32, 64, 128, 256)
+ALL_AT_ONCE_MAX = 256
+FAST_GFLOP = 200.0
+SLOW_CHUNKS = (16, 32)  # other rows: tried on the first 32 documents
+SLOW_GFLOP = 2000.0  # bert and rows above this get --slow-repeats runs ...
+VERY_SLOW_GFLOP = 6000.0  # ... and rows above this (bert at d = 512) --very-slow-repeats
+CONTENDED = 0.5  # other processes' cores during a timed run above which the run is repeated (--retries)
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
@@ -372,25 +371,27 @@ def wait_quiet(limit_s: float, threshold: float = 0.3) -> float:
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < limit_s:
         a = cpu_sample()
-        time.sleep(1.0)
+        time.sleep(0.5)
         if others_cores(a, cpu_sample()) < threshold:
             break
     return time.perf_counter() - t0
 
 
-def choose_chunk(ranker, q, fields, mask, n_docs: int, est_s: float, fixed: int | None) -> tuple[int, dict]:
-    """The fastest chunk size: fast rows try each candidate (and all N at once) over all N documents; rows
-    estimated slower than FAST_S try SLOW_CHUNKS on the first 32 documents. Includes the warm-up."""
+def choose_chunk(ranker, q, fields, mask, n_docs: int, gflop: float, fixed: int | None) -> tuple[int, dict]:
+    """The fastest chunk size: fast rows try each candidate (and all N at once if N <= ALL_AT_ONCE_MAX) over all N documents; rows
+    of more than FAST_GFLOP try SLOW_CHUNKS on the first 32 documents. Includes the warm-up."""
     if fixed:
         run_query(ranker, q, fields, mask, fixed, min(n_docs, fixed))  # warm-up
         return fixed, {}
-    if est_s <= FAST_S:
-        cands = sorted({c for c in CHUNK_CANDIDATES if c < n_docs} | {n_docs})
+    if gflop <= FAST_GFLOP:
+        cands = sorted(
+            {c for c in CHUNK_CANDIDATES if c < n_docs} | ({n_docs} if n_docs <= ALL_AT_ONCE_MAX else set())
+        )
         n = n_docs
     else:
         n = min(n_docs, max(SLOW_CHUNKS))
         cands = [c for c in SLOW_CHUNKS if c <= n] or [n]
-    run_query(ranker, q, fields, mask, cands[0], min(n, cands[0]) if est_s > FAST_S else n)  # warm-up
+    run_query(ranker, q, fields, mask, cands[0], min(n, cands[0]) if gflop > FAST_GFLOP else n)  # warm-up
     tried = {c: timed(lambda c=c: run_query(ranker, q, fields, mask, c, n)) / n * n_docs for c in cands}
     return min(tried, key=tried.get), {str(c): round(t * 1e3, 2) for c, t in tried.items()}
 
@@ -459,9 +460,7 @@ def top_ops(ranker, q, fields, mask, chunk: int, n: int, k: int = 8) -> dict:
     }
 
 
-def bench_row(
-    row: Row, d_pieces: int, builder: FieldBuilder, q_pieces: list[int], args, gflops: float
-) -> dict:
+def bench_row(row: Row, d_pieces: int, builder: FieldBuilder, q_pieces: list[int], args) -> dict:
     t_setup = time.perf_counter()
     ranker = init_ranker(
         row.kind, seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_pieces, **row.options
@@ -475,14 +474,27 @@ def bench_row(
     tq = q[0].shape[1]
     check = rank_check(ranker, q, fields, builder, args.check_n)
 
-    est_s = count_flops(ranker, tq, td, n_docs, 1)["total"] / (gflops * 1e9)
+    gflop = count_flops(ranker, tq, td, n_docs, 1)["total"] / 1e9
     fixed = args.bert_chunk if row.kind == "bert" and args.bert_chunk else args.chunk
-    chunk, tried = choose_chunk(ranker, q, fields, mask, n_docs, est_s, fixed)
-    repeats = args.slow_repeats if row.kind == "bert" or est_s > SLOW_S else args.repeats
+    chunk, tried = choose_chunk(ranker, q, fields, mask, n_docs, gflop, fixed)
+    repeats = args.repeats
+    if row.kind == "bert" or gflop > SLOW_GFLOP:
+        repeats = args.very_slow_repeats if gflop > VERY_SLOW_GFLOP else args.slow_repeats
     waited = wait_quiet(args.wait_quiet) if args.wait_quiet else 0.0
-    t0 = cpu_sample()
-    times = [timed(lambda: run_query(ranker, q, fields, mask, chunk, n_docs)) for _ in range(repeats)]
-    others = others_cores(t0, cpu_sample())
+    times, others, discarded = [], [], []
+    retries = args.retries
+    while len(times) < repeats:
+        t0 = cpu_sample()
+        t = timed(lambda: run_query(ranker, q, fields, mask, chunk, n_docs))
+        busy = others_cores(t0, cpu_sample())
+        # another process took a core: time this run again (/proc counts 10 ms ticks: judge runs >= 0.25 s)
+        if busy > CONTENDED and t >= 0.25 and retries > 0:
+            retries -= 1
+            discarded.append({"ms": round(t * 1e3, 3), "other_processes_cores": round(busy, 2)})
+            waited += wait_quiet(args.wait_quiet) if args.wait_quiet else 0.0
+            continue
+        times.append(t)
+        others.append(busy)
     n_chunks = -(-n_docs // chunk)
     flops = count_flops(ranker, tq, td, n_docs, n_chunks)
     result = {
@@ -505,7 +517,9 @@ def bench_row(
         "flops": flops,
         "fp16_check": check,
         "setup_s": round(setup_s, 1),
-        "other_processes_cores": round(others, 2),
+        "other_processes_cores": round(statistics.mean(others), 2),
+        "other_processes_cores_per_run": [round(o, 2) for o in others],
+        "discarded_contended_runs": discarded,
         "waited_for_quiet_s": round(waited, 1),
     }
     if args.profile:
@@ -616,7 +630,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--bert-repeats",
         type=int,
         default=None,
-        help=f"timed runs for bert and rows estimated over {SLOW_S:g} s per pass (default 3)",
+        help=f"timed runs for bert and rows estimated over {SLOW_GFLOP:g} GFLOP per pass (default 3)",
+    )
+    p.add_argument(
+        "--very-slow-repeats",
+        type=int,
+        default=None,
+        help=f"timed runs for rows estimated over {VERY_SLOW_GFLOP:g} GFLOP per pass: bert at d = 512 (default 2)",
     )
     p.add_argument(
         "--chunk", type=int, default=None, help="documents per score_batch call (default: fastest)"
@@ -634,6 +654,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=5.0,
         help="before timing each row, wait up to this many seconds for other processes to go idle (0: never)",
     )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=3,
+        help=f"per row, how many timed runs during which other processes used > {CONTENDED:g} cores are"
+        " discarded and run again",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="smoke run: N = 48, 2 repeats, 1 for bert")
     p.add_argument(
@@ -647,6 +674,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.n = args.n or (48 if q else 1000)
     args.repeats = args.repeats or (2 if q else 5)
     args.slow_repeats = args.slow_repeats or (1 if q else 3)
+    args.very_slow_repeats = args.very_slow_repeats or (1 if q else 2)
     args.check_n = min(args.check_n, args.n)
     args.threads = args.threads or os.cpu_count() or 1
     args.out = args.out or REPO / "bench" / "results" / ("speed-quick.json" if q else "speed.json")
@@ -691,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
             builder = FieldBuilder(pieces, args.encode_batch, layers)
             console.rule(f"d = {d} ({d_pieces} word pieces), N = {args.n}")
             for i, row in enumerate(args.rows):
-                r = bench_row(row, d_pieces, builder, q_pieces, args, mm["gflops"])
+                r = bench_row(row, d_pieces, builder, q_pieces, args)
                 r["d_nominal"] = d
                 rows.append(r)
                 gc.collect()
@@ -734,7 +762,17 @@ def main(argv: list[str] | None = None) -> int:
             "token_ids": f"uniform in [{FIRST_WORD_ID}, vocab): no special or [unused] tokens",
             "repeats": args.repeats,
             "slow_repeats": args.slow_repeats,
-            "slow_rows": f"bert, and rows whose analytic FLOPs at the matmul rate exceed {SLOW_S:g} s per pass",
+            "very_slow_repeats": args.very_slow_repeats,
+            "slow_rows": (
+                f"bert and rows over {SLOW_GFLOP:g} analytic GFLOP per pass get slow_repeats runs, rows over"
+                f" {VERY_SLOW_GFLOP:g} GFLOP very_slow_repeats; always over all N documents. Rows up to"
+                f" {FAST_GFLOP:g} GFLOP try chunks {CHUNK_CANDIDATES} on all N, others {SLOW_CHUNKS} on 32 documents"
+            ),
+            "contention": (
+                f"a timed run during which other processes kept more than {CONTENDED:g} cores busy is discarded"
+                f" and run again, at most {args.retries} times per row (rows: discarded_contended_runs);"
+                f" before each row the script waits up to {args.wait_quiet:g} s for other processes to go idle"
+            ),
             "warmup": "one untimed pass before the chunk-size trials (slow rows: one chunk), then the trials",
             "timed": "query_state + score_batch over all N documents, float16 fields in memory, inference_mode",
             "floor": "analytic matmul FLOPs / best measured float32 matmul GFLOP/s (start or end of the run)",
