@@ -55,35 +55,48 @@ class RerankStats:
     seconds: dict[str, float] = field(default_factory=lambda: {"query": 0.0, "fetch": 0.0, "score": 0.0})
 
 
-def rerank_with_store(
-    ranker, reader, query: str, candidates: list[tuple[str, float]], stats: RerankStats, batch: int = 256
-) -> list[tuple[str, float]]:
-    """Re-rank candidates [(docid, first-stage score)] with stored document fields; unknown docids keep
-    their place below every re-ranked one (and are counted), never a silent zero vector."""
+def score_stored(
+    ranker, reader, qs, docids: list[str], seconds: dict[str, float], batch: int = 256
+) -> tuple[list[tuple[str, float]], list[str]]:
+    """Score ``docids`` (in batches of ``batch``) from their stored fields: ``([(docid, score)] for the known
+    ones in input order, [unknown docids])``; fetch and score time are added to ``seconds``. The one
+    scoring loop that ``rerank-run`` and the service share, so both give the same scores."""
     import torch
 
-    t0 = time.perf_counter()
-    qs = ranker.encode_query(query)
-    stats.seconds["query"] += time.perf_counter() - t0
     scored: list[tuple[str, float]] = []
     unknown: list[str] = []
-    for start in range(0, len(candidates), batch):
-        ids = [d for d, _ in candidates[start : start + batch]]
+    for start in range(0, len(docids), batch):
         t0 = time.perf_counter()
-        fetched = reader.fetch_torch(ids, ranker.device)
+        fetched = reader.fetch_torch(docids[start : start + batch], ranker.device)
         t1 = time.perf_counter()
         if fetched.docids:
             with torch.inference_mode():
                 scores = ranker.score_batch(qs, fetched.fields, fetched.mask).float().cpu().tolist()
             scored.extend(zip(fetched.docids, scores, strict=True))
-        stats.seconds["fetch"] += t1 - t0
-        stats.seconds["score"] += time.perf_counter() - t1
+        seconds["fetch"] += t1 - t0
+        seconds["score"] += time.perf_counter() - t1
         unknown.extend(fetched.unknown)
+    return scored, unknown
+
+
+def by_score(scored: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Best first; ties broken by docid, so every path orders equal scores the same way."""
+    return sorted(scored, key=lambda x: (-x[1], x[0]))
+
+
+def rerank_with_store(
+    ranker, reader, query: str, candidates: list[tuple[str, float]], stats: RerankStats, batch: int = 256
+) -> list[tuple[str, float]]:
+    """Re-rank candidates [(docid, first-stage score)] with stored document fields; unknown docids keep
+    their place below every re-ranked one (and are counted), never a silent zero vector."""
+    t0 = time.perf_counter()
+    qs = ranker.encode_query(query)
+    stats.seconds["query"] += time.perf_counter() - t0
+    scored, unknown = score_stored(ranker, reader, qs, [d for d, _ in candidates], stats.seconds, batch)
     stats.queries += 1
     stats.candidates += len(candidates)
     stats.unknown += len(unknown)
-    scored.sort(key=lambda x: (-x[1], x[0]))
-    return scored + [(d, float("-inf")) for d in unknown]
+    return by_score(scored) + [(d, float("-inf")) for d in unknown]
 
 
 def rerank_run(

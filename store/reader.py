@@ -232,6 +232,10 @@ class StoreReader:
     def __contains__(self, docid: object) -> bool:
         return isinstance(docid, str) and bool(self._lookup([docid])[1][0])
 
+    def known(self, docids: Sequence[str]) -> np.ndarray:
+        """bool [n]: which of ``docids`` the store holds (one vectorised lookup)."""
+        return self._lookup(list(docids))[1]
+
     def docids(self) -> list[str]:
         """All docids in store order (shard by shard)."""
         return [d.decode("utf-8") for d in self._ids.tolist()]

@@ -66,3 +66,11 @@ def tiny_base(tmp_path_factory, minilm_dir) -> Path:
 @pytest.fixture
 def rng() -> random.Random:
     return random.Random(42)
+
+
+@pytest.fixture(scope="session")
+def service_env(tmp_path_factory, tiny_base):
+    """The bundled SciFact sample with its BM25 index, a tiny MORES 2×IB (s2) checkpoint and its store."""
+    from services_testkit import build_service_env
+
+    return build_service_env(tmp_path_factory.mktemp("service"), tiny_base)

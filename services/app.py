@@ -1,0 +1,464 @@
+"""The FastAPI app: routes, limits, auth, request ids, access logs, metrics; model work on one thread.
+
+Requests are validated on the event loop, then queued for the single model thread (the ranker is not
+thread-safe and a CPU or GPU gains nothing from two forward passes at once). At most ``max_queue`` requests
+wait for or hold the model; the next one gets 503 with ``Retry-After`` instead of a queue that grows
+without limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import math
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from aheadrank import __version__
+from aheadrank.errors import AheadrankError
+from services.backend import RequestError, RerankBackend, StageClock
+from services.metrics import ServiceMetrics
+from services.schemas import (
+    BudgetReport,
+    CompatDocument,
+    CompatRerankRequest,
+    CompatRerankResponse,
+    CompatResult,
+    ErrorResponse,
+    InfoResponse,
+    RerankRequest,
+    RerankResponse,
+    RerankResult,
+    TeiRank,
+    Timings,
+    Usage,
+)
+
+access_log = logging.getLogger("aheadrank.access")
+log = logging.getLogger("aheadrank.service")
+T = TypeVar("T")
+ENDPOINTS = ("/v1/rerank", "/rerank", "/v1/info", "/health", "/ready", "/metrics")
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 422, 503)
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.headers = status, message, kind, headers or {}
+
+
+def _error_response(
+    request_id: str | None, status: int, message: str, kind: str, headers=None
+) -> JSONResponse:
+    body = ErrorResponse(error=message, kind=kind, request_id=request_id).model_dump()
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class Gate:
+    """Pure ASGI middleware: request id, arrival time, body-size limit, access log, request metrics."""
+
+    def __init__(self, app, max_body_bytes: int, metrics: ServiceMetrics, access: bool):
+        self.app, self.max_body, self.metrics, self.access = app, max_body_bytes, metrics, access
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        arrival = time.perf_counter()
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        given = headers.get("x-request-id", "")
+        rid = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {}).update(request_id=rid, arrival=arrival)
+        status = [500]
+
+        async def send_with_id(message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                MutableHeaders(scope=message)["x-request-id"] = rid
+            await send(message)
+
+        path = scope.get("path", "")
+        endpoint = path if path in ENDPOINTS else "other"
+        try:
+            ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+            if (
+                scope.get("method") == "POST"
+                and ctype
+                and ctype != "application/json"
+                and not ctype.endswith("+json")
+            ):
+                self.metrics.errors.labels("content_type").inc()
+                response = _error_response(
+                    rid, 415, f"Content-Type must be application/json, not {ctype!r}", "content_type"
+                )
+                await response(scope, receive, send_with_id)
+                return
+            body_receive = await self._bounded_body(scope, receive, headers)
+            if body_receive is None:
+                self.metrics.errors.labels("body_too_large").inc()
+                response = _error_response(
+                    rid, 413, f"request body over the limit of {self.max_body} bytes", "body_too_large"
+                )
+                await response(scope, receive, send_with_id)
+            else:
+                await self.app(scope, body_receive, send_with_id)
+        finally:
+            took = time.perf_counter() - arrival
+            self.metrics.requests.labels(endpoint, str(status[0])).inc()
+            if endpoint != "other":
+                self.metrics.latency.labels(endpoint).observe(took)
+            if self.access:
+                client = scope.get("client") or ("-", 0)
+                access_log.info(
+                    json.dumps(
+                        {
+                            "event": "access",
+                            "request_id": rid,
+                            "method": scope.get("method"),
+                            "path": path,
+                            "status": status[0],
+                            "ms": round(took * 1e3, 2),
+                            "client": f"{client[0]}:{client[1]}",
+                        }
+                    )
+                )
+
+    async def _bounded_body(self, scope, receive, headers):
+        """Read the whole body if it is within the limit and replay it to the app; None if it is not."""
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return receive
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body:
+            return None
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                chunks = None
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return None
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        if chunks is None:
+            return receive
+        body, sent = b"".join(chunks), [False]
+
+        async def replay():
+            if not sent[0]:
+                sent[0] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return replay
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:10]:
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def _server_timing(seconds: dict[str, float], total: float) -> str:
+    items = [f"{k};dur={v * 1e3:.3f}" for k, v in seconds.items() if v > 0]
+    return ", ".join([*items, f"total;dur={total * 1e3:.3f}"])
+
+
+def create_app(backend: RerankBackend) -> FastAPI:
+    """One app around a loaded (and warmed-up) backend."""
+    settings = backend.settings
+    metrics = ServiceMetrics()
+    metrics.info.labels(
+        backend.model_name, backend.ranker.kind, backend.ranker.fingerprint, backend.device
+    ).set(1)
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aheadrank-model")
+    pending = [0]
+    pending_lock = threading.Lock()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        if backend.searcher is not None:  # the model thread called into the JVM: detach it before it ends
+            from indexer.java import detach_thread
+
+            executor.submit(detach_thread)
+        executor.shutdown(wait=True)
+
+    app = FastAPI(
+        title="aheadrank",
+        version=__version__,
+        description="Re-ranking through precomputed document representations (DESIGN.md, 'The service').",
+        lifespan=lifespan,
+    )
+    app.state.backend = backend
+    app.state.metrics = metrics
+    app.add_middleware(
+        Gate, max_body_bytes=settings.max_body_bytes, metrics=metrics, access=settings.access_log
+    )
+
+    # ---- errors: always a JSON body that says what is wrong ---------------------------------------
+    def rid(request: Request) -> str | None:
+        return getattr(request.state, "request_id", None)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        metrics.errors.labels(exc.kind).inc()
+        return _error_response(rid(request), exc.status, exc.message, exc.kind, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        metrics.errors.labels("validation").inc()
+        return _error_response(rid(request), 422, _validation_message(exc), "validation")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        kind = {404: "not_found", 405: "method_not_allowed", 400: "bad_request"}.get(exc.status_code, "http")
+        metrics.errors.labels(kind).inc()
+        detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+        if exc.status_code == 400 and "parsing the body" in detail:
+            detail = "the request body is not valid JSON (or not UTF-8)"
+        return _error_response(rid(request), exc.status_code, detail, kind, getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):
+        metrics.errors.labels("internal").inc()
+        log.exception("internal error (request id %s)", rid(request))
+        return _error_response(rid(request), 500, f"internal error; request id {rid(request)}", "internal")
+
+    # ---- auth --------------------------------------------------------------------------------------
+    keys = [k.encode() for k in settings.api_keys]
+
+    def require_key(request: Request) -> None:
+        if not keys:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if not header or scheme.lower() != "bearer" or not token:
+            raise ApiError(
+                401,
+                "missing API key: send 'Authorization: Bearer <key>'",
+                "auth_missing",
+                {"WWW-Authenticate": "Bearer"},
+            )
+        if not any(hmac.compare_digest(token.encode(), k) for k in keys):
+            raise ApiError(403, "API key not accepted", "auth_invalid")
+
+    # ---- the model thread ------------------------------------------------------------------------
+    async def on_model_thread(fn: Callable[[], T]) -> T:
+        with pending_lock:
+            if pending[0] >= settings.max_queue:
+                raise ApiError(
+                    503,
+                    f"server busy: {pending[0]} requests already queued (max_queue {settings.max_queue}); retry later",
+                    "overloaded",
+                    {"Retry-After": "1"},
+                )
+            pending[0] += 1
+            metrics.queue.set(pending[0])
+
+        def run() -> T:
+            try:
+                return fn()
+            finally:
+                with pending_lock:  # counted until the work ends, even if the client went away
+                    pending[0] -= 1
+                    metrics.queue.set(pending[0])
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(executor, run)
+        except RequestError as exc:
+            raise ApiError(exc.status, str(exc), exc.kind) from exc
+        except AheadrankError as exc:  # the server's own data went bad under it (e.g. a store file)
+            raise ApiError(503, str(exc), "server_data") from exc
+
+    def check_query(query: str) -> None:
+        if len(query) > settings.max_query_chars:
+            raise ApiError(
+                413,
+                f"query has {len(query)} characters; the limit is {settings.max_query_chars}",
+                "query_too_long",
+            )
+
+    # ---- routes ------------------------------------------------------------------------------------
+    @app.get("/health", tags=["ops"])
+    async def health() -> dict:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/ready", tags=["ops"], responses={503: {"model": ErrorResponse}})
+    async def ready():
+        """Readiness: model loaded on its device, store and index open, warm-up done."""
+        if not backend.ready:
+            return _error_response(None, 503, "warming up", "not_ready")
+        return {"status": "ready", "model": backend.model_name}
+
+    @app.get("/metrics", tags=["ops"])
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get(
+        "/v1/info",
+        response_model=InfoResponse,
+        tags=["ops"],
+        dependencies=[Depends(require_key)],
+        responses=ERRORS,
+    )
+    async def info() -> dict:
+        return backend.info()
+
+    @app.post(
+        "/v1/rerank",
+        response_model=RerankResponse,
+        tags=["rerank"],
+        dependencies=[Depends(require_key)],
+        responses=ERRORS,
+    )
+    async def rerank(req: RerankRequest, request: Request, response: Response) -> RerankResponse:
+        """Re-rank BM25 top-`depth` (or the given candidate docids) through the stored representations."""
+        check_query(req.query)
+        if req.candidates is not None:
+            if len(req.candidates) > settings.max_candidates:
+                raise ApiError(
+                    413,
+                    f"{len(req.candidates)} candidates; the limit is {settings.max_candidates}",
+                    "too_many_candidates",
+                )
+            if not req.candidates:
+                raise ApiError(
+                    422, "candidates must not be empty (leave it out for BM25 candidates)", "validation"
+                )
+        depth = req.depth or min(settings.default_depth, settings.max_candidates)
+        if depth > settings.max_candidates:
+            raise ApiError(
+                413, f"depth {depth} is over the limit of {settings.max_candidates}", "too_many_candidates"
+            )
+        arrival = request.state.arrival
+        clock = StageClock()
+        out = await on_model_thread(
+            lambda: backend.rerank(
+                req.query, req.candidates, depth, req.time_budget_ms, arrival, clock, req.return_text
+            )
+        )
+        shown = out.ranked[: req.top_n] if req.top_n else out.ranked
+        results = [
+            RerankResult(
+                docid=d, rank=i + 1, score=s, bm25_score=b, text=out.texts.get(d) if req.return_text else None
+            )
+            for i, (d, s, b) in enumerate(shown)
+        ]
+        total = time.perf_counter() - arrival
+        metrics.observe_stages("/v1/rerank", clock.seconds)
+        metrics.candidates.labels("/v1/rerank").observe(out.candidates)
+        metrics.reranked.observe(out.reranked)
+        response.headers["Server-Timing"] = _server_timing(clock.seconds, total)
+        budget = None
+        if req.time_budget_ms is not None:
+            budget = BudgetReport(
+                time_budget_ms=req.time_budget_ms,
+                planned_depth=out.planned_depth or 0,
+                per_doc_ms=backend.latency.per_doc_s * 1e3,
+            )
+        return RerankResponse(
+            results=results,
+            reranked=out.reranked,
+            candidates=out.candidates,
+            missing_from_store=out.missing,
+            model=backend.model_name,
+            budget=budget,
+            timings=Timings(**clock.ms(), total_ms=round(total * 1e3, 3)),
+            request_id=rid(request) or "",
+        )
+
+    @app.post(
+        "/rerank",
+        response_model=CompatRerankResponse | list[TeiRank],
+        response_model_exclude_none=True,
+        tags=["rerank"],
+        dependencies=[Depends(require_key)],
+        responses=ERRORS,
+    )
+    async def rerank_compat(req: CompatRerankRequest, request: Request, response: Response):
+        """Cohere / Jina / TEI-compatible re-ranking of ad-hoc texts (the document side runs online)."""
+        check_query(req.query)
+        try:
+            items = req.items()
+        except ValueError as exc:
+            raise ApiError(422, str(exc), "validation") from exc
+        if not items:
+            raise ApiError(422, "documents must not be empty", "validation")
+        if len(items) > settings.max_documents:
+            raise ApiError(
+                413,
+                f"{len(items)} documents; the limit is {settings.max_documents} per request",
+                "too_many_documents",
+            )
+        long = [i for i, t in enumerate(items) if len(t) > settings.max_document_chars]
+        if long:
+            raise ApiError(
+                413,
+                f"document(s) {long[:10]} over the limit of {settings.max_document_chars} characters",
+                "document_too_long",
+            )
+        arrival = request.state.arrival
+        clock = StageClock()
+
+        def work():
+            clock.seconds["queue"] = time.perf_counter() - arrival
+            return backend.score_texts(req.query, items, clock)
+
+        scores, tokens = await on_model_thread(work)
+        shown = [1.0 / (1.0 + math.exp(-s)) if not req.raw_scores else s for s in scores]
+        order = sorted(range(len(items)), key=lambda i: (-scores[i], i))
+        if req.top_n:
+            order = order[: req.top_n]
+        total = time.perf_counter() - arrival
+        metrics.observe_stages("/rerank", clock.seconds)
+        metrics.candidates.labels("/rerank").observe(len(items))
+        response.headers["Server-Timing"] = _server_timing(clock.seconds, total)
+        if req.texts is not None:
+            return [
+                TeiRank(index=i, score=shown[i], text=items[i] if req.return_text else None) for i in order
+            ]
+        return CompatRerankResponse(
+            id=rid(request) or uuid.uuid4().hex,
+            model=backend.model_name,
+            results=[
+                CompatResult(
+                    index=i,
+                    relevance_score=shown[i],
+                    document=CompatDocument(text=items[i]) if req.return_documents else None,
+                )
+                for i in order
+            ],
+            usage=Usage(total_tokens=tokens),
+            meta={
+                "api_version": {"version": "1"},
+                "billed_units": {"search_units": 1},
+                "timings": {**clock.ms(), "total_ms": round(total * 1e3, 3)},
+            },
+        )
+
+    return app

@@ -1,0 +1,349 @@
+"""The model side of the service: checkpoint + store + BM25 searcher behind one object.
+
+Every method here runs on the service's single model thread (services/app.py), so the ranker, which is not
+thread-safe, is never used by two requests at once; the asyncio side only queues work and answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aheadrank.errors import AheadrankError, CheckpointError, StoreError
+from services.budget import LatencyModel
+from services.settings import ServiceSettings
+
+log = logging.getLogger("aheadrank.service")
+WARMUP_SEARCHES = 300
+
+
+class RequestError(AheadrankError):
+    """Bad input the model side finds (unknown docids, no index configured): answered 4xx."""
+
+    def __init__(self, message: str, kind: str = "bad_request", status: int = 422):
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+@dataclass
+class StageClock:
+    """Seconds per stage for one request."""
+
+    seconds: dict[str, float] = field(
+        default_factory=lambda: {
+            "queue": 0.0,
+            "bm25": 0.0,
+            "query": 0.0,
+            "fetch": 0.0,
+            "score": 0.0,
+            "encode": 0.0,
+        }
+    )
+
+    def ms(self) -> dict[str, float]:
+        return {f"{k}_ms": round(v * 1e3, 3) for k, v in self.seconds.items()}
+
+
+@dataclass
+class RerankOutcome:
+    ranked: list[tuple[str, float | None, float | None]]  # (docid, score or None, bm25 score or None)
+    reranked: int
+    candidates: int
+    missing: list[str]
+    planned_depth: int | None
+    texts: dict[str, str]
+
+
+def resolve_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise AheadrankError(f"--device {name}: CUDA is not available on this machine (use cpu or auto)")
+    return name
+
+
+class RerankBackend:
+    def __init__(self, settings: ServiceSettings, ranker, reader=None, searcher=None, device: str = "cpu"):
+        self.settings = settings
+        self.ranker = ranker
+        self.reader = reader
+        self.searcher = searcher
+        self.device = device
+        self.latency = LatencyModel(settings.batch_size)
+        self.ready = False
+        self.warnings: list[str] = []
+        self.model_name = f"{ranker.kind}:{Path(settings.checkpoint).name}"
+        if reader is not None and searcher is not None and searcher.num_docs != len(reader):
+            self.warnings.append(
+                f"the BM25 index holds {searcher.num_docs} documents but the store {len(reader)}: "
+                "BM25 hits missing from the store are reported in `missing_from_store`"
+            )
+            log.warning(self.warnings[-1])
+
+    # ---- start-up ----------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, settings: ServiceSettings) -> RerankBackend:
+        """Open the store, check its fingerprint against the checkpoint (refuse on a mismatch), load the
+        ranker on the device, open the Lucene searcher. Raises AheadrankError with a clear message."""
+        from rankers import load_ranker, read_fingerprint
+
+        if settings.threads:
+            import torch
+
+            torch.set_num_threads(settings.threads)
+        device = resolve_device(settings.device)
+        ckpt = Path(settings.checkpoint)
+        try:
+            ckpt_fp = read_fingerprint(ckpt)
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"cannot read the fingerprint of checkpoint {ckpt}: {exc}") from exc
+        reader = None
+        strategy = None
+        if settings.store is not None:
+            from store import StoreReader
+
+            reader = StoreReader(settings.store)
+            if reader.spec.fingerprint != ckpt_fp:
+                reader.close()
+                raise StoreError(
+                    f"refusing to start: the store {settings.store} was built by the checkpoint with "
+                    f"fingerprint {reader.spec.fingerprint}, but --checkpoint {ckpt} has fingerprint {ckpt_fp}. "
+                    "Serve the checkpoint that built the store, or rebuild the store with `aheadrank index`."
+                )
+            strategy = reader.spec.strategy
+        ranker = load_ranker(ckpt, device=device, strategy=strategy)
+        if reader is not None:
+            reader.check_fingerprint(ranker.fingerprint)
+        searcher = None
+        if settings.index is not None:
+            import aheadrank.javaenv  # noqa: F401  (before pyserini)
+            from indexer.bm25 import Bm25Searcher
+
+            searcher = Bm25Searcher(settings.index)
+        return cls(settings, ranker, reader, searcher, device)
+
+    def warmup(self) -> dict:
+        """Run every path once and fit the latency model on this machine; then the backend is ready."""
+        t0 = time.perf_counter()
+        if self.searcher is not None:  # the JVM compiles Lucene's search path after some hundred calls
+            words = ["cell", "protein", "cancer", "risk", "gene", "study", "effect", "patients", "model"]
+            for i in range(WARMUP_SEARCHES):
+                self.searcher.search(" ".join(words[j % len(words)] for j in range(i, i + 3)), 100)
+                if time.perf_counter() - t0 > 2.0:
+                    break
+        qs = self.ranker.encode_query("warm up the query encoder")
+        self.score_texts("warm up", ["warm up the document encoder"])
+        if self.reader is not None and len(self.reader):
+            ids = self.reader.docids()[: self.settings.batch_size]
+            seconds = {"fetch": 0.0, "score": 0.0}
+            self._score_chunk(qs, ids, seconds)  # first touch: page cache, kernels
+            samples = []
+            sizes = sorted({max(1, len(ids) // 16), max(1, len(ids) // 4), max(1, len(ids) // 2), len(ids)})
+            for _ in range(3):
+                for n in sizes:
+                    t = time.perf_counter()
+                    self._score_chunk(qs, ids[:n], {"fetch": 0.0, "score": 0.0})
+                    samples.append((n, time.perf_counter() - t))
+            if len({n for n, _ in samples}) >= 2:
+                self.latency.fit(samples)
+        self.ready = True
+        took = time.perf_counter() - t0
+        log.info("warm-up done in %.2f s; latency model %s", took, self.latency.describe())
+        return {"seconds": took, **self.latency.describe()}
+
+    def close(self) -> None:
+        self.ready = False
+        if self.searcher is not None:
+            self.searcher.close()
+        if self.reader is not None:
+            self.reader.close()
+
+    # ---- requests (model thread) ------------------------------------------------------------------
+    def _score_chunk(self, qs, docids: list[str], seconds: dict[str, float]) -> list[tuple[str, float]]:
+        from aheadrank.runs import score_stored
+
+        scored, unknown = score_stored(
+            self.ranker, self.reader, qs, docids, seconds, self.settings.batch_size
+        )
+        if unknown:  # checked before scoring; a store that changed under us is a server-side fault
+            raise StoreError(f"docids vanished from the store while serving: {unknown[:5]}")
+        return scored
+
+    def check_candidates(self, docids: list[str]) -> None:
+        """Refuse duplicate and unknown docids with a message that names them (never a silent zero)."""
+        if self.reader is None:
+            raise RequestError(
+                "this server has no representation store (start it with --store)", "no_store", 503
+            )
+        seen, dupes = set(), []
+        for d in docids:
+            if d in seen:
+                dupes.append(d)
+            seen.add(d)
+        if dupes:
+            raise RequestError(
+                f"duplicate docids in candidates: {sorted(set(dupes))[:10]}", "duplicate_docid"
+            )
+        known = self.reader.known(docids) if docids else []
+        unknown = [d for d, k in zip(docids, known, strict=True) if not k]
+        if unknown:
+            raise RequestError(
+                f"{len(unknown)} unknown docid(s), not in the store: {unknown[:10]}", "unknown_docid", 404
+            )
+
+    def rerank(
+        self,
+        query: str,
+        candidates: list[str] | None,
+        depth: int,
+        budget_ms: float | None,
+        arrival: float,
+        clock: StageClock,
+        want_text: bool = False,
+    ) -> RerankOutcome:
+        from aheadrank.runs import by_score
+
+        start = time.perf_counter()
+        clock.seconds["queue"] = start - arrival
+        if self.reader is None:
+            raise RequestError(
+                "this server has no representation store (start it with --store)", "no_store", 503
+            )
+        if candidates is None:
+            if self.searcher is None:
+                raise RequestError(
+                    "this server has no BM25 index (start it with --index): give `candidates`",
+                    "no_index",
+                    422,
+                )
+            hits: list[tuple[str, float | None]] = list(self.searcher.search(query, depth))
+            known = self.reader.known([d for d, _ in hits]) if hits else []
+            missing = [d for (d, _), k in zip(hits, known, strict=True) if not k]
+            head = [(d, s) for (d, s), k in zip(hits, known, strict=True) if k]
+        else:
+            self.check_candidates(candidates)
+            hits = [(d, None) for d in candidates]
+            missing, head = [], hits
+        t = time.perf_counter()
+        clock.seconds["bm25"] = t - start
+        qs = self.ranker.encode_query(query)
+        clock.seconds["query"] = time.perf_counter() - t
+
+        ids = [d for d, _ in head]
+        planned = None
+        if budget_ms is None:
+            scored = self._score_chunk(qs, ids, clock.seconds)
+        else:
+            deadline = arrival + budget_ms / 1e3
+            planned = self.latency.depth_for(deadline - time.perf_counter(), len(ids))
+            scored = []
+            while len(scored) < len(ids):
+                n = min(
+                    self.latency.depth_for(deadline - time.perf_counter(), len(ids) - len(scored)),
+                    self.settings.batch_size,
+                )
+                if n <= 0:
+                    break
+                t = time.perf_counter()
+                scored += self._score_chunk(qs, ids[len(scored) : len(scored) + n], clock.seconds)
+                self.latency.observe(n, time.perf_counter() - t)
+        bm25 = dict(hits)
+        ranked = [(d, s, bm25[d]) for d, s in by_score(scored)]
+        ranked += [(d, None, bm25[d]) for d in ids[len(scored) :]]  # the tail keeps first-stage order
+        ranked += [(d, None, bm25[d]) for d in missing]
+        texts = {}
+        if want_text:
+            if self.searcher is None:
+                raise RequestError(
+                    "return_text needs the Lucene index (start the server with --index)", "no_index"
+                )
+            texts = self.searcher.doc_texts([d for d, _, _ in ranked])
+        return RerankOutcome(ranked, len(scored), len(hits), missing, planned, texts)
+
+    def score_texts(
+        self, query: str, texts: list[str], clock: StageClock | None = None
+    ) -> tuple[list[float], int]:
+        """Ad-hoc documents: the document side online, in length-sorted batches. Returns (scores in input
+        order, tokens processed)."""
+        clock = clock or StageClock()
+        t = time.perf_counter()
+        qs = self.ranker.encode_query(query)
+        clock.seconds["query"] = time.perf_counter() - t
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        scores: list[float] = [math.nan] * len(texts)
+        tokens = 0
+        step = self.settings.doc_batch_size
+        for start in range(0, len(order), step):
+            idx = order[start : start + step]
+            t = time.perf_counter()
+            docs = self.ranker.encode_documents([texts[i] for i in idx], batch_size=step)
+            t1 = time.perf_counter()
+            out = self.ranker.score(qs, docs).tolist()
+            clock.seconds["encode"] += t1 - t
+            clock.seconds["score"] += time.perf_counter() - t1
+            tokens += sum(int(next(iter(d.values())).shape[0]) for d in docs)
+            for i, s in zip(idx, out, strict=True):
+                scores[i] = float(s)
+        return scores, tokens
+
+    # ---- info ------------------------------------------------------------------------------------------
+    def info(self) -> dict:
+        import torch
+
+        from aheadrank import __version__
+
+        model = {
+            "name": self.model_name,
+            "checkpoint": str(self.settings.checkpoint),
+            "fingerprint": self.ranker.fingerprint,
+            **self.ranker.describe(),
+        }
+        store = None
+        if self.reader is not None:
+            spec = self.reader.spec
+            store = {
+                "path": str(self.settings.store),
+                "documents": len(self.reader),
+                "bytes": self.reader.manifest.n_bytes,
+                "shards": len(self.reader.manifest.shards),
+                "fields": spec.fields,
+                "dtype": spec.dtype,
+                "compression": spec.compression,
+                "fingerprint": spec.fingerprint,
+            }
+        index = None
+        if self.searcher is not None:
+            index = {
+                "path": str(self.settings.index),
+                "documents": self.searcher.num_docs,
+                "k1": self.searcher.k1,
+                "b": self.searcher.b,
+            }
+        device = self.device
+        if device.startswith("cuda"):
+            device = f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+        s = self.settings
+        return {
+            "model": model,
+            "store": store,
+            "index": index,
+            "device": device,
+            "limits": {
+                "max_candidates": s.max_candidates,
+                "max_documents": s.max_documents,
+                "max_query_chars": s.max_query_chars,
+                "max_document_chars": s.max_document_chars,
+                "max_body_bytes": s.max_body_bytes,
+                "max_queue": s.max_queue,
+                "default_depth": s.default_depth,
+            },
+            "latency": self.latency.describe(),
+            "version": __version__,
+            "warnings": self.warnings,
+        }

@@ -1,0 +1,143 @@
+"""``aheadrank serve``: load, check, warm up, then serve (uvicorn). Every flag has an ``AHEADRANK_*`` twin."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from aheadrank.app import app
+from aheadrank.cliutil import env, user_errors
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per log line: structured and greppable."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        try:
+            body = json.loads(message) if message.startswith("{") else {"message": message}
+        except ValueError:
+            body = {"message": message}
+        out = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            **body,
+        }
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines())
+    for name in ("aheadrank", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.propagate = False
+    logging.getLogger("aheadrank").setLevel(level.upper())
+    logging.getLogger("uvicorn.error").setLevel("WARNING")
+
+
+@app.command("serve")
+@user_errors
+def serve(
+    checkpoint: Path = typer.Option(..., "--checkpoint", envvar=env("checkpoint"), help="ranker checkpoint"),
+    store: Path | None = typer.Option(None, "--store", envvar=env("store"), help="representation store"),
+    index: Path | None = typer.Option(None, "--index", envvar=env("index"), help="Lucene BM25 index"),
+    host: str = typer.Option("127.0.0.1", "--host", envvar=env("host")),
+    port: int = typer.Option(8080, "--port", envvar=env("port"), min=0, max=65535),
+    device: str = typer.Option("auto", "--device", envvar=env("device"), help="auto, cpu, cuda, cuda:N"),
+    threads: int | None = typer.Option(
+        None, "--threads", envvar=env("threads"), min=1, help="torch CPU threads"
+    ),
+    max_candidates: int = typer.Option(1000, "--max-candidates", envvar=env("max-candidates"), min=1),
+    max_documents: int = typer.Option(
+        10_000, "--max-documents", envvar=env("max-documents"), min=1, help="/rerank documents per request"
+    ),
+    max_query_chars: int = typer.Option(2000, "--max-query-chars", envvar=env("max-query-chars"), min=1),
+    max_document_chars: int = typer.Option(
+        100_000, "--max-document-chars", envvar=env("max-document-chars"), min=1
+    ),
+    max_body_bytes: int = typer.Option(
+        32 * 1024 * 1024, "--max-body-bytes", envvar=env("max-body-bytes"), min=1024
+    ),
+    max_queue: int = typer.Option(
+        64, "--max-queue", envvar=env("max-queue"), min=1, help="more waiting: 503"
+    ),
+    default_depth: int = typer.Option(100, "--default-depth", envvar=env("default-depth"), min=1),
+    batch_size: int = typer.Option(256, "--batch-size", envvar=env("batch-size"), min=1),
+    doc_batch_size: int = typer.Option(64, "--doc-batch-size", envvar=env("doc-batch-size"), min=1),
+    api_key: list[str] = typer.Option(
+        [], "--api-key", envvar=env("api-keys"), help="accepted Bearer key (repeat; env: space-separated)"
+    ),
+    warmup: bool = typer.Option(True, "--warmup/--no-warmup", envvar=env("warmup")),
+    access_log: bool = typer.Option(True, "--access-log/--no-access-log", envvar=env("access-log")),
+    log_level: str = typer.Option("info", "--log-level", envvar=env("log-level")),
+) -> None:
+    """Serve re-ranking over HTTP: /v1/rerank, /rerank (Cohere/Jina/TEI), /health, /ready, /metrics, /v1/info."""
+    import uvicorn
+
+    from services.app import create_app
+    from services.backend import RerankBackend
+    from services.settings import ServiceSettings
+
+    configure_logging(log_level)
+    log = logging.getLogger("aheadrank.service")
+    settings = ServiceSettings(
+        checkpoint=checkpoint,
+        store=store,
+        index=index,
+        host=host,
+        port=port,
+        device=device,
+        threads=threads,
+        max_candidates=max_candidates,
+        max_documents=max_documents,
+        max_query_chars=max_query_chars,
+        max_document_chars=max_document_chars,
+        max_body_bytes=max_body_bytes,
+        max_queue=max_queue,
+        default_depth=default_depth,
+        batch_size=batch_size,
+        doc_batch_size=doc_batch_size,
+        api_keys=[k for key in api_key for k in key.replace(",", " ").split()],
+        warmup=warmup,
+        access_log=access_log,
+    )
+    t0 = time.perf_counter()
+    backend = RerankBackend.load(settings)
+    if warmup:
+        backend.warmup()
+    else:
+        backend.ready = True
+    log.info(
+        json.dumps(
+            {
+                "event": "ready",
+                "model": backend.model_name,
+                "device": backend.device,
+                "store_docs": len(backend.reader) if backend.reader is not None else None,
+                "startup_s": round(time.perf_counter() - t0, 2),
+                "url": f"http://{host}:{port}",
+            }
+        )
+    )
+    try:
+        uvicorn.run(
+            create_app(backend),
+            host=host,
+            port=port,
+            access_log=False,
+            log_config=None,
+            log_level=log_level.lower(),
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        backend.close()

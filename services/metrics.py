@@ -1,0 +1,60 @@
+"""Prometheus metrics of one app (own registry, so several apps in one process do not collide)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+COUNT_BUCKETS = (1, 10, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+class ServiceMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "aheadrank_requests_total",
+            "HTTP requests by endpoint and status",
+            ["endpoint", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "aheadrank_request_seconds",
+            "end-to-end request latency",
+            ["endpoint"],
+            buckets=STAGE_BUCKETS,
+            registry=r,
+        )
+        self.stage = Histogram(
+            "aheadrank_stage_seconds",
+            "time per stage (queue, bm25, query, fetch, score, encode)",
+            ["endpoint", "stage"],
+            buckets=STAGE_BUCKETS,
+            registry=r,
+        )
+        self.candidates = Histogram(
+            "aheadrank_candidates",
+            "candidates (or documents) per request",
+            ["endpoint"],
+            buckets=COUNT_BUCKETS,
+            registry=r,
+        )
+        self.reranked = Histogram(
+            "aheadrank_reranked_depth",
+            "candidates actually re-ranked per request",
+            buckets=COUNT_BUCKETS,
+            registry=r,
+        )
+        self.errors = Counter("aheadrank_errors_total", "errors answered, by kind", ["kind"], registry=r)
+        self.queue = Gauge("aheadrank_queue_depth", "requests waiting for or holding the model", registry=r)
+        self.info = Gauge(
+            "aheadrank_model_info", "the model served", ["model", "kind", "fingerprint", "device"], registry=r
+        )
+
+    def observe_stages(self, endpoint: str, seconds: dict[str, float]) -> None:
+        for stage, value in seconds.items():
+            if value > 0 or stage in ("queue", "score"):
+                self.stage.labels(endpoint, stage).observe(value)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,46 @@
+"""Service settings: one pydantic model, read from ``AHEADRANK_*`` environment variables; every field is
+also a flag of ``aheadrank serve`` (services/commands.py), which mirrors the same variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class ServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AHEADRANK_", extra="ignore")
+
+    checkpoint: Path = Field(description="ranker checkpoint directory (query side + interaction)")
+    store: Path | None = Field(None, description="representation store built by this checkpoint")
+    index: Path | None = Field(None, description="Lucene BM25 index (candidates and raw text)")
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    device: str = Field("auto", description="auto (CUDA when present), cpu, cuda or cuda:N")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+
+    # limits: every one answers 4xx with a message when exceeded
+    max_candidates: int = Field(1000, ge=1, description="most candidates (depth or docids) per /v1/rerank")
+    max_documents: int = Field(10_000, ge=1, description="most documents per /rerank (split into batches)")
+    max_query_chars: int = Field(2_000, ge=1)
+    max_document_chars: int = Field(100_000, ge=1, description="per ad-hoc document in /rerank")
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_queue: int = Field(64, ge=1, description="requests waiting for or holding the model; more get 503")
+    default_depth: int = Field(100, ge=1)
+    batch_size: int = Field(256, ge=1, description="stored candidates scored per forward pass")
+    doc_batch_size: int = Field(64, ge=1, description="ad-hoc documents encoded per forward pass (/rerank)")
+
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Bearer keys; empty: no auth"
+    )
+    warmup: bool = True
+    access_log: bool = True
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):  # AHEADRANK_API_KEYS="k1,k2" or "k1 k2"
+            return [k for k in value.replace(",", " ").split() if k]
+        return value

@@ -1,0 +1,377 @@
+"""The service in-process (FastAPI TestClient / httpx ASGI transport): shapes, rankings, limits, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+import time
+
+import httpx
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from services import RerankBackend, ServiceSettings, create_app
+
+QUERY = "smoking increases the risk of lung cancer"
+
+
+def make_backend(env, **overrides) -> RerankBackend:
+    settings = ServiceSettings(
+        checkpoint=env.checkpoint,
+        store=env.store,
+        index=env.lucene,
+        device="cpu",
+        access_log=False,
+        **overrides,
+    )
+    backend = RerankBackend.load(settings)
+    backend.warmup()
+    return backend
+
+
+@pytest.fixture(scope="module")
+def backend(service_env):
+    b = make_backend(
+        service_env, max_candidates=300, max_documents=500, max_query_chars=500, max_body_bytes=200_000
+    )
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def client(backend):
+    with TestClient(create_app(backend)) as c:
+        yield c
+
+
+def rerank(client, **body):
+    return client.post("/v1/rerank", json={"query": QUERY, **body})
+
+
+def test_bm25_rerank_matches_the_batch_path(client, backend, service_env):
+    from aheadrank.runs import bm25_candidates, rerank_run
+
+    r = rerank(client, depth=50)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    cands = bm25_candidates(service_env.lucene, {"q": QUERY}, 50)
+    run, _ = rerank_run(service_env.checkpoint, service_env.store, {"q": QUERY}, cands, progress=False)
+    expected = sorted(run["q"].items(), key=lambda x: (-x[1], x[0]))
+    assert [x["docid"] for x in body["results"]] == [d for d, _ in expected]
+    assert [x["score"] for x in body["results"]] == [s for _, s in expected]  # same batches: same floats
+    bm25 = dict(cands["q"])
+    assert all(x["bm25_score"] == pytest.approx(bm25[x["docid"]]) for x in body["results"])
+    assert [x["rank"] for x in body["results"]] == list(range(1, 51))
+    assert body["reranked"] == body["candidates"] == 50 and body["missing_from_store"] == []
+    assert body["budget"] is None
+    t = body["timings"]
+    assert t["total_ms"] >= t["bm25_ms"] + t["query_ms"] + t["fetch_ms"] + t["score_ms"] > 0
+    stages = dict(part.strip().split(";dur=") for part in r.headers["server-timing"].split(","))
+    assert {"bm25", "query", "score", "total"} <= set(stages)
+
+
+def test_explicit_candidates_equal_direct_scoring(client, backend, service_env):
+    from indexer.collections import Collection
+
+    texts = {d.docid: d.text for d in Collection(service_env.collection)}
+    ids = sorted(texts)[:40]
+    r = rerank(client, candidates=ids, top_n=10, return_text=True)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    direct = backend.ranker.score_pairs(QUERY, [texts[d] for d in ids]).tolist()
+    by_id = dict(zip(ids, direct, strict=True))
+    scale = max(abs(s) for s in direct)
+    assert len(body["results"]) == 10 and body["candidates"] == 40 and body["reranked"] == 40
+    for x in body["results"]:
+        assert x["bm25_score"] is None
+        assert x["score"] == pytest.approx(by_id[x["docid"]], abs=5e-3 * scale)  # float16 store
+        assert x["text"] == texts[x["docid"]]
+    best = sorted(by_id, key=by_id.get, reverse=True)[:3]
+    assert {x["docid"] for x in body["results"][:5]} >= set(best[:1])
+
+
+def test_compatible_endpoint_cohere_jina_tei(client, backend):
+    docs = ["Smoking causes lung cancer.", "Bananas are yellow.", "Tobacco and tumours.", "x"]
+    direct = backend.ranker.score_pairs(QUERY, docs).tolist()
+    scale = max(abs(s) for s in direct)
+    r = client.post(
+        "/rerank", json={"model": "whatever", "query": QUERY, "documents": docs, "return_documents": True}
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["usage"]["total_tokens"] > 0 and body["model"] == backend.model_name
+    got = {x["index"]: x for x in body["results"]}
+    assert sorted(got) == [0, 1, 2, 3]
+    for i, s in enumerate(direct):
+        assert got[i]["relevance_score"] == pytest.approx(1 / (1 + math.exp(-s)), abs=1e-4 * scale)
+        assert got[i]["document"] == {"text": docs[i]}
+    scores = [x["relevance_score"] for x in body["results"]]
+    assert scores == sorted(scores, reverse=True)
+    # raw scores, objects as documents, top_n
+    r = client.post(
+        "/rerank",
+        json={"query": QUERY, "documents": [{"text": d} for d in docs], "raw_scores": True, "top_n": 2},
+    )
+    body = r.json()
+    assert len(body["results"]) == 2 and "document" not in body["results"][0]
+    for x in body["results"]:
+        assert x["relevance_score"] == pytest.approx(direct[x["index"]], abs=1e-4 * scale)
+    assert body["results"][0]["index"] == max(range(4), key=lambda i: direct[i])
+    # TEI: {query, texts} -> [{index, score, text?}]
+    r = client.post("/rerank", json={"query": QUERY, "texts": docs, "return_text": True, "raw_scores": True})
+    tei = r.json()
+    assert isinstance(tei, list) and {x["index"] for x in tei} == {0, 1, 2, 3}
+    assert all(x["text"] == docs[x["index"]] for x in tei)
+    assert all(x["score"] == pytest.approx(direct[x["index"]], abs=1e-4 * scale) for x in tei)
+
+
+def test_large_compatible_request_is_split_not_refused(client, backend, rng):
+    from conftest import random_text
+
+    docs = [random_text(rng, 1, 80) for _ in range(300)]  # > doc_batch_size (64): several batches
+    r = client.post("/rerank", json={"query": QUERY, "documents": docs, "raw_scores": True})
+    assert r.status_code == 200, r.text
+    direct = backend.ranker.score_pairs(QUERY, docs).tolist()
+    scale = max(abs(s) for s in direct)
+    got = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+    assert len(got) == 300
+    assert max(abs(got[i] - direct[i]) for i in range(300)) <= 1e-4 * scale
+
+
+def test_time_budget_keeps_the_tail_in_bm25_order(client, backend):
+    full = rerank(client, depth=200).json()
+    assert full["reranked"] == full["candidates"]
+    tiny = rerank(client, depth=200, time_budget_ms=0.01).json()
+    assert tiny["reranked"] == 0 and tiny["budget"]["planned_depth"] == 0
+    bm25 = [x["bm25_score"] for x in tiny["results"]]
+    assert bm25 == sorted(bm25, reverse=True) and all(x["score"] is None for x in tiny["results"])
+    roomy = rerank(client, depth=200, time_budget_ms=60_000).json()
+    assert roomy["reranked"] == roomy["candidates"]
+    assert [x["docid"] for x in roomy["results"]] == [x["docid"] for x in full["results"]]
+
+
+def test_time_budget_is_honoured_on_a_slow_model(service_env):
+    """A model slowed by 1 ms per candidate: a 150 ms budget re-ranks a head of the list, not all of it,
+    and answers within the budget (sleep-based cost, so this does not depend on the machine's speed)."""
+    backend = make_backend(service_env, batch_size=16)
+    inner = backend._score_chunk
+
+    def slow(qs, ids, seconds):
+        time.sleep(1e-3 * len(ids))
+        return inner(qs, ids, seconds)
+
+    backend._score_chunk = slow
+    backend.warmup()  # calibrate the latency model on the slowed path
+    try:
+        with TestClient(create_app(backend)) as c:
+            for budget in (80.0, 150.0):
+                body = c.post(
+                    "/v1/rerank", json={"query": QUERY, "depth": 300, "time_budget_ms": budget}
+                ).json()
+                n, total = body["reranked"], body["timings"]["total_ms"]
+                assert 0 < n < body["candidates"], body
+                assert total <= budget * 1.15 + 10, (budget, total)
+                head, tail = body["results"][:n], body["results"][n:]
+                assert all(x["score"] is not None for x in head) and all(x["score"] is None for x in tail)
+                assert [x["score"] for x in head] == sorted((x["score"] for x in head), reverse=True)
+                assert [x["bm25_score"] for x in tail] == sorted(
+                    (x["bm25_score"] for x in tail), reverse=True
+                )
+    finally:
+        backend.close()
+
+
+BAD_BODIES = [
+    ({"query": ""}, 422, "validation"),
+    ({"query": "   "}, 422, "validation"),
+    ({"query": 5}, 422, "validation"),
+    ({"query": ["a"]}, 422, "validation"),
+    ({}, 422, "validation"),
+    ({"query": "q", "candidates": "4983"}, 422, "validation"),
+    ({"query": "q", "candidates": [1, 2]}, 422, "validation"),
+    ({"query": "q", "candidates": []}, 422, "validation"),
+    ({"query": "q", "depth": 0}, 422, "validation"),
+    ({"query": "q", "depth": "ten"}, 422, "validation"),
+    ({"query": "q", "depth": 301}, 413, "too_many_candidates"),
+    ({"query": "q", "top_n": -1}, 422, "validation"),
+    ({"query": "q", "time_budget_ms": 0}, 422, "validation"),
+    ({"query": "q", "time_budget_ms": "fast"}, 422, "validation"),
+    ({"query": "q", "surprise": 1}, 422, "validation"),
+    ({"query": "x" * 501}, 413, "query_too_long"),
+    ({"query": "q", "candidates": [f"d{i}" for i in range(301)]}, 413, "too_many_candidates"),
+    ({"query": "q", "candidates": ["no-such-doc", "4983"]}, 404, "unknown_docid"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "kind"), BAD_BODIES)
+def test_bad_rerank_requests_get_clear_4xx(client, body, status, kind):
+    r = client.post("/v1/rerank", json=body)
+    assert r.status_code == status, r.text
+    err = r.json()
+    assert err["kind"] == kind and err["error"] and err["request_id"] == r.headers["x-request-id"]
+
+
+def test_unknown_and_duplicate_docids_are_named(client, backend):
+    known = backend.reader.docids()[:2]
+    r = client.post("/v1/rerank", json={"query": "q", "candidates": [known[0], "nope-1", "nope-2"]})
+    assert r.status_code == 404 and "nope-1" in r.json()["error"] and "nope-2" in r.json()["error"]
+    r = client.post("/v1/rerank", json={"query": "q", "candidates": [known[0], known[1], known[0]]})
+    assert r.status_code == 422 and r.json()["kind"] == "duplicate_docid" and known[0] in r.json()["error"]
+
+
+BAD_COMPAT = [
+    ({"query": "q"}, 422),
+    ({"query": "q", "documents": []}, 422),
+    ({"query": "q", "documents": "one string"}, 422),
+    ({"query": "q", "documents": [{"title": "no text"}]}, 422),
+    ({"query": "q", "documents": ["a"], "texts": ["b"]}, 422),
+    ({"query": "", "documents": ["a"]}, 422),
+    ({"query": "q", "documents": ["a"] * 501}, 413),
+    ({"query": "q", "documents": ["a"], "top_n": 0}, 422),
+]
+
+
+@pytest.mark.parametrize(("body", "status"), BAD_COMPAT)
+def test_bad_compatible_requests(client, body, status):
+    r = client.post("/rerank", json=body)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]
+
+
+def test_raw_body_problems(client):
+    h = {"content-type": "application/json"}
+    r = client.post("/v1/rerank", content=b'{"query": "\xff\xfe caf\xe9"}', headers=h)
+    assert r.status_code == 400 and "UTF-8" in r.json()["error"]
+    r = client.post("/v1/rerank", content=b'{"query": ', headers=h)
+    assert r.status_code == 422 and r.json()["kind"] == "validation"
+    r = client.post(
+        "/v1/rerank", content=b"query=smoking", headers={"content-type": "application/x-www-form-urlencoded"}
+    )
+    assert r.status_code == 415
+    r = client.post("/v1/rerank", content=json.dumps({"query": "q" * 300_000}), headers=h)
+    assert r.status_code == 413 and r.json()["kind"] == "body_too_large"
+    r = client.post("/rerank", content=json.dumps({"query": "q", "documents": ["word " * 50_000]}), headers=h)
+    assert r.status_code == 413
+    r = client.get("/v1/rerank")
+    assert r.status_code == 405 and r.json()["error"]
+    r = client.get("/nowhere")
+    assert r.status_code == 404 and r.json()["error"]
+
+
+def test_request_id_is_echoed_and_info_metrics_health(client, backend, service_env):
+    r = client.post("/v1/rerank", json={"query": QUERY, "depth": 5}, headers={"x-request-id": "abc-123"})
+    assert r.headers["x-request-id"] == "abc-123" and r.json()["request_id"] == "abc-123"
+    assert client.get("/health").json() == {"status": "ok"}
+    assert client.get("/ready").status_code == 200
+    info = client.get("/v1/info").json()
+    from rankers import read_fingerprint
+
+    assert (
+        info["model"]["fingerprint"]
+        == read_fingerprint(service_env.checkpoint)
+        == info["store"]["fingerprint"]
+    )
+    assert (
+        info["model"]["kind"] == "mores" and info["model"]["ibs"] == 2 and info["model"]["strategy"] == "s2"
+    )
+    assert info["store"]["documents"] == info["index"]["documents"] == 1000 and info["store"]["bytes"] > 0
+    assert info["device"] == "cpu" and info["latency"]["per_doc_ms"] > 0
+    text = client.get("/metrics").text
+    assert 'aheadrank_requests_total{endpoint="/v1/rerank",status="200"}' in text
+    assert 'aheadrank_stage_seconds_count{endpoint="/v1/rerank",stage="bm25"}' in text
+    assert "aheadrank_candidates_bucket" in text and "aheadrank_errors_total" in text
+    assert client.get("/docs").status_code == 200
+    assert "/v1/rerank" in client.get("/openapi.json").json()["paths"]
+
+
+def test_api_keys(service_env, backend):
+    settings = backend.settings.model_copy(update={"api_keys": ["k-one", "k-two"]})
+    other = RerankBackend(settings, backend.ranker, backend.reader, backend.searcher, "cpu")
+    other.ready = True
+    with TestClient(create_app(other)) as c:
+        body = {"query": QUERY, "depth": 3}
+        r = c.post("/v1/rerank", json=body)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert c.post("/v1/rerank", json=body, headers={"authorization": "Basic abc"}).status_code == 401
+        r = c.post("/v1/rerank", json=body, headers={"authorization": "Bearer wrong"})
+        assert r.status_code == 403 and r.json()["kind"] == "auth_invalid"
+        assert c.post("/v1/rerank", json=body, headers={"authorization": "Bearer k-two"}).status_code == 200
+        assert c.post("/rerank", json={"query": "q", "documents": ["a"]}).status_code == 401
+        assert c.get("/v1/info").status_code == 401
+        assert c.get("/health").status_code == 200 and c.get("/ready").status_code == 200
+
+
+def test_env_settings_mirror_flags(monkeypatch, service_env):
+    monkeypatch.setenv("AHEADRANK_CHECKPOINT", str(service_env.checkpoint))
+    monkeypatch.setenv("AHEADRANK_API_KEYS", "a,b c")
+    monkeypatch.setenv("AHEADRANK_MAX_QUEUE", "7")
+    s = ServiceSettings()
+    assert s.api_keys == ["a", "b", "c"] and s.max_queue == 7 and s.checkpoint == service_env.checkpoint
+
+
+def test_full_queue_answers_503_instead_of_growing(backend):
+    settings = backend.settings.model_copy(update={"max_queue": 2})
+    gated = RerankBackend(settings, backend.ranker, backend.reader, backend.searcher, "cpu")
+    gated.ready = True
+    release = threading.Event()
+    inner = gated.rerank
+
+    def blocked(*args, **kwargs):
+        release.wait(30)
+        return inner(*args, **kwargs)
+
+    gated.rerank = blocked
+    app = create_app(gated)
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            body = {"query": QUERY, "depth": 5}
+            first = [asyncio.create_task(c.post("/v1/rerank", json=body)) for _ in range(2)]
+            await asyncio.sleep(0.3)
+            over = await c.post("/v1/rerank", json=body)
+            metrics = (await c.get("/metrics")).text
+            release.set()
+            done = await asyncio.gather(*first)
+            return over, done, metrics
+
+    over, done, metrics = asyncio.run(scenario())
+    assert (
+        over.status_code == 503 and over.headers["retry-after"] == "1" and over.json()["kind"] == "overloaded"
+    )
+    assert [r.status_code for r in done] == [200, 200]
+    assert "aheadrank_queue_depth 2.0" in metrics
+
+
+def test_no_store_or_index_configured(service_env):
+    from rankers import load_ranker
+
+    settings = ServiceSettings(checkpoint=service_env.checkpoint, access_log=False)
+    bare = RerankBackend(settings, load_ranker(service_env.checkpoint), None, None, "cpu")
+    bare.ready = True
+    with TestClient(create_app(bare)) as c:
+        r = c.post("/v1/rerank", json={"query": "q"})
+        assert r.status_code == 503 and r.json()["kind"] == "no_store"
+        r = c.post("/rerank", json={"query": "q", "documents": ["a", "b"]})
+        assert r.status_code == 200 and len(r.json()["results"]) == 2
+
+
+def test_latency_model_plans_within_the_budget():
+    from services.budget import LatencyModel
+
+    m = LatencyModel(batch=100, safety=1.0)
+    m.reserve_s = 0.0
+    m.fit([(10, 0.002), (50, 0.006), (100, 0.011)])  # 1 ms per chunk + 0.1 ms per document
+    assert m.per_doc_s == pytest.approx(1e-4) and m.per_chunk_s == pytest.approx(1e-3)
+    assert m.depth_for(0.0005, 1000) == 0
+    assert m.depth_for(0.011, 1000) == 100  # one chunk: 1 + 10 ms
+    assert m.depth_for(0.0215, 1000) == 195  # two chunks: 2 ms + 195 x 0.1 ms
+    for budget in (0.003, 0.0123, 0.05, 0.2):
+        n = m.depth_for(budget, 1000)
+        assert m.predict(n) <= budget + 1e-12 and (n == 1000 or m.predict(n + 1) > budget)
+    m.observe(100, 0.1)  # much slower than believed: believed at once (half way)
+    assert m.per_doc_s > 4e-4
+    assert torch.get_num_threads() >= 1
