@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -43,6 +46,29 @@ def configure_logging(level: str) -> None:
         logger.propagate = False
     logging.getLogger("aheadrank").setLevel(level.upper())
     logging.getLogger("uvicorn.error").setLevel("WARNING")
+
+
+class GracefulServer:
+    """uvicorn's server, except that SIGINT/SIGTERM end it with exit code 0 after the graceful shutdown
+    (uvicorn re-raises the signal, which would skip closing the store and the searcher)."""
+
+    def __new__(cls, config):
+        import uvicorn
+
+        class _Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self):
+                if threading.current_thread() is not threading.main_thread():
+                    yield
+                    return
+                old = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+                try:
+                    yield
+                finally:
+                    for sig, handler in old.items():
+                        signal.signal(sig, handler)
+
+        return _Server(config)
 
 
 @app.command("serve")
@@ -129,15 +155,17 @@ def serve(
             }
         )
     )
+    config = uvicorn.Config(
+        create_app(backend),
+        host=host,
+        port=port,
+        access_log=False,
+        log_config=None,
+        log_level=log_level.lower(),
+        timeout_graceful_shutdown=10,
+    )
     try:
-        uvicorn.run(
-            create_app(backend),
-            host=host,
-            port=port,
-            access_log=False,
-            log_config=None,
-            log_level=log_level.lower(),
-            timeout_graceful_shutdown=10,
-        )
+        GracefulServer(config).run()
     finally:
         backend.close()
+        log.info(json.dumps({"event": "stopped"}))
