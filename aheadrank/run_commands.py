@@ -47,6 +47,7 @@ def train_cmd(
     ),
     distill_weight: float = typer.Option(0.0, "--distill-weight", envvar=env("distill-weight")),
     device: str = typer.Option("cpu", "--device", envvar=env("device")),
+    progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
     compressor_steps: int = typer.Option(
         0,
         "--compressor-steps",
@@ -83,7 +84,7 @@ def train_cmd(
             ranker.value, base=base, seed=seed, max_query_len=max_query_len, max_doc_len=max_doc_len, **opts
         ).to(device)
     if compressor_steps:
-        pretrain_compressor(model, data, steps=compressor_steps, seed=seed)
+        pretrain_compressor(model, data, steps=compressor_steps, seed=seed, progress=progress)
     cfg = TrainConfig(
         steps=steps,
         group_size=group_size,
@@ -97,7 +98,7 @@ def train_cmd(
         distill_weight=distill_weight,
     )
     teacher_model = load_ranker(teacher, device=device) if teacher else None
-    result = train(model, data, out, cfg, teacher=teacher_model)
+    result = train(model, data, out, cfg, teacher=teacher_model, progress=progress)
     typer.echo(
         json.dumps(
             {

@@ -101,7 +101,10 @@ def serve(
     batch_size: int = typer.Option(256, "--batch-size", envvar=env("batch-size"), min=1),
     doc_batch_size: int = typer.Option(64, "--doc-batch-size", envvar=env("doc-batch-size"), min=1),
     api_key: list[str] = typer.Option(
-        [], "--api-key", envvar=env("api-keys"), help="accepted Bearer key (repeat; env: space-separated)"
+        [],
+        "--api-key",
+        envvar=[env("api-key"), env("api-keys")],
+        help="accepted Bearer key (repeat; env AHEADRANK_API_KEY or AHEADRANK_API_KEYS: space-separated)",
     ),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", envvar=env("warmup")),
     access_log: bool = typer.Option(True, "--access-log/--no-access-log", envvar=env("access-log")),
