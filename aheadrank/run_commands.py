@@ -48,6 +48,12 @@ def train_cmd(
     distill_weight: float = typer.Option(0.0, "--distill-weight", envvar=env("distill-weight")),
     device: str = typer.Option("cpu", "--device", envvar=env("device")),
     progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
+    freeze_embeddings: bool = typer.Option(
+        False,
+        "--freeze-embeddings/--train-embeddings",
+        envvar=env("freeze-embeddings"),
+        help="keep the embedding tables as initialised (less memorisation on small training sets)",
+    ),
     compressor_steps: int = typer.Option(
         0,
         "--compressor-steps",
@@ -96,6 +102,7 @@ def train_cmd(
         val_queries=val_queries,
         seed=seed,
         distill_weight=distill_weight,
+        freeze_embeddings=freeze_embeddings,
     )
     teacher_model = load_ranker(teacher, device=device) if teacher else None
     result = train(model, data, out, cfg, teacher=teacher_model, progress=progress)

@@ -45,6 +45,7 @@ class TrainConfig:
     amp: bool = True  # float16 autocast on CUDA
     distill_weight: float = 0.0  # > 0: add MSE to a teacher's scores
     max_grad_norm: float = 1.0
+    freeze_embeddings: bool = False  # keep every *embeddings* parameter (word, position, type) as initialised
 
 
 @dataclass
@@ -161,7 +162,14 @@ def train(
         raise ValueError("no trainable queries: none has a judged-relevant document and a BM25 negative")
     device = ranker.device
     use_amp = cfg.amp and device.type == "cuda"
-    opt = torch.optim.AdamW(ranker.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    params = [
+        p for name, p in ranker.named_parameters() if not (cfg.freeze_embeddings and "embeddings" in name)
+    ]
+    if cfg.freeze_embeddings:
+        for name, p in ranker.named_parameters():
+            if "embeddings" in name:
+                p.requires_grad_(False)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(int(cfg.warmup * cfg.steps), cfg.steps))
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
     step, best, best_step, history = 0, -math.inf, -1, []
@@ -244,6 +252,8 @@ def train(
             )
     bar.close()
     ranker.eval()
+    for p in ranker.parameters():  # frozen tables are given back
+        p.requires_grad_(True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "train-history.json").write_text(json.dumps(history))
     return TrainResult(step, best, best_step, time.perf_counter() - start, history)

@@ -97,3 +97,18 @@ def test_pretrain_compressor_lowers_attention_mse(tiny_base):
     losses = pretrain_compressor(ranker, data, steps=60, lr=1e-2, batch=8, progress=False)
     assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, losses
     assert all(p.requires_grad for p in ranker.parameters())  # frozen layers are given back
+
+
+def test_freeze_embeddings_keeps_the_tables_and_trains_the_rest(tiny_base, tmp_path):
+    data = planted_data(3)
+    ranker = init_ranker("mores", base=tiny_base, ibs=1, max_doc_len=32)
+    before = {n: p.detach().clone() for n, p in ranker.named_parameters()}
+    cfg = TrainConfig(
+        steps=3, group_size=3, queries_per_step=2, lr=1e-3, eval_every=3, val_queries=4, freeze_embeddings=True
+    )
+    train(ranker, data, tmp_path / "ckpt", cfg, progress=False)
+    frozen = [n for n in before if "embeddings" in n]
+    assert frozen and all(torch.equal(before[n], dict(ranker.named_parameters())[n]) for n in frozen)
+    moved = [n for n, p in ranker.named_parameters() if "embeddings" not in n and not torch.equal(before[n], p)]
+    assert len(moved) > len(before) // 2
+    assert all(p.requires_grad for p in ranker.parameters())
