@@ -104,11 +104,19 @@ def test_freeze_embeddings_keeps_the_tables_and_trains_the_rest(tiny_base, tmp_p
     ranker = init_ranker("mores", base=tiny_base, ibs=1, max_doc_len=32)
     before = {n: p.detach().clone() for n, p in ranker.named_parameters()}
     cfg = TrainConfig(
-        steps=3, group_size=3, queries_per_step=2, lr=1e-3, eval_every=3, val_queries=4, freeze_embeddings=True
+        steps=3,
+        group_size=3,
+        queries_per_step=2,
+        lr=1e-3,
+        eval_every=3,
+        val_queries=4,
+        freeze_embeddings=True,
     )
     train(ranker, data, tmp_path / "ckpt", cfg, progress=False)
     frozen = [n for n in before if "embeddings" in n]
     assert frozen and all(torch.equal(before[n], dict(ranker.named_parameters())[n]) for n in frozen)
-    moved = [n for n, p in ranker.named_parameters() if "embeddings" not in n and not torch.equal(before[n], p)]
+    moved = [
+        n for n, p in ranker.named_parameters() if "embeddings" not in n and not torch.equal(before[n], p)
+    ]
     assert len(moved) > len(before) // 2
     assert all(p.requires_grad for p in ranker.parameters())
