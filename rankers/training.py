@@ -45,6 +45,7 @@ class TrainConfig:
     amp: bool = True  # float16 autocast on CUDA
     distill_weight: float = 0.0  # > 0: add MSE to a teacher's scores
     max_grad_norm: float = 1.0
+    validate_initial: bool = True  # validate the initial weights first; they are kept if no step beats them
     freeze_embeddings: bool = False  # keep every *embeddings* parameter (word, position, type) as initialised
 
 
@@ -187,6 +188,14 @@ def train(
         rng.setstate(state["rng"])
         torch.set_rng_state(state["torch_rng"])
         log.info("resumed at step %d from %s", step, state_path)
+    if step == 0 and val_q and cfg.validate_initial:
+        # the starting point is a candidate too: a run that only hurts keeps the initial weights
+        best = validation_metric(rerank_queries(ranker, data, val_q, cfg.val_depth), data.qrels)
+        best_step = 0
+        log.info("step 0 (initial weights) val nDCG@10 %.4f", best)
+        save_checkpoint(
+            ranker, out, overwrite=True, extra={"train": {**asdict(cfg), "best_step": 0, "val_ndcg10": best}}
+        )
     ranker.train()
     bar = tqdm(total=cfg.steps, initial=step, desc=f"train {ranker.kind}", unit="step", disable=not progress)
     start, seen = time.perf_counter(), 0

@@ -120,3 +120,14 @@ def test_freeze_embeddings_keeps_the_tables_and_trains_the_rest(tiny_base, tmp_p
     ]
     assert len(moved) > len(before) // 2
     assert all(p.requires_grad for p in ranker.parameters())
+
+
+def test_initial_weights_are_kept_when_no_step_beats_them(tiny_base, tmp_path):
+    data = planted_data(4)
+    ranker = init_ranker("tk", base=tiny_base, tk_heads=4, max_doc_len=32)
+    cfg = TrainConfig(steps=4, group_size=3, queries_per_step=2, lr=0.0, eval_every=2, val_queries=6)
+    result = train(ranker, data, tmp_path / "ckpt", cfg, progress=False)  # lr 0: no step can be better
+    assert result.best_step == 0
+    kept = load_ranker(tmp_path / "ckpt")
+    assert kept.config.extra["train"]["best_step"] == 0
+    assert kept.config.extra["train"]["val_ndcg10"] == result.best_metric
