@@ -18,6 +18,7 @@ from services.settings import ServiceSettings
 
 log = logging.getLogger("aheadrank.service")
 WARMUP_SEARCHES = 300
+CALIBRATION_S = 3.0  # warm-up time spent fitting the latency model, once two chunk sizes are measured
 
 
 class RequestError(AheadrankError):
@@ -141,12 +142,14 @@ class RerankBackend:
         self.score_texts("warm up", ["warm up the document encoder"])
         if self.reader is not None and len(self.reader):
             ids = self.reader.docids()[: self.settings.batch_size]
-            seconds = {"fetch": 0.0, "score": 0.0}
-            self._score_chunk(qs, ids, seconds)  # first touch: page cache, kernels
-            samples = []
             sizes = sorted({max(1, len(ids) // 16), max(1, len(ids) // 4), max(1, len(ids) // 2), len(ids)})
+            self._score_chunk(qs, ids[: sizes[0]], {"fetch": 0.0, "score": 0.0})  # first touch: kernels
+            samples: list[tuple[int, float]] = []
+            calibrate_until = time.perf_counter() + CALIBRATION_S  # a slow ranker (bert) gets fewer samples
             for _ in range(3):
                 for n in sizes:
+                    if len({m for m, _ in samples}) >= 2 and time.perf_counter() > calibrate_until:
+                        break
                     t = time.perf_counter()
                     self._score_chunk(qs, ids[:n], {"fetch": 0.0, "score": 0.0})
                     samples.append((n, time.perf_counter() - t))
