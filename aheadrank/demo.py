@@ -1,16 +1,20 @@
-"""``make demo``: the main job end to end on the bundled SciFact sample.
+"""``make demo``: the main job end to end on the bundled SciFact sample, through the HTTP service.
 
-BM25 index (Pyserini) → a checkpoint (trained briefly on the sample's train queries, cached in the work
-directory) → representation store → re-ranking of the test queries through the stored representations →
-results next to BM25's and the effectiveness line (nDCG@10 of BM25 vs the re-ranker).
+BM25 index (Pyserini/Lucene) → a checkpoint trained briefly on the sample's train queries (cached in the
+work directory) → representation store → ``aheadrank serve`` on 127.0.0.1 → the sample's test queries sent
+to ``POST /v1/rerank`` (plus one ad-hoc ``POST /rerank``) → results next to BM25's, the effectiveness line
+(nDCG@10 of BM25 vs the re-ranker) → clean shutdown.
 
-    .venv/bin/python -m aheadrank.demo [--ranker tk] [--steps 150] [--workdir .demo]
+    .venv/bin/python -m aheadrank.demo [--ranker tk] [--steps N] [--workdir .demo]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,28 +23,104 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SAMPLE = Path(__file__).resolve().parent / "data" / "scifact-sample"
 OPTIONS = {"tk": {"tk_layers": 2}, "mores": {"ibs": 1}, "prettr": {"layer": 5, "compress": 128}, "bert": {}}
-LEARNING_RATES = {"tk": 1e-3, "mores": 3e-5, "prettr": 3e-5, "bert": 3e-5}
+RECIPES = {  # (steps, learning rate) that fit in a few minutes on 2 CPU cores
+    "tk": (60, 1e-4),
+    "mores": (60, 5e-5),
+    "prettr": (60, 5e-5),
+    "bert": (60, 5e-5),
+}
 
 
 def say(msg: str) -> None:
     print(f"\n== {msg}", flush=True)
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_checkpoint(ranker: str, steps: int, lucene: Path, ckpt: Path) -> None:
+    from aheadrank.runs import build_training_data
+    from rankers import init_ranker, save_checkpoint
+    from rankers.training import TrainConfig, train
+
+    if (ckpt / "fingerprint.json").exists():
+        print("cached")
+        return
+    model = init_ranker(ranker, **OPTIONS[ranker])
+    if not steps:
+        save_checkpoint(model, ckpt)
+        return
+    data = build_training_data(SAMPLE, "train", lucene, depth=100)
+    cfg = TrainConfig(
+        steps=steps,
+        group_size=8,
+        queries_per_step=8,
+        lr=RECIPES[ranker][1],
+        eval_every=max(1, steps // 3),
+        val_queries=20,
+        seed=0,
+    )
+    result = train(model, data, ckpt, cfg)
+    print(
+        f"{result.steps} steps in {result.seconds:.0f} s; kept step {result.best_step} "
+        f"(validation nDCG@10 {result.best_metric:.4f} on 20 held-out train queries)"
+    )
+
+
+def start_server(ckpt: Path, store: Path, lucene: Path, port: int, log: Path) -> subprocess.Popen:
+    exe = Path(sys.executable).parent / "aheadrank"
+    cmd = [str(exe), "serve", "--checkpoint", str(ckpt), "--store", str(store), "--index", str(lucene)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    print(" ".join(cmd[1:]))
+    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def wait_ready(proc: subprocess.Popen, url: str, log: Path, timeout: float = 300.0) -> float:
+    import httpx
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url + "/ready", timeout=1.0).status_code == 200:
+                return time.perf_counter() - t0
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    proc.terminate()
+    raise SystemExit(f"the server was not ready after {timeout:.0f} s; its log: {log}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranker", choices=list(OPTIONS), default="tk")
-    ap.add_argument("--steps", type=int, default=0, help="training steps (0: the untrained initialisation)")
+    ap.add_argument(
+        "--steps", type=int, default=None, help="training steps (0: untrained; default per ranker)"
+    )
     ap.add_argument("--workdir", type=Path, default=Path(".demo"))
     ap.add_argument("--show", type=int, default=3, help="queries to print side by side")
     args = ap.parse_args()
+    steps = RECIPES[args.ranker][0] if args.steps is None else args.steps
+
+    import logging
+
+    import httpx
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("aheadrank.train").setLevel(logging.INFO)  # validation lines, incl. the initial weights
 
     from aheadrank.evaluation import evaluate, write_run
-    from aheadrank.runs import bm25_candidates, build_training_data, rerank_run
+    from aheadrank.runs import bm25_candidates
     from indexer.bm25 import build_bm25_index, is_lucene_index
     from indexer.build import BuildOptions, build_store
+    from indexer.collections import Collection
     from indexer.topics import read_beir_split
-    from rankers import init_ranker, save_checkpoint
-    from rankers.training import TrainConfig, train
 
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -52,26 +132,9 @@ def main() -> None:
     else:
         print("cached")
 
-    ckpt = work / f"ckpt-{args.ranker}-{args.steps}"
-    say(f"checkpoint {ckpt.name}: {args.ranker} from all-MiniLM-L6-v2, {args.steps} training steps")
-    if not (ckpt / "fingerprint.json").exists():
-        model = init_ranker(args.ranker, **OPTIONS[args.ranker])
-        if args.steps:
-            data = build_training_data(SAMPLE, "train", lucene, depth=100)
-            cfg = TrainConfig(
-                steps=args.steps,
-                group_size=8,
-                queries_per_step=8,
-                lr=LEARNING_RATES[args.ranker],
-                eval_every=max(1, args.steps // 3),
-                val_queries=20,
-                seed=0,
-            )
-            train(model, data, ckpt, cfg)
-        else:
-            save_checkpoint(model, ckpt)
-    else:
-        print("cached")
+    ckpt = work / f"ckpt-{args.ranker}-{steps}"
+    say(f"checkpoint {ckpt.name}: {args.ranker} from all-MiniLM-L6-v2, {steps} training steps")
+    ensure_checkpoint(args.ranker, steps, lucene, ckpt)
 
     store = work / f"store-{ckpt.name}"
     say(f"representation store -> {store}")
@@ -81,38 +144,80 @@ def main() -> None:
         f"{summary.seconds:.1f} s"
     )
 
-    queries, qrels = read_beir_split(SAMPLE, "test")
-    say(f"re-ranking BM25 top-100 of {len(queries)} test queries through the stored representations")
-    cands = bm25_candidates(lucene, queries, 100)
-    run, stats = rerank_run(ckpt, store, queries, cands, progress=True)
-    bm25_run = {q: dict(hits) for q, hits in cands.items()}
-    write_run(work / "bm25.trec", bm25_run, "bm25")
-    write_run(work / f"{ckpt.name}.trec", run, ckpt.name)
-    per_q = 1000 * sum(stats.seconds.values()) / max(1, stats.queries)
-    print(
-        f"{stats.candidates} candidates, {per_q:.0f} ms per query (query {stats.seconds['query']:.1f} s, "
-        f"fetch {stats.seconds['fetch']:.1f} s, score {stats.seconds['score']:.1f} s), "
-        f"{stats.unknown} unknown docids"
-    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    say(f"starting the service on {url}")
+    log = work / "serve.log"
+    proc = start_server(ckpt, store, lucene, port, log)
+    try:
+        print(
+            f"ready in {wait_ready(proc, url, log):.1f} s (model loaded, store and index open, warm-up done)"
+        )
+        info = httpx.get(url + "/v1/info").json()
+        print(
+            f"model {info['model']['name']} on {info['device']}; store {info['store']['documents']} documents"
+        )
 
-    from indexer.collections import Collection
+        queries, qrels = read_beir_split(SAMPLE, "test")
+        say(f"POST /v1/rerank for {len(queries)} test queries (BM25 top-100 re-ranked through the store)")
+        run, served, latency = {}, {}, []
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for qid in sorted(queries):
+                r = client.post("/v1/rerank", json={"query": queries[qid], "depth": 100})
+                r.raise_for_status()
+                body = r.json()
+                served[qid] = body
+                run[qid] = {x["docid"]: x["score"] for x in body["results"] if x["score"] is not None}
+                latency.append(body["timings"]["total_ms"])
+            compat = client.post(
+                "/rerank",
+                json={
+                    "query": "does smoking cause lung cancer",
+                    "documents": [
+                        "Cigarette smoking is the main cause of lung carcinoma.",
+                        "Bananas are yellow.",
+                    ],
+                },
+            ).json()
+        cands = bm25_candidates(lucene, queries, 100)
+        bm25_run = {q: dict(hits) for q, hits in cands.items()}
+        write_run(work / "bm25.trec", bm25_run, "bm25")
+        write_run(work / f"{ckpt.name}.trec", run, ckpt.name)
+        lat = sorted(latency)
+        print(
+            f"latency per request: p50 {statistics.median(lat):.0f} ms, max {lat[-1]:.0f} ms "
+            f"(stages of the last one: { {k: v for k, v in body['timings'].items() if v} })"
+        )
 
-    titles = {d.docid: d.text[:70] for d in Collection(SAMPLE)}
-    for qid in sorted(queries)[: args.show]:
-        say(f"query {qid}: {queries[qid]}")
-        bm = [d for d, _ in cands[qid][:3]]
-        rr = sorted(run[qid], key=run[qid].get, reverse=True)[:3]
-        judged = qrels[qid]
-        for i in range(3):
-            left = f"{'*' if judged.get(bm[i], 0) > 0 else ' '} {bm[i]:>9} {titles[bm[i]][:40]:<40}" if i < len(bm) else ""
-            right = f"{'*' if judged.get(rr[i], 0) > 0 else ' '} {rr[i]:>9} {titles[rr[i]][:40]}" if i < len(rr) else ""
-            print(f"  {i + 1}. BM25 {left} | {args.ranker} {right}")
-    m_bm25 = evaluate(bm25_run, qrels, ("nDCG@10",))["nDCG@10"]
-    m_rr = evaluate(run, qrels, ("nDCG@10",))["nDCG@10"]
-    say(
-        f"nDCG@10 on {len(queries)} test queries: BM25 {m_bm25:.4f} | {args.ranker} ({args.steps} steps) {m_rr:.4f}"
-        f"   (* = judged relevant; {time.perf_counter() - t0:.0f} s in all)"
-    )
+        titles = {d.docid: d.text[:70] for d in Collection(SAMPLE)}
+        for qid in sorted(queries)[: args.show]:
+            say(f"query {qid}: {queries[qid]}")
+            bm = [d for d, _ in cands[qid][:3]]
+            rr = [x["docid"] for x in served[qid]["results"][:3]]
+            judged = qrels[qid]
+
+            def cell(docid: str, judged: dict = judged) -> str:
+                return f"{'*' if judged.get(docid, 0) > 0 else ' '} {docid:>9} {titles[docid][:40]:<40}"
+
+            for i in range(3):
+                left = cell(bm[i]) if i < len(bm) else ""
+                right = cell(rr[i]) if i < len(rr) else ""
+                print(f"  {i + 1}. BM25 {left} | {args.ranker} {right}")
+        say("POST /rerank (Cohere/Jina/TEI shape, ad-hoc texts): 'does smoking cause lung cancer'")
+        for x in compat["results"]:
+            print(f"  index {x['index']}  relevance {x['relevance_score']:.4f}")
+        m_bm25 = evaluate(bm25_run, qrels, ("nDCG@10",))["nDCG@10"]
+        m_rr = evaluate(run, qrels, ("nDCG@10",))["nDCG@10"]
+        say(
+            f"nDCG@10 on {len(queries)} test queries: BM25 {m_bm25:.4f} | {args.ranker} ({steps} steps) "
+            f"{m_rr:.4f}   (* = judged relevant)"
+        )
+    finally:
+        proc.terminate()
+        code = proc.wait(60)
+    say(f"service stopped (exit code {code}); {time.perf_counter() - t0:.0f} s in all; log: {log}")
+    if code != 0:
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":
