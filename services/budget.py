@@ -50,7 +50,8 @@ class LatencyModel:
             room = usable - chunks * self.per_chunk_s
             if room <= 0:
                 break
-            n = min(chunks * self.batch, limit, int(room / self.per_doc_s + 1e-9))
+            fit = room / self.per_doc_s  # may be huge (or inf) for a huge budget
+            n = min(chunks * self.batch, limit) if fit >= limit else min(chunks * self.batch, int(fit + 1e-9))
             if n <= (chunks - 1) * self.batch:  # this many chunks would not be full enough to need another
                 break
             best = max(best, n)

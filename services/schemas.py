@@ -38,6 +38,7 @@ class RerankRequest(BaseModel):
     time_budget_ms: float | None = Field(
         None,
         gt=0,
+        le=3_600_000,
         description="re-rank the head of the candidate list as deep as fits this end-to-end budget; "
         "the tail keeps first-stage order",
     )

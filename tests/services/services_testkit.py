@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +55,11 @@ class Server:
     def __init__(self, *args: str, env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = []
+        # a file, not a pipe: nobody reads a pipe while the server runs, and a full one blocks its writes
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="aheadrank-serve-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [AHEADRANK, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--threads", "1", *args],
-            stdout=subprocess.PIPE,
+            stdout=self.log,
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
@@ -67,7 +69,7 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.proc.stdout.read()}")
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.output()}")
             try:
                 if httpx.get(self.url + "/ready", timeout=1.0).status_code == 200:
                     return self
@@ -77,6 +79,9 @@ class Server:
         self.stop()
         raise TimeoutError(f"server not ready in {timeout} s")
 
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -85,4 +90,5 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log.close()
         return self.proc.returncode

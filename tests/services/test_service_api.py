@@ -199,6 +199,7 @@ BAD_BODIES = [
     ({"query": "q", "top_n": -1}, 422, "validation"),
     ({"query": "q", "time_budget_ms": 0}, 422, "validation"),
     ({"query": "q", "time_budget_ms": "fast"}, 422, "validation"),
+    ({"query": "q", "time_budget_ms": 1e308}, 422, "validation"),
     ({"query": "q", "surprise": 1}, 422, "validation"),
     ({"query": "x" * 501}, 413, "query_too_long"),
     ({"query": "q", "candidates": [f"d{i}" for i in range(301)]}, 413, "too_many_candidates"),
@@ -372,6 +373,7 @@ def test_latency_model_plans_within_the_budget():
     for budget in (0.003, 0.0123, 0.05, 0.2):
         n = m.depth_for(budget, 1000)
         assert m.predict(n) <= budget + 1e-12 and (n == 1000 or m.predict(n + 1) > budget)
+    assert m.depth_for(float("inf"), 1000) == 1000 and m.depth_for(1e300, 7) == 7  # no overflow
     m.observe(100, 0.1)  # much slower than believed: believed at once (half way)
     assert m.per_doc_s > 4e-4
     assert torch.get_num_threads() >= 1

@@ -3,6 +3,7 @@ run it, against `aheadrank rerank-run`, direct scoring, a schemathesis run, and 
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import httpx
@@ -102,9 +103,10 @@ def test_wrong_fingerprint_store_is_refused_at_start(service_env):
 
     s = Server("--checkpoint", str(service_env.other_checkpoint), "--store", str(service_env.store))
     try:
-        out, _ = s.proc.communicate(timeout=120)
+        s.proc.wait(timeout=120)
     finally:
         s.stop()
+    out = s.output()
     assert s.proc.returncode == 2, out
     assert (
         read_fingerprint(service_env.other_checkpoint) in out
@@ -132,7 +134,12 @@ def test_schemathesis_finds_no_server_errors(server):
         for mode in modes:  # a GET without parameters has nothing to negate
 
             @given(case=op.as_strategy(generation_mode=mode))
-            @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=int(os.environ.get("AHEADRANK_FUZZ_EXAMPLES", "25")),
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
             def check(case):
                 response = case.call(timeout=60)
                 seen["cases"] += 1
@@ -140,3 +147,5 @@ def test_schemathesis_finds_no_server_errors(server):
 
             check()
     assert seen["cases"] >= 50
+    errors = [line for line in server.output().splitlines() if '"level": "error"' in line]
+    assert not errors, errors[:3]  # nothing went wrong behind a 4xx either
