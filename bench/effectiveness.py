@@ -1,0 +1,908 @@
+"""Effectiveness of every ranker variant against the ``bert`` cross-encoder and BM25, all trained alike.
+
+Every variant is trained from the same base (the packaged all-MiniLM-L6-v2) on the same data (the
+collection's ``--train-split`` queries, 1 relevant + n BM25 negatives per group) with the same budget
+(``--steps`` × ``--queries-per-step`` groups of ``--group-size``; learning rate ``--lr`` unless a per-kind
+``--lr-<kind>`` is given), PreTTR's compressor pre-trained first (``--compressor-steps``), optionally
+distilled from the trained ``bert`` (``--distill-weight``). Then the store of each variant is built, BM25
+top-``--depth`` of the ``--split`` queries is re-ranked through the stored representations
+(``aheadrank.runs.rerank_run``: query encoder + fetch + interaction, the serving path) and evaluated.
+
+Variant names: ``bert``; ``mores-<K>ib-s1`` / ``-s2`` (Reuse-S1 / S2: one checkpoint, two stores),
+``mores-<K>ib-mean`` (EARL AvePool), ``mores-<K>ib-tied`` (EARL Tied); ``prettr-l<l>-e<e>``; ``tk-<n>l``.
+
+Reported per variant: nDCG@10, MRR@10, R@100, MAP; ratio to ``bert`` per metric; the two-sided paired
+t-test against ``bert`` and the MORES paper's non-inferiority verdicts at 2% and 5% margins
+(``aheadrank.evaluation.paired_test``); training seconds; stored bytes per document (shard bytes in the
+manifest / documents); for MORES, whether the S1 and S2 runs are identical (same docids in the same order
+for every query) and their largest score difference.
+
+Everything is cached in ``--workdir`` under keys made from the settings (BM25 index, checkpoints,
+stores, runs), so a re-run skips what is finished and an interrupted training resumes
+(``rankers.training.train``'s state file). Outputs: ``<out-dir>/runs/<name>.trec`` (plus ``bm25.trec``),
+``<out-dir>/effectiveness.json`` and ``<out-dir>/effectiveness.md``.
+
+    .venv/bin/python bench/effectiveness.py                            # full run (long on CPU: use --device cuda)
+    .venv/bin/python bench/effectiveness.py --quick --out-dir /tmp/eff  # smoke run on the bundled sample
+    .venv/bin/python bench/effectiveness.py --rankers bert 'mores-2ib-*' --steps 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import gc
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SAMPLE = REPO / "aheadrank" / "data" / "scifact-sample"
+SHARED_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
+ALL_RANKERS = (
+    "bert",
+    "mores-1ib-s1",
+    "mores-1ib-s2",
+    "mores-2ib-s1",
+    "mores-2ib-s2",
+    "mores-2ib-mean",
+    "mores-2ib-tied",
+    "prettr-l4-e0",
+    "prettr-l4-e128",
+    "prettr-l4-e256",
+    "prettr-l5-e0",
+    "prettr-l5-e128",
+    "prettr-l5-e256",
+    "tk-1l",
+    "tk-2l",
+)
+QUICK_RANKERS = ("bert", "mores-2ib-s1", "mores-2ib-s2", "prettr-l5-e128", "tk-2l")
+METRICS = ("nDCG@10", "MRR@10", "R@100", "MAP")
+PRIMARY = "nDCG@10"
+MARGINS = (0.02, 0.05)
+KINDS = ("bert", "mores", "prettr", "tk")
+DEFAULT_LR = 3e-5
+DEFAULT_KIND_LR = {"tk": 1e-4}  # TK's contextualisation layers and kernels start from scratch
+BERT_TARGET, BERT_TOLERANCE = 0.66, 0.03
+FP16_RESOLUTION = 2e-3  # of the score scale: pairs closer than this may swap with float16 storage
+# (full, --quick) defaults of the options whose default depends on --quick
+DEFAULTS = {
+    "steps": (1000, 3),
+    "queries_per_step": (8, 2),
+    "group_size": (8, 4),
+    "compressor_steps": (200, 2),
+    "eval_every": (200, None),  # None: once, at the end
+    "val_queries": (50, 4),
+    "max_queries": (None, 20),
+}
+
+log = logging.getLogger("bench.effectiveness")
+
+
+# ---- variants ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Variant:
+    name: str  # as in --rankers and the run file name
+    model: str  # the checkpoint it uses (MORES s1 and s2 share one)
+    kind: str
+    options: dict = field(default_factory=dict)
+    strategy: str | None = None
+
+
+def parse_variant(name: str) -> Variant:
+    if name == "bert":
+        return Variant(name, name, "bert")
+    if m := re.fullmatch(r"mores-(\d+)ib-(s1|s2|mean|tied)", name):
+        ibs, what = int(m.group(1)), m.group(2)
+        options = {"ibs": ibs, "pooling": "mean" if what == "mean" else "cls", "tied": what == "tied"}
+        model = f"mores-{ibs}ib" if what in ("s1", "s2") else name
+        return Variant(name, model, "mores", options, what if what in ("s1", "s2") else "s2")
+    if m := re.fullmatch(r"prettr-l(\d+)-e(\d+)", name):
+        return Variant(name, name, "prettr", {"layer": int(m.group(1)), "compress": int(m.group(2))})
+    if m := re.fullmatch(r"tk-(\d+)l", name):
+        return Variant(name, name, "tk", {"tk_layers": int(m.group(1))})
+    raise ValueError(
+        f"unknown ranker variant {name!r}: use bert, mores-<K>ib-s1|s2|mean|tied, prettr-l<l>-e<e> or tk-<n>l"
+    )
+
+
+def select_variants(patterns: list[str]) -> list[Variant]:
+    """Names or glob patterns over ALL_RANKERS (explicit names outside it are parsed too); bert first."""
+    names: list[str] = []
+    for pattern in patterns:
+        matched = fnmatch.filter(ALL_RANKERS, pattern) if any(c in pattern for c in "*?[") else [pattern]
+        if not matched:
+            raise ValueError(f"--rankers {pattern!r} matches no variant of {', '.join(ALL_RANKERS)}")
+        names += [n for n in matched if n not in names]
+    if "bert" not in names:
+        log.info("adding bert: it is the reference every ratio and test is taken against")
+    names = ["bert", *[n for n in names if n != "bert"]]
+    return [parse_variant(n) for n in names]
+
+
+# ---- small helpers ----------------------------------------------------------------------------------------
+def digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def clean(value):
+    """JSON-ready: NaN / inf as None, tuples as lists, rounded floats stay as they are."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+def write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(clean(data), indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def stage(msg: str) -> None:
+    log.info(msg)
+
+
+def machine(device: str) -> dict:
+    import torch
+    from speed import machine_info  # bench/speed.py, next to this script
+
+    info = machine_info(torch.get_num_threads())
+    info["device"] = device
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+# ---- stages -----------------------------------------------------------------------------------------------
+def ensure_bm25_index(collection: Path, work: Path, progress: bool) -> Path:
+    """The collection's BM25 Lucene index, built once per collection path."""
+    from indexer.bm25 import build_bm25_index, is_lucene_index
+
+    index = work / "bm25" / f"{collection.name}-{digest(str(collection))}"
+    if is_lucene_index(index):
+        stage(f"bm25 index: cached {index}")
+        return index
+    t0 = time.perf_counter()
+    result = build_bm25_index(collection, index, progress=progress)
+    stage(f"bm25 index: {result.documents} documents in {time.perf_counter() - t0:.1f} s -> {index}")
+    return index
+
+
+def eval_topics(collection: Path, split: str, max_queries: int | None) -> tuple[dict, dict]:
+    """The split's queries (the first ``max_queries`` by qid order when given) and their qrels."""
+    from indexer.topics import read_beir_split
+
+    queries, qrels = read_beir_split(collection, split)
+    if max_queries:
+        keep = sorted(queries, key=lambda q: (0, int(q), q) if q.isdigit() else (1, 0, q))[:max_queries]
+        queries = {q: queries[q] for q in keep}
+    return queries, {q: j for q, j in qrels.items() if q in queries}
+
+
+def kind_lr(args, kind: str) -> float:
+    own = getattr(args, f"lr_{kind}")
+    if own is not None:
+        return own
+    return args.lr if args.lr is not None else DEFAULT_KIND_LR.get(kind, DEFAULT_LR)
+
+
+def train_config(args, kind: str):
+    from rankers.training import TrainConfig
+
+    return TrainConfig(
+        steps=args.steps,
+        group_size=args.group_size,
+        queries_per_step=args.queries_per_step,
+        grad_accum=args.grad_accum,
+        lr=kind_lr(args, kind),
+        eval_every=args.eval_every or max(1, args.steps),
+        val_queries=args.val_queries,
+        seed=args.seed,
+        distill_weight=args.distill_weight if kind != "bert" else 0.0,
+        freeze_embeddings=args.freeze_embeddings,
+    )
+
+
+class TrainingDataCache:
+    """Built on first use only (a fully cached re-run never reads the training data)."""
+
+    def __init__(self, collection: Path, split: str, index: Path):
+        self.args = (collection, split, index)
+        self._data = None
+
+    def get(self):
+        if self._data is None:
+            from aheadrank.runs import build_training_data
+
+            t0 = time.perf_counter()
+            self._data = build_training_data(*self.args, depth=100)
+            stage(
+                f"training data: {len(self._data.trainable())} trainable {self.args[1]} queries, "
+                f"BM25 top-100 negatives ({time.perf_counter() - t0:.1f} s)"
+            )
+        return self._data
+
+
+def val_bm25_ndcg(data, cfg) -> float | None:
+    """nDCG@10 of the BM25 order on the trainer's held-out validation queries (what training must beat)."""
+    from rankers.training import split_queries, validation_metric
+
+    _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
+    if not val_q:
+        return None
+    run = {q: {d: -float(i) for i, d in enumerate(data.candidates[q][: cfg.val_depth])} for q in val_q}
+    return validation_metric(run, data.qrels)
+
+
+def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: dict | None) -> dict:
+    """Train (or reuse) the checkpoint of ``variant.model``; returns its record (key, path, seconds, ...)."""
+    import torch
+
+    from rankers import init_ranker, load_ranker, save_checkpoint
+    from rankers.base_model import resolve_base
+    from rankers.checkpoint import read_fingerprint
+    from rankers.training import pretrain_compressor, train
+
+    cfg = train_config(args, variant.kind)
+    distil = teacher is not None and cfg.distill_weight > 0
+    compressor_steps = (
+        args.compressor_steps if variant.kind == "prettr" and variant.options["compress"] else 0
+    )
+    key = {
+        "model": variant.model,
+        "kind": variant.kind,
+        "options": variant.options,
+        "base": str(resolve_base(args.base).resolve()),
+        "collection": str(args.collection),
+        "train_split": args.train_split,
+        "negatives": "bm25-top100",
+        "max_query_len": args.max_query_len,
+        "max_doc_len": args.max_doc_len,
+        "train": asdict(cfg),
+        "compressor_steps": compressor_steps,
+        "teacher": teacher["fingerprint"] if distil else None,
+    }
+    ckpt = args.workdir / "ckpt" / f"{variant.model}-{digest(key)}"
+    meta_path = ckpt.with_name(ckpt.name + ".bench.json")
+    meta = read_json(meta_path)
+    if meta and meta.get("key") == key and (ckpt / "fingerprint.json").is_file():
+        stage(f"train {variant.model}: cached {ckpt} ({meta['train_seconds']:.1f} s when trained)")
+        return {**meta, "cached": True}
+    state = ckpt.parent / f"{ckpt.name}.train-state.pt"
+    resumed = state.is_file()
+    stage(
+        f"train {variant.model}: {cfg.steps} steps × {cfg.queries_per_step} groups of {cfg.group_size}, "
+        f"lr {cfg.lr:g}"
+        + (f", compressor {compressor_steps} steps" if compressor_steps else "")
+        + (f", distilled from bert (weight {cfg.distill_weight:g})" if distil else "")
+        + (" (resuming)" if resumed else "")
+    )
+    training = data.get()
+    model = init_ranker(
+        variant.kind,
+        base=args.base,
+        seed=args.seed,
+        max_query_len=args.max_query_len,
+        max_doc_len=args.max_doc_len,
+        **variant.options,
+    ).to(args.device)
+    teacher_model = load_ranker(teacher["checkpoint"], device=args.device) if distil else None
+    t0 = time.perf_counter()
+    comp_losses: list[float] = []
+    if compressor_steps and not resumed:  # a resumed run loads the pre-trained compressor with the state
+        comp_losses = pretrain_compressor(
+            model, training, steps=compressor_steps, seed=args.seed, progress=args.progress
+        )
+    t1 = time.perf_counter()
+    result = None
+    if cfg.steps > 0:
+        result = train(model, training, ckpt, cfg, teacher=teacher_model, progress=args.progress)
+    else:
+        save_checkpoint(model, ckpt, overwrite=True, extra={"train": {"steps": 0}})
+    t2 = time.perf_counter()
+    history = result.history if result else []
+    val_bm25 = val_bm25_ndcg(training, cfg)
+    losses = [h["loss"] for h in history]
+    tenth = max(1, len(losses) // 10)
+    meta = {
+        "key": key,
+        "checkpoint": str(ckpt),
+        "fingerprint": read_fingerprint(ckpt),
+        "train_seconds": t2 - t0,
+        "compressor_seconds": t1 - t0,
+        "resumed": resumed,
+        "steps": result.steps if result else 0,
+        "best_step": result.best_step if result else 0,
+        "best_val_ndcg10": result.best_metric if result and val_bm25 is not None else None,
+        "val_bm25_ndcg10": val_bm25,
+        "val_history": [(h["step"], h["val_ndcg10"]) for h in history if "val_ndcg10" in h],
+        "loss_first": sum(losses[:tenth]) / tenth if losses else None,
+        "loss_last": sum(losses[-tenth:]) / tenth if losses else None,
+        "compressor_loss_first": comp_losses[0] if comp_losses else None,
+        "compressor_loss_last": comp_losses[-1] if comp_losses else None,
+    }
+    write_json(meta_path, meta)
+    if not args.keep_train_state:
+        state.unlink(missing_ok=True)  # finished: the optimizer state is only needed to resume
+    stage(
+        f"train {variant.model}: {t2 - t0:.1f} s, loss {fmt(meta['loss_first'])} -> {fmt(meta['loss_last'])}, "
+        f"best val nDCG@10 {fmt(meta['best_val_ndcg10'])} at step {meta['best_step']} "
+        f"(BM25 on the same validation queries {fmt(meta['val_bm25_ndcg10'])})"
+    )
+    del model, teacher_model
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return {**meta, "cached": False}
+
+
+def ensure_store(variant: Variant, ckpt: dict, args) -> dict:
+    """The representation store of a checkpoint and strategy (built or resumed unless complete)."""
+    import indexer.build as build
+    from store import read_manifest
+
+    store = args.workdir / "stores" / f"{Path(ckpt['checkpoint']).name}-{variant.strategy or 'default'}"
+    meta_path = store.with_name(store.name + ".bench.json")
+    manifest = read_manifest(store) if (store / "manifest.json").is_file() else None
+    meta = read_json(meta_path) or {}
+    fresh = manifest is not None and manifest.spec.fingerprint == ckpt["fingerprint"]
+    if fresh and manifest.complete and meta.get("fingerprint") == ckpt["fingerprint"]:
+        stage(f"store {variant.name}: cached {store}")
+        cached = True
+    else:
+        stage(f"store {variant.name}: building {store}")
+        summary = build.build_store(
+            build.BuildOptions(
+                ckpt["checkpoint"],
+                str(args.collection),
+                str(store),
+                strategy=variant.strategy,
+                device=args.device,
+                overwrite=manifest is not None and not fresh,  # a store of an older checkpoint
+                progress=args.progress,
+            )
+        )
+        build._RANKERS.clear()  # the build keeps its ranker for later shards; free it (one per variant)
+        meta = {"fingerprint": ckpt["fingerprint"], "build_seconds": summary.seconds}
+        write_json(meta_path, meta)
+        manifest = read_manifest(store)
+        cached = False
+        stage(f"store {variant.name}: {summary.documents} documents in {summary.seconds:.1f} s")
+    return {
+        "path": str(store),
+        "strategy": manifest.spec.strategy,
+        "bytes": manifest.n_bytes,
+        "documents": manifest.n_docs,
+        "bytes_per_doc": manifest.n_bytes / max(1, manifest.n_docs),
+        "build_seconds": meta.get("build_seconds"),
+        "cached": cached,
+    }
+
+
+def ensure_run(variant: Variant, ckpt: dict, store: dict, queries, candidates, args, run_key: dict):
+    """Re-rank every query's BM25 candidates through the store (cached per settings); returns (run, info)."""
+    from aheadrank.evaluation import read_run, write_run
+    from aheadrank.runs import rerank_run
+
+    key = {**run_key, "fingerprint": ckpt["fingerprint"], "strategy": store["strategy"]}
+    path = args.workdir / "runs" / f"{variant.name}-{digest(key)}.trec"
+    meta_path = path.with_suffix(".json")
+    meta = read_json(meta_path)
+    if meta and meta.get("key") == key and path.is_file():
+        stage(f"rerank {variant.name}: cached {path}")
+        return read_run(path), {**meta, "cached": True}
+    stage(f"rerank {variant.name}: {len(queries)} queries × BM25 top-{args.depth} through {store['path']}")
+    t0 = time.perf_counter()
+    run, stats = rerank_run(
+        ckpt["checkpoint"], store["path"], queries, candidates, device=args.device, progress=args.progress
+    )
+    seconds = time.perf_counter() - t0
+    write_run(path, run, variant.name)
+    meta = {
+        "key": key,
+        "seconds": seconds,
+        "stage_seconds": stats.seconds,
+        "queries": stats.queries,
+        "candidates": stats.candidates,
+        "unknown_docids": stats.unknown,
+    }
+    write_json(meta_path, meta)
+    stage(f"rerank {variant.name}: {seconds:.1f} s ({stats.unknown} unknown docids)")
+    return run, {**meta, "cached": False}
+
+
+# ---- evaluation -------------------------------------------------------------------------------------------
+def same_ranking(a: dict, b: dict, resolution: float = FP16_RESOLUTION) -> dict:
+    """Whether two runs list the same docids in the same order for every query; max |score diff|; and,
+    where the order differs, whether every swapped pair was a near-tie: both runs' scores of the two
+    documents within ``resolution`` × the score scale (float16 storage rounds S1's D and S2's D·W
+    differently, so S1 and S2 may swap documents whose float32 scores are that close)."""
+    import numpy as np
+
+    from aheadrank.evaluation import ranking
+
+    qids = sorted(set(a) | set(b))
+    scale = max((abs(s) for run in (a, b) for docs in run.values() for s in docs.values()), default=0.0)
+    differing, discordant, worst_gap, max_diff = [], 0, 0.0, 0.0
+    for q in qids:
+        ra, rb = ranking(a.get(q, {})), ranking(b.get(q, {}))
+        if set(ra) != set(rb):
+            differing.append(q)
+            worst_gap = max_diff = math.inf
+            continue
+        sa = np.array([a[q][d] for d in ra])
+        sb = np.array([b[q][d] for d in ra])
+        if len(ra):
+            max_diff = max(max_diff, float(np.abs(sa - sb).max()))
+        if ra == rb:
+            continue
+        differing.append(q)
+        where_b = {d: i for i, d in enumerate(rb)}
+        pb = np.array([where_b[d] for d in ra])
+        swapped = np.triu(pb[:, None] > pb[None, :], 1)  # i before j in a, after j in b
+        discordant += int(swapped.sum())
+        gap = np.maximum(np.abs(sa[:, None] - sa[None, :]), np.abs(sb[:, None] - sb[None, :]))
+        worst_gap = max(worst_gap, float(gap[swapped].max()))
+    return {
+        "identical": not differing,
+        "equivalent_fp16": worst_gap <= resolution * scale,
+        "queries": len(qids),
+        "queries_differing": len(differing),
+        "examples": differing[:5],
+        "discordant_pairs": discordant,
+        "max_swapped_gap": worst_gap,
+        "max_abs_score_diff": max_diff,
+        "score_scale": scale,
+        "resolution": resolution,
+    }
+
+
+def comparison(pq_a: dict, pq_b: dict) -> dict:
+    """Per metric: ratio, mean difference, paired t-test and non-inferiority verdicts of B against A."""
+    from aheadrank.evaluation import paired_test
+
+    out = {}
+    for metric in METRICS:
+        c = paired_test(pq_a[metric], pq_b[metric], metric=metric, margins=MARGINS)
+        out[metric] = {
+            "ratio": c.ratio,
+            "mean_diff": c.mean_diff,
+            "t": c.t,
+            "p": c.p,
+            "significant": c.significant,
+            "non_inferior": {f"{t.margin:g}": t.non_inferior for t in c.non_inferiority},
+            "p_non_inferior": {f"{t.margin:g}": t.p for t in c.non_inferiority},
+        }
+    return out
+
+
+def goal_verdicts(rows: dict, bm25: dict) -> list[dict]:
+    """The issue's goals, each met / missed / not run, with the numbers behind the verdict."""
+
+    def val(name: str) -> float:
+        return rows[name]["metrics"][PRIMARY]
+
+    goals = []
+    lo = BERT_TARGET - BERT_TOLERANCE
+    if "bert" in rows:
+        vs = rows["bert"]["vs_bm25"][PRIMARY]
+        ok = val("bert") >= lo and vs["mean_diff"] > 0 and vs["significant"]
+        detail = (
+            f"bert {val('bert'):.4f} (target ≈ {BERT_TARGET}, ≥ {lo:.2f}), BM25 {bm25['metrics'][PRIMARY]:.4f}, "
+            f"paired t-test p = {vs['p']:.3g}"
+        )
+        goals.append(
+            {"goal": f"bert {PRIMARY} ≈ {BERT_TARGET} and clearly above BM25", "status": ok, "detail": detail}
+        )
+    specs = [
+        ("MORES 2×IB non-inferior to bert at 2%", ["mores-2ib-s1", "mores-2ib-s2"], "ni", "0.02"),
+        ("PreTTR l5/e128 within 5% of bert", ["prettr-l5-e128"], "ni", "0.05"),
+        ("TK above BM25", [n for n in rows if n.startswith("tk-")] or ["tk-2l"], "bm25", None),
+    ]
+    for goal, names, test, margin in specs:
+        present = [n for n in names if n in rows]
+        if not present:
+            goals.append({"goal": goal, "status": None, "detail": f"not run ({', '.join(names)})"})
+            continue
+        parts, ok = [], True
+        for n in present:
+            if test == "ni":
+                vs = rows[n]["vs_bert"][PRIMARY]
+                good = bool(vs["non_inferior"][margin])
+                parts.append(
+                    f"{n} {val(n):.4f} = {vs['ratio']:.3f}× bert, non-inferiority p = {vs['p_non_inferior'][margin]:.3g}"
+                )
+            else:
+                vs = rows[n]["vs_bm25"][PRIMARY]
+                good = vs["mean_diff"] > 0
+                parts.append(
+                    f"{n} {val(n):.4f} vs BM25 {bm25['metrics'][PRIMARY]:.4f} (paired t-test p = {vs['p']:.3g})"
+                )
+            ok = ok and good
+        goals.append({"goal": goal, "status": ok, "detail": "; ".join(parts)})
+    return goals
+
+
+GOAL_RULES = (
+    f"Goals are judged on {PRIMARY} over the evaluated queries. bert: nDCG@10 ≥ {BERT_TARGET - BERT_TOLERANCE:.2f} "
+    f"({BERT_TARGET} − {BERT_TOLERANCE}) and above BM25 with a two-sided paired t-test p < 0.05. MORES 2×IB: "
+    "every 2×IB S1/S2 run present passes the non-inferiority test at a 2% margin (one-sided, p < 0.05; "
+    "aheadrank.evaluation.paired_test). PreTTR l5/e128: non-inferiority at a 5% margin. TK: every TK variant "
+    "present has a higher mean than BM25 (the t-test p is shown, not required)."
+)
+
+
+def status_text(status) -> str:
+    return "not run" if status is None else "met" if status else "missed"
+
+
+# ---- output -----------------------------------------------------------------------------------------------
+def print_table(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"effectiveness on {result['settings']['collection_name']} {result['settings']['split']}"
+    )
+    table.add_column("ranker")
+    for m in METRICS:
+        table.add_column(m, justify="right")
+    table.add_column(f"p vs bert ({PRIMARY})", justify="right")
+    table.add_column("NI 2%", justify="center")
+    table.add_column("NI 5%", justify="center")
+    table.add_column("train s", justify="right")
+    table.add_column("bytes/doc", justify="right")
+    bm = result["bm25"]
+    bert = result["rankers"]["bert"]["metrics"]
+    table.add_row(
+        "bm25",
+        *[
+            f"{bm['metrics'][m]:.4f} ({bm['metrics'][m] / bert[m]:.2f}×)"
+            if bert[m]
+            else f"{bm['metrics'][m]:.4f}"
+            for m in METRICS
+        ],
+        "",
+        "",
+        "",
+        "",
+        "",
+    )
+    for name, row in result["rankers"].items():
+        vs = row["vs_bert"]
+        cells = [
+            f"{row['metrics'][m]:.4f}"
+            + (f" ({vs[m]['ratio']:.2f}×)" if vs and vs[m]["ratio"] is not None else "")
+            for m in METRICS
+        ]
+        ni = vs[PRIMARY]["non_inferior"] if vs else {}
+        table.add_row(
+            name,
+            *cells,
+            f"{vs[PRIMARY]['p']:.3g}" if vs and vs[PRIMARY]["p"] is not None else "—",
+            {True: "yes", False: "no"}.get(ni.get("0.02"), "—"),
+            {True: "yes", False: "no"}.get(ni.get("0.05"), "—"),
+            train_seconds_text(row["train"]),
+            f"{row['store']['bytes_per_doc']:,.0f}",
+        )
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    for check in result["s1_s2"]:
+        console.print(f"S1 vs S2 {check['model']}: {s1_s2_text(check)}")
+    for goal in result["goals"]:
+        console.print(f"goal: {goal['goal']}: [bold]{status_text(goal['status'])}[/bold] — {goal['detail']}")
+
+
+def s1_s2_text(c: dict) -> str:
+    if c["identical"]:
+        verdict = "identical rankings"
+    else:
+        verdict = (
+            f"rankings differ in {c['queries_differing']} of {c['queries']} queries "
+            f"({c['discordant_pairs']} swapped pairs, the widest {fmt(c['max_swapped_gap'], '.3g')} apart: "
+            + ("all float16 near-ties" if c["equivalent_fp16"] else "NOT all float16 near-ties")
+            + ")"
+        )
+    return (
+        f"{verdict}; max |score diff| {fmt(c['max_abs_score_diff'], '.3g')} "
+        f"(score scale {fmt(c['score_scale'], '.3g')}, float16 tie threshold "
+        f"{fmt(c['resolution'] * c['score_scale'], '.3g')})"
+    )
+
+
+def train_seconds_text(t: dict) -> str:
+    """Training seconds; a ``*`` marks a training resumed after an interruption (last invocation only)."""
+    return f"{t['train_seconds']:.0f}" + ("*" if t.get("resumed") else "")
+
+
+def fmt(x, spec: str = ".4f") -> str:
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def write_markdown(path: Path, result: dict) -> None:
+    s = result["settings"]
+    lines = [
+        f"# Effectiveness on {s['collection_name']} ({s['split']}, {s['queries']} queries, BM25 top-{s['depth']} re-ranked)",
+        "",
+        "| ranker | "
+        + " | ".join(f"{m} | ×bert" for m in METRICS)
+        + f" | p vs bert ({PRIMARY}) | NI 2% | NI 5% | train s | bytes/doc |",
+        "|---|" + "---:|---:|" * len(METRICS) + "---:|:---:|:---:|---:|---:|",
+    ]
+    bert = result["rankers"]["bert"]["metrics"]
+    bm = result["bm25"]["metrics"]
+    lines.append(
+        "| bm25 | "
+        + " | ".join(f"{fmt(bm[m])} | {fmt(bm[m] / bert[m] if bert[m] else None, '.3f')}" for m in METRICS)
+        + " | | | | | |"
+    )
+    for name, row in result["rankers"].items():
+        vs = row["vs_bert"]
+        cells = " | ".join(
+            f"{fmt(row['metrics'][m])} | {fmt(vs[m]['ratio'], '.3f') if vs else '1'}" for m in METRICS
+        )
+        ni = vs[PRIMARY]["non_inferior"] if vs else {}
+        yn = {True: "yes", False: "no"}
+        lines.append(
+            f"| {name} | {cells} | {fmt(vs[PRIMARY]['p'], '.3g') if vs else ''} | {yn.get(ni.get('0.02'), '')} | "
+            f"{yn.get(ni.get('0.05'), '')} | {train_seconds_text(row['train'])} | {row['store']['bytes_per_doc']:,.0f} |"
+        )
+    lines += [
+        "",
+        f"NI: non-inferior to bert on {PRIMARY} at that margin (MORES paper's test, one-sided p < 0.05). "
+        "p vs bert: two-sided paired t-test. train s: compressor pre-training + training, wall clock, on the "
+        "machine below (cached checkpoints keep the time of the run that trained them; * = resumed "
+        "after an interruption, the last invocation's time only).",
+        "",
+        "## S1 vs S2",
+        "",
+    ]
+    for c in result["s1_s2"] or [{"model": "(no MORES model with both strategies)", "identical": None}]:
+        if c["identical"] is None:
+            lines.append(f"- {c['model']}")
+            continue
+        lines.append(f"- {c['model']}: {s1_s2_text(c)}")
+    lines += ["", "## Goals", ""]
+    lines += [f"- {g['goal']}: **{status_text(g['status'])}** — {g['detail']}" for g in result["goals"]]
+    lines += ["", GOAL_RULES, "", "## Training", ""]
+    lines.append(
+        "| checkpoint | steps | lr | loss first→last 10% | best val nDCG@10 (step) | BM25 on val | seconds |"
+    )
+    lines.append("|---|---:|---:|---|---|---:|---:|")
+    for name, t in result["checkpoints"].items():
+        lines.append(
+            f"| {name} | {t['steps']} | {t['key']['train']['lr']:g} | {fmt(t['loss_first'])} → {fmt(t['loss_last'])} | "
+            f"{fmt(t['best_val_ndcg10'])} ({t['best_step']}) | {fmt(t['val_bm25_ndcg10'])} | {train_seconds_text(t)} |"
+        )
+    lines += [
+        "",
+        "## Command",
+        "",
+        f"    {result['command']}",
+        "",
+        f"Settings: `{json.dumps({k: v for k, v in s.items() if k != 'collection_name'})}`",
+        "",
+        "## Machine",
+        "",
+        f"`{json.dumps(result['machine'])}`",
+        "",
+        f"Wall time {result['wall_s']:.0f} s.",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+
+
+# ---- main -------------------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rankers", nargs="+", default=None, help="variant names or globs (default: all)")
+    ap.add_argument("--collection", type=Path, default=None, help="BEIR directory (default: shared SciFact)")
+    ap.add_argument("--train-split", default="train")
+    ap.add_argument("--split", default="test", help="qrels split of the evaluated queries")
+    ap.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N queries")
+    ap.add_argument("--depth", type=int, default=100, help="BM25 candidates re-ranked per query")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--queries-per-step", type=int, default=None)
+    ap.add_argument("--group-size", type=int, default=None)
+    ap.add_argument("--grad-accum", type=int, default=1)
+    ap.add_argument(
+        "--lr", type=float, default=None, help=f"every kind's learning rate (default {DEFAULT_LR:g})"
+    )
+    for kind in KINDS:
+        default = DEFAULT_KIND_LR.get(kind)
+        ap.add_argument(
+            f"--lr-{kind}",
+            type=float,
+            default=None,
+            help=f"{kind}'s own learning rate (default: --lr"
+            + (f", or {default:g} when --lr is not given" if default else "")
+            + ")",
+        )
+    ap.add_argument("--eval-every", type=int, default=None, help="validation every N steps (and at the end)")
+    ap.add_argument("--val-queries", type=int, default=None, help="training queries held out for validation")
+    ap.add_argument("--compressor-steps", type=int, default=None, help="PreTTR compressor pre-training steps")
+    ap.add_argument("--distill-weight", type=float, default=0.0, help="> 0: distil every non-bert from bert")
+    ap.add_argument(
+        "--freeze-embeddings",
+        action="store_true",
+        help="keep the embedding tables as initialised (every kind)",
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-query-len", type=int, default=16)
+    ap.add_argument("--max-doc-len", type=int, default=128)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--workdir", type=Path, default=REPO / "work" / "bench-effectiveness")
+    ap.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results")
+    ap.add_argument("--quick", action="store_true", help="smoke run: bundled sample, tiny budget, 5 variants")
+    ap.add_argument("--keep-train-state", action="store_true", help="keep the optimizer state after training")
+    ap.add_argument("--no-progress", dest="progress", action="store_false")
+    ap.add_argument("--base", default=None, help=argparse.SUPPRESS)  # tests: a tiny random BERT
+    args = ap.parse_args(argv)
+    for name, (full, quick) in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    if args.collection is None:
+        args.collection = SAMPLE if args.quick or not SHARED_SCIFACT.is_dir() else SHARED_SCIFACT
+    args.collection = args.collection.resolve()
+    args.rankers = args.rankers or list(QUICK_RANKERS if args.quick else ALL_RANKERS)
+    args.workdir = args.workdir.resolve()
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("aheadrank.train").setLevel(logging.WARNING)  # one line per stage is ours
+    args = parse_args(argv)
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+    variants = select_variants(args.rankers)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    stage(
+        f"{len(variants)} variants on {args.collection} ({args.split}); workdir {args.workdir}; out {args.out_dir}"
+    )
+
+    from aheadrank.evaluation import per_query, write_run
+    from aheadrank.runs import bm25_candidates
+
+    index = ensure_bm25_index(args.collection, args.workdir, args.progress)
+    queries, qrels = eval_topics(args.collection, args.split, args.max_queries)
+    t0 = time.perf_counter()
+    candidates = bm25_candidates(index, queries, args.depth)
+    bm25_run = {q: {d: float(s) for d, s in hits} for q, hits in candidates.items()}
+    runs_dir = args.out_dir / "runs"
+    write_run(runs_dir / "bm25.trec", bm25_run, "bm25")
+    stage(f"bm25: {len(queries)} {args.split} queries, top-{args.depth} in {time.perf_counter() - t0:.1f} s")
+    run_key = {
+        "collection": str(args.collection),
+        "index": str(index),
+        "split": args.split,
+        "queries": digest(sorted(queries)),
+        "depth": args.depth,
+    }
+
+    data = TrainingDataCache(args.collection, args.train_split, index)
+    checkpoints: dict[str, dict] = {}
+    runs: dict[str, dict] = {}
+    rows: dict[str, dict] = {}
+    for variant in variants:
+        if variant.model not in checkpoints:
+            teacher = checkpoints.get("bert") if variant.kind != "bert" else None
+            checkpoints[variant.model] = ensure_checkpoint(variant, args, data, teacher)
+        ckpt = checkpoints[variant.model]
+        store = ensure_store(variant, ckpt, args)
+        run, rerank = ensure_run(variant, ckpt, store, queries, candidates, args, run_key)
+        write_run(runs_dir / f"{variant.name}.trec", run, variant.name)
+        runs[variant.name] = run
+        rows[variant.name] = {
+            "model": variant.model,
+            "kind": variant.kind,
+            "options": variant.options,
+            "strategy": store["strategy"],
+            "checkpoint": ckpt["checkpoint"],
+            "fingerprint": ckpt["fingerprint"],
+            "run_file": str(runs_dir / f"{variant.name}.trec"),
+            "train": {k: v for k, v in ckpt.items() if k not in ("key", "checkpoint", "fingerprint")},
+            "store": store,
+            "rerank": {k: v for k, v in rerank.items() if k != "key"},
+        }
+
+    stage("evaluate")
+    pq_bm25 = per_query(bm25_run, qrels, METRICS)
+    pq = {name: per_query(run, qrels, METRICS) for name, run in runs.items()}
+
+    def means(values: dict) -> dict:
+        return {m: sum(v.values()) / len(v) for m, v in values.items()}
+
+    for name, row in rows.items():
+        row["metrics"] = means(pq[name])
+        row["vs_bert"] = comparison(pq["bert"], pq[name]) if name != "bert" else None
+        row["vs_bm25"] = comparison(pq_bm25, pq[name])
+    bm25 = {"metrics": means(pq_bm25), "run_file": str(runs_dir / "bm25.trec")}
+    bm25["vs_bert"] = comparison(pq["bert"], pq_bm25)
+    s1_s2 = []
+    for model in dict.fromkeys(v.model for v in variants):
+        s1, s2 = f"{model}-s1", f"{model}-s2"
+        if s1 in runs and s2 in runs:
+            s1_s2.append({"model": model, "s1": s1, "s2": s2, **same_ranking(runs[s1], runs[s2])})
+    result = {
+        "command": shlex.join(
+            [".venv/bin/python", "bench/effectiveness.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
+        "settings": {
+            "collection": str(args.collection),
+            "collection_name": args.collection.name,
+            "train_split": args.train_split,
+            "split": args.split,
+            "queries": len(queries),
+            "max_queries": args.max_queries,
+            "bm25_index": str(index),
+            "evaluated_queries": len(pq_bm25[PRIMARY]),
+            "depth": args.depth,
+            "steps": args.steps,
+            "queries_per_step": args.queries_per_step,
+            "group_size": args.group_size,
+            "grad_accum": args.grad_accum,
+            "lr": {k: kind_lr(args, k) for k in KINDS},
+            "eval_every": args.eval_every,
+            "val_queries": args.val_queries,
+            "compressor_steps": args.compressor_steps,
+            "distill_weight": args.distill_weight,
+            "freeze_embeddings": args.freeze_embeddings,
+            "seed": args.seed,
+            "max_query_len": args.max_query_len,
+            "max_doc_len": args.max_doc_len,
+            "base": args.base or "all-MiniLM-L6-v2 (packaged)",
+            "quick": args.quick,
+            "margins": list(MARGINS),
+            "workdir": str(args.workdir),
+        },
+        "machine": machine(args.device),
+        "bm25": bm25,
+        "rankers": rows,
+        "checkpoints": {
+            k: {kk: vv for kk, vv in v.items() if kk not in ("fingerprint",)} for k, v in checkpoints.items()
+        },
+        "s1_s2": s1_s2,
+        "wall_s": time.perf_counter() - t_start,
+    }
+    result["goals"] = goal_verdicts(rows, bm25)
+    result["goal_rules"] = GOAL_RULES
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(args.out_dir / "effectiveness.json", result)
+    write_markdown(args.out_dir / "effectiveness.md", clean(result))
+    print_table(clean(result))
+    stage(f"wrote {args.out_dir / 'effectiveness.json'} and effectiveness.md ({result['wall_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

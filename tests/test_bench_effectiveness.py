@@ -1,0 +1,146 @@
+"""bench/effectiveness.py --quick end to end on a tiny setup: a 300-document slice of the bundled SciFact
+sample and a tiny random BERT base, five variants (bert, MORES 1×IB S1 and S2, PreTTR with a compressor,
+TK), distillation on; then a second run that must reuse every checkpoint, store and run."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aheadrank.evaluation import ranking, read_run
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "aheadrank" / "data" / "scifact-sample"
+VARIANTS = ["bert", "mores-1ib-s1", "mores-1ib-s2", "prettr-l3-e16", "tk-1l"]
+METRICS = ("nDCG@10", "MRR@10", "R@100", "MAP")
+
+
+def small_collection(dst: Path, n_docs: int = 300) -> Path:
+    """The sample's queries and qrels, every judged document, and unjudged ones up to ``n_docs``."""
+    judged = set()
+    for split in ("train", "test"):
+        for line in (SAMPLE / "qrels" / f"{split}.tsv").read_text().splitlines()[1:]:
+            judged.add(line.split("\t")[1])
+    lines = (SAMPLE / "corpus.jsonl").read_text().splitlines()
+    keep = [x for x in lines if json.loads(x)["_id"] in judged]
+    keep += [x for x in lines if json.loads(x)["_id"] not in judged][: max(0, n_docs - len(keep))]
+    (dst / "qrels").mkdir(parents=True)
+    (dst / "corpus.jsonl").write_text("\n".join(keep) + "\n")
+    shutil.copyfile(SAMPLE / "queries.jsonl", dst / "queries.jsonl")
+    for split in ("train", "test"):
+        shutil.copyfile(SAMPLE / "qrels" / f"{split}.tsv", dst / "qrels" / f"{split}.tsv")
+    return dst
+
+
+def run_bench(args: list[str]) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "effectiveness.py"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+@pytest.mark.slow  # Java (BM25) and a subprocess
+def test_effectiveness_quick(tmp_path, tiny_base):
+    collection = small_collection(tmp_path / "scifact-slice")
+    out_dir, work = tmp_path / "out", tmp_path / "work"
+    args = [
+        "--quick",
+        "--base",
+        str(tiny_base),
+        "--collection",
+        str(collection),
+        "--rankers",
+        *VARIANTS,
+        "--max-queries",
+        "8",
+        "--distill-weight",
+        "0.5",
+        "--threads",
+        "1",
+        "--workdir",
+        str(work),
+        "--out-dir",
+        str(out_dir),
+        "--no-progress",
+    ]
+    first = run_bench(args)
+    assert "train mores-1ib: 3 steps" in first and "distilled from bert" in first
+
+    # runs: BM25 and every variant, 8 queries each, the same BM25 top-100 candidates
+    bm25 = read_run(out_dir / "runs" / "bm25.trec")
+    assert len(bm25) == 8
+    runs = {name: read_run(out_dir / "runs" / f"{name}.trec") for name in VARIANTS}
+    for name, run in runs.items():
+        assert run.keys() == bm25.keys(), name
+        for qid in run:
+            assert set(run[qid]) == set(bm25[qid]), (name, qid)
+
+    result = json.loads((out_dir / "effectiveness.json").read_text())
+    for key in (
+        "command",
+        "settings",
+        "machine",
+        "bm25",
+        "rankers",
+        "checkpoints",
+        "s1_s2",
+        "goals",
+        "wall_s",
+    ):
+        assert key in result
+    assert list(result["rankers"]) == VARIANTS
+    assert set(result["checkpoints"]) == {"bert", "mores-1ib", "prettr-l3-e16", "tk-1l"}  # S1/S2 share one
+    assert result["checkpoints"]["prettr-l3-e16"]["compressor_loss_first"] is not None
+    assert result["checkpoints"]["tk-1l"]["key"]["teacher"] == result["rankers"]["bert"]["fingerprint"]
+    assert all(0.0 <= result["bm25"]["metrics"][m] <= 1.0 for m in METRICS)
+    for name, row in result["rankers"].items():
+        assert set(row["metrics"]) == set(METRICS)
+        assert all(0.0 <= row["metrics"][m] <= 1.0 for m in METRICS), (name, row["metrics"])
+        assert row["train"]["train_seconds"] > 0 and row["store"]["bytes_per_doc"] > 0
+        assert row["store"]["documents"] == 300
+        if name == "bert":
+            assert row["vs_bert"] is None
+        else:
+            vs = row["vs_bert"]["nDCG@10"]
+            assert set(vs["non_inferior"]) == {"0.02", "0.05"}
+            assert vs["ratio"] is None or vs["ratio"] >= 0
+    assert (
+        result["rankers"]["mores-1ib-s2"]["store"]["bytes_per_doc"]
+        > (result["rankers"]["mores-1ib-s1"]["store"]["bytes_per_doc"])
+    )  # S2 keeps K and V, S1 the states
+    assert {g["goal"] for g in result["goals"]} >= {"TK above BM25", "PreTTR l5/e128 within 5% of bert"}
+    assert all(g["status"] in (True, False, None) for g in result["goals"])
+
+    # S1 and S2 are the same math: the same candidates in the same order, up to float16 near-ties
+    (check,) = result["s1_s2"]
+    assert check["model"] == "mores-1ib" and check["equivalent_fp16"], check
+    s1, s2 = runs["mores-1ib-s1"], runs["mores-1ib-s2"]
+    scale = max(abs(s) for docs in s1.values() for s in docs.values())
+    worst = max(abs(s1[q][d] - s2[q][d]) for q in s1 for d in s1[q])
+    assert math.isclose(worst, check["max_abs_score_diff"], rel_tol=1e-9)
+    assert worst <= 2e-3 * scale
+    if check["identical"]:
+        assert all(ranking(s1[q]) == ranking(s2[q]) for q in s1)
+
+    md = (out_dir / "effectiveness.md").read_text()
+    assert "## Goals" in md and "bench/effectiveness.py --quick" in md and "| mores-1ib-s2 |" in md
+
+    # a re-run with the same settings reuses everything
+    second = run_bench(args)
+    assert "building" not in second and "steps ×" not in second
+    for name in VARIANTS:
+        assert f"rerank {name}: cached" in second and f"store {name}: cached" in second
+    again = json.loads((out_dir / "effectiveness.json").read_text())
+    assert again["rankers"]["tk-1l"]["metrics"] == result["rankers"]["tk-1l"]["metrics"]
