@@ -1,0 +1,33 @@
+"""The precomputed path (store + query encoder + interaction) gives the unsplit model's run."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from aheadrank.runs import bm25_candidates, rerank_run
+
+
+def test_precomputed_run_equals_the_unsplit_models_run(service_env):
+    from indexer.collections import Collection
+    from indexer.topics import read_beir_split
+    from rankers import load_ranker
+
+    queries, _ = read_beir_split(service_env.collection, "test")
+    queries = {q: queries[q] for q in sorted(queries)[:6]}
+    cands = bm25_candidates(service_env.lucene, queries, 40)
+    run, stats = rerank_run(service_env.checkpoint, service_env.store, queries, cands, progress=False)
+    assert stats.unknown == 0 and stats.queries == 6
+    texts = {d.docid: d.text for d in Collection(service_env.collection)}
+    ranker = load_ranker(service_env.checkpoint)
+    for qid, query in queries.items():
+        ids = [d for d, _ in cands[qid]]
+        full = dict(zip(ids, ranker.score_pairs(query, [texts[d] for d in ids]).tolist(), strict=True))
+        scale = max(abs(s) for s in full.values())
+        assert set(run[qid]) == set(full)
+        for d in ids:  # float16 storage: scores agree to its resolution
+            assert run[qid][d] == pytest.approx(full[d], abs=2e-3 * scale)
+        for a, b in itertools.combinations(ids, 2):  # and only near-ties may swap
+            if (run[qid][a] - run[qid][b]) * (full[a] - full[b]) < 0:
+                assert abs(full[a] - full[b]) <= 2e-3 * scale, (qid, a, b)
