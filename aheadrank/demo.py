@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -33,14 +31,6 @@ RECIPES = {  # (steps, learning rate) that fit in a few minutes on 2 CPU cores
 
 def say(msg: str) -> None:
     print(f"\n== {msg}", flush=True)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ensure_checkpoint(ranker: str, steps: int, lucene: Path, ckpt: Path) -> None:
@@ -72,31 +62,6 @@ def ensure_checkpoint(ranker: str, steps: int, lucene: Path, ckpt: Path) -> None
     )
 
 
-def start_server(ckpt: Path, store: Path, lucene: Path, port: int, log: Path) -> subprocess.Popen:
-    exe = Path(sys.executable).parent / "aheadrank"
-    cmd = [str(exe), "serve", "--checkpoint", str(ckpt), "--store", str(store), "--index", str(lucene)]
-    cmd += ["--host", "127.0.0.1", "--port", str(port)]
-    print(" ".join(cmd[1:]))
-    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
-
-
-def wait_ready(proc: subprocess.Popen, url: str, log: Path, timeout: float = 300.0) -> float:
-    import httpx
-
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < timeout:
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url + "/ready", timeout=1.0).status_code == 200:
-                return time.perf_counter() - t0
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.terminate()
-    raise SystemExit(f"the server was not ready after {timeout:.0f} s; its log: {log}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranker", choices=list(OPTIONS), default="tk")
@@ -121,6 +86,7 @@ def main() -> None:
     from indexer.build import BuildOptions, build_store
     from indexer.collections import Collection
     from indexer.topics import read_beir_split
+    from services.process import ServeProcess
 
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -144,15 +110,17 @@ def main() -> None:
         f"{summary.seconds:.1f} s"
     )
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    say(f"starting the service on {url}")
     log = work / "serve.log"
-    proc = start_server(ckpt, store, lucene, port, log)
+    server = ServeProcess(["--checkpoint", str(ckpt), "--store", str(store), "--index", str(lucene)], log)
+    url = server.url
+    say(f"starting the service on {url}")
+    print(" ".join(server.args))
     try:
-        print(
-            f"ready in {wait_ready(proc, url, log):.1f} s (model loaded, store and index open, warm-up done)"
-        )
+        try:
+            ready = server.wait_ready(300)
+        except (RuntimeError, TimeoutError) as exc:
+            raise SystemExit(f"the service did not start: {exc}") from None
+        print(f"ready in {ready:.1f} s (model loaded, store and index open, warm-up done)")
         info = httpx.get(url + "/v1/info").json()
         print(
             f"model {info['model']['name']} on {info['device']}; store {info['store']['documents']} documents"
@@ -213,8 +181,7 @@ def main() -> None:
             f"{m_rr:.4f}   (* = judged relevant)"
         )
     finally:
-        proc.terminate()
-        code = proc.wait(60)
+        code = server.stop(60)
     say(f"service stopped (exit code {code}); {time.perf_counter() - t0:.0f} s in all; log: {log}")
     if code != 0:
         raise SystemExit(code)

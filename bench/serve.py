@@ -36,10 +36,7 @@ import itertools
 import json
 import os
 import re
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -59,7 +56,8 @@ from index import RANKERS  # noqa: E402  (bench/index.py: name -> (kind, options
 from rich.table import Table  # noqa: E402
 from speed import console, cpu_sample, machine_info  # noqa: E402
 
-AHEADRANK = Path(sys.executable).parent / "aheadrank"
+from services.process import AHEADRANK, ServeProcess  # noqa: E402
+
 SHARED_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 SAMPLE = REPO / "aheadrank" / "data" / "scifact-sample"
 DEFAULT_RANKERS = ("tk-2l", "mores-2ib-s2", "bert")
@@ -249,12 +247,6 @@ def load_queries(args: argparse.Namespace) -> list[str]:
 
 
 # ---- the server --------------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def proc_status(pid: int) -> dict[str, int] | None:
     """VmRSS, VmHWM, RssAnon, RssFile (kB) of a process; None once it is gone."""
     try:
@@ -276,64 +268,24 @@ def proc_cpu_ticks(pid: int) -> int:
         return 0
 
 
-class ServeProcess:
-    """`aheadrank serve` on 127.0.0.1 in a subprocess, its output in a log file; configured only by its
-    flags (AHEADRANK_* variables are not passed on). It gets SIGTERM if this process dies (setpriv
-    --pdeathsig, where available), so no server outlives the benchmark."""
+class BenchServer(ServeProcess):
+    """`aheadrank serve` for one ranker, configured only by its flags (AHEADRANK_* variables are not passed
+    on); it gets SIGTERM if the benchmark dies, so no server outlives it."""
 
     def __init__(self, target: dict, lucene: Path, args: argparse.Namespace, log_path: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self.args = [
-            "serve",
-            "--checkpoint", target["checkpoint"],
-            "--store", target["store"],
-            "--index", str(lucene),
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--max-candidates", str(max(1000, *args.depths)),
-            "--no-access-log",
-            *(["--threads", str(args.threads)] if args.threads else []),
-            *args.serve_arg,
-        ]  # fmt: skip
-        guard = ["setpriv", "--pdeathsig", "TERM"] if shutil.which("setpriv") else []
-        self.log = log_path.open("w")
-        self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [*guard, str(AHEADRANK), *self.args],
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            env={
-                **{k: v for k, v in os.environ.items() if not k.startswith("AHEADRANK_")},
-                "HF_HUB_OFFLINE": "1",
-            },
-        )
-        self.pid = self.proc.pid  # setpriv execs the server: same pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def log_tail(self, n: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def wait_ready(self, timeout: float) -> float:
-        deadline = time.monotonic() + timeout
-        with httpx.Client(trust_env=False, timeout=2.0) as http:
-            while time.monotonic() < deadline:
-                if not self.alive():
-                    raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
-                try:
-                    if http.get(self.url + "/ready").status_code == 200:
-                        return time.perf_counter() - self.started
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.3)
-        raise TimeoutError(f"server not ready in {timeout:g} s:\n{self.log_tail()}")
+        super().__init__(
+            [
+                "--checkpoint", target["checkpoint"],
+                "--store", target["store"],
+                "--index", str(lucene),
+                "--max-candidates", str(max(1000, *args.depths)),
+                "--no-access-log",
+                *(["--threads", str(args.threads)] if args.threads else []),
+                *args.serve_arg,
+            ],
+            log_path,
+            clean_env=True,
+        )  # fmt: skip
 
     def info(self) -> dict | None:
         try:
@@ -341,16 +293,8 @@ class ServeProcess:
         except (httpx.HTTPError, ValueError):
             return None
 
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
+    def stop(self) -> int:
+        return super().stop(STOP_TIMEOUT)
 
     def log_problems(self) -> list[str]:
         """Warning and error lines of the server's (JSON lines) log, and anything that is not JSON."""
@@ -750,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for target in targets:
             name = target["ranker"]
-            server = ServeProcess(target, lucene, args, logs / f"serve-{name}.log")
+            server = BenchServer(target, lucene, args, logs / f"serve-{name}.log")
             entry: dict = {**target, "serve_args": server.args, "log": str(server.log_path)}
             servers.append(entry)
             try:

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from services.process import AHEADRANK as _AHEADRANK
+from services.process import ServeProcess
+
+AHEADRANK = str(_AHEADRANK)
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "aheadrank" / "data" / "scifact-sample"
-AHEADRANK = str(Path(sys.executable).parent / "aheadrank")
 
 
 @dataclass
@@ -43,52 +40,15 @@ def build_service_env(root: Path, tiny_base: Path) -> ServiceEnv:
     return ServiceEnv(SAMPLE, lucene, ckpt, store, other)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """`aheadrank serve` in a subprocess on 127.0.0.1 (the same entry point the containers run)."""
+class Server(ServeProcess):
+    """`aheadrank serve` in a subprocess on 127.0.0.1 (the same entry point the containers run), one torch
+    thread, its log in a temporary file."""
 
     def __init__(self, *args: str, env: dict | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        # a file, not a pipe: nobody reads a pipe while the server runs, and a full one blocks its writes
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="aheadrank-serve-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [AHEADRANK, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--threads", "1", *args],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-        )
+        log = tempfile.NamedTemporaryFile(prefix="aheadrank-serve-", suffix=".log", delete=False)
+        log.close()
+        super().__init__(["--threads", "1", *args], log.name, env=env)
 
     def wait_ready(self, timeout: float = 180.0) -> Server:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.output()}")
-            try:
-                if httpx.get(self.url + "/ready", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise TimeoutError(f"server not ready in {timeout} s")
-
-    def output(self) -> str:
-        return Path(self.log.name).read_text(errors="replace")
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
+        super().wait_ready(timeout)
+        return self
