@@ -163,13 +163,10 @@ def train(
         raise ValueError("no trainable queries: none has a judged-relevant document and a BM25 negative")
     device = ranker.device
     use_amp = cfg.amp and device.type == "cuda"
-    params = [
-        p for name, p in ranker.named_parameters() if not (cfg.freeze_embeddings and "embeddings" in name)
-    ]
-    if cfg.freeze_embeddings:
-        for name, p in ranker.named_parameters():
-            if "embeddings" in name:
-                p.requires_grad_(False)
+    frozen = [p for n, p in ranker.named_parameters() if cfg.freeze_embeddings and "embeddings" in n]
+    for p in frozen:
+        p.requires_grad_(False)
+    params = [p for p in ranker.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(int(cfg.warmup * cfg.steps), cfg.steps))
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
@@ -261,7 +258,7 @@ def train(
             )
     bar.close()
     ranker.eval()
-    for p in ranker.parameters():  # frozen tables are given back
+    for p in frozen:  # frozen tables are given back
         p.requires_grad_(True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "train-history.json").write_text(json.dumps(history))

@@ -95,6 +95,10 @@ class Gate:
                 MutableHeaders(scope=message)["x-request-id"] = rid
             await send(message)
 
+        async def reject(code: int, message: str, kind: str) -> None:
+            self.metrics.errors.labels(kind).inc()
+            await _error_response(rid, code, message, kind)(scope, receive, send_with_id)
+
         path = scope.get("path", "")
         endpoint = path if path in ENDPOINTS else "other"
         try:
@@ -105,19 +109,11 @@ class Gate:
                 and ctype != "application/json"
                 and not ctype.endswith("+json")
             ):
-                self.metrics.errors.labels("content_type").inc()
-                response = _error_response(
-                    rid, 415, f"Content-Type must be application/json, not {ctype!r}", "content_type"
-                )
-                await response(scope, receive, send_with_id)
+                await reject(415, f"Content-Type must be application/json, not {ctype!r}", "content_type")
                 return
             body_receive = await self._bounded_body(scope, receive, headers)
             if body_receive is None:
-                self.metrics.errors.labels("body_too_large").inc()
-                response = _error_response(
-                    rid, 413, f"request body over the limit of {self.max_body} bytes", "body_too_large"
-                )
-                await response(scope, receive, send_with_id)
+                await reject(413, f"request body over the limit of {self.max_body} bytes", "body_too_large")
             else:
                 await self.app(scope, body_receive, send_with_id)
         finally:

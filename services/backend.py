@@ -180,10 +180,6 @@ class RerankBackend:
 
     def check_candidates(self, docids: list[str]) -> None:
         """Refuse duplicate and unknown docids with a message that names them (never a silent zero)."""
-        if self.reader is None:
-            raise RequestError(
-                "this server has no representation store (start it with --store)", "no_store", 503
-            )
         seen, dupes = set(), []
         for d in docids:
             if d in seen:
@@ -193,7 +189,7 @@ class RerankBackend:
             raise RequestError(
                 f"duplicate docids in candidates: {sorted(set(dupes))[:10]}", "duplicate_docid"
             )
-        known = self.reader.known(docids) if docids else []
+        known = self.reader.known(docids)
         unknown = [d for d, k in zip(docids, known, strict=True) if not k]
         if unknown:
             raise RequestError(
@@ -218,6 +214,10 @@ class RerankBackend:
             raise RequestError(
                 "this server has no representation store (start it with --store)", "no_store", 503
             )
+        if want_text and self.searcher is None:  # refused before any work
+            raise RequestError(
+                "return_text needs the Lucene index (start the server with --index)", "no_index"
+            )
         if candidates is None:
             if self.searcher is None:
                 raise RequestError(
@@ -226,7 +226,7 @@ class RerankBackend:
                     422,
                 )
             hits: list[tuple[str, float | None]] = list(self.searcher.search(query, depth))
-            known = self.reader.known([d for d, _ in hits]) if hits else []
+            known = self.reader.known([d for d, _ in hits])
             missing = [d for (d, _), k in zip(hits, known, strict=True) if not k]
             head = [(d, s) for (d, s), k in zip(hits, known, strict=True) if k]
         else:
@@ -260,13 +260,7 @@ class RerankBackend:
         ranked = [(d, s, bm25[d]) for d, s in by_score(scored)]
         ranked += [(d, None, bm25[d]) for d in ids[len(scored) :]]  # the tail keeps first-stage order
         ranked += [(d, None, bm25[d]) for d in missing]
-        texts = {}
-        if want_text:
-            if self.searcher is None:
-                raise RequestError(
-                    "return_text needs the Lucene index (start the server with --index)", "no_index"
-                )
-            texts = self.searcher.doc_texts([d for d, _, _ in ranked])
+        texts = self.searcher.doc_texts([d for d, _, _ in ranked]) if want_text else {}
         return RerankOutcome(ranked, len(scored), len(hits), missing, planned, texts)
 
     def score_texts(

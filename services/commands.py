@@ -44,31 +44,28 @@ def configure_logging(level: str) -> None:
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]
         logger.propagate = False
-    logging.getLogger("aheadrank").setLevel(level.upper())
-    logging.getLogger("uvicorn.error").setLevel("WARNING")
+    logging.getLogger("aheadrank").setLevel(level.upper())  # uvicorn.error: uvicorn.Config(log_level=...)
 
 
-class GracefulServer:
+def graceful_server(config):
     """uvicorn's server, except that SIGINT/SIGTERM end it with exit code 0 after the graceful shutdown
     (uvicorn re-raises the signal, which would skip closing the store and the searcher)."""
+    import uvicorn
 
-    def __new__(cls, config):
-        import uvicorn
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            old = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
 
-        class _Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self):
-                if threading.current_thread() is not threading.main_thread():
-                    yield
-                    return
-                old = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-                try:
-                    yield
-                finally:
-                    for sig, handler in old.items():
-                        signal.signal(sig, handler)
-
-        return _Server(config)
+    return _Server(config)
 
 
 @app.command("serve")
@@ -168,7 +165,7 @@ def serve(
         timeout_graceful_shutdown=10,
     )
     try:
-        GracefulServer(config).run()
+        graceful_server(config).run()
     finally:
         backend.close()
         log.info(json.dumps({"event": "stopped"}))
