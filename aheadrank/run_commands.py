@@ -54,6 +54,12 @@ def train_cmd(
         envvar=env("freeze-embeddings"),
         help="keep the embedding tables as initialised (less memorisation on small training sets)",
     ),
+    cpu_amp: bool = typer.Option(
+        False,
+        "--cpu-amp/--no-cpu-amp",
+        envvar=env("cpu-amp"),
+        help="bfloat16 autocast on CPU (about 1.5x faster steps where the CPU has AVX512-BF16 or AMX)",
+    ),
     compressor_steps: int = typer.Option(
         0,
         "--compressor-steps",
@@ -103,6 +109,7 @@ def train_cmd(
         seed=seed,
         distill_weight=distill_weight,
         freeze_embeddings=freeze_embeddings,
+        cpu_amp=cpu_amp,
     )
     teacher_model = load_ranker(teacher, device=device) if teacher else None
     result = train(model, data, out, cfg, teacher=teacher_model, progress=progress)

@@ -225,6 +225,7 @@ def train_config(args, kind: str):
         seed=args.seed,
         distill_weight=args.distill_weight if kind != "bert" else 0.0,
         freeze_embeddings=args.freeze_embeddings,
+        cpu_amp=args.cpu_amp,
     )
 
 
@@ -752,6 +753,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="keep the embedding tables as initialised (every kind)",
     )
+    ap.add_argument(
+        "--cpu-amp",
+        action="store_true",
+        help="bfloat16 autocast for training on CPU (evaluation and stores stay float32 / float16)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-query-len", type=int, default=16)
     ap.add_argument("--max-doc-len", type=int, default=128)
@@ -877,6 +883,7 @@ def main(argv: list[str] | None = None) -> int:
             "compressor_steps": args.compressor_steps,
             "distill_weight": args.distill_weight,
             "freeze_embeddings": args.freeze_embeddings,
+            "cpu_amp": args.cpu_amp,
             "seed": args.seed,
             "max_query_len": args.max_query_len,
             "max_doc_len": args.max_doc_len,

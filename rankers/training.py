@@ -43,6 +43,7 @@ class TrainConfig:
     neg_depth: int = 100  # negatives come from the top neg_depth candidates
     seed: int = 0
     amp: bool = True  # float16 autocast on CUDA
+    cpu_amp: bool = False  # bfloat16 autocast on CPU (~1.5x faster steps on AVX512-BF16 / AMX cores)
     distill_weight: float = 0.0  # > 0: add MSE to a teacher's scores
     max_grad_norm: float = 1.0
     validate_initial: bool = True  # validate the initial weights first; they are kept if no step beats them
@@ -139,6 +140,16 @@ def lr_lambda(warmup_steps: int, total: int) -> Callable[[int], float]:
     return f
 
 
+def autocast_context(device: torch.device, cfg: TrainConfig) -> Callable[[], torch.autocast]:
+    """Mixed precision of the training forward: float16 on CUDA (``amp``), bfloat16 on CPU (``cpu_amp``).
+    Weights, optimizer state, gradients and validation stay float32."""
+    if device.type == "cuda":
+        return lambda: torch.autocast("cuda", dtype=torch.float16, enabled=cfg.amp)
+    return lambda: torch.autocast(
+        device.type, dtype=torch.bfloat16, enabled=cfg.cpu_amp and device.type == "cpu"
+    )
+
+
 def train(
     ranker: Ranker,
     data: TrainingData,
@@ -162,7 +173,8 @@ def train(
     if not train_q:
         raise ValueError("no trainable queries: none has a judged-relevant document and a BM25 negative")
     device = ranker.device
-    use_amp = cfg.amp and device.type == "cuda"
+    use_amp = cfg.amp and device.type == "cuda"  # float16 needs the loss scaler
+    autocast = autocast_context(device, cfg)
     frozen = [p for n, p in ranker.named_parameters() if cfg.freeze_embeddings and "embeddings" in n]
     for p in frozen:
         p.requires_grad_(False)
@@ -204,7 +216,7 @@ def train(
             qids = [rng.choice(train_q) for _ in range(cfg.queries_per_step)]
             groups = [sample_group(data, q, cfg.group_size, cfg.neg_depth, rng) for q in qids]
             queries = [data.queries[q] for q in qids]
-            with torch.autocast("cuda", dtype=torch.float16, enabled=use_amp):
+            with autocast():
                 scores = group_scores(ranker, queries, groups, data.texts)
                 loss = F.cross_entropy(scores, torch.zeros(len(groups), dtype=torch.long, device=device))
                 if teacher is not None and cfg.distill_weight > 0:

@@ -75,6 +75,32 @@ def test_trainer_learns_planted_relevance(tiny_base, tmp_path, kind, opts, lr, g
     assert best.config.extra["train"]["val_ndcg10"] == result.best_metric
 
 
+def test_cpu_amp_trains_in_bfloat16_and_keeps_float32_weights(tiny_base, tmp_path):
+    data = planted_data()
+    ranker = init_ranker("mores", base=tiny_base, ibs=1, max_doc_len=32)
+    before = mean_rank_of_relevant(ranker, data)
+    seen: set[torch.dtype] = set()
+    linear = next(m for m in ranker.modules() if isinstance(m, torch.nn.Linear))
+    linear.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+    cfg = TrainConfig(
+        steps=80,
+        group_size=4,
+        queries_per_step=4,
+        lr=2e-3,
+        eval_every=40,
+        val_queries=6,
+        seed=1,
+        cpu_amp=True,
+    )
+    result = train(ranker, data, tmp_path / "ckpt", cfg, progress=False)
+    assert torch.bfloat16 in seen  # the training forward ran under bfloat16 autocast ...
+    assert torch.float32 in seen  # ... and validation in float32
+    assert all(p.dtype == torch.float32 for p in ranker.parameters())
+    losses = [h["loss"] for h in result.history]
+    assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:10]) / 10, losses
+    assert mean_rank_of_relevant(ranker, data) < 3.0 < before
+
+
 def test_resumed_run_continues_where_it_stopped(tiny_base, tmp_path):
     data = planted_data(1)
     cfg = TrainConfig(steps=8, group_size=3, queries_per_step=2, lr=1e-3, eval_every=4, val_queries=4, seed=3)
