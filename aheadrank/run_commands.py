@@ -126,6 +126,91 @@ def train_cmd(
     )
 
 
+@app.command("pretrain-compressor")
+@user_errors
+def pretrain_compressor_cmd(
+    collection: Path = typer.Option(..., "--collection", envvar=env("collection"), help="BEIR directory"),
+    index: Path = typer.Option(..., "--index", envvar=env("index"), help="its BM25 Lucene index (pairs)"),
+    out: Path = typer.Option(..., "--out", envvar=env("out"), help="PreTTR checkpoint directory to write"),
+    split: str = typer.Option(
+        "train", "--split", envvar=env("split"), help="queries whose BM25 pairs are used"
+    ),
+    init: Path | None = typer.Option(
+        None, "--init", envvar=env("init"), help="a PreTTR checkpoint to start from (else a fresh one)"
+    ),
+    base: Path | None = typer.Option(None, "--base", envvar=env("base")),
+    layer: int | None = typer.Option(None, "--layer", envvar=env("layer")),
+    compress: int | None = typer.Option(None, "--compress", envvar=env("compress")),
+    max_query_len: int | None = typer.Option(None, "--max-query-len", envvar=env("max-query-len")),
+    max_doc_len: int | None = typer.Option(None, "--max-doc-len", envvar=env("max-doc-len")),
+    steps: int = typer.Option(200, "--steps", envvar=env("steps")),
+    lr: float = typer.Option(1e-3, "--lr", envvar=env("lr")),
+    batch: int = typer.Option(16, "--batch", envvar=env("batch"), help="(query, document) pairs per step"),
+    seed: int = typer.Option(0, "--seed", envvar=env("seed")),
+    device: str = typer.Option("cpu", "--device", envvar=env("device")),
+    overwrite: bool = typer.Option(False, "--overwrite", envvar=env("overwrite")),
+    progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
+) -> None:
+    """PreTTR: train only the compressor on the collection's (query, BM25 candidate) pairs with the
+    attention-MSE loss; then ``train --ranker prettr --init OUT`` fine-tunes the whole ranker."""
+    import time
+
+    from aheadrank.errors import AheadrankError
+    from aheadrank.runs import build_training_data
+    from rankers import init_ranker, load_ranker, save_checkpoint
+    from rankers.training import pretrain_compressor
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise AheadrankError(f"{out} exists and is not empty; pass --overwrite to replace it")
+    if init is not None:
+        model = load_ranker(init, device=device)
+        if model.kind != "prettr" or not model.config.compress:
+            raise AheadrankError(
+                f"--init {init} is a {model.kind} checkpoint without a compressor; give a PreTTR one"
+            )
+    else:
+        if not compress:
+            raise AheadrankError("give --compress E > 0: PreTTR with e = 0 has no compressor to pre-train")
+        model = init_ranker(
+            "prettr",
+            base=base,
+            seed=seed,
+            layer=layer,
+            compress=compress,
+            max_query_len=max_query_len,
+            max_doc_len=max_doc_len,
+        ).to(device)
+    data = build_training_data(collection, split, index)
+    t0 = time.perf_counter()
+    losses = pretrain_compressor(model, data, steps=steps, lr=lr, batch=batch, seed=seed, progress=progress)
+    seconds = time.perf_counter() - t0
+    tenth = max(1, len(losses) // 10)
+    first, last = sum(losses[:tenth]) / tenth, sum(losses[-tenth:]) / tenth
+    extra = {
+        "compressor": {
+            "steps": steps,
+            "lr": lr,
+            "batch": batch,
+            "seed": seed,
+            "loss_first": first,
+            "loss_last": last,
+        }
+    }
+    save_checkpoint(model, out, overwrite=True, extra=extra)
+    typer.echo(
+        json.dumps(
+            {
+                "out": str(out),
+                "steps": steps,
+                "loss_first": first,
+                "loss_last": last,
+                "seconds": round(seconds, 1),
+            }
+        )
+    )
+
+
 @app.command("rerank-run")
 @user_errors
 def rerank_run_cmd(

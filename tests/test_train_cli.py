@@ -1,0 +1,74 @@
+"""``aheadrank pretrain-compressor`` then ``aheadrank train --init``: the PreTTR recipe from the command line."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from typer.testing import CliRunner
+
+from aheadrank.cli import app
+from rankers import load_ranker
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_pretrain_compressor_then_train_from_it(service_env, tiny_base, tmp_path):
+    common = [
+        "--collection",
+        str(service_env.collection),
+        "--index",
+        str(service_env.lucene),
+        "--no-progress",
+    ]
+    comp = tmp_path / "comp"
+    result = invoke(
+        "pretrain-compressor", *common, "--out", str(comp), "--base", str(tiny_base),
+        "--layer", "2", "--compress", "8", "--max-doc-len", "32", "--steps", "30", "--lr", "1e-2", "--batch", "8",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["loss_last"] < 0.8 * report["loss_first"], report  # eq. 2 falls
+    pre = load_ranker(comp)
+    assert pre.kind == "prettr" and pre.config.compress == 8
+    assert pre.config.extra["compressor"]["steps"] == 30
+
+    again = invoke(
+        "pretrain-compressor", *common, "--out", str(comp), "--compress", "8", "--base", str(tiny_base)
+    )
+    assert again.exit_code == 2 and "--overwrite" in again.output  # nothing is replaced silently
+
+    tuned = tmp_path / "tuned"
+    result = invoke(
+        "train", "--ranker", "prettr", "--init", str(comp), *common, "--out", str(tuned),
+        "--steps", "2", "--group-size", "3", "--queries-per-step", "2", "--eval-every", "2", "--val-queries", "4",
+        "--lr", "0", "--cpu-amp",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    fine = load_ranker(tuned)
+    assert fine.config.extra["train"]["cpu_amp"] is True
+    # lr 0: the weights stay where training started, so they are exactly the pre-trained checkpoint's
+    assert fine.config.compress == 8 and fine.config.layer == 2
+    pre_state = pre.state_dict()
+    assert all(torch.equal(p, pre_state[n]) for n, p in fine.state_dict().items())
+
+
+def test_pretrain_compressor_refuses_what_has_no_compressor(service_env, tiny_base, tmp_path):
+    common = [
+        "--collection",
+        str(service_env.collection),
+        "--index",
+        str(service_env.lucene),
+        "--no-progress",
+    ]
+    result = invoke("pretrain-compressor", *common, "--out", str(tmp_path / "a"), "--compress", "0")
+    assert result.exit_code == 2 and "--compress E > 0" in result.output
+    result = invoke(
+        "pretrain-compressor", *common, "--out", str(tmp_path / "b"), "--init", str(service_env.checkpoint)
+    )
+    assert result.exit_code == 2 and "mores" in result.output and "PreTTR" in result.output
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
