@@ -170,8 +170,10 @@ def plot(path: Path, result: dict) -> bool:
     fig, axes = plt.subplots(1, len(METRICS), figsize=(6 * len(METRICS), 4.5), squeeze=False)
     budgets = result["settings"]["budgets_ms"]
     for ax, metric in zip(axes[0], METRICS, strict=True):
-        for name, row in result["rankers"].items():
-            ax.plot(budgets, [b[metric] for b in row["budgets"]], marker="o", ms=3, label=name)
+        for i, (name, row) in enumerate(result["rankers"].items()):
+            # tab20 + a line style per ten rankers: no two of up to 40 lines look alike (the default cycle has 10)
+            style = {"color": plt.cm.tab20(i % 20), "ls": ("-", "--", ":", "-.")[i // 10 % 4]}
+            ax.plot(budgets, [b[metric] for b in row["budgets"]], marker="o", ms=3, label=name, **style)
         ax.axhline(result["bm25"][metric], color="black", ls="--", lw=1, label="BM25")
         ax.set_xscale("log")
         ax.set_xlabel("time budget per query (ms)")
