@@ -144,3 +144,26 @@ def test_effectiveness_quick(tmp_path, tiny_base):
         assert f"rerank {name}: cached" in second and f"store {name}: cached" in second
     again = json.loads((out_dir / "effectiveness.json").read_text())
     assert again["rankers"]["tk-1l"]["metrics"] == result["rankers"]["tk-1l"]["metrics"]
+
+    # the time-budget evaluation over the same checkpoints and stores
+    tb_out = tmp_path / "tb.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "time_budget.py"), "--quick", "--threads", "1", "--no-progress",
+         "--effectiveness", str(out_dir / "effectiveness.json"), "--out", str(tb_out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    tb = json.loads(tb_out.read_text())
+    assert list(tb["rankers"]) == VARIANTS and tb_out.with_suffix(".png").stat().st_size > 0
+    depth = tb["settings"]["depth"]
+    for name, row in tb["rankers"].items():
+        assert row["timing"]["per_doc_ms"] > 0, name
+        depths = [b["depth"] for b in row["budgets"]]
+        assert depths == sorted(depths) and all(0 <= k <= depth for k in depths), (name, depths)
+        assert depths[-1] == depth  # the largest budget re-ranks everything ...
+        assert row["budgets"][-1]["nDCG@10"] == pytest.approx(
+            row["full_depth"]["nDCG@10"]
+        )  # ... = the full run
+        for b in row["budgets"]:
+            if b["depth"] == 0:  # nothing re-ranked: BM25's own order
+                assert b["nDCG@10"] == pytest.approx(tb["bm25"]["nDCG@10"]), name
