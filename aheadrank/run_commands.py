@@ -58,7 +58,7 @@ def train_cmd(
         False,
         "--cpu-amp/--no-cpu-amp",
         envvar=env("cpu-amp"),
-        help="bfloat16 autocast on CPU (about 1.5x faster steps where the CPU has AVX512-BF16 or AMX)",
+        help="bfloat16 autocast on CPU (faster steps where the CPU has AVX512-BF16 or AMX)",
     ),
     compressor_steps: int = typer.Option(
         0,

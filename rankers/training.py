@@ -43,7 +43,7 @@ class TrainConfig:
     neg_depth: int = 100  # negatives come from the top neg_depth candidates
     seed: int = 0
     amp: bool = True  # float16 autocast on CUDA
-    cpu_amp: bool = False  # bfloat16 autocast on CPU (~1.5x faster steps on AVX512-BF16 / AMX cores)
+    cpu_amp: bool = False  # bfloat16 autocast on CPU (faster steps on AVX512-BF16 / AMX cores)
     distill_weight: float = 0.0  # > 0: add MSE to a teacher's scores
     max_grad_norm: float = 1.0
     validate_initial: bool = True  # validate the initial weights first; they are kept if no step beats them
