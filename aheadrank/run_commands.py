@@ -158,7 +158,7 @@ def pretrain_compressor_cmd(
     from aheadrank.errors import AheadrankError
     from aheadrank.runs import build_training_data
     from rankers import init_ranker, load_ranker, save_checkpoint
-    from rankers.training import pretrain_compressor
+    from rankers.training import loss_ends, pretrain_compressor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if out.exists() and any(out.iterdir()) and not overwrite:
@@ -185,8 +185,7 @@ def pretrain_compressor_cmd(
     t0 = time.perf_counter()
     losses = pretrain_compressor(model, data, steps=steps, lr=lr, batch=batch, seed=seed, progress=progress)
     seconds = time.perf_counter() - t0
-    tenth = max(1, len(losses) // 10)
-    first, last = sum(losses[:tenth]) / tenth, sum(losses[-tenth:]) / tenth
+    first, last = loss_ends(losses)
     extra = {
         "compressor": {
             "steps": steps,

@@ -267,7 +267,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
     from rankers import init_ranker, load_ranker, save_checkpoint
     from rankers.base_model import resolve_base
     from rankers.checkpoint import read_fingerprint
-    from rankers.training import pretrain_compressor, train
+    from rankers.training import loss_ends, pretrain_compressor, train
 
     cfg = train_config(args, variant.kind)
     distil = teacher is not None and cfg.distill_weight > 0
@@ -329,7 +329,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
     history = result.history if result else []
     val_bm25 = val_bm25_ndcg(training, cfg)
     losses = [h["loss"] for h in history]
-    tenth = max(1, len(losses) // 10)
+    loss_first, loss_last = loss_ends(losses)
     meta = {
         "key": key,
         "checkpoint": str(ckpt),
@@ -342,8 +342,8 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         "best_val_ndcg10": result.best_metric if result and val_bm25 is not None else None,
         "val_bm25_ndcg10": val_bm25,
         "val_history": [(h["step"], h["val_ndcg10"]) for h in history if "val_ndcg10" in h],
-        "loss_first": sum(losses[:tenth]) / tenth if losses else None,
-        "loss_last": sum(losses[-tenth:]) / tenth if losses else None,
+        "loss_first": loss_first,
+        "loss_last": loss_last,
         "compressor_loss_first": comp_losses[0] if comp_losses else None,
         "compressor_loss_last": comp_losses[-1] if comp_losses else None,
     }

@@ -140,6 +140,14 @@ def lr_lambda(warmup_steps: int, total: int) -> Callable[[int], float]:
     return f
 
 
+def loss_ends(losses: list[float]) -> tuple[float | None, float | None]:
+    """Mean loss over the first and the last 10% of steps (at least one step each); None without steps."""
+    if not losses:
+        return None, None
+    tenth = max(1, len(losses) // 10)
+    return sum(losses[:tenth]) / tenth, sum(losses[-tenth:]) / tenth
+
+
 def autocast_context(device: torch.device, cfg: TrainConfig) -> Callable[[], torch.autocast]:
     """Mixed precision of the training forward: float16 on CUDA (``amp``), bfloat16 on CPU (``cpu_amp``).
     Weights, optimizer state, gradients and validation stay float32."""

@@ -17,14 +17,13 @@ def invoke(*args: str):
     return runner.invoke(app, list(args))
 
 
+def data_args(env) -> list[str]:
+    """The sample collection and its BM25 index, as both commands take them."""
+    return ["--collection", str(env.collection), "--index", str(env.lucene), "--no-progress"]
+
+
 def test_pretrain_compressor_then_train_from_it(service_env, tiny_base, tmp_path):
-    common = [
-        "--collection",
-        str(service_env.collection),
-        "--index",
-        str(service_env.lucene),
-        "--no-progress",
-    ]
+    common = data_args(service_env)
     comp = tmp_path / "comp"
     result = invoke(
         "pretrain-compressor", *common, "--out", str(comp), "--base", str(tiny_base),
@@ -58,13 +57,7 @@ def test_pretrain_compressor_then_train_from_it(service_env, tiny_base, tmp_path
 
 
 def test_pretrain_compressor_refuses_what_has_no_compressor(service_env, tiny_base, tmp_path):
-    common = [
-        "--collection",
-        str(service_env.collection),
-        "--index",
-        str(service_env.lucene),
-        "--no-progress",
-    ]
+    common = data_args(service_env)
     result = invoke("pretrain-compressor", *common, "--out", str(tmp_path / "a"), "--compress", "0")
     assert result.exit_code == 2 and "--compress E > 0" in result.output
     result = invoke(
