@@ -232,8 +232,16 @@ def rerank_run_cmd(
     ),
     device: str = typer.Option("cpu", "--device", envvar=env("device")),
     tag: str = typer.Option("aheadrank", "--tag", envvar=env("tag")),
+    pure: bool = typer.Option(
+        False,
+        "--pure/--with-priors",
+        envvar=env("pure"),
+        help="rank by the neural score alone (default: the served score, neural + the checkpoint's priors)",
+    ),
 ) -> None:
-    """Re-rank BM25 top-depth (or a given first-stage run) through the stored representations."""
+    """Re-rank BM25 top-depth (or a given first-stage run) through the stored representations; scores are
+    the served ones (the neural score combined with the BM25 and dense priors fitted into the checkpoint)
+    unless --pure."""
     from aheadrank.errors import AheadrankError
     from aheadrank.evaluation import write_run
     from aheadrank.runs import bm25_candidates, read_first_stage, rerank_run
@@ -246,12 +254,14 @@ def rerank_run_cmd(
         cands = bm25_candidates(index, qs, depth)
     else:
         raise AheadrankError("give --index (BM25 candidates) or --candidates (a first-stage run)")
-    run, stats = rerank_run(checkpoint, store, qs, cands, device=device)
+    run, stats = rerank_run(checkpoint, store, qs, cands, device=device, pure=pure)
     write_run(out, run, tag)
     typer.echo(
         json.dumps(
             {
                 "out": str(out),
+                "pure": pure,
+                "notices": stats.notices,
                 "queries": stats.queries,
                 "candidates": stats.candidates,
                 "unknown_docids": stats.unknown,
@@ -259,3 +269,59 @@ def rerank_run_cmd(
             }
         )
     )
+
+
+@app.command("fit-priors")
+@user_errors
+def fit_priors_cmd(
+    checkpoint: Path = typer.Option(..., "--checkpoint", envvar=env("checkpoint")),
+    store: Path = typer.Option(..., "--store", envvar=env("store"), help="its store (with the dense field)"),
+    collection: Path = typer.Option(..., "--collection", envvar=env("collection"), help="BEIR directory"),
+    index: Path = typer.Option(..., "--index", envvar=env("index"), help="its BM25 index (candidates)"),
+    split: str = typer.Option(
+        "train",
+        "--split",
+        envvar=env("split"),
+        help="qrels split of the validation queries (never the test split)",
+    ),
+    all_queries: bool = typer.Option(
+        False,
+        "--all-queries",
+        envvar=env("all-queries"),
+        help="use every query of --split (e.g. a dev split); default: the queries the trainer held out",
+    ),
+    depth: int = typer.Option(100, "--depth", envvar=env("depth"), help="BM25 candidates per query"),
+    device: str = typer.Option("cpu", "--device", envvar=env("device")),
+    progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
+) -> None:
+    """Fit how the neural score is combined with the BM25 and dense priors (weights per available feature
+    set, nDCG@10 on validation queries) and save them into the checkpoint as priors.json."""
+    from aheadrank.errors import AheadrankError
+    from aheadrank.rerank import fit_checkpoint_priors
+    from aheadrank.runs import bm25_candidates
+    from indexer.topics import read_beir_split
+    from rankers import load_config
+
+    if split == "test":
+        raise AheadrankError("refusing to fit the priors on the test split: use held-out training queries")
+    queries, qrels = read_beir_split(collection, split)
+    if not all_queries:
+        held_out = load_config(checkpoint).extra.get("train", {}).get("val_qids")
+        if not held_out:
+            raise AheadrankError(
+                f"{checkpoint} records no held-out validation queries (trained before they were recorded): "
+                "give a split the ranker was not trained on with --split S --all-queries"
+            )
+        queries = {q: queries[q] for q in held_out if q in queries}
+    cands = bm25_candidates(index, queries, depth)
+    priors = fit_checkpoint_priors(
+        checkpoint,
+        store,
+        queries,
+        cands,
+        qrels,
+        {"collection": str(collection), "split": split, "depth": depth, "held_out": not all_queries},
+        device=device,
+        progress=progress,
+    )
+    typer.echo(json.dumps({"checkpoint": str(checkpoint), **priors.to_dict()}))

@@ -52,7 +52,10 @@ class RerankStats:
     queries: int = 0
     candidates: int = 0
     unknown: int = 0
-    seconds: dict[str, float] = field(default_factory=lambda: {"query": 0.0, "fetch": 0.0, "score": 0.0})
+    seconds: dict[str, float] = field(
+        default_factory=lambda: {"query": 0.0, "fetch": 0.0, "score": 0.0, "priors": 0.0}
+    )
+    notices: list[str] = field(default_factory=list)
 
 
 def score_stored(
@@ -85,18 +88,36 @@ def by_score(scored: list[tuple[str, float]]) -> list[tuple[str, float]]:
 
 
 def rerank_with_store(
-    ranker, reader, query: str, candidates: list[tuple[str, float]], stats: RerankStats, batch: int = 256
+    ranker,
+    reader,
+    query: str,
+    candidates: list[tuple[str, float]],
+    stats: RerankStats,
+    batch: int = 256,
+    scorer=None,
+    pure: bool = False,
 ) -> list[tuple[str, float]]:
-    """Re-rank candidates [(docid, first-stage score)] with stored document fields; unknown docids keep
-    their place below every re-ranked one (and are counted), never a silent zero vector."""
+    """Re-rank candidates [(docid, first-stage score)] with stored document fields, combined with the
+    priors of ``scorer`` (aheadrank/rerank.py) unless ``pure``; unknown docids keep their place below every
+    re-ranked one (and are counted), never a silent zero vector."""
+    from aheadrank.rerank import apply_priors
+
     t0 = time.perf_counter()
     qs = ranker.encode_query(query)
+    use_dense = (
+        not pure and scorer is not None and scorer.dense_reader is not None and scorer.priors is not None
+    )
+    qvec = scorer.query_vector(query) if use_dense else None
     stats.seconds["query"] += time.perf_counter() - t0
     scored, unknown = score_stored(ranker, reader, qs, [d for d, _ in candidates], stats.seconds, batch)
+    t1 = time.perf_counter()
+    dense = scorer.stored_dense(qvec, [d for d, _ in scored]) if use_dense else None
+    stats.seconds["fetch"] += time.perf_counter() - t1
+    rows = apply_priors(scorer, scored, dict(candidates), dense, pure=pure, seconds=stats.seconds)
     stats.queries += 1
     stats.candidates += len(candidates)
     stats.unknown += len(unknown)
-    return by_score(scored) + [(d, float("-inf")) for d in unknown]
+    return [(r.docid, r.score) for r in rows] + [(d, float("-inf")) for d in unknown]
 
 
 def rerank_run(
@@ -106,21 +127,31 @@ def rerank_run(
     candidates: dict[str, list],
     device: str = "cpu",
     progress: bool = True,
+    pure: bool = False,
 ) -> tuple[dict[str, dict[str, float]], RerankStats]:
-    """Re-rank every query's candidates through the precomputed path; returns (run, stats)."""
+    """Re-rank every query's candidates through the precomputed path, with the checkpoint's priors unless
+    ``pure``; returns (run, stats). ``stats.notices`` says which priors were unavailable."""
     from tqdm.auto import tqdm
 
+    from aheadrank.rerank import PriorScorer
     from rankers import load_ranker
     from store import StoreReader
 
     reader = StoreReader(store)
     ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)
     reader.check_fingerprint(ranker.fingerprint)
-    stats = RerankStats()
+    scorer = PriorScorer(ranker, store, device, use_priors=not pure)
+    for notice in scorer.notices:
+        log.warning(notice)
+    stats = RerankStats(notices=list(scorer.notices))
     run: dict[str, dict[str, float]] = {}
     for qid in tqdm(sorted(queries), desc="rerank", unit="q", disable=not progress):
-        ranked = rerank_with_store(ranker, reader, queries[qid], candidates.get(qid, []), stats)
+        ranked = rerank_with_store(
+            ranker, reader, queries[qid], candidates.get(qid, []), stats, scorer=scorer, pure=pure
+        )
         # TREC runs need finite scores: unknown docids go below the re-ranked ones in first-stage order
         floor = min((s for _, s in ranked if s != float("-inf")), default=0.0)
         run[qid] = {d: (s if s != float("-inf") else floor - 1.0 - i) for i, (d, s) in enumerate(ranked)}
+    scorer.close()
+    reader.close()
     return run, stats

@@ -27,6 +27,7 @@ import torch
 from aheadrank.errors import StoreError
 
 log = logging.getLogger("aheadrank.indexer")
+DENSE_DIR = "dense"  # a store's sub-store holding the dense prior's field (one row per document)
 
 
 @dataclass
@@ -46,6 +47,7 @@ class BuildOptions:
     scheduler: str | None = None
     workers: int | None = None
     progress: bool = True
+    encoder: str = "ranker"  # "dense": the base bi-encoder's field for the dense prior (rankers/dense.py)
 
 
 @dataclass
@@ -70,12 +72,19 @@ _RANKERS: dict[tuple, Any] = {}
 _RANKER_LOCK = threading.Lock()
 
 
-def get_ranker(checkpoint: str, strategy: str | None, device: str, max_doc_len: int | None):
-    """Load a checkpoint once per process (Dask workers reuse it across shard tasks)."""
-    from rankers import load_ranker
+def get_ranker(
+    checkpoint: str, strategy: str | None, device: str, max_doc_len: int | None, encoder: str = "ranker"
+):
+    """Load a checkpoint once per process (Dask workers reuse it across shard tasks). ``encoder="dense"``
+    gives the dense prior's encoder (the base the checkpoint was initialised from) instead."""
+    from rankers import load_config, load_ranker
 
-    key = (str(Path(checkpoint).resolve()), strategy, device, max_doc_len)
+    key = (str(Path(checkpoint).resolve()), strategy, device, max_doc_len, encoder)
     with _RANKER_LOCK:
+        if key not in _RANKERS and encoder == "dense":
+            from rankers.dense import base_of, dense_encoder
+
+            _RANKERS[key] = dense_encoder(base_of(load_config(checkpoint)), device=device)
         if key not in _RANKERS:
             ranker = load_ranker(checkpoint, device=device, strategy=strategy)
             if max_doc_len is not None:
@@ -159,13 +168,14 @@ def shard_task(
     texts: list[str],
     batch_size: int,
     threads: int | None = None,
+    encoder: str = "ranker",
 ):
     """One Dask task: encode one shard's documents and write its file atomically; returns its ShardInfo."""
     from store import StoreSpec, write_shard
 
     if threads:
         torch.set_num_threads(threads)
-    ranker = get_ranker(checkpoint, strategy, device, max_doc_len)
+    ranker = get_ranker(checkpoint, strategy, device, max_doc_len, encoder)
     spec = StoreSpec(**spec_dict)
     fields = encode_shard_texts(ranker, texts, batch_size, half=spec.dtype == "float16")
     return write_shard(store_dir, shard_index, spec, docids, fields)
@@ -218,7 +228,7 @@ def prepare_store_dir(path: Path, spec, overwrite: bool) -> dict[int, Any]:
         foreign = [
             p.name
             for p in path.iterdir()
-            if p.name != "manifest.json" and not p.name.startswith(("shard-", "."))
+            if p.name not in ("manifest.json", DENSE_DIR) and not p.name.startswith(("shard-", "."))
         ]
         if foreign:  # never delete a directory that is not a store
             raise StoreError(
@@ -259,7 +269,13 @@ def build_store(opts: BuildOptions) -> BuildSummary:
     from store import write_manifest
 
     t_load = time.perf_counter()
-    ranker = get_ranker(opts.checkpoint, opts.strategy, opts.device, opts.max_doc_len)
+    ranker = get_ranker(
+        opts.checkpoint,
+        opts.strategy,
+        opts.device,
+        None if opts.encoder == "dense" else opts.max_doc_len,
+        opts.encoder,
+    )
     start = time.perf_counter()
     spec = make_spec(ranker, opts)
     path = Path(opts.store)
@@ -359,6 +375,7 @@ def _build_dask(opts: BuildOptions, spec, todo: Iterator, finished) -> None:
                 texts,
                 opts.batch_size,
                 threads,
+                opts.encoder,
                 key=f"aheadrank-shard-{index}-{spec.fingerprint[:8]}",
                 retries=2,
                 pure=False,
@@ -371,3 +388,39 @@ def _build_dask(opts: BuildOptions, spec, todo: Iterator, finished) -> None:
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def build_dense(opts: BuildOptions, reuse: str | Path | None = None) -> BuildSummary | None:
+    """The dense prior's field for ``opts.store``, written as the sub-store ``<store>/dense``.
+
+    ``reuse``: an existing complete dense store of the same encoder and documents (e.g. built for another
+    ranker over the same collection) is copied instead of encoding the collection again."""
+    from store import read_manifest
+
+    target = Path(opts.store) / DENSE_DIR
+    if reuse is not None:
+        src = read_manifest(reuse)
+        main = read_manifest(opts.store)
+        encoder = get_ranker(opts.checkpoint, None, opts.device, None, "dense")
+        if src.spec.fingerprint != encoder.fingerprint:
+            raise StoreError(
+                f"--dense-from {reuse} was written by another dense encoder ({src.spec.fingerprint[:12]}, "
+                f"this checkpoint's base gives {encoder.fingerprint[:12]})"
+            )
+        if not src.complete or [s.n_docs for s in src.shards] != [s.n_docs for s in main.shards]:
+            raise StoreError(f"--dense-from {reuse} is incomplete or holds other documents than {opts.store}")
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(reuse, target)
+        from store import StoreReader
+
+        with StoreReader(opts.store) as a, StoreReader(target) as b:
+            if a.docids() != b.docids():
+                shutil.rmtree(target)
+                raise StoreError(f"--dense-from {reuse} holds other docids than {opts.store}")
+        return None
+    from dataclasses import replace
+
+    return build_store(
+        replace(opts, store=str(target), encoder="dense", strategy=None, dtype="float16", compression="none")
+    )

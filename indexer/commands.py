@@ -135,34 +135,54 @@ def index_cmd(
         False, "--overwrite", envvar=env("overwrite"), help="Start over: delete an existing store first."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
+    dense: bool = typer.Option(
+        True,
+        "--dense/--no-dense",
+        envvar=env("dense"),
+        help="Also write the dense prior's field (the base bi-encoder's document embedding, <store>/dense).",
+    ),
+    dense_from: Path | None = typer.Option(
+        None,
+        "--dense-from",
+        envvar=env("dense-from"),
+        help="Copy the dense field from this dense store (same base, same documents) instead of encoding.",
+    ),
 ) -> None:
-    """Build (or resume) the representation store: the checkpoint's document side over the collection."""
-    from indexer.build import BuildOptions, build_store
+    """Build (or resume) the representation store: the checkpoint's document side over the collection,
+    plus the dense prior's field (one embedding per document)."""
+    from indexer.build import BuildOptions, build_dense, build_store
 
     if scheduler and workers:
         raise AheadrankError("give --scheduler or --workers, not both")
-    summary = build_store(
-        BuildOptions(
-            checkpoint=str(checkpoint),
-            collection=str(collection),
-            store=str(store),
-            strategy=strategy,
-            shard_size=shard_size,
-            batch_size=batch_size,
-            max_doc_len=max_doc_len,
-            device=device,
-            dtype=dtype,
-            compression=compression,
-            strict=strict,
-            overwrite=overwrite,
-            scheduler=scheduler,
-            workers=workers,
-            progress=progress,
-        )
+    opts = BuildOptions(
+        checkpoint=str(checkpoint),
+        collection=str(collection),
+        store=str(store),
+        strategy=strategy,
+        shard_size=shard_size,
+        batch_size=batch_size,
+        max_doc_len=max_doc_len,
+        device=device,
+        dtype=dtype,
+        compression=compression,
+        strict=strict,
+        overwrite=overwrite,
+        scheduler=scheduler,
+        workers=workers,
+        progress=progress,
     )
+    summary = build_store(opts)
+    dense_summary = build_dense(opts, dense_from) if dense or dense_from else None
     typer.echo(
         f"stored {summary.documents:,} documents ({summary.tokens:,} tokens) in {summary.shards} shards "
         f"({summary.shards_reused} reused) at {summary.store} in {summary.seconds:.1f} s "
         f"({summary.docs_per_s:.0f} docs/s)"
         + (f"; skipped {summary.skipped:,} records" if summary.skipped else "")
+        + (
+            f"; dense field: {dense_summary.documents:,} documents in {dense_summary.seconds:.1f} s"
+            if dense_summary
+            else "; dense field copied from " + str(dense_from)
+            if dense_from
+            else "; no dense field (--no-dense): served without the dense prior"
+        )
     )

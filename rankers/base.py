@@ -34,6 +34,8 @@ class QueryState:
 class Ranker(nn.Module):
     kind: ClassVar[str]
     strategies: ClassVar[tuple[str, ...]] = ("default",)
+    fingerprint: str = ""  # set by load_ranker (sha256 over config + weights)
+    priors: dict | None = None  # the checkpoint's priors.json, set by load_ranker (aheadrank/priors.py)
 
     def __init__(self, config: RankerConfig, text: TextEncoder | None = None, strategy: str | None = None):
         super().__init__()

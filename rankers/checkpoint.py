@@ -22,6 +22,65 @@ from rankers.registry import RANKERS
 from rankers.text import TextEncoder
 
 REQUIRED = ("config.json", "model.safetensors", "fingerprint.json", "tokenizer_config.json")
+PRIORS_FILE = "priors.json"  # optional: the fitted score combination (aheadrank/priors.py), opaque here
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_priors(path: str | os.PathLike, priors: dict) -> str:
+    """Write ``priors.json`` into a checkpoint and record its sha256 in ``fingerprint.json``.
+
+    The model fingerprint (``sha256``: config + weights, what a store is bound to) does not change, so
+    refitting the priors keeps every store of the checkpoint valid; ``priors_sha256`` makes a modified
+    ``priors.json`` fail the load like modified weights do. Returns the priors' sha256."""
+    path = Path(path)
+    fp_path = path / "fingerprint.json"
+    if not fp_path.is_file():
+        raise CheckpointError(f"{path} is not a checkpoint: fingerprint.json is missing")
+    record = json.loads(fp_path.read_text())
+    _atomic_write(path / PRIORS_FILE, json.dumps(priors, indent=2, sort_keys=True) + "\n")
+    digest = sha256_file(path / PRIORS_FILE)
+    record["priors_sha256"] = digest
+    _atomic_write(fp_path, json.dumps(record, indent=2))
+    return digest
+
+
+def read_priors_json(path: str | os.PathLike, verify: bool = True) -> dict | None:
+    """The checkpoint's ``priors.json`` (verified against ``fingerprint.json``), or None without one."""
+    path = Path(path)
+    file = path / PRIORS_FILE
+    record = json.loads((path / "fingerprint.json").read_text())
+    expected = record.get("priors_sha256")
+    if not file.is_file():
+        if expected:
+            raise CheckpointError(
+                f"checkpoint {path}: priors.json is recorded in fingerprint.json but missing"
+            )
+        return None
+    if verify and sha256_file(file) != expected:
+        raise CheckpointError(
+            f"checkpoint {path}: priors.json is corrupt, was modified, or is not recorded in fingerprint.json "
+            "(refit it with `aheadrank fit-priors`)"
+        )
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"checkpoint {path}: priors.json is not valid JSON ({exc})") from exc
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def compute_fingerprint(path: str | os.PathLike) -> str:
@@ -148,4 +207,5 @@ def load_ranker(
             f"(missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})"
         )
     ranker.fingerprint = recorded
+    ranker.priors = read_priors_json(path, verify=verify)
     return ranker.to(device).eval()

@@ -44,7 +44,12 @@ class TrainConfig:
     seed: int = 0
     amp: bool = True  # float16 autocast on CUDA
     cpu_amp: bool = False  # bfloat16 autocast on CPU (faster steps on AVX512-BF16 / AMX cores)
-    distill_weight: float = 0.0  # > 0: add MSE to a teacher's scores
+    distill_weight: float = 0.0  # > 0: add MSE to a teacher ranker's scores
+    listwise_weight: float = (
+        0.0  # > 0: add KL(teacher || student) over each group (precomputed teacher scores)
+    )
+    listwise_temperature: float = 1.0  # the teacher's softmax temperature (its scores are z-scored per query)
+    ce_weight: float = 1.0  # weight of the cross-entropy on the judged positive
     max_grad_norm: float = 1.0
     validate_initial: bool = True  # validate the initial weights first; they are kept if no step beats them
     freeze_embeddings: bool = False  # keep every *embeddings* parameter (word, position, type) as initialised
@@ -58,6 +63,9 @@ class TrainingData:
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
     candidates: dict[str, list[str]]
+    # optional precomputed teacher scores per query over its candidates (e.g. the BM25 + dense hybrid):
+    # the listwise distillation target (``TrainConfig.listwise_weight``)
+    teacher: dict[str, dict[str, float]] | None = None
 
     def trainable(self) -> list[str]:
         """Queries with a judged-relevant document in the collection and at least one negative candidate."""
@@ -131,6 +139,24 @@ def validation_metric(run: dict, qrels: dict) -> float:
     return float(evaluate(run, {q: qrels[q] for q in run}, metrics=("ndcg_cut_10",))["ndcg_cut_10"])
 
 
+def listwise_kl(scores: torch.Tensor, target: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """KL(softmax(target / T) || softmax(scores)) averaged over groups: the student matches the teacher's
+    whole distribution over each group, not just its top document."""
+    t = F.softmax(target.float() / temperature, dim=-1)
+    return F.kl_div(F.log_softmax(scores.float(), dim=-1), t, reduction="batchmean")
+
+
+def group_teacher(data: TrainingData, qids: list[str], groups: list[list[str]], device) -> torch.Tensor:
+    """The precomputed teacher scores of each group's documents [n_groups, group_size]."""
+    assert data.teacher is not None
+    rows = []
+    for q, g in zip(qids, groups, strict=True):
+        t = data.teacher[q]
+        floor = min(t.values())  # a judged positive outside the teacher's candidates: its worst score
+        rows.append([t.get(d, floor) for d in g])
+    return torch.tensor(rows, dtype=torch.float32, device=device)
+
+
 def lr_lambda(warmup_steps: int, total: int) -> Callable[[int], float]:
     def f(step: int) -> float:
         if step < warmup_steps:
@@ -180,6 +206,8 @@ def train(
     train_q, val_q = split_queries(data, cfg.val_queries, cfg.seed)
     if not train_q:
         raise ValueError("no trainable queries: none has a judged-relevant document and a BM25 negative")
+    if cfg.listwise_weight > 0 and (data.teacher is None or any(q not in data.teacher for q in train_q)):
+        raise ValueError("listwise distillation needs teacher scores for every training query")
     device = ranker.device
     use_amp = cfg.amp and device.type == "cuda"  # float16 needs the loss scaler
     autocast = autocast_context(device, cfg)
@@ -211,7 +239,10 @@ def train(
         best_step = 0
         log.info("step 0 (initial weights) val nDCG@10 %.4f", best)
         save_checkpoint(
-            ranker, out, overwrite=True, extra={"train": {**asdict(cfg), "best_step": 0, "val_ndcg10": best}}
+            ranker,
+            out,
+            overwrite=True,
+            extra={"train": {**asdict(cfg), "best_step": 0, "val_ndcg10": best, "val_qids": val_q}},
         )
     ranker.train()
     bar = tqdm(total=cfg.steps, initial=step, desc=f"train {ranker.kind}", unit="step", disable=not progress)
@@ -226,7 +257,12 @@ def train(
             queries = [data.queries[q] for q in qids]
             with autocast():
                 scores = group_scores(ranker, queries, groups, data.texts)
-                loss = F.cross_entropy(scores, torch.zeros(len(groups), dtype=torch.long, device=device))
+                loss = cfg.ce_weight * F.cross_entropy(
+                    scores.float(), torch.zeros(len(groups), dtype=torch.long, device=device)
+                )
+                if cfg.listwise_weight > 0:
+                    target = group_teacher(data, qids, groups, device)
+                    loss = loss + cfg.listwise_weight * listwise_kl(scores, target, cfg.listwise_temperature)
                 if teacher is not None and cfg.distill_weight > 0:
                     with torch.no_grad():
                         target = group_scores(teacher, queries, groups, data.texts)
@@ -258,7 +294,9 @@ def train(
                     ranker,
                     out,
                     overwrite=True,
-                    extra={"train": {**asdict(cfg), "best_step": step, "val_ndcg10": metric}},
+                    extra={
+                        "train": {**asdict(cfg), "best_step": step, "val_ndcg10": metric, "val_qids": val_q}
+                    },
                 )
             torch.save(
                 {

@@ -1,0 +1,252 @@
+"""The served score: a ranker's neural scores plus the priors (BM25, dense), combined by the fitted weights.
+
+:class:`PriorScorer` holds what the priors need beside the ranker: the checkpoint's fitted
+:class:`~aheadrank.priors.Priors`, the store's dense field (``<store>/dense``) and the dense query encoder.
+:func:`apply_priors` turns one query's neural scores into ranked :class:`Scored` rows; ``rerank-run``, the
+service and the benchmarks all call it, so every path serves the same scores in the same order (ties by
+docid ascending).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from aheadrank.errors import StoreError
+from aheadrank.priors import Priors, subset_key
+
+log = logging.getLogger("aheadrank.rerank")
+DENSE_DIR = "dense"
+
+
+@dataclass
+class Scored:
+    docid: str
+    score: float  # the final score (the neural score itself when served pure or without priors)
+    neural: float
+    bm25: float | None = None
+    dense: float | None = None
+
+
+class PriorScorer:
+    """Priors for one (checkpoint, store) pair; ``notices`` says what is unavailable and why."""
+
+    def __init__(self, ranker, store: str | Path | None, device: str = "cpu", use_priors: bool = True):
+        self.priors: Priors | None = None
+        self.notices: list[str] = []
+        self.dense_reader = None
+        self._encoder = None
+        self._ranker = ranker
+        self._device = device
+        raw = getattr(ranker, "priors", None) if use_priors else None
+        if raw is None:
+            if use_priors:
+                self.notices.append(
+                    "the checkpoint has no fitted priors (priors.json): serving the pure neural score; "
+                    "fit them with `aheadrank fit-priors`"
+                )
+            return
+        self.priors = Priors.from_dict(raw)
+        dense_dir = Path(store) / DENSE_DIR if store is not None else None
+        if self.priors.dense is None:
+            return
+        if dense_dir is None or not (dense_dir / "manifest.json").is_file():
+            self.notices.append(
+                "the store has no dense field (built before it existed, or with --no-dense): serving "
+                "without the dense prior; rebuild with `aheadrank index` (the ranker's fields are reused)"
+            )
+            return
+        from store import StoreReader
+
+        reader = StoreReader(dense_dir)
+        if reader.spec.fingerprint != self.priors.dense["fingerprint"]:
+            reader.close()
+            raise StoreError(
+                f"the dense field in {dense_dir} was written by dense encoder {reader.spec.fingerprint[:12]}, "
+                f"but the checkpoint's priors were fitted with {self.priors.dense['fingerprint'][:12]}: "
+                "rebuild the store's dense field (`aheadrank index`) or refit the priors"
+            )
+        self.dense_reader = reader
+
+    # ---- what is available -------------------------------------------------------------------------
+    @property
+    def has_dense(self) -> bool:
+        return self.dense_reader is not None or (self.priors is not None and self.priors.dense is not None)
+
+    def encoder(self):
+        """The dense query/document encoder (loaded on first use; its fingerprint must match the priors')."""
+        if self._encoder is None:
+            from rankers.dense import base_of, dense_encoder
+
+            enc = dense_encoder(
+                base_of(self._ranker.config), self.priors.dense.get("max_len", 256), self._device
+            )
+            if enc.fingerprint != self.priors.dense["fingerprint"]:
+                raise StoreError(
+                    f"the dense encoder here ({enc.fingerprint[:12]}) is not the one the priors were fitted "
+                    f"with ({self.priors.dense['fingerprint'][:12]}): is the base model package another version?"
+                )
+            self._encoder = enc
+        return self._encoder
+
+    def query_vector(self, query: str) -> np.ndarray:
+        return self.encoder().encode_queries([query])[0]
+
+    def stored_dense(self, qvec: np.ndarray, docids: list[str]) -> np.ndarray | None:
+        """Cosines of the query with the stored document embeddings; None without the dense field."""
+        if self.dense_reader is None or not docids:
+            return None
+        fetched = self.dense_reader.fetch(docids)
+        if fetched.unknown:
+            raise StoreError(f"docids missing from the dense field: {fetched.unknown[:5]}")
+        vecs = fetched.fields["dense"][:, 0, :].astype(np.float32)
+        return vecs @ qvec.astype(np.float32)
+
+    def text_dense(self, qvec: np.ndarray, texts: list[str]) -> np.ndarray:
+        return self.encoder().encode_documents(texts) @ qvec
+
+    def close(self) -> None:
+        if self.dense_reader is not None:
+            self.dense_reader.close()
+            self.dense_reader = None
+
+
+def apply_priors(
+    scorer: PriorScorer | None,
+    scored: list[tuple[str, float]],
+    bm25: dict[str, float | None] | None = None,
+    dense: np.ndarray | None = None,
+    pure: bool = False,
+    seconds: dict[str, float] | None = None,
+) -> list[Scored]:
+    """One query's neural scores ``[(docid, score)]`` -> ranked rows with the final score and its parts.
+
+    ``bm25`` gives first-stage scores (the BM25 prior is used only when every candidate has one); ``dense``
+    the cosines in ``scored``'s order (``PriorScorer.stored_dense`` or ``text_dense``). ``pure`` (or no
+    fitted priors) ranks by the neural score."""
+    t0 = time.perf_counter()
+    for d, s in scored:
+        if not math.isfinite(s):
+            raise StoreError(
+                f"non-finite neural score for {d}: the stored fields of this document are damaged"
+            )
+    docids = [d for d, _ in scored]
+    neural = np.array([s for _, s in scored], dtype=np.float64)
+    b = None
+    if bm25 is not None and docids and all(bm25.get(d) is not None for d in docids):
+        b = np.array([bm25[d] for d in docids], dtype=np.float64)
+    rows = [
+        Scored(
+            d,
+            float(n),
+            float(n),
+            None if b is None else float(b[i]),
+            None if dense is None else float(dense[i]),
+        )
+        for i, (d, n) in enumerate(zip(docids, neural, strict=True))
+    ]
+    if not pure and scorer is not None and scorer.priors is not None and rows:
+        features = {"neural": neural}
+        if b is not None:
+            features["bm25"] = b
+        if dense is not None:
+            features["dense"] = np.asarray(dense, dtype=np.float64)
+        final = scorer.priors.combine(features)
+        for row, f in zip(rows, final, strict=True):
+            row.score = float(f)
+    if seconds is not None:
+        seconds["priors"] = seconds.get("priors", 0.0) + time.perf_counter() - t0
+    return sorted(rows, key=lambda r: (-r.score, r.docid))
+
+
+def features_used(scorer: PriorScorer | None, bm25: bool, dense: bool, pure: bool = False) -> str:
+    """The feature set a request is scored with (reported in responses)."""
+    if pure or scorer is None or scorer.priors is None:
+        return "neural"
+    return subset_key(["neural", *(["bm25"] if bm25 else []), *(["dense"] if dense else [])])
+
+
+# ---- fitting a checkpoint's priors on validation queries ---------------------------------------------------
+def collect_features(
+    checkpoint: str | Path,
+    store: str | Path,
+    queries: dict[str, str],
+    candidates: dict[str, list[tuple[str, float]]],
+    qrels: dict[str, dict[str, int]],
+    device: str = "cpu",
+    progress: bool = False,
+) -> tuple[list, dict]:
+    """Per validation query: neural scores through the store (the serving path), BM25 and the dense
+    cosines from the store's dense field (left out when the store has none). Returns (QueryFeatures list,
+    the dense encoder's fingerprint and length, or None without a dense field)."""
+    from tqdm.auto import tqdm
+
+    from aheadrank.priors import QueryFeatures
+    from aheadrank.runs import score_stored
+    from rankers import load_ranker
+    from rankers.dense import base_of, dense_encoder
+    from store import StoreReader
+
+    reader = StoreReader(store)
+    ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)
+    reader.check_fingerprint(ranker.fingerprint)
+    enc = dense_encoder(base_of(ranker.config), device=device)
+    dense_dir = Path(store) / DENSE_DIR
+    dense_reader = StoreReader(dense_dir) if (dense_dir / "manifest.json").is_file() else None
+    if dense_reader is not None and dense_reader.spec.fingerprint != enc.fingerprint:
+        raise StoreError(f"the dense field in {dense_dir} was written by another dense encoder")
+    out = []
+    seconds = {"fetch": 0.0, "score": 0.0}
+    try:
+        for qid in tqdm(sorted(queries), desc="features", unit="q", disable=not progress):
+            cands = candidates.get(qid, [])
+            if not cands or not any(r > 0 for r in qrels.get(qid, {}).values()):
+                continue
+            qs = ranker.encode_query(queries[qid])
+            scored, unknown = score_stored(ranker, reader, qs, [d for d, _ in cands], seconds)
+            if unknown:
+                raise StoreError(f"validation candidates missing from the store {store}: {unknown[:5]}")
+            docids = [d for d, _ in scored]
+            bm25 = dict(cands)
+            feats = {
+                "neural": np.array([s for _, s in scored], dtype=np.float64),
+                "bm25": np.array([bm25[d] for d in docids], dtype=np.float64),
+            }
+            if dense_reader is not None:
+                qvec = enc.encode_queries([queries[qid]])[0]
+                fetched = dense_reader.fetch(docids)
+                feats["dense"] = fetched.fields["dense"][:, 0, :].astype(np.float32) @ qvec
+            out.append(QueryFeatures(docids, feats, qrels[qid]))
+    finally:
+        reader.close()
+        if dense_reader is not None:
+            dense_reader.close()
+    dense = {"fingerprint": enc.fingerprint, "max_len": enc.max_len} if dense_reader is not None else None
+    return out, dense
+
+
+def fit_checkpoint_priors(
+    checkpoint: str | Path,
+    store: str | Path,
+    queries: dict[str, str],
+    candidates: dict[str, list[tuple[str, float]]],
+    qrels: dict[str, dict[str, int]],
+    fitted_on: dict,
+    device: str = "cpu",
+    progress: bool = False,
+) -> Priors:
+    """Fit the priors on validation queries through the store and save them into the checkpoint."""
+    from aheadrank.priors import fit_priors
+    from rankers.checkpoint import write_priors
+
+    feats, dense = collect_features(checkpoint, store, queries, candidates, qrels, device, progress)
+    if not feats:
+        raise ValueError("no validation query has a judged-relevant document among its candidates")
+    priors = fit_priors(feats, dense, fitted_on)
+    write_priors(checkpoint, priors.to_dict())
+    return priors

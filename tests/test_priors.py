@@ -1,0 +1,233 @@
+"""Priors in the served score (aheadrank/priors.py, aheadrank/rerank.py): the fit, the checkpoint file,
+the store's dense field, and the precomputed run with priors against the unsplit model with the same priors."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import numpy as np
+import pytest
+
+from aheadrank.errors import CheckpointError
+from aheadrank.priors import (
+    FEATURES,
+    Priors,
+    QueryFeatures,
+    fit_priors,
+    fit_weights,
+    ndcg10,
+    rrf,
+    simplex_grid,
+    subset_key,
+    zscore,
+)
+
+
+def synthetic_queries(n: int, seed: int, noise: dict[str, float]) -> list[QueryFeatures]:
+    """Queries whose relevance is a hidden signal; each feature is the signal plus its own noise level."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for q in range(n):
+        signal = rng.normal(size=50)
+        docids = [f"q{q}d{i}" for i in range(50)]
+        rel = {docids[i]: 1 for i in np.argsort(-signal)[:3]}
+        feats = {f: signal + rng.normal(scale=s, size=50) * 1.0 for f, s in noise.items()}
+        out.append(QueryFeatures(docids, feats, rel))
+    return out
+
+
+def test_zscore_and_grid():
+    z = zscore(np.array([1.0, 2.0, 3.0]))
+    assert abs(z.mean()) < 1e-12 and abs(z.std() - 1) < 1e-12
+    assert np.all(zscore(np.array([5.0, 5.0])) == 0)
+    with pytest.raises(ValueError):
+        zscore(np.array([1.0, np.nan]))
+    grid = simplex_grid(3, 0.1)
+    assert len(grid) == 66 and all(abs(sum(w) - 1) < 1e-9 and min(w) >= 0 for w in grid)
+    assert subset_key(["dense", "neural"]) == "neural+dense"
+    with pytest.raises(ValueError):
+        subset_key(["tfidf"])
+
+
+def test_ndcg10_matches_the_evaluator():
+    from aheadrank.evaluation import evaluate
+
+    rng = random.Random(3)
+    for _ in range(20):
+        docids = [f"d{i}" for i in range(30)]
+        scores = np.array([rng.random() for _ in docids])
+        qrels = {d: rng.choice([0, 1, 2]) for d in rng.sample(docids, 8)}
+        qrels["missing"] = 1  # judged but not retrieved: counts in the ideal ranking
+        expect = evaluate({"q": dict(zip(docids, scores.tolist()))}, {"q": qrels}, metrics=("ndcg_cut_10",))
+        assert ndcg10(scores, docids, qrels) == pytest.approx(expect["ndcg_cut_10"], abs=1e-9)
+
+
+def test_fit_prefers_the_informative_feature_and_can_drop_the_neural_score():
+    queries = synthetic_queries(40, 0, {"neural": 100.0, "bm25": 0.3, "dense": 2.0})
+    w, m = fit_weights(queries, ["neural", "bm25", "dense"])
+    assert w["bm25"] > w["dense"] and w["neural"] <= 0.1
+    priors = fit_priors(queries, None, {"test": True})
+    assert set(priors.weights) == {"neural", "neural+bm25", "neural+dense", "neural+bm25+dense"}
+    # the fitted combination is at least as good on the fitting queries as any single feature
+    for f in FEATURES:
+        alone = np.mean([ndcg10(q.features[f], q.docids, q.qrels) for q in queries])
+        assert priors.fitted_on["val_ndcg10"]["neural+bm25+dense"] >= alone - 1e-12
+
+
+def test_combine_uses_the_weights_of_the_available_features():
+    p = Priors(weights={"neural": {"neural": 1.0}, "neural+bm25": {"neural": 0.25, "bm25": 0.75}})
+    n, b = np.array([3.0, 1.0, 2.0]), np.array([0.0, 10.0, 5.0])
+    assert np.allclose(p.combine({"neural": n}), zscore(n))
+    assert np.allclose(p.combine({"neural": n, "bm25": b}), 0.25 * zscore(n) + 0.75 * zscore(b))
+    with pytest.raises(KeyError):
+        p.combine({"neural": n, "dense": b})
+    back = Priors.from_dict(json.loads(p.to_json()))
+    assert back.weights == p.weights
+    for bad in (
+        {"weights": {}},
+        {"normalisation": "minmax", "weights": p.weights},
+        {"normalisation": "zscore", "weights": {"neural+bm25": {"neural": float("nan"), "bm25": 1}}},
+        {"normalisation": "zscore", "weights": {"bm25+neural": {"neural": 1}}},
+        {"normalisation": "zscore", "weights": {"neural": {"neural": 1}}, "format": 99},
+    ):
+        with pytest.raises(CheckpointError):
+            Priors.from_dict(bad)
+
+
+def test_rrf():
+    fused = rrf([["a", "b", "c"], ["c", "a"]])
+    assert fused["a"] > fused["c"] > fused["b"]
+
+
+# ---- the checkpoint, the store's dense field, the serving path ------------------------------------------
+@pytest.fixture(scope="module")
+def prior_env(tmp_path_factory, service_env):
+    """The service env's tiny MORES checkpoint and store, copied, with a dense field and fitted priors."""
+    from aheadrank.rerank import fit_checkpoint_priors
+    from aheadrank.runs import bm25_candidates
+    from indexer.build import BuildOptions, build_dense
+    from indexer.topics import read_beir_split
+
+    root = tmp_path_factory.mktemp("priors")
+    ckpt, store = root / "ckpt", root / "store"
+    shutil.copytree(service_env.checkpoint, ckpt)
+    shutil.copytree(service_env.store, store)
+    build_dense(BuildOptions(str(ckpt), str(service_env.collection), str(store), shard_size=400, progress=False))
+    queries, qrels = read_beir_split(service_env.collection, "train")
+    val = dict(sorted(queries.items())[:30])
+    cands = bm25_candidates(service_env.lucene, val, 30)
+    priors = fit_checkpoint_priors(ckpt, store, val, cands, qrels, {"split": "train"})
+    test_q, test_qrels = read_beir_split(service_env.collection, "test")
+    test_q = dict(sorted(test_q.items())[:8])
+    return {
+        "ckpt": ckpt,
+        "store": store,
+        "priors": priors,
+        "queries": test_q,
+        "qrels": test_qrels,
+        "candidates": bm25_candidates(service_env.lucene, test_q, 30),
+        "collection": service_env.collection,
+    }
+
+
+def test_priors_are_saved_in_the_checkpoint_and_verified(prior_env, tmp_path):
+    from rankers import load_ranker, read_fingerprint
+
+    ckpt = prior_env["ckpt"]
+    ranker = load_ranker(ckpt)
+    assert Priors.from_dict(ranker.priors).weights == prior_env["priors"].weights
+    assert prior_env["priors"].dense["fingerprint"]
+    record = json.loads((ckpt / "fingerprint.json").read_text())
+    assert record["priors_sha256"] and read_fingerprint(ckpt) == record["sha256"]
+    bad = tmp_path / "ckpt"
+    shutil.copytree(ckpt, bad)
+    data = json.loads((bad / "priors.json").read_text())
+    data["weights"]["neural"]["neural"] = 0.5
+    (bad / "priors.json").write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="priors.json"):
+        load_ranker(bad)
+    (bad / "priors.json").unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        load_ranker(bad)
+
+
+def test_served_scores_are_the_fitted_combination_of_their_parts(prior_env):
+    from aheadrank.runs import rerank_run
+
+    with_priors, stats = rerank_run(
+        prior_env["ckpt"], prior_env["store"], prior_env["queries"], prior_env["candidates"], progress=False
+    )
+    pure, _ = rerank_run(
+        prior_env["ckpt"],
+        prior_env["store"],
+        prior_env["queries"],
+        prior_env["candidates"],
+        progress=False,
+        pure=True,
+    )
+    assert stats.notices == []
+    w = prior_env["priors"].weights["neural+bm25+dense"]
+    from aheadrank.rerank import PriorScorer
+    from rankers import load_ranker
+
+    ranker = load_ranker(prior_env["ckpt"])
+    scorer = PriorScorer(ranker, prior_env["store"])
+    for qid, cands in prior_env["candidates"].items():
+        docids = [d for d, _ in cands]
+        n = np.array([pure[qid][d] for d in docids])
+        b = np.array([s for _, s in cands])
+        c = scorer.stored_dense(scorer.query_vector(prior_env["queries"][qid]), docids)
+        expect = w["neural"] * zscore(n) + w["bm25"] * zscore(b) + w.get("dense", 0) * zscore(c)
+        got = np.array([with_priors[qid][d] for d in docids])
+        assert np.allclose(got, expect, atol=1e-6)
+    scorer.close()
+
+
+def test_precomputed_run_with_priors_equals_the_unsplit_model_with_priors(prior_env):
+    """Neural: score_pairs (unsplit, float32); dense: the encoder over the texts (float32), against the
+    store's float16 fields. Final scores agree within the float16 rounding of the stored fields."""
+    from aheadrank.rerank import PriorScorer, apply_priors
+    from aheadrank.runs import rerank_run
+    from indexer.collections import Collection
+    from rankers import load_ranker
+
+    texts = {d.docid: d.text for d in Collection(prior_env["collection"])}
+    stored, _ = rerank_run(
+        prior_env["ckpt"], prior_env["store"], prior_env["queries"], prior_env["candidates"], progress=False
+    )
+    ranker = load_ranker(prior_env["ckpt"])
+    scorer = PriorScorer(ranker, prior_env["store"])
+    for qid, cands in prior_env["candidates"].items():
+        q = prior_env["queries"][qid]
+        docids = [d for d, _ in cands]
+        neural = ranker.score_pairs(q, [texts[d] for d in docids]).detach().tolist()
+        dense = scorer.text_dense(scorer.query_vector(q), [texts[d] for d in docids])
+        rows = apply_priors(scorer, list(zip(docids, neural, strict=True)), dict(cands), dense)
+        ref = {r.docid: r.score for r in rows}
+        diffs = [abs(ref[d] - stored[qid][d]) for d in docids]
+        # z-scored features have unit scale; float16 storage moves each by well under 1e-2
+        assert max(diffs) < 2e-2, (qid, max(diffs))
+    scorer.close()
+
+
+def test_a_store_without_the_dense_field_serves_with_a_notice(prior_env, tmp_path):
+    from aheadrank.runs import rerank_run
+
+    store = tmp_path / "store"
+    shutil.copytree(prior_env["store"], store)
+    shutil.rmtree(store / "dense")
+    run, stats = rerank_run(
+        prior_env["ckpt"], store, prior_env["queries"], prior_env["candidates"], progress=False
+    )
+    assert any("no dense field" in n for n in stats.notices)
+    w = prior_env["priors"].weights["neural+bm25"]
+    pure, _ = rerank_run(
+        prior_env["ckpt"], store, prior_env["queries"], prior_env["candidates"], progress=False, pure=True
+    )
+    for qid, cands in prior_env["candidates"].items():
+        docids = [d for d, _ in cands]
+        n = np.array([pure[qid][d] for d in docids])
+        b = np.array([s for _, s in cands])
+        assert np.allclose([run[qid][d] for d in docids], w["neural"] * zscore(n) + w["bm25"] * zscore(b), atol=1e-6)
