@@ -77,6 +77,8 @@ KINDS = ("bert", "mores", "prettr", "tk")
 DEFAULT_LR = 3e-5
 DEFAULT_KIND_LR = {"tk": 1e-4}  # TK's contextualisation layers and kernels start from scratch
 BERT_TARGET, BERT_TOLERANCE = 0.66, 0.03
+FUSION = "bm25+bi-encoder"  # the validation-tuned z-score interpolation a user would write
+ZERO_SHOT = ("vaswani", "cranfield")  # default --eval-collections (under ../shared/data, when there)
 FP16_RESOLUTION = 2e-3  # of the score scale: pairs closer than this may swap with float16 storage
 # (full, --quick) defaults of the options whose default depends on --quick
 DEFAULTS = {
@@ -224,6 +226,9 @@ def train_config(args, kind: str):
         val_queries=args.val_queries,
         seed=args.seed,
         distill_weight=args.distill_weight if kind != "bert" else 0.0,
+        listwise_weight=args.listwise_weight,
+        listwise_temperature=args.listwise_temperature,
+        ce_weight=args.ce_weight,
         freeze_embeddings=args.freeze_embeddings,
         cpu_amp=args.cpu_amp,
     )
@@ -235,6 +240,8 @@ class TrainingDataCache:
     def __init__(self, collection: Path, split: str, index: Path):
         self.args = (collection, split, index)
         self._data = None
+        self.teacher: tuple[dict, Path] | None = None  # (fusion weights, dense store): the listwise teacher
+        self.base: str | None = None
 
     def get(self):
         if self._data is None:
@@ -246,7 +253,27 @@ class TrainingDataCache:
                 f"training data: {len(self._data.trainable())} trainable {self.args[1]} queries, "
                 f"BM25 top-100 negatives ({time.perf_counter() - t0:.1f} s)"
             )
+            if self.teacher is not None:
+                self._data.teacher = self._teacher_scores()
         return self._data
+
+    def set_teacher(self, weights: dict, dense: Path, base: str | None) -> None:
+        self.teacher, self.base = (weights, dense), base
+        if self._data is not None:
+            self._data.teacher = self._teacher_scores()
+
+    def _teacher_scores(self) -> dict:
+        """The BM25 + bi-encoder fusion's scores over every training query's BM25 top-100."""
+        from aheadrank.baselines import dense_features, feature_run
+        from aheadrank.runs import bm25_candidates
+
+        weights, dense = self.teacher
+        collection, _, index = self.args
+        data = self._data
+        cands = bm25_candidates(index, data.queries, 100)
+        feats = dense_features(dense, data.queries, cands, base=self.base)
+        stage(f"teacher: BM25 + bi-encoder fusion {weights} over {len(feats)} training queries")
+        return feature_run(feats, weights)
 
 
 def val_bm25_ndcg(data, cfg) -> float | None:
@@ -287,6 +314,9 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         "train": asdict(cfg),
         "compressor_steps": compressor_steps,
         "teacher": teacher["fingerprint"] if distil else None,
+        "listwise_teacher": (
+            {"fusion": data.teacher[0], "dense": str(data.teacher[1])} if cfg.listwise_weight > 0 else None
+        ),
     }
     ckpt = args.workdir / "ckpt" / f"{variant.model}-{digest(key)}"
     meta_path = ckpt.with_name(ckpt.name + ".bench.json")
@@ -362,12 +392,19 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
     return {**meta, "cached": False}
 
 
-def ensure_store(variant: Variant, ckpt: dict, args) -> dict:
-    """The representation store of a checkpoint and strategy (built or resumed unless complete)."""
+def ensure_store(
+    variant: Variant, ckpt: dict, args, collection: Path | None = None, dense: Path | None = None
+) -> dict:
+    """The representation store of a checkpoint and strategy over a collection (built or resumed unless
+    complete), with the dense field copied from the collection's dense store ``dense``."""
     import indexer.build as build
     from store import read_manifest
 
-    store = args.workdir / "stores" / f"{Path(ckpt['checkpoint']).name}-{variant.strategy or 'default'}"
+    collection = collection or args.collection
+    where = "" if collection == args.collection else f"-{collection.name}"
+    store = (
+        args.workdir / "stores" / f"{Path(ckpt['checkpoint']).name}-{variant.strategy or 'default'}{where}"
+    )
     meta_path = store.with_name(store.name + ".bench.json")
     manifest = read_manifest(store) if (store / "manifest.json").is_file() else None
     meta = read_json(meta_path) or {}
@@ -380,7 +417,7 @@ def ensure_store(variant: Variant, ckpt: dict, args) -> dict:
         summary = build.build_store(
             build.BuildOptions(
                 ckpt["checkpoint"],
-                str(args.collection),
+                str(collection),
                 str(store),
                 strategy=variant.strategy,
                 device=args.device,
@@ -394,6 +431,8 @@ def ensure_store(variant: Variant, ckpt: dict, args) -> dict:
         manifest = read_manifest(store)
         cached = False
         stage(f"store {variant.name}: {summary.documents} documents in {summary.seconds:.1f} s")
+    if dense is not None:
+        ensure_dense_copy(store, dense, ckpt["checkpoint"])
     return {
         "path": str(store),
         "strategy": manifest.spec.strategy,
@@ -405,25 +444,110 @@ def ensure_store(variant: Variant, ckpt: dict, args) -> dict:
     }
 
 
-def ensure_run(variant: Variant, ckpt: dict, store: dict, queries, candidates, args, run_key: dict):
-    """Re-rank every query's BM25 candidates through the store (cached per settings); returns (run, info)."""
+def ensure_dense_store(collection: Path, checkpoint: str, args) -> Path:
+    """The collection's dense field (the base bi-encoder, one embedding per document), built once and
+    copied into every variant's store; also what the bi-encoder baselines read."""
+    import indexer.build as build
+    from store import read_manifest
+
+    path = args.workdir / "dense" / f"{collection.name}-{digest(str(collection))}"
+    if (path / "manifest.json").is_file() and read_manifest(path).complete:
+        stage(f"dense field {collection.name}: cached {path}")
+        return path
+    stage(f"dense field {collection.name}: building {path}")
+    summary = build.build_store(
+        build.BuildOptions(
+            checkpoint,
+            str(collection),
+            str(path),
+            device=args.device,
+            progress=args.progress,
+            encoder="dense",
+        )
+    )
+    stage(f"dense field {collection.name}: {summary.documents} documents in {summary.seconds:.1f} s")
+    return path
+
+
+def ensure_dense_copy(store: Path, dense: Path, checkpoint: str) -> None:
+    import indexer.build as build
+    from store import read_manifest
+
+    target = store / build.DENSE_DIR
+    if (target / "manifest.json").is_file():
+        mine, src = read_manifest(target), read_manifest(dense)
+        if mine.complete and mine.spec.fingerprint == src.spec.fingerprint:
+            return
+    build.build_dense(build.BuildOptions(checkpoint, "", str(store)), reuse=dense)
+
+
+def ensure_priors(variant: Variant, ckpt: dict, store: dict, val: dict, args) -> dict:
+    """Fit the checkpoint's priors on the held-out validation queries through its store (once per
+    checkpoint: MORES S1 and S2 share one); returns the priors as saved."""
+    from aheadrank.rerank import fit_checkpoint_priors
+    from rankers.checkpoint import read_priors_json
+
+    key = {"fingerprint": ckpt["fingerprint"], "val": digest(sorted(val["queries"])), "depth": args.depth}
+    saved = read_priors_json(ckpt["checkpoint"])
+    if saved and saved.get("fitted_on", {}).get("key") == key:
+        return saved
+    stage(f"priors {variant.model}: fitting on {len(val['queries'])} held-out validation queries")
+    priors = fit_checkpoint_priors(
+        ckpt["checkpoint"],
+        store["path"],
+        val["queries"],
+        val["candidates"],
+        val["qrels"],
+        {"key": key, "collection": str(args.collection), "split": args.train_split, "held_out": True},
+        device=args.device,
+    )
+    stage(f"priors {variant.model}: {priors.weights}")
+    return priors.to_dict()
+
+
+def ensure_run(
+    variant: Variant,
+    ckpt: dict,
+    store: dict,
+    queries,
+    candidates,
+    args,
+    run_key: dict,
+    pure: bool = True,
+    priors: dict | None = None,
+):
+    """Re-rank every query's BM25 candidates through the store (cached per settings), pure or with the
+    checkpoint's priors; returns (run, info)."""
     from aheadrank.evaluation import read_run, write_run
     from aheadrank.runs import rerank_run
 
-    key = {**run_key, "fingerprint": ckpt["fingerprint"], "strategy": store["strategy"]}
-    path = args.workdir / "runs" / f"{variant.name}-{digest(key)}.trec"
+    key = {
+        **run_key,
+        "fingerprint": ckpt["fingerprint"],
+        "strategy": store["strategy"],
+        "pure": pure,
+        "priors": None if pure else digest(priors),
+    }
+    name = variant.name if pure else f"{variant.name}+priors"
+    path = args.workdir / "runs" / f"{name}-{digest(key)}.trec"
     meta_path = path.with_suffix(".json")
     meta = read_json(meta_path)
     if meta and meta.get("key") == key and path.is_file():
-        stage(f"rerank {variant.name}: cached {path}")
+        stage(f"rerank {name}: cached {path}")
         return read_run(path), {**meta, "cached": True}
-    stage(f"rerank {variant.name}: {len(queries)} queries × BM25 top-{args.depth} through {store['path']}")
+    stage(f"rerank {name}: {len(queries)} queries × BM25 top-{args.depth} through {store['path']}")
     t0 = time.perf_counter()
     run, stats = rerank_run(
-        ckpt["checkpoint"], store["path"], queries, candidates, device=args.device, progress=args.progress
+        ckpt["checkpoint"],
+        store["path"],
+        queries,
+        candidates,
+        device=args.device,
+        progress=args.progress,
+        pure=pure,
     )
     seconds = time.perf_counter() - t0
-    write_run(path, run, variant.name)
+    write_run(path, run, name)
     meta = {
         "key": key,
         "seconds": seconds,
@@ -431,10 +555,136 @@ def ensure_run(variant: Variant, ckpt: dict, store: dict, queries, candidates, a
         "queries": stats.queries,
         "candidates": stats.candidates,
         "unknown_docids": stats.unknown,
+        "notices": stats.notices,
     }
     write_json(meta_path, meta)
-    stage(f"rerank {variant.name}: {seconds:.1f} s ({stats.unknown} unknown docids)")
+    stage(f"rerank {name}: {seconds:.1f} s ({stats.unknown} unknown docids)")
     return run, {**meta, "cached": False}
+
+
+def validation_set(data: TrainingDataCache, args, index: Path) -> dict:
+    """The trainer's held-out validation queries (the same split for every kind) with their BM25
+    candidates: where the priors and the BM25 + bi-encoder fusion weight are fitted (never test)."""
+    from aheadrank.runs import bm25_candidates
+    from rankers.training import split_queries
+
+    training = data.get()
+    cfg = train_config(args, "bert")
+    _, val_q = split_queries(training, cfg.val_queries, cfg.seed)
+    queries = {q: training.queries[q] for q in val_q}
+    return {
+        "queries": queries,
+        "candidates": bm25_candidates(index, queries, args.depth),
+        "qrels": {q: training.qrels[q] for q in val_q},
+    }
+
+
+def baseline_runs(dense_store: Path, queries, candidates, qrels, val: dict, args) -> tuple[dict, dict, float]:
+    """The user's alternatives on the evaluated queries: the bi-encoder alone, BM25 + bi-encoder fused
+    with the weight chosen on the validation queries, and RRF. Returns (runs, fusion weights, val nDCG@10)."""
+    from aheadrank.baselines import dense_features, feature_run, fit_fusion, rrf_run
+
+    val_feats = dense_features(
+        dense_store, val["queries"], val["candidates"], val["qrels"], args.device, args.base
+    )
+    weights, val_ndcg = fit_fusion(list(val_feats.values()))
+    stage(f"baselines: fusion weights {weights} (validation nDCG@10 {val_ndcg:.4f})")
+    feats = dense_features(dense_store, queries, candidates, qrels, args.device, args.base)
+    runs = {
+        "bi-encoder": feature_run(feats, {"dense": 1.0}),
+        FUSION: feature_run(feats, weights),
+        "rrf": rrf_run(feats),
+    }
+    return runs, weights, val_ndcg
+
+
+def zero_shot_eval(collection: Path, variants, checkpoints: dict, fusion_w: dict, args) -> dict:
+    """The checkpoints trained on --collection, their priors and the fusion weight fitted there, applied
+    unchanged to another collection's test queries (BM25 top-depth), beside BM25 and the baselines."""
+    from aheadrank.baselines import dense_features, feature_run, rrf_run
+    from aheadrank.evaluation import per_query, write_run
+    from aheadrank.runs import bm25_candidates
+
+    index = ensure_bm25_index(collection, args.workdir, args.progress)
+    queries, qrels = eval_topics(collection, args.split, None)
+    candidates = bm25_candidates(index, queries, args.depth)
+    dense = ensure_dense_store(collection, args.base or "", args)
+    feats = dense_features(dense, queries, candidates, qrels, args.device, args.base)
+    runs = {
+        "bm25": {q: {d: float(s) for d, s in hits} for q, hits in candidates.items()},
+        "bi-encoder": feature_run(feats, {"dense": 1.0}),
+        FUSION: feature_run(feats, fusion_w),
+        "rrf": rrf_run(feats),
+    }
+    run_key = {
+        "collection": str(collection),
+        "index": str(index),
+        "split": args.split,
+        "queries": digest(sorted(queries)),
+        "depth": args.depth,
+    }
+    from rankers.checkpoint import read_priors_json
+
+    for variant in variants:
+        ckpt = checkpoints[variant.model]
+        store = ensure_store(variant, ckpt, args, collection=collection, dense=dense)
+        priors = read_priors_json(ckpt["checkpoint"])
+        for pure in (True, False):
+            name = variant.name if pure else f"{variant.name}+priors"
+            runs[name], _ = ensure_run(
+                variant, ckpt, store, queries, candidates, args, run_key, pure=pure, priors=priors
+            )
+    out_dir = args.out_dir / "runs" / collection.name
+    pq = {name: per_query(run, qrels, METRICS) for name, run in runs.items()}
+    table = {}
+    for name, run in runs.items():
+        write_run(out_dir / f"{name}.trec", run, name)
+        table[name] = {
+            "metrics": {m: sum(v.values()) / len(v) for m, v in pq[name].items()},
+            "vs_bm25": comparison(pq["bm25"], pq[name]) if name != "bm25" else None,
+            "vs_fusion": comparison(pq[FUSION], pq[name]) if name != FUSION else None,
+        }
+    stage(
+        f"zero-shot {collection.name}: {len(queries)} queries; "
+        + ", ".join(f"{n} {r['metrics'][PRIMARY]:.4f}" for n, r in table.items())
+    )
+    return {"collection": str(collection), "name": collection.name, "queries": len(queries), "rows": table}
+
+
+def prior_goals(rows: dict, bm25: dict, baselines: dict, zero_shot: list) -> list[dict]:
+    """Issue 13's goals: with priors, every ranker beats BM25 (paired t-test p < 0.05) and is at least
+    level with the validation-tuned BM25 + bi-encoder fusion; zero-shot, every ranker with priors ≥ BM25."""
+    with_priors = {n: r for n, r in rows.items() if not r["pure"]}
+    if not with_priors:
+        return []
+    fusion = baselines[FUSION]["metrics"][PRIMARY]
+    parts, ok = [], True
+    for name, row in with_priors.items():
+        vs = row["vs_bm25"][PRIMARY]
+        good = vs["mean_diff"] > 0 and vs["significant"] and row["metrics"][PRIMARY] >= fusion
+        ok = ok and good
+        parts.append(
+            f"{name} {row['metrics'][PRIMARY]:.4f} (vs BM25 p = {vs['p']:.3g}; "
+            f"{row['metrics'][PRIMARY] - fusion:+.4f} vs fusion)"
+        )
+    goals = [
+        {
+            "goal": f"with priors, every ranker beats BM25 (p < 0.05) and is ≥ the fusion ({fusion:.4f})",
+            "status": ok,
+            "detail": "; ".join(parts),
+        }
+    ]
+    for zs in zero_shot:
+        bm = zs["rows"]["bm25"]["metrics"][PRIMARY]
+        names = [n for n in zs["rows"] if n.endswith("+priors")]
+        goals.append(
+            {
+                "goal": f"zero-shot on {zs['name']}: every ranker with priors ≥ BM25 ({bm:.4f})",
+                "status": all(zs["rows"][n]["metrics"][PRIMARY] >= bm for n in names),
+                "detail": "; ".join(f"{n} {zs['rows'][n]['metrics'][PRIMARY]:.4f}" for n in names),
+            }
+        )
+    return goals
 
 
 # ---- evaluation -------------------------------------------------------------------------------------------
@@ -523,7 +773,12 @@ def goal_verdicts(rows: dict, bm25: dict) -> list[dict]:
     specs = [
         ("MORES 2×IB non-inferior to bert at 2%", ["mores-2ib-s1", "mores-2ib-s2"], "ni", "0.02"),
         ("PreTTR l5/e128 within 5% of bert", ["prettr-l5-e128"], "ni", "0.05"),
-        ("TK above BM25", [n for n in rows if n.startswith("tk-")] or ["tk-2l"], "bm25", None),
+        (
+            "TK above BM25",
+            [n for n in rows if n.startswith("tk-") and not n.endswith("+priors")] or ["tk-2l"],
+            "bm25",
+            None,
+        ),
     ]
     for goal, names, test, margin in specs:
         present = [n for n in names if n in rows]
@@ -645,6 +900,16 @@ def fmt(x, spec: str = ".4f") -> str:
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
+def diff_p(c: dict | None) -> str:
+    if not c:
+        return ""
+    return f"{c[PRIMARY]['mean_diff']:+.4f}, p = {fmt(c[PRIMARY]['p'], '.2g')}"
+
+
+def fmt_weights(w: dict | None) -> str:
+    return "" if not w else ", ".join(f"{k} {v:.2f}" for k, v in w.items())
+
+
 def write_markdown(path: Path, result: dict) -> None:
     s = result["settings"]
     lines = [
@@ -688,6 +953,43 @@ def write_markdown(path: Path, result: dict) -> None:
             lines.append(f"- {c['model']}")
             continue
         lines.append(f"- {c['model']}: {s1_s2_text(c)}")
+    lines += ["", "## The served score (with priors) against what a user would build instead", ""]
+    lines += [
+        f"Baselines computed in this run on the same queries and BM25 top-{s['depth']}: the bi-encoder alone "
+        f"(all-MiniLM-L6-v2, mean-pooled, 256 pieces: the store's dense field), {FUSION} (z-scored linear "
+        "fusion, weight chosen on the held-out validation queries: "
+        f"{fmt_weights(result['baselines'][FUSION]['weights'])}) and RRF (k = 60). Priors: weights fitted per "
+        "checkpoint on the same validation queries (aheadrank/priors.py).",
+        "",
+        f"| run | {PRIMARY} | MRR@10 | vs BM25 (diff, p) | vs {FUSION} (diff, p) | weights |",
+        "|---|---:|---:|---|---|---|",
+        f"| bm25 | {fmt(bm[PRIMARY])} | {fmt(bm['MRR@10'])} | | | |",
+    ]
+    for name, row in result["baselines"].items():
+        lines.append(
+            f"| {name} | {fmt(row['metrics'][PRIMARY])} | {fmt(row['metrics']['MRR@10'])} | "
+            f"{diff_p(row['vs_bm25'])} | | {fmt_weights(row.get('weights'))} |"
+        )
+    for name, row in result["rankers"].items():
+        lines.append(
+            f"| {name} | {fmt(row['metrics'][PRIMARY])} | {fmt(row['metrics']['MRR@10'])} | "
+            f"{diff_p(row['vs_bm25'])} | {diff_p(row['vs_fusion'])} | "
+            f"{fmt_weights((row['priors'] or {}).get('neural+bm25+dense')) if not row['pure'] else 'pure'} |"
+        )
+    for zs in result.get("zero_shot", []):
+        lines += [
+            "",
+            f"### Zero-shot: {zs['name']} ({zs['queries']} test queries, BM25 top-{s['depth']}; "
+            f"checkpoints, priors and the fusion weight from {s['collection_name']})",
+            "",
+            f"| run | {PRIMARY} | MRR@10 | vs BM25 (diff, p) | vs {FUSION} (diff, p) |",
+            "|---|---:|---:|---|---|",
+        ]
+        for name, row in zs["rows"].items():
+            lines.append(
+                f"| {name} | {fmt(row['metrics'][PRIMARY])} | {fmt(row['metrics']['MRR@10'])} | "
+                f"{diff_p(row['vs_bm25'])} | {diff_p(row['vs_fusion'])} |"
+            )
     lines += ["", "## Goals", ""]
     lines += [f"- {g['goal']}: **{status_text(g['status'])}** — {g['detail']}" for g in result["goals"]]
     lines += ["", GOAL_RULES, "", "## Training", ""]
@@ -749,6 +1051,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--compressor-steps", type=int, default=None, help="PreTTR compressor pre-training steps")
     ap.add_argument("--distill-weight", type=float, default=0.0, help="> 0: distil every non-bert from bert")
     ap.add_argument(
+        "--listwise-weight",
+        type=float,
+        default=0.0,
+        help="> 0: add listwise KL distillation from the BM25 + bi-encoder fusion (the validation-tuned teacher)",
+    )
+    ap.add_argument("--listwise-temperature", type=float, default=1.0)
+    ap.add_argument(
+        "--ce-weight", type=float, default=1.0, help="weight of the cross-entropy on the positive"
+    )
+    ap.add_argument(
+        "--eval-collections",
+        nargs="*",
+        type=Path,
+        default=None,
+        help="BEIR directories evaluated zero-shot with the checkpoints trained on --collection "
+        f"(default: {', '.join(ZERO_SHOT)} under ../shared/data when there; none with --quick)",
+    )
+    ap.add_argument(
         "--freeze-embeddings",
         action="store_true",
         help="keep the embedding tables as initialised (every kind)",
@@ -777,6 +1097,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.collection = SAMPLE if args.quick or not SHARED_SCIFACT.is_dir() else SHARED_SCIFACT
     args.collection = args.collection.resolve()
     args.rankers = args.rankers or list(QUICK_RANKERS if args.quick else ALL_RANKERS)
+    if args.eval_collections is None:
+        shared = REPO.parent / "shared" / "data"
+        args.eval_collections = [] if args.quick else [shared / n for n in ZERO_SHOT if (shared / n).is_dir()]
+    args.eval_collections = [c.resolve() for c in args.eval_collections]
     args.workdir = args.workdir.resolve()
     return args
 
@@ -816,30 +1140,46 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     data = TrainingDataCache(args.collection, args.train_split, index)
+    dense_store = ensure_dense_store(args.collection, args.base or "", args)
+    val = validation_set(data, args, index)
+    baselines, fusion_w, fusion_val = baseline_runs(dense_store, queries, candidates, qrels, val, args)
+    for name, run in baselines.items():
+        write_run(runs_dir / f"{name}.trec", run, name)
+    if args.listwise_weight > 0:
+        data.set_teacher(fusion_w, dense_store, args.base)
     checkpoints: dict[str, dict] = {}
-    runs: dict[str, dict] = {}
+    runs: dict[str, dict] = dict(baselines)
     rows: dict[str, dict] = {}
+    stores: dict[str, dict] = {}
     for variant in variants:
         if variant.model not in checkpoints:
             teacher = checkpoints.get("bert") if variant.kind != "bert" else None
             checkpoints[variant.model] = ensure_checkpoint(variant, args, data, teacher)
         ckpt = checkpoints[variant.model]
-        store = ensure_store(variant, ckpt, args)
-        run, rerank = ensure_run(variant, ckpt, store, queries, candidates, args, run_key)
-        write_run(runs_dir / f"{variant.name}.trec", run, variant.name)
-        runs[variant.name] = run
-        rows[variant.name] = {
-            "model": variant.model,
-            "kind": variant.kind,
-            "options": variant.options,
-            "strategy": store["strategy"],
-            "checkpoint": ckpt["checkpoint"],
-            "fingerprint": ckpt["fingerprint"],
-            "run_file": str(runs_dir / f"{variant.name}.trec"),
-            "train": {k: v for k, v in ckpt.items() if k not in ("key", "checkpoint", "fingerprint")},
-            "store": store,
-            "rerank": {k: v for k, v in rerank.items() if k != "key"},
-        }
+        store = ensure_store(variant, ckpt, args, dense=dense_store)
+        stores[variant.name] = store
+        priors = ensure_priors(variant, ckpt, store, val, args)
+        for pure in (True, False):
+            name = variant.name if pure else f"{variant.name}+priors"
+            run, rerank = ensure_run(
+                variant, ckpt, store, queries, candidates, args, run_key, pure=pure, priors=priors
+            )
+            write_run(runs_dir / f"{name}.trec", run, name)
+            runs[name] = run
+            rows[name] = {
+                "model": variant.model,
+                "kind": variant.kind,
+                "options": variant.options,
+                "strategy": store["strategy"],
+                "pure": pure,
+                "priors": None if pure else priors["weights"],
+                "checkpoint": ckpt["checkpoint"],
+                "fingerprint": ckpt["fingerprint"],
+                "run_file": str(runs_dir / f"{name}.trec"),
+                "train": {k: v for k, v in ckpt.items() if k not in ("key", "checkpoint", "fingerprint")},
+                "store": store,
+                "rerank": {k: v for k, v in rerank.items() if k != "key"},
+            }
 
     stage("evaluate")
     pq_bm25 = per_query(bm25_run, qrels, METRICS)
@@ -849,11 +1189,26 @@ def main(argv: list[str] | None = None) -> int:
         return {m: sum(v.values()) / len(v) for m, v in values.items()}
 
     for name, row in rows.items():
+        ref = "bert" if row["pure"] else "bert+priors"
         row["metrics"] = means(pq[name])
-        row["vs_bert"] = comparison(pq["bert"], pq[name]) if name != "bert" else None
+        row["vs_bert"] = comparison(pq[ref], pq[name]) if name != ref else None
         row["vs_bm25"] = comparison(pq_bm25, pq[name])
+        row["vs_fusion"] = comparison(pq[FUSION], pq[name])
     bm25 = {"metrics": means(pq_bm25), "run_file": str(runs_dir / "bm25.trec")}
     bm25["vs_bert"] = comparison(pq["bert"], pq_bm25)
+    baseline_rows = {
+        name: {
+            "metrics": means(pq[name]),
+            "vs_bm25": comparison(pq_bm25, pq[name]),
+            "run_file": str(runs_dir / f"{name}.trec"),
+        }
+        for name in baselines
+    }
+    baseline_rows[FUSION]["weights"] = fusion_w
+    baseline_rows[FUSION]["val_ndcg10"] = fusion_val
+    zero_shot = [
+        zero_shot_eval(coll, variants, checkpoints, fusion_w, args) for coll in args.eval_collections
+    ]
     s1_s2 = []
     for model in dict.fromkeys(v.model for v in variants):
         s1, s2 = f"{model}-s1", f"{model}-s2"
@@ -882,6 +1237,10 @@ def main(argv: list[str] | None = None) -> int:
             "val_queries": args.val_queries,
             "compressor_steps": args.compressor_steps,
             "distill_weight": args.distill_weight,
+            "listwise_weight": args.listwise_weight,
+            "listwise_temperature": args.listwise_temperature,
+            "ce_weight": args.ce_weight,
+            "eval_collections": [str(c) for c in args.eval_collections],
             "freeze_embeddings": args.freeze_embeddings,
             "cpu_amp": args.cpu_amp,
             "seed": args.seed,
@@ -899,9 +1258,12 @@ def main(argv: list[str] | None = None) -> int:
             k: {kk: vv for kk, vv in v.items() if kk not in ("fingerprint",)} for k, v in checkpoints.items()
         },
         "s1_s2": s1_s2,
+        "baselines": baseline_rows,
+        "validation": {"queries": len(val["queries"]), "qids_digest": digest(sorted(val["queries"]))},
+        "zero_shot": zero_shot,
         "wall_s": time.perf_counter() - t_start,
     }
-    result["goals"] = goal_verdicts(rows, bm25)
+    result["goals"] = goal_verdicts(rows, bm25) + prior_goals(rows, bm25, baseline_rows, zero_shot)
     result["goal_rules"] = GOAL_RULES
     args.out_dir.mkdir(parents=True, exist_ok=True)
     write_json(args.out_dir / "effectiveness.json", result)

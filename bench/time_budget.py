@@ -83,16 +83,24 @@ def log_budgets(lo: float, hi: float) -> list[float]:
 
 
 # ---- cost model -------------------------------------------------------------------------------------------
-def time_ranker(ranker, reader, queries: list[str], cands: list[list[str]], sizes, repeats, batch) -> dict:
-    """Median ms per query at each n (query encoding + fetch + score of the first n candidates); line fit."""
+def time_ranker(
+    ranker, reader, queries: list[str], cands: list[list[str]], sizes, repeats, batch, scorer=None
+) -> dict:
+    """Median ms per query at each n (query encoding + fetch + score of the first n candidates, plus, with a
+    ``scorer``, the dense query embedding, the dense field's fetch and the priors); line fit."""
     import numpy as np
 
+    from aheadrank.rerank import apply_priors
     from aheadrank.runs import score_stored
 
     def one(query: str, ids: list[str]) -> float:
         t0 = time.perf_counter()
         qs = ranker.encode_query(query)
-        score_stored(ranker, reader, qs, ids, {"fetch": 0.0, "score": 0.0}, batch)
+        qvec = scorer.query_vector(query) if scorer is not None and scorer.dense_reader is not None else None
+        scored, _ = score_stored(ranker, reader, qs, ids, {"fetch": 0.0, "score": 0.0}, batch)
+        if scorer is not None:
+            dense = scorer.stored_dense(qvec, ids) if qvec is not None else None
+            apply_priors(scorer, scored, {d: 0.0 for d in ids}, dense)
         return (time.perf_counter() - t0) * 1e3
 
     for query, ids in zip(queries, cands, strict=True):  # warm-up: page cache, kernels, allocator
@@ -276,6 +284,7 @@ def resolve_rankers(args) -> tuple[dict, dict]:
                 "store": row["store"]["path"],
                 "run_file": row["run_file"],
                 "run_depth": inherited["depth"],
+                "pure": row.get("pure", True),
             }
     if args.rankers:
         keep = [n for n in rankers if any(fnmatch.fnmatchcase(n, p) for p in args.rankers)]
@@ -327,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         ranker = load_ranker(spec["checkpoint"], device=args.device, strategy=reader.spec.strategy)
         reader.check_fingerprint(ranker.fingerprint)
         stage(f"time {name}: n in {sizes}, {len(timing_qids)} queries × {args.repeats} rounds")
+        scorer = None
+        if not spec.get("pure", True):
+            from aheadrank.rerank import PriorScorer
+
+            scorer = PriorScorer(ranker, spec["store"], args.device)
         timing = time_ranker(
             ranker,
             reader,
@@ -335,7 +349,10 @@ def main(argv: list[str] | None = None) -> int:
             sizes,
             args.repeats,
             args.batch,
+            scorer,
         )
+        if scorer is not None:
+            scorer.close()
         full_ms = timing["intercept_ms"] + timing["per_doc_ms"] * args.depth
         stage(
             f"time {name}: {timing['intercept_ms']:.1f} ms + {timing['per_doc_ms']:.3f} ms/doc "

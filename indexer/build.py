@@ -77,14 +77,14 @@ def get_ranker(
 ):
     """Load a checkpoint once per process (Dask workers reuse it across shard tasks). ``encoder="dense"``
     gives the dense prior's encoder (the base the checkpoint was initialised from) instead."""
-    from rankers import load_config, load_ranker
+    from rankers import load_ranker
 
-    key = (str(Path(checkpoint).resolve()), strategy, device, max_doc_len, encoder)
+    key = (str(Path(checkpoint).resolve()) if checkpoint else "", strategy, device, max_doc_len, encoder)
     with _RANKER_LOCK:
         if key not in _RANKERS and encoder == "dense":
-            from rankers.dense import base_of, dense_encoder
+            from rankers.dense import dense_encoder
 
-            _RANKERS[key] = dense_encoder(base_of(load_config(checkpoint)), device=device)
+            _RANKERS[key] = dense_encoder(_dense_base(checkpoint), device=device)
         if key not in _RANKERS:
             ranker = load_ranker(checkpoint, device=device, strategy=strategy)
             if max_doc_len is not None:
@@ -95,6 +95,19 @@ def get_ranker(
                 ranker._text().max_doc_len = max_doc_len
             _RANKERS[key] = ranker
         return _RANKERS[key]
+
+
+def _dense_base(source: str) -> str | None:
+    """The base model of the dense encoder: a ranker checkpoint's base, a base model folder itself, or
+    ``""`` for the packaged all-MiniLM-L6-v2."""
+    from rankers import load_config
+    from rankers.dense import base_of
+
+    if not source:
+        return None
+    if (Path(source) / "fingerprint.json").is_file():
+        return base_of(load_config(source))
+    return source
 
 
 def make_spec(ranker, opts: BuildOptions):

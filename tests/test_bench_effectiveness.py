@@ -67,6 +67,8 @@ def test_effectiveness_quick(tmp_path, tiny_base):
         "8",
         "--distill-weight",
         "0.5",
+        "--listwise-weight",
+        "0.5",
         "--threads",
         "1",
         "--workdir",
@@ -77,11 +79,14 @@ def test_effectiveness_quick(tmp_path, tiny_base):
     ]
     first = run_bench(args)
     assert "train mores-1ib: 3 steps" in first and "distilled from bert" in first
+    assert "teacher: BM25 + bi-encoder fusion" in first
 
     # runs: BM25 and every variant, 8 queries each, the same BM25 top-100 candidates
     bm25 = read_run(out_dir / "runs" / "bm25.trec")
     assert len(bm25) == 8
-    runs = {name: read_run(out_dir / "runs" / f"{name}.trec") for name in VARIANTS}
+    rows = [n for v in VARIANTS for n in (v, f"{v}+priors")]
+    baselines = ["bi-encoder", "bm25+bi-encoder", "rrf"]
+    runs = {name: read_run(out_dir / "runs" / f"{name}.trec") for name in [*rows, *baselines]}
     for name, run in runs.items():
         assert run.keys() == bm25.keys(), name
         for qid in run:
@@ -98,9 +103,23 @@ def test_effectiveness_quick(tmp_path, tiny_base):
         "s1_s2",
         "goals",
         "wall_s",
+        "baselines",
+        "validation",
     ):
         assert key in result
-    assert list(result["rankers"]) == VARIANTS
+    assert list(result["rankers"]) == rows
+    assert list(result["baselines"]) == baselines
+    assert set(result["baselines"]["bm25+bi-encoder"]["weights"]) == {"bm25", "dense"}
+    for name in VARIANTS:
+        pure, priors = result["rankers"][name], result["rankers"][f"{name}+priors"]
+        assert pure["pure"] and pure["priors"] is None
+        assert not priors["pure"] and set(priors["priors"]) == {
+            "neural",
+            "neural+bm25",
+            "neural+dense",
+            "neural+bm25+dense",
+        }
+        assert priors["rerank"]["notices"] == []
     assert set(result["checkpoints"]) == {"bert", "mores-1ib", "prettr-l3-e16", "tk-1l"}  # S1/S2 share one
     assert result["checkpoints"]["prettr-l3-e16"]["compressor_loss_first"] is not None
     assert result["checkpoints"]["tk-1l"]["key"]["teacher"] == result["rankers"]["bert"]["fingerprint"]
@@ -110,7 +129,7 @@ def test_effectiveness_quick(tmp_path, tiny_base):
         assert all(0.0 <= row["metrics"][m] <= 1.0 for m in METRICS), (name, row["metrics"])
         assert row["train"]["train_seconds"] > 0 and row["store"]["bytes_per_doc"] > 0
         assert row["store"]["documents"] == 300
-        if name == "bert":
+        if name in ("bert", "bert+priors"):
             assert row["vs_bert"] is None
         else:
             vs = row["vs_bert"]["nDCG@10"]
@@ -121,6 +140,7 @@ def test_effectiveness_quick(tmp_path, tiny_base):
         > (result["rankers"]["mores-1ib-s1"]["store"]["bytes_per_doc"])
     )  # S2 keeps K and V, S1 the states
     assert {g["goal"] for g in result["goals"]} >= {"TK above BM25", "PreTTR l5/e128 within 5% of bert"}
+    assert any(g["goal"].startswith("with priors, every ranker beats BM25") for g in result["goals"])
     assert all(g["status"] in (True, False, None) for g in result["goals"])
 
     # S1 and S2 are the same math: the same candidates in the same order, up to float16 near-ties
@@ -142,6 +162,8 @@ def test_effectiveness_quick(tmp_path, tiny_base):
     assert "building" not in second and "steps ×" not in second
     for name in VARIANTS:
         assert f"rerank {name}: cached" in second and f"store {name}: cached" in second
+        assert f"rerank {name}+priors: cached" in second
+    assert "held-out validation queries" not in second  # nothing refitted
     again = json.loads((out_dir / "effectiveness.json").read_text())
     assert again["rankers"]["tk-1l"]["metrics"] == result["rankers"]["tk-1l"]["metrics"]
 
@@ -154,7 +176,7 @@ def test_effectiveness_quick(tmp_path, tiny_base):
     )  # fmt: skip
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     tb = json.loads(tb_out.read_text())
-    assert list(tb["rankers"]) == VARIANTS and tb_out.with_suffix(".png").stat().st_size > 0
+    assert list(tb["rankers"]) == rows and tb_out.with_suffix(".png").stat().st_size > 0
     depth = tb["settings"]["depth"]
     for name, row in tb["rankers"].items():
         assert row["timing"]["per_doc_ms"] > 0, name

@@ -1,0 +1,77 @@
+"""What a user would pick instead of a trained re-ranker, computed the same way as the rankers' runs:
+the BM25 list, the base bi-encoder alone (cosine of the store's dense field), and BM25 + bi-encoder fused
+(z-scored linear interpolation with the weight chosen on validation queries, or reciprocal-rank fusion)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from aheadrank.priors import QueryFeatures, fit_weights, rrf, zscore
+
+Run = dict[str, dict[str, float]]
+
+
+def dense_features(
+    dense_store: str | Path,
+    queries: dict[str, str],
+    candidates: dict[str, list[tuple[str, float]]],
+    qrels: dict[str, dict[str, int]] | None = None,
+    device: str = "cpu",
+    base: str | Path | None = None,
+) -> dict[str, QueryFeatures]:
+    """Per query: its BM25 candidates with their BM25 scores and dense cosines (the store's dense field)."""
+    from rankers.dense import dense_encoder
+    from store import StoreReader
+
+    enc = dense_encoder(base, device=device)
+    qids = sorted(q for q in queries if candidates.get(q))
+    qvecs = enc.encode_queries([queries[q] for q in qids])
+    out = {}
+    with StoreReader(dense_store) as reader:
+        if reader.spec.fingerprint != enc.fingerprint:
+            raise ValueError(f"{dense_store} was written by another dense encoder")
+        for qid, qvec in zip(qids, qvecs, strict=True):
+            docids = [d for d, _ in candidates[qid]]
+            fetched = reader.fetch(docids)
+            if fetched.unknown:
+                raise ValueError(f"docids missing from {dense_store}: {fetched.unknown[:5]}")
+            out[qid] = QueryFeatures(
+                docids,
+                {
+                    "bm25": np.array([s for _, s in candidates[qid]], dtype=np.float64),
+                    "dense": fetched.fields["dense"][:, 0, :].astype(np.float32) @ qvec,
+                },
+                (qrels or {}).get(qid, {}),
+            )
+    return out
+
+
+def feature_run(features: dict[str, QueryFeatures], weights: dict[str, float]) -> Run:
+    """Σ w_f · zscore(f) per query (one feature with weight 1: that feature's own order)."""
+    run = {}
+    for qid, q in features.items():
+        s = sum(w * zscore(q.features[f]) for f, w in weights.items() if w)
+        run[qid] = dict(zip(q.docids, np.asarray(s, dtype=np.float64).tolist(), strict=True))
+    return run
+
+
+def fit_fusion(val: list[QueryFeatures]) -> tuple[dict[str, float], float]:
+    """BM25 + dense weights with the best validation nDCG@10."""
+    return fit_weights(val, ["bm25", "dense"])
+
+
+def rrf_run(features: dict[str, QueryFeatures], names: tuple[str, ...] = ("bm25", "dense")) -> Run:
+    run = {}
+    for qid, q in features.items():
+        orders = [
+            [
+                q.docids[i]
+                for i in sorted(range(len(q.docids)), key=lambda i: (-q.features[f][i], q.docids[i]))
+            ]
+            for f in names
+        ]
+        fused = rrf(orders)
+        run[qid] = {d: fused[d] for d in q.docids}
+    return run
