@@ -11,9 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-import click
 import typer
-from click.core import ParameterSource
 
 from aheadrank.app import app
 from aheadrank.cliutil import env, user_errors
@@ -74,6 +72,7 @@ def graceful_server(config):
 @app.command("serve")
 @user_errors
 def serve(
+    ctx: typer.Context,
     checkpoint: Path = typer.Option(..., "--checkpoint", envvar=env("checkpoint"), help="ranker checkpoint"),
     store: Path | None = typer.Option(None, "--store", envvar=env("store"), help="representation store"),
     index: Path | None = typer.Option(None, "--index", envvar=env("index"), help="Lucene BM25 index"),
@@ -134,7 +133,8 @@ def serve(
 
     configure_logging(log_level)
     log = logging.getLogger("aheadrank.service")
-    if api_key and click.get_current_context().get_parameter_source("api_key") is ParameterSource.COMMANDLINE:
+    source = ctx.get_parameter_source("api_key")
+    if api_key and getattr(source, "name", "") == "COMMANDLINE":
         message = (
             "--api-key on the command line is visible to every user of this machine (ps, /proc/<pid>/cmdline): "
             "give keys in AHEADRANK_API_KEYS or a file (--api-keys-file / AHEADRANK_API_KEYS_FILE)"
