@@ -20,25 +20,25 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, FastAPI, Request, Response
+from fastapi import Body, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import Discriminator, Tag
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aheadrank import __version__
 from aheadrank.errors import AheadrankError
-from services.backend import RequestError, RerankBackend, StageClock
+from services.backend import Cancelled, RequestError, RerankBackend, StageClock, Work
 from services.metrics import ServiceMetrics
 from services.schemas import (
     BudgetReport,
-    CompatDocument,
-    CompatRerankRequest,
     CompatRerankResponse,
-    CompatResult,
+    DocumentsRequest,
+    DocumentsV1Request,
     ErrorResponse,
     InfoResponse,
     RerankRequest,
@@ -46,17 +46,52 @@ from services.schemas import (
     RerankResult,
     TeiRank,
     Timings,
-    Usage,
 )
 
 access_log = logging.getLogger("aheadrank.access")
 log = logging.getLogger("aheadrank.service")
 T = TypeVar("T")
-ENDPOINTS = ("/v1/rerank", "/rerank", "/v1/info", "/health", "/ready", "/metrics")
+ENDPOINTS = (
+    "/v1/rerank",
+    "/v2/rerank",
+    "/rerank",
+    "/infinity/rerank",
+    "/v1/info",
+    "/health",
+    "/ready",
+    "/metrics",
+)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 422, 503)
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 415, 422, 503, 504)
 }
+NATIVE = "{query, candidates?, depth?, top_n?, time_budget_ms?, return_text?}"
+# what a body of the wrong shape is told: which shape each path takes, and where the others go
+SHAPES = {
+    "/v1/rerank": f"POST /v1/rerank takes the native shape {NATIVE} (BM25 or stored docids) or, with `documents`, "
+    "the Cohere v1 / Jina / Voyage shape {query, documents, top_n?, return_documents?}; "
+    "TEI's {query, texts} goes to POST /rerank, Cohere v2 to POST /v2/rerank",
+    "/v2/rerank": "POST /v2/rerank takes Cohere v2's shape {query, documents, top_n?}; "
+    f"BM25 / docid re-ranking is POST /v1/rerank {NATIVE}",
+    "/rerank": "POST /rerank takes TEI's {query, texts} or vLLM's / Cohere's {query, documents}; "
+    f"BM25 / docid re-ranking is POST /v1/rerank {NATIVE}",
+    "/infinity/rerank": "POST /infinity/rerank takes Infinity's shape {query, documents, top_n?, return_documents?}; "
+    f"BM25 / docid re-ranking is POST /v1/rerank {NATIVE}",
+}
+
+
+_SHAPE_TAGS = ("native shape", "documents shape")
+
+
+def _v1_shape(body: Any) -> str:
+    """/v1/rerank serves two shapes: a body with `documents` is Cohere v1 / Jina / Voyage, any other native."""
+    return _SHAPE_TAGS[1] if isinstance(body, dict) and "documents" in body else _SHAPE_TAGS[0]
+
+
+V1Body = Annotated[
+    Annotated[RerankRequest, Tag(_SHAPE_TAGS[0])] | Annotated[DocumentsV1Request, Tag(_SHAPE_TAGS[1])],
+    Discriminator(_v1_shape),
+]
 
 
 class ApiError(Exception):
@@ -68,7 +103,7 @@ class ApiError(Exception):
 def _error_response(
     request_id: str | None, status: int, message: str, kind: str, headers=None
 ) -> JSONResponse:
-    body = ErrorResponse(error=message, kind=kind, request_id=request_id).model_dump()
+    body = ErrorResponse(error=message, kind=kind, request_id=request_id, message=message).model_dump()
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -103,13 +138,9 @@ class Gate:
         endpoint = path if path in ENDPOINTS else "other"
         try:
             ctype = headers.get("content-type", "").split(";")[0].strip().lower()
-            if (
-                scope.get("method") == "POST"
-                and ctype
-                and ctype != "application/json"
-                and not ctype.endswith("+json")
-            ):
-                await reject(415, f"Content-Type must be application/json, not {ctype!r}", "content_type")
+            if scope.get("method") == "POST" and ctype != "application/json" and not ctype.endswith("+json"):
+                said = f"not {ctype!r}" if ctype else "and the request has none"
+                await reject(415, f"Content-Type must be application/json, {said}", "content_type")
                 return
             body_receive = await self._bounded_body(scope, receive, headers)
             if body_receive is None:
@@ -169,12 +200,13 @@ class Gate:
         return replay
 
 
-def _validation_message(exc: RequestValidationError) -> str:
+def _validation_message(exc: RequestValidationError, path: str = "") -> str:
     parts = []
     for err in exc.errors()[:10]:
-        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body", *_SHAPE_TAGS)) or "body"
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts) or "invalid request"
+    message = "; ".join(parts) or "invalid request"
+    return f"{message}. {SHAPES[path]}" if path in SHAPES else message
 
 
 def _server_timing(seconds: dict[str, float], total: float) -> str:
@@ -226,7 +258,7 @@ def create_app(backend: RerankBackend) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
         metrics.errors.labels("validation").inc()
-        return _error_response(rid(request), 422, _validation_message(exc), "validation")
+        return _error_response(rid(request), 422, _validation_message(exc, request.url.path), "validation")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
@@ -263,7 +295,30 @@ def create_app(backend: RerankBackend) -> FastAPI:
             raise ApiError(403, "API key not accepted", "auth_invalid")
 
     # ---- the model thread ------------------------------------------------------------------------
-    async def on_model_thread(fn: Callable[[], T]) -> T:
+    def deadline_error(work: Work) -> ApiError:
+        return ApiError(
+            504,
+            f"the request passed its server-side deadline of {settings.request_timeout_s:g} s "
+            f"(--request-timeout-s / AHEADRANK_REQUEST_TIMEOUT_S, counted from arrival) "
+            + (
+                f"after scoring {work.chunks_done} of {work.chunks_total} chunks"
+                if work.started
+                else "in the queue"
+            ),
+            "deadline_exceeded",
+        )
+
+    async def watch_disconnect(request: Request, work: Work) -> None:
+        """The body is read: the next message is http.disconnect, once the client has gone."""
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                work.cancel("client_disconnected")
+                return
+
+    async def on_model_thread(fn: Callable[[Work], T], request: Request, endpoint: str) -> T:
+        """Run ``fn(work)`` on the model thread. It is dropped if its client goes away or its deadline
+        passes, before it starts or between scoring chunks; past the deadline the client gets 504 at once."""
         with pending_lock:
             if pending[0] >= settings.max_queue:
                 raise ApiError(
@@ -274,21 +329,46 @@ def create_app(backend: RerankBackend) -> FastAPI:
                 )
             pending[0] += 1
             metrics.queue.set(pending[0])
+        work = Work(deadline=request.state.arrival + settings.request_timeout_s)
 
         def run() -> T:
             try:
-                return fn()
+                work.check()  # dropped before it starts: its client went away or it waited past its deadline
+                work.started = True
+                return fn(work)
             finally:
                 with pending_lock:  # counted until the work ends, even if the client went away
                     pending[0] -= 1
                     metrics.queue.set(pending[0])
+                metrics.chunks.labels(endpoint, "scored").inc(work.chunks_done)
+                if work.reason is not None:
+                    stage = "running" if work.started else "queued"
+                    metrics.cancelled.labels(endpoint, work.reason, stage).inc()
+                    metrics.chunks.labels(endpoint, "skipped").inc(
+                        max(0, work.chunks_total - work.chunks_done)
+                    )
 
+        future = asyncio.get_running_loop().run_in_executor(executor, run)
+        watcher = asyncio.create_task(watch_disconnect(request, work))
         try:
-            return await asyncio.get_running_loop().run_in_executor(executor, run)
+            done, _ = await asyncio.wait({future}, timeout=max(0.0, work.deadline - time.perf_counter()))
+            if not done:
+                work.cancel("deadline")  # the model thread stops before its next chunk
+                future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+                raise deadline_error(work)
+            return future.result()
+        except Cancelled as exc:
+            if exc.reason == "deadline":
+                raise deadline_error(work) from exc
+            raise ApiError(
+                499, "the client closed the connection; the request was dropped", exc.reason
+            ) from exc
         except RequestError as exc:
             raise ApiError(exc.status, str(exc), exc.kind) from exc
         except AheadrankError as exc:  # the server's own data went bad under it (e.g. a store file)
             raise ApiError(503, str(exc), "server_data") from exc
+        finally:
+            watcher.cancel()
 
     def check_query(query: str) -> None:
         if len(query) > settings.max_query_chars:
@@ -327,13 +407,19 @@ def create_app(backend: RerankBackend) -> FastAPI:
 
     @app.post(
         "/v1/rerank",
-        response_model=RerankResponse,
+        response_model=None,
         tags=["rerank"],
         dependencies=[Depends(require_key)],
-        responses=ERRORS,
+        responses={200: {"model": RerankResponse | CompatRerankResponse}, **ERRORS},
     )
-    async def rerank(req: RerankRequest, request: Request, response: Response) -> RerankResponse:
-        """Re-rank BM25 top-`depth` (or the given candidate docids) through the stored representations."""
+    async def rerank_v1(body: Annotated[V1Body, Body()], request: Request):
+        """The native shape (no `documents`): re-rank BM25 top-`depth` (or the given candidate docids) through
+        the stored representations. With `documents`: Cohere v1 / Jina / Voyage re-ranking of ad-hoc texts."""
+        if isinstance(body, DocumentsRequest):
+            return await rank_documents(body, request, "/v1/rerank", "v1")
+        return await rerank_native(body, request)
+
+    async def rerank_native(req: RerankRequest, request: Request) -> JSONResponse:
         check_query(req.query)
         if req.candidates is not None:
             if len(req.candidates) > settings.max_candidates:
@@ -354,9 +440,11 @@ def create_app(backend: RerankBackend) -> FastAPI:
         arrival = request.state.arrival
         clock = StageClock()
         out = await on_model_thread(
-            lambda: backend.rerank(
-                req.query, req.candidates, depth, req.time_budget_ms, arrival, clock, req.return_text
-            )
+            lambda work: backend.rerank(
+                req.query, req.candidates, depth, req.time_budget_ms, arrival, clock, req.return_text, work
+            ),
+            request,
+            "/v1/rerank",
         )
         shown = out.ranked[: req.top_n] if req.top_n else out.ranked
         results = [
@@ -369,7 +457,6 @@ def create_app(backend: RerankBackend) -> FastAPI:
         metrics.observe_stages("/v1/rerank", clock.seconds)
         metrics.candidates.labels("/v1/rerank").observe(out.candidates)
         metrics.reranked.observe(out.reranked)
-        response.headers["Server-Timing"] = _server_timing(clock.seconds, total)
         budget = None
         if req.time_budget_ms is not None:
             budget = BudgetReport(
@@ -377,7 +464,7 @@ def create_app(backend: RerankBackend) -> FastAPI:
                 planned_depth=out.planned_depth or 0,
                 per_doc_ms=backend.latency.per_doc_s * 1e3,
             )
-        return RerankResponse(
+        body = RerankResponse(
             results=results,
             reranked=out.reranked,
             candidates=out.candidates,
@@ -387,22 +474,54 @@ def create_app(backend: RerankBackend) -> FastAPI:
             timings=Timings(**clock.ms(), total_ms=round(total * 1e3, 3)),
             request_id=rid(request) or "",
         )
+        return JSONResponse(
+            body.model_dump(mode="json"), headers={"Server-Timing": _server_timing(clock.seconds, total)}
+        )
+
+    @app.post(
+        "/v2/rerank",
+        response_model=None,
+        tags=["rerank"],
+        dependencies=[Depends(require_key)],
+        responses={200: {"model": CompatRerankResponse}, **ERRORS},
+    )
+    async def rerank_v2(req: DocumentsRequest, request: Request):
+        """Cohere v2: `{model, query, documents, top_n?, max_tokens_per_doc?}` → `{id, results: [{index,
+        relevance_score}], meta}` (`document` only with `return_documents: true`, as the v5 SDKs asked)."""
+        return await rank_documents(req, request, "/v2/rerank", "v2")
 
     @app.post(
         "/rerank",
-        response_model=CompatRerankResponse | list[TeiRank],
-        response_model_exclude_none=True,
+        response_model=None,
         tags=["rerank"],
         dependencies=[Depends(require_key)],
-        responses=ERRORS,
+        responses={200: {"model": CompatRerankResponse | list[TeiRank]}, **ERRORS},
     )
-    async def rerank_compat(req: CompatRerankRequest, request: Request, response: Response):
-        """Cohere / Jina / TEI-compatible re-ranking of ad-hoc texts (the document side runs online)."""
+    async def rerank_compat(req: DocumentsRequest, request: Request):
+        """TEI `{query, texts, return_text?, raw_scores?, truncate?}` → `[{index, score, text?}]`; vLLM / Cohere
+        `{query, documents, ...}` → `{id, model, results: [{index, relevance_score, document?}], usage}`."""
+        return await rank_documents(req, request, "/rerank", "tei" if req.texts is not None else "vllm")
+
+    @app.post(
+        "/infinity/rerank",
+        response_model=None,
+        tags=["rerank"],
+        dependencies=[Depends(require_key)],
+        responses={200: {"model": CompatRerankResponse}, **ERRORS},
+    )
+    async def rerank_infinity(req: DocumentsRequest, request: Request):
+        """Infinity's `/rerank` (LiteLLM `infinity/…` with `api_base=<server>/infinity`): `document` is a string."""
+        return await rank_documents(req, request, "/infinity/rerank", "infinity")
+
+    async def rank_documents(
+        req: DocumentsRequest, request: Request, endpoint: str, style: str
+    ) -> JSONResponse:
+        """Ad-hoc texts (the document side runs online), answered in the shape of the API `style` names."""
         check_query(req.query)
         try:
-            items = req.items()
+            docs, items = req.docs(), req.items()
         except ValueError as exc:
-            raise ApiError(422, str(exc), "validation") from exc
+            raise ApiError(422, f"{exc}. {SHAPES[endpoint]}", "validation") from exc
         if not items:
             raise ApiError(422, "documents must not be empty", "validation")
         if len(items) > settings.max_documents:
@@ -421,40 +540,74 @@ def create_app(backend: RerankBackend) -> FastAPI:
         arrival = request.state.arrival
         clock = StageClock()
 
-        def work():
+        def work(w: Work):
             clock.seconds["queue"] = time.perf_counter() - arrival
-            return backend.score_texts(req.query, items, clock)
+            if req.refuse_long():
+                over = backend.overlong(items)
+                if over:
+                    raise RequestError(
+                        f"{len(over)} text(s) longer than the model reads ({backend.max_doc_len()} word pieces), "
+                        f"e.g. texts.{over[0][0]} with {over[0][1]}: `truncate: false` refuses instead of "
+                        "cutting (send `truncate: true` to cut them)",
+                        "input_too_long",
+                        413,
+                    )
+            return backend.score_texts(req.query, items, clock, w)
 
-        scores, tokens = await on_model_thread(work)
+        scores, tokens = await on_model_thread(work, request, endpoint)
         shown = [1.0 / (1.0 + math.exp(-s)) if not req.raw_scores else s for s in scores]
         order = sorted(range(len(items)), key=lambda i: (-scores[i], i))
-        if req.top_n:
-            order = order[: req.top_n]
+        if req.keep():
+            order = order[: req.keep()]
         total = time.perf_counter() - arrival
-        metrics.observe_stages("/rerank", clock.seconds)
-        metrics.candidates.labels("/rerank").observe(len(items))
-        response.headers["Server-Timing"] = _server_timing(clock.seconds, total)
-        if req.texts is not None:
-            return [
+        metrics.observe_stages(endpoint, clock.seconds)
+        metrics.candidates.labels(endpoint).observe(len(items))
+        headers = {"Server-Timing": _server_timing(clock.seconds, total)}
+        timings = {**clock.ms(), "total_ms": round(total * 1e3, 3)}
+        if style == "tei":
+            ranks = [
                 TeiRank(index=i, score=shown[i], text=items[i] if req.return_text else None) for i in order
             ]
-        return CompatRerankResponse(
-            id=rid(request) or uuid.uuid4().hex,
-            model=backend.model_name,
-            results=[
-                CompatResult(
-                    index=i,
-                    relevance_score=shown[i],
-                    document=CompatDocument(text=items[i]) if req.return_documents else None,
-                )
-                for i in order
-            ],
-            usage=Usage(total_tokens=tokens),
-            meta={
-                "api_version": {"version": "1"},
+            return JSONResponse([r.model_dump(exclude_none=True) for r in ranks], headers=headers)
+
+        def as_object(i: int) -> dict:  # Cohere / Jina / vLLM: {text, ...the client's own fields, e.g. id}
+            d = docs[i]
+            return dict(d) if isinstance(d, dict) else {"text": d}
+
+        want = bool(req.return_documents)
+        results = []
+        for i in order:
+            result: dict[str, Any] = {"index": i, "relevance_score": shown[i]}
+            if want:
+                result["document"] = items[i] if style == "infinity" else as_object(i)
+            results.append(result)
+        request_id = rid(request) or uuid.uuid4().hex
+        if style == "infinity":
+            body: dict[str, Any] = {
+                "object": "rerank",
+                "id": request_id,
+                "created": int(time.time()),
+                "model": backend.model_name,
+                "results": results,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+            return JSONResponse(body, headers=headers)
+        body = {
+            "id": request_id,
+            "model": backend.model_name,
+            "results": results,
+            "usage": {"total_tokens": tokens},
+            "meta": {
+                "api_version": {"version": "2" if style == "v2" else "1"},
                 "billed_units": {"search_units": 1},
-                "timings": {**clock.ms(), "total_ms": round(total * 1e3, 3)},
+                "timings": timings,
             },
-        )
+        }
+        if (
+            style == "v1"
+        ):  # Voyage reads `data` (its `document` is the text); Cohere v1 and Jina read `results`
+            body["object"] = "list"
+            body["data"] = [{**r, "document": items[r["index"]]} if want else dict(r) for r in results]
+        return JSONResponse(body, headers=headers)
 
     return app

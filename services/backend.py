@@ -30,6 +30,37 @@ class RequestError(AheadrankError):
         self.status = status
 
 
+class Cancelled(AheadrankError):
+    """The request was dropped on the model thread: its client went away or its deadline passed."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Work:
+    """One request's control on the model thread: a server-side deadline (``time.perf_counter()`` clock) and a
+    cancel flag the event loop sets when the client disconnects. Checked before the work starts and between
+    scoring chunks; ``chunks_total``/``chunks_done`` say how far it got."""
+
+    deadline: float = math.inf
+    reason: str | None = None
+    started: bool = False
+    chunks_total: int = 0
+    chunks_done: int = 0
+
+    def cancel(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    def check(self) -> None:
+        if self.reason is None and time.perf_counter() >= self.deadline:
+            self.reason = "deadline"
+        if self.reason is not None:
+            raise Cancelled(self.reason)
+
+
 @dataclass
 class StageClock:
     """Seconds per stage for one request."""
@@ -205,6 +236,7 @@ class RerankBackend:
         arrival: float,
         clock: StageClock,
         want_text: bool = False,
+        work: Work | None = None,
     ) -> RerankOutcome:
         from aheadrank.runs import by_score
 
@@ -240,8 +272,15 @@ class RerankBackend:
 
         ids = [d for d, _ in head]
         planned = None
-        if budget_ms is None:
-            scored = self._score_chunk(qs, ids, clock.seconds)
+        work = work or Work()
+        step = self.settings.batch_size
+        work.chunks_total = math.ceil(len(ids) / step)
+        if budget_ms is None:  # chunk by chunk (the same batches as one call), checking the request between
+            scored = []
+            for begin in range(0, len(ids), step):
+                work.check()
+                scored += self._score_chunk(qs, ids[begin : begin + step], clock.seconds)
+                work.chunks_done += 1
         else:
             deadline = arrival + budget_ms / 1e3
             planned = self.latency.depth_for(deadline - time.perf_counter(), len(ids))
@@ -253,9 +292,11 @@ class RerankBackend:
                 )
                 if n <= 0:
                     break
+                work.check()
                 t = time.perf_counter()
                 scored += self._score_chunk(qs, ids[len(scored) : len(scored) + n], clock.seconds)
                 self.latency.observe(n, time.perf_counter() - t)
+                work.chunks_done += 1
         bm25 = dict(hits)
         ranked = [(d, s, bm25[d]) for d, s in by_score(scored)]
         ranked += [(d, None, bm25[d]) for d in ids[len(scored) :]]  # the tail keeps first-stage order
@@ -263,12 +304,25 @@ class RerankBackend:
         texts = self.searcher.doc_texts([d for d, _, _ in ranked]) if want_text else {}
         return RerankOutcome(ranked, len(scored), len(hits), missing, planned, texts)
 
+    def overlong(self, texts: list[str]) -> list[tuple[int, int]]:
+        """(index, word pieces) of the texts longer than the model reads (``max_doc_len``): what TEI's
+        ``truncate: false`` refuses instead of cutting."""
+        text = self.ranker._text()
+        pieces = text.tokenizer(
+            list(texts), add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False
+        )["input_ids"]
+        return [(i, len(p)) for i, p in enumerate(pieces) if len(p) > text.max_doc_len]
+
+    def max_doc_len(self) -> int:
+        return int(self.ranker._text().max_doc_len)
+
     def score_texts(
-        self, query: str, texts: list[str], clock: StageClock | None = None
+        self, query: str, texts: list[str], clock: StageClock | None = None, work: Work | None = None
     ) -> tuple[list[float], int]:
-        """Ad-hoc documents: the document side online, in length-sorted batches. Returns (scores in input
-        order, tokens processed)."""
+        """Ad-hoc documents: the document side online, in length-sorted batches of ``doc_batch_size``,
+        checking ``work`` (deadline, client gone) before each. Returns (scores in input order, tokens)."""
         clock = clock or StageClock()
+        work = work or Work()
         t = time.perf_counter()
         qs = self.ranker.encode_query(query)
         clock.seconds["query"] = time.perf_counter() - t
@@ -276,7 +330,9 @@ class RerankBackend:
         scores: list[float] = [math.nan] * len(texts)
         tokens = 0
         step = self.settings.doc_batch_size
+        work.chunks_total = math.ceil(len(order) / step)
         for start in range(0, len(order), step):
+            work.check()
             idx = order[start : start + step]
             t = time.perf_counter()
             docs = self.ranker.encode_documents([texts[i] for i in idx], batch_size=step)
@@ -287,6 +343,7 @@ class RerankBackend:
             tokens += sum(int(next(iter(d.values())).shape[0]) for d in docs)
             for i, s in zip(idx, out, strict=True):
                 scores[i] = float(s)
+            work.chunks_done += 1
         return scores, tokens
 
     # ---- info ------------------------------------------------------------------------------------------
@@ -339,6 +396,7 @@ class RerankBackend:
                 "max_body_bytes": s.max_body_bytes,
                 "max_queue": s.max_queue,
                 "default_depth": s.default_depth,
+                "request_timeout_s": s.request_timeout_s,
             },
             "latency": self.latency.describe(),
             "version": __version__,

@@ -15,6 +15,7 @@ import typer
 
 from aheadrank.app import app
 from aheadrank.cliutil import env, user_errors
+from aheadrank.errors import AheadrankError
 
 
 class JsonLines(logging.Formatter):
@@ -71,6 +72,7 @@ def graceful_server(config):
 @app.command("serve")
 @user_errors
 def serve(
+    ctx: typer.Context,
     checkpoint: Path = typer.Option(..., "--checkpoint", envvar=env("checkpoint"), help="ranker checkpoint"),
     store: Path | None = typer.Option(None, "--store", envvar=env("store"), help="representation store"),
     index: Path | None = typer.Option(None, "--index", envvar=env("index"), help="Lucene BM25 index"),
@@ -97,17 +99,32 @@ def serve(
     default_depth: int = typer.Option(100, "--default-depth", envvar=env("default-depth"), min=1),
     batch_size: int = typer.Option(256, "--batch-size", envvar=env("batch-size"), min=1),
     doc_batch_size: int = typer.Option(64, "--doc-batch-size", envvar=env("doc-batch-size"), min=1),
+    request_timeout_s: float = typer.Option(
+        30.0,
+        "--request-timeout-s",
+        envvar=env("request-timeout-s"),
+        min=0.001,
+        help="server-side deadline per request (queue included): 504 once it passes",
+    ),
     api_key: list[str] = typer.Option(
         [],
         "--api-key",
         envvar=[env("api-key"), env("api-keys")],
-        help="accepted Bearer key (repeat; env AHEADRANK_API_KEY or AHEADRANK_API_KEYS: space-separated)",
+        help="accepted Bearer key (repeat; env AHEADRANK_API_KEY or AHEADRANK_API_KEYS: space-separated). "
+        "On the command line, `ps` shows it: prefer the environment or --api-keys-file",
+    ),
+    api_keys_file: Path | None = typer.Option(
+        None,
+        "--api-keys-file",
+        envvar=env("api-keys-file"),
+        help="file of accepted Bearer keys (one per line, '#' comments)",
     ),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", envvar=env("warmup")),
     access_log: bool = typer.Option(True, "--access-log/--no-access-log", envvar=env("access-log")),
     log_level: str = typer.Option("info", "--log-level", envvar=env("log-level")),
 ) -> None:
-    """Serve re-ranking over HTTP: /v1/rerank, /rerank (Cohere/Jina/TEI), /health, /ready, /metrics, /v1/info."""
+    """Serve re-ranking over HTTP: /v1/rerank (native; Cohere v1/Jina/Voyage), /v2/rerank (Cohere v2), /rerank
+    (TEI, vLLM), /infinity/rerank, /health, /ready, /metrics, /v1/info."""
     import uvicorn
 
     from services.app import create_app
@@ -116,6 +133,22 @@ def serve(
 
     configure_logging(log_level)
     log = logging.getLogger("aheadrank.service")
+    source = ctx.get_parameter_source("api_key")
+    if api_key and getattr(source, "name", "") == "COMMANDLINE":
+        message = (
+            "--api-key on the command line is visible to every user of this machine (ps, /proc/<pid>/cmdline): "
+            "give keys in AHEADRANK_API_KEYS or a file (--api-keys-file / AHEADRANK_API_KEYS_FILE)"
+        )
+        print(f"warning: {message}", file=sys.stderr)
+        log.warning(message)
+    keys = [k for key in api_key for k in key.replace(",", " ").split()]
+    if api_keys_file is not None:
+        from services.settings import read_keys_file
+
+        try:
+            keys += read_keys_file(api_keys_file)
+        except ValueError as exc:
+            raise AheadrankError(str(exc)) from None
     settings = ServiceSettings(
         checkpoint=checkpoint,
         store=store,
@@ -133,7 +166,8 @@ def serve(
         default_depth=default_depth,
         batch_size=batch_size,
         doc_batch_size=doc_batch_size,
-        api_keys=[k for key in api_key for k in key.replace(",", " ").split()],
+        request_timeout_s=request_timeout_s,
+        api_keys=keys,
         warmup=warmup,
         access_log=access_log,
     )

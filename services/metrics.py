@@ -46,6 +46,19 @@ class ServiceMetrics:
             registry=r,
         )
         self.errors = Counter("aheadrank_errors_total", "errors answered, by kind", ["kind"], registry=r)
+        self.cancelled = Counter(
+            "aheadrank_cancelled_total",
+            "requests dropped on the model thread, by reason (client_disconnected, deadline) and stage "
+            "(queued: before they started; running: between scoring chunks)",
+            ["endpoint", "reason", "stage"],
+            registry=r,
+        )
+        self.chunks = Counter(
+            "aheadrank_chunks_total",
+            "scoring chunks of requests, by outcome (scored; skipped: not scored because the request was dropped)",
+            ["endpoint", "outcome"],
+            registry=r,
+        )
         self.queue = Gauge("aheadrank_queue_depth", "requests waiting for or holding the model", registry=r)
         self.info = Gauge(
             "aheadrank_model_info", "the model served", ["model", "kind", "fingerprint", "device"], registry=r

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -76,57 +79,106 @@ class RerankResponse(BaseModel):
     request_id: str
 
 
-# ---- POST /rerank: the Cohere / Jina / TEI shape, ad-hoc texts ---------------------------------------
+# ---- ad-hoc texts: Cohere v1/v2, Jina, Voyage (/v1/rerank, /v2/rerank), TEI, vLLM, Infinity (/rerank) --------
+
+Document = str | dict[str, Any]
 
 
-class DocumentObject(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    text: str
-
-
-class CompatRerankRequest(BaseModel):
-    """Cohere / Jina: ``{query, documents, top_n, return_documents}``; TEI: ``{query, texts, return_text,
-    raw_scores}``. Unknown fields that those clients send (``model``, ``max_chunks_per_doc``,
-    ``truncate``...) are accepted and ignored."""
+class DocumentsRequest(BaseModel):
+    """The union of what the Cohere (v1, v2), Jina, Voyage, TEI, vLLM and Infinity clients send. Fields those
+    clients send that do not change the ranking (``model``, ``max_chunks_per_doc``, ``max_tokens_per_doc``,
+    ``truncation_direction``, ``priority``...) are accepted and ignored."""
 
     model_config = ConfigDict(extra="ignore")
 
     query: str = Field(min_length=1)
-    documents: list[str | DocumentObject] | None = Field(None, description="Cohere / Jina documents")
-    texts: list[str] | None = Field(None, description="TEI texts (the response is then TEI's list shape)")
+    documents: list[Document] | None = Field(
+        None, description="texts, or objects with a `text` field (other fields, e.g. `id`, are echoed back)"
+    )
+    texts: list[Document] | None = Field(
+        None, description="TEI texts (the response is then TEI's list shape)"
+    )
     top_n: int | None = Field(None, ge=1)
-    return_documents: bool = False
-    return_text: bool = False
+    top_k: int | None = Field(None, ge=1, description="Voyage's name for top_n")
+    return_documents: bool | None = Field(None, description="echo each document (default: false)")
+    return_text: bool = Field(False, description="TEI: echo each text")
     raw_scores: bool = Field(False, description="raw model scores instead of sigmoid(score) in [0, 1]")
+    truncate: bool | None = Field(
+        None, description="TEI: false refuses a text longer than the model reads (413); absent or true: cut"
+    )
+    truncation: bool | None = Field(None, description="Voyage: false refuses over-long texts, like TEI's")
+    rank_fields: list[str] | None = Field(
+        None, description="Cohere v1: the fields of object documents to rank on"
+    )
     model: str | None = None
 
     _check_query = field_validator("query")(_not_blank)
 
-    def items(self) -> list[str]:
+    def keep(self) -> int | None:
+        return self.top_n or self.top_k
+
+    def refuse_long(self) -> bool:
+        return self.truncate is False or self.truncation is False
+
+    def docs(self) -> list[Document]:
         if self.documents is not None and self.texts is not None:
-            raise ValueError("give either `documents` (Cohere/Jina) or `texts` (TEI), not both")
+            raise ValueError("give either `documents` (Cohere/Jina/Voyage/vLLM) or `texts` (TEI), not both")
         if self.texts is not None:
             return list(self.texts)
         if self.documents is None:
             raise ValueError("`documents` (or TEI's `texts`) is required")
-        return [d if isinstance(d, str) else d.text for d in self.documents]
+        return list(self.documents)
+
+    def items(self) -> list[str]:
+        """The text to rank of each document, in order; a message that names the document if one has none."""
+        out = []
+        for i, d in enumerate(self.docs()):
+            if isinstance(d, str):
+                out.append(d)
+            elif self.rank_fields:
+                missing = [f for f in self.rank_fields if f not in d]
+                if missing:
+                    raise ValueError(f"documents.{i} has no field(s) {missing} named in rank_fields")
+                out.append("\n".join(f"{f}: {_as_text(d[f])}" for f in self.rank_fields))
+            elif isinstance(d.get("text"), str):
+                out.append(d["text"])
+            else:
+                raise ValueError(
+                    f"documents.{i}: an object document needs a string `text` field (or name its fields in "
+                    "rank_fields)"
+                )
+        return out
 
 
-class CompatDocument(BaseModel):
-    text: str
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+class DocumentsV1Request(DocumentsRequest):
+    """``POST /v1/rerank`` with ``documents``: Cohere v1, Jina, Voyage."""
+
+    documents: list[Document] = Field(description="texts, or objects with a `text` field")
 
 
 class CompatResult(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
     index: int
     relevance_score: float
-    document: CompatDocument | None = None
+    document: dict[str, Any] | str | None = None
 
 
 class Usage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
     total_tokens: int
 
 
 class CompatRerankResponse(BaseModel):
+    """Cohere v1/v2 and Jina (``results``), Voyage (``data``, ``object``), vLLM and Infinity (``results``)."""
+
+    model_config = ConfigDict(extra="allow")
+
     id: str
     model: str
     results: list[CompatResult]
@@ -147,6 +199,7 @@ class ErrorResponse(BaseModel):
     error: str = Field(description="what is wrong")
     kind: str = Field(description="machine-readable error kind")
     request_id: str | None = None
+    message: str | None = Field(None, description="the same as `error` (the field Cohere's SDKs read)")
 
 
 class InfoResponse(BaseModel):

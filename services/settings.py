@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -32,8 +32,14 @@ class ServiceSettings(BaseSettings):
     batch_size: int = Field(256, ge=1, description="stored candidates scored per forward pass")
     doc_batch_size: int = Field(64, ge=1, description="ad-hoc documents encoded per forward pass (/rerank)")
 
+    request_timeout_s: float = Field(
+        30.0, gt=0, description="server-side deadline per request, from arrival (queue included): 504 after"
+    )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Bearer keys; empty: no auth"
+    )
+    api_keys_file: Path | None = Field(
+        None, description="a file of Bearer keys (one per line, '#' comments): keeps keys out of `ps`"
     )
     warmup: bool = True
     access_log: bool = True
@@ -44,3 +50,22 @@ class ServiceSettings(BaseSettings):
         if isinstance(value, str):  # AHEADRANK_API_KEYS="k1,k2" or "k1 k2"
             return [k for k in value.replace(",", " ").split() if k]
         return value
+
+    @model_validator(mode="after")
+    def _read_keys_file(self) -> ServiceSettings:
+        if self.api_keys_file is not None:
+            self.api_keys = [*self.api_keys, *read_keys_file(self.api_keys_file)]
+            self.api_keys_file = None  # read once (a copy of these settings must not add them again)
+        return self
+
+
+def read_keys_file(path: Path) -> list[str]:
+    """Keys from a file: whitespace- or comma-separated, one or more a line; '#' starts a comment."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read the API keys file {path}: {exc.strerror or exc}") from exc
+    keys = [k for line in text.splitlines() for k in line.split("#", 1)[0].replace(",", " ").split()]
+    if not keys:
+        raise ValueError(f"the API keys file {path} holds no keys")
+    return keys

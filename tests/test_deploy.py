@@ -489,12 +489,11 @@ def test_index_job_trains_indexes_and_resumes(tmp_path, tiny_base):
     assert read_fingerprint(ckpt) == json.loads((ckpt / "fingerprint.json").read_text())["sha256"]
 
     stamps = {p: p.stat().st_mtime_ns for p in (ckpt / "fingerprint.json", data / "store" / "manifest.json")}
-    second, seconds = run_job(env)
+    second, _ = run_job(env)
     assert second.returncode == 0, job_log(second)
     for step in ("bm25", "checkpoint", "store"):
         assert f"{step}: skipped" in second.stdout, job_log(second)
-    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-    assert seconds < 30, f"a finished volume should cost seconds, took {seconds:.1f} s"
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing redone (not a wall-clock bound)
 
     # killed mid-training: a checkpoint (written at each improving validation) and a resume point, but no
     # train-history.json (written at the end), so the job resumes training instead of taking the checkpoint

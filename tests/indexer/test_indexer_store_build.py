@@ -88,23 +88,38 @@ def test_store_equals_direct_encoding(collection, checkpoints, tmp_path, name, s
     direct = ranker.encode_documents([d.text for d in docs], batch_size=16)
     stored = read_all(tmp_path / "s")
     assert list(stored) == [d.docid for d in docs]
-    mismatches: list[float] = []
     for doc, expected in zip(docs, direct, strict=True):
         for field, value in expected.items():
             got = stored[doc.docid][field]
             want = value.half().numpy()
             assert got.dtype == np.float16 and got.shape == want.shape
-            # same bits, except where float32 noise of a different batching (padding width) crosses a float16
-            # rounding boundary: then the stored value is still within one float16 step of the float32 value
+            # float32 noise of another batching (padding width) may cross a float16 rounding boundary, and how
+            # often depends on the CPU's kernels: assert what holds everywhere, not a bit-match fraction.
+            # Every stored value is within one float16 step of the direct float32 value ...
             step = np.abs(np.spacing(want)).astype(np.float32)
             err = np.abs(got.astype(np.float32) - value.numpy())
             assert (err <= step + 1e-5).all(), (doc.docid, field, float((err - step).max()))
-            mismatches.append(np.mean(got.view(np.uint16) != want.view(np.uint16)))
-    assert np.mean(mismatches) < 1e-3  # almost every value has the same bits
+    # ... and rankings through the stored representations equal those through the direct ones
+    for query in ("protein cell cancer", "blood pressure heart disease", "the effect of smoking"):
+        assert_same_ranking(ranker, query, [stored[d.docid] for d in docs], direct)
     manifest = read_manifest(tmp_path / "s")
     assert manifest.complete and manifest.spec.fingerprint == ranker.fingerprint
     assert manifest.spec.strategy == ranker.strategy and manifest.spec.fields == ranker.field_dims()
     assert verify_store(tmp_path / "s") == []
+
+
+def assert_same_ranking(ranker, query: str, stored: list[dict], direct: list[dict]) -> None:
+    """Scores through stored and direct representations agree to float16 precision, and order every pair the
+    same way unless the two scores are closer than that precision (a tie either way)."""
+    qs = ranker.encode_query(query)
+    got = ranker.score(qs, [{k: torch.from_numpy(v) for k, v in d.items()} for d in stored]).numpy()
+    want = ranker.score(qs, [{k: v.half() for k, v in d.items()} for d in direct]).numpy()
+    scale = float(np.abs(want).max()) or 1.0
+    tol = 1e-2 * scale  # float16 steps (2**-11 relative) summed over the interaction's terms
+    assert np.abs(got - want).max() <= tol, float(np.abs(got - want).max())
+    clear = np.abs(want[:, None] - want[None, :]) > 2 * tol  # pairs that are no near-tie
+    same = np.sign(got[:, None] - got[None, :]) == np.sign(want[:, None] - want[None, :])
+    assert same[clear].all()
 
 
 def shard_hashes(store: Path) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import threading
 import time
 
@@ -154,8 +155,10 @@ def test_time_budget_keeps_the_tail_in_bm25_order(client, backend):
 
 
 def test_time_budget_is_honoured_on_a_slow_model(service_env):
-    """A model slowed by 1 ms per candidate: a 150 ms budget re-ranks a head of the list, not all of it,
-    and answers within the budget (sleep-based cost, so this does not depend on the machine's speed)."""
+    """A model slowed by at least 1 ms per candidate: a budget re-ranks a head of the list, never all of it,
+    and never more than fits the budget plus the one chunk that may have started just before the deadline.
+    Sleep-based cost bounds the depth from above on any machine; how deep it gets (even 0, on a starved
+    CPU) and the wall-clock total are the machine's business, so they are not asserted."""
     backend = make_backend(service_env, batch_size=16)
     inner = backend._score_chunk
 
@@ -171,9 +174,11 @@ def test_time_budget_is_honoured_on_a_slow_model(service_env):
                 body = c.post(
                     "/v1/rerank", json={"query": QUERY, "depth": 300, "time_budget_ms": budget}
                 ).json()
-                n, total = body["reranked"], body["timings"]["total_ms"]
-                assert 0 < n < body["candidates"], body
-                assert total <= budget * 1.15 + 10, (budget, total)
+                n = body["reranked"]
+                assert n < body["candidates"] and n <= budget / 1.0 + 16, (
+                    budget,
+                    body,
+                )  # 1 ms each, chunks of 16
                 head, tail = body["results"][:n], body["results"][n:]
                 assert all(x["score"] is not None for x in head) and all(x["score"] is None for x in tail)
                 assert [x["score"] for x in head] == sorted((x["score"] for x in head), reverse=True)
@@ -377,3 +382,80 @@ def test_latency_model_plans_within_the_budget():
     m.observe(100, 0.1)  # much slower than believed: believed at once (half way)
     assert m.per_doc_s > 4e-4
     assert torch.get_num_threads() >= 1
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_deadline_answers_504_and_stops_the_work(service_env):
+    """A server-side deadline of 0.2 s and requests that sleep at least 1 ms (/v1/rerank) or 10 ms (/rerank) per
+    candidate, so that they cannot finish in it on any machine: 504 with a body that names the deadline, and
+    the model thread stops at a chunk boundary instead of running to the end (counted in /metrics)."""
+    backend = make_backend(service_env, batch_size=16, doc_batch_size=1, request_timeout_s=0.2)
+    inner_chunk, inner_encode = backend._score_chunk, backend.ranker.encode_documents
+
+    def slow_chunk(qs, ids, seconds):
+        time.sleep(1e-3 * len(ids))
+        return inner_chunk(qs, ids, seconds)
+
+    def slow_encode(texts, batch_size=64):
+        time.sleep(1e-2 * len(texts))
+        return inner_encode(texts, batch_size=batch_size)
+
+    backend._score_chunk = slow_chunk
+    backend.ranker.encode_documents = slow_encode
+    try:
+        with TestClient(create_app(backend)) as c:
+            for path, body, chunks in (
+                ("/v1/rerank", {"query": QUERY, "depth": 300}, 300 // 16 + 1),
+                ("/rerank", {"query": QUERY, "texts": ["protein cell"] * 100}, 100),
+            ):
+                r = c.post(path, json=body)
+                assert r.status_code == 504, r.text
+                err = r.json()
+                assert err["kind"] == "deadline_exceeded" and "0.2 s" in err["error"], err
+                assert "request-timeout-s" in err["error"] and err["message"] == err["error"]
+                for _ in range(3000):  # bounded: wait for the model thread to let go
+                    text = c.get("/metrics").text
+                    if _metric(text, "aheadrank_queue_depth") == 0:
+                        break
+                    time.sleep(0.01)
+                assert _metric(text, "aheadrank_cancelled_total", endpoint=path, reason="deadline") == 1
+                scored = _metric(text, "aheadrank_chunks_total", endpoint=path, outcome="scored")
+                skipped = _metric(text, "aheadrank_chunks_total", endpoint=path, outcome="skipped")
+                assert scored < chunks and scored + skipped == chunks, (scored, skipped)
+                assert _metric(text, "aheadrank_errors_total", kind="deadline_exceeded") >= 1
+            assert c.get("/v1/info").json()["limits"]["request_timeout_s"] == 0.2
+    finally:
+        backend.close()
+
+
+def test_api_keys_file_and_the_command_line_warning(service_env, tmp_path):
+    import subprocess
+
+    from services_testkit import AHEADRANK
+
+    keys = tmp_path / "keys"
+    keys.write_text("# ops keys\nk1 k2\n\nk3  # the CI key\n")
+    settings = ServiceSettings(checkpoint=service_env.checkpoint, api_keys=["k0"], api_keys_file=keys)
+    assert settings.api_keys == ["k0", "k1", "k2", "k3"]
+    with pytest.raises(ValueError, match="holds no keys"):
+        (tmp_path / "empty").write_text("# nothing\n")
+        ServiceSettings(checkpoint=service_env.checkpoint, api_keys_file=tmp_path / "empty")
+    missing = tmp_path / "none"  # the command stops at the checkpoint, after the key options are read
+    cli = subprocess.run(
+        [AHEADRANK, "serve", "--checkpoint", str(missing), "--api-key", "secret"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert cli.returncode == 2 and "warning: --api-key on the command line" in cli.stderr, cli.stderr
+    cli = subprocess.run(
+        [AHEADRANK, "serve", "--checkpoint", str(missing), "--api-keys-file", str(keys)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "AHEADRANK_API_KEYS": "k9"},
+    )  # fmt: skip
+    assert cli.returncode == 2 and "warning" not in cli.stderr, cli.stderr
