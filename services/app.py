@@ -441,7 +441,15 @@ def create_app(backend: RerankBackend) -> FastAPI:
         clock = StageClock()
         out = await on_model_thread(
             lambda work: backend.rerank(
-                req.query, req.candidates, depth, req.time_budget_ms, arrival, clock, req.return_text, work
+                req.query,
+                req.candidates,
+                depth,
+                req.time_budget_ms,
+                arrival,
+                clock,
+                req.return_text,
+                work,
+                req.pure,
             ),
             request,
             "/v1/rerank",
@@ -449,7 +457,13 @@ def create_app(backend: RerankBackend) -> FastAPI:
         shown = out.ranked[: req.top_n] if req.top_n else out.ranked
         results = [
             RerankResult(
-                docid=d, rank=i + 1, score=s, bm25_score=b, text=out.texts.get(d) if req.return_text else None
+                docid=d,
+                rank=i + 1,
+                score=s,
+                bm25_score=b,
+                neural_score=out.parts.get(d, (None, None))[0],
+                dense_score=out.parts.get(d, (None, None))[1],
+                text=out.texts.get(d) if req.return_text else None,
             )
             for i, (d, s, b) in enumerate(shown)
         ]
@@ -470,6 +484,7 @@ def create_app(backend: RerankBackend) -> FastAPI:
             candidates=out.candidates,
             missing_from_store=out.missing,
             model=backend.model_name,
+            scoring=out.scoring,
             budget=budget,
             timings=Timings(**clock.ms(), total_ms=round(total * 1e3, 3)),
             request_id=rid(request) or "",

@@ -73,6 +73,7 @@ class StageClock:
             "fetch": 0.0,
             "score": 0.0,
             "encode": 0.0,
+            "priors": 0.0,
         }
     )
 
@@ -88,6 +89,8 @@ class RerankOutcome:
     missing: list[str]
     planned_depth: int | None
     texts: dict[str, str]
+    parts: dict[str, tuple[float, float | None]] = field(default_factory=dict)  # docid -> (neural, dense)
+    scoring: str = "neural"  # the feature set of the served scores (aheadrank/rerank.py)
 
 
 def resolve_device(name: str) -> str:
@@ -101,16 +104,22 @@ def resolve_device(name: str) -> str:
 
 
 class RerankBackend:
-    def __init__(self, settings: ServiceSettings, ranker, reader=None, searcher=None, device: str = "cpu"):
+    def __init__(
+        self, settings: ServiceSettings, ranker, reader=None, searcher=None, device: str = "cpu", scorer=None
+    ):
         self.settings = settings
         self.ranker = ranker
         self.reader = reader
         self.searcher = searcher
         self.device = device
+        self.scorer = scorer  # aheadrank.rerank.PriorScorer: the priors of the served score
         self.latency = LatencyModel(settings.batch_size)
         self.ready = False
         self.warnings: list[str] = []
         self.model_name = f"{ranker.kind}:{Path(settings.checkpoint).name}"
+        for notice in scorer.notices if scorer is not None else []:
+            self.warnings.append(notice)
+            log.warning(notice)
         if reader is not None and searcher is not None and searcher.num_docs != len(reader):
             self.warnings.append(
                 f"the BM25 index holds {searcher.num_docs} documents but the store {len(reader)}: "
@@ -158,7 +167,10 @@ class RerankBackend:
             from indexer.bm25 import Bm25Searcher
 
             searcher = Bm25Searcher(settings.index)
-        return cls(settings, ranker, reader, searcher, device)
+        from aheadrank.rerank import PriorScorer
+
+        scorer = PriorScorer(ranker, settings.store, device, use_priors=settings.priors)
+        return cls(settings, ranker, reader, searcher, device, scorer)
 
     def warmup(self) -> dict:
         """Run every path once and fit the latency model on this machine; then the backend is ready."""
@@ -171,10 +183,13 @@ class RerankBackend:
                     break
         qs = self.ranker.encode_query("warm up the query encoder")
         self.score_texts("warm up", ["warm up the document encoder"])
+        # the latency model is fitted on what a request costs: with the dense prior, its fetch too
+        dense_on = self.uses_priors(False) and self.scorer.dense_reader is not None
+        qvec = self.scorer.query_vector("warm up the query encoder") if dense_on else None
         if self.reader is not None and len(self.reader):
             ids = self.reader.docids()[: self.settings.batch_size]
             sizes = sorted({max(1, len(ids) // 16), max(1, len(ids) // 4), max(1, len(ids) // 2), len(ids)})
-            self._score_chunk(qs, ids[: sizes[0]], {"fetch": 0.0, "score": 0.0})  # first touch: kernels
+            self._score_chunk(qs, ids[: sizes[0]], {"fetch": 0.0, "score": 0.0}, qvec, {})  # first touch
             samples: list[tuple[int, float]] = []
             calibrate_until = time.perf_counter() + CALIBRATION_S  # a slow ranker (bert) gets fewer samples
             for _ in range(3):
@@ -182,7 +197,7 @@ class RerankBackend:
                     if len({m for m, _ in samples}) >= 2 and time.perf_counter() > calibrate_until:
                         break
                     t = time.perf_counter()
-                    self._score_chunk(qs, ids[:n], {"fetch": 0.0, "score": 0.0})
+                    self._score_chunk(qs, ids[:n], {"fetch": 0.0, "score": 0.0}, qvec, {})
                     samples.append((n, time.perf_counter() - t))
             if len({n for n, _ in samples}) >= 2:
                 self.latency.fit(samples)
@@ -193,13 +208,19 @@ class RerankBackend:
 
     def close(self) -> None:
         self.ready = False
+        if self.scorer is not None:
+            self.scorer.close()
         if self.searcher is not None:
             self.searcher.close()
         if self.reader is not None:
             self.reader.close()
 
     # ---- requests (model thread) ------------------------------------------------------------------
-    def _score_chunk(self, qs, docids: list[str], seconds: dict[str, float]) -> list[tuple[str, float]]:
+    def _score_chunk(
+        self, qs, docids: list[str], seconds: dict[str, float], qvec=None, dense: dict | None = None
+    ) -> list[tuple[str, float]]:
+        """Neural scores of one chunk; with a dense query vector, the chunk's dense cosines go into
+        ``dense`` (their fetch counts as fetch time, so the latency model includes the priors)."""
         from aheadrank.runs import score_stored
 
         scored, unknown = score_stored(
@@ -207,7 +228,15 @@ class RerankBackend:
         )
         if unknown:  # checked before scoring; a store that changed under us is a server-side fault
             raise StoreError(f"docids vanished from the store while serving: {unknown[:5]}")
+        if qvec is not None and dense is not None and scored:
+            t = time.perf_counter()
+            ids = [d for d, _ in scored]
+            dense.update(zip(ids, self.scorer.stored_dense(qvec, ids).tolist(), strict=True))
+            seconds["fetch"] += time.perf_counter() - t
         return scored
+
+    def uses_priors(self, pure: bool) -> bool:
+        return not pure and self.scorer is not None and self.scorer.priors is not None
 
     def check_candidates(self, docids: list[str]) -> None:
         """Refuse duplicate and unknown docids with a message that names them (never a silent zero)."""
@@ -237,8 +266,9 @@ class RerankBackend:
         clock: StageClock,
         want_text: bool = False,
         work: Work | None = None,
+        pure: bool = False,
     ) -> RerankOutcome:
-        from aheadrank.runs import by_score
+        from aheadrank.rerank import apply_priors, features_used
 
         start = time.perf_counter()
         clock.seconds["queue"] = start - arrival
@@ -268,6 +298,9 @@ class RerankBackend:
         t = time.perf_counter()
         clock.seconds["bm25"] = t - start
         qs = self.ranker.encode_query(query)
+        priors = self.uses_priors(pure)
+        qvec = self.scorer.query_vector(query) if priors and self.scorer.dense_reader is not None else None
+        dense: dict[str, float] = {}
         clock.seconds["query"] = time.perf_counter() - t
 
         ids = [d for d, _ in head]
@@ -279,7 +312,7 @@ class RerankBackend:
             scored = []
             for begin in range(0, len(ids), step):
                 work.check()
-                scored += self._score_chunk(qs, ids[begin : begin + step], clock.seconds)
+                scored += self._score_chunk(qs, ids[begin : begin + step], clock.seconds, qvec, dense)
                 work.chunks_done += 1
         else:
             deadline = arrival + budget_ms / 1e3
@@ -294,15 +327,28 @@ class RerankBackend:
                     break
                 work.check()
                 t = time.perf_counter()
-                scored += self._score_chunk(qs, ids[len(scored) : len(scored) + n], clock.seconds)
+                scored += self._score_chunk(
+                    qs, ids[len(scored) : len(scored) + n], clock.seconds, qvec, dense
+                )
                 self.latency.observe(n, time.perf_counter() - t)
                 work.chunks_done += 1
         bm25 = dict(hits)
-        ranked = [(d, s, bm25[d]) for d, s in by_score(scored)]
+        rows = apply_priors(
+            self.scorer,
+            scored,
+            bm25,
+            [dense[d] for d, _ in scored] if qvec is not None else None,
+            pure=not priors,
+            seconds=clock.seconds,
+        )
+        ranked = [(r.docid, r.score, bm25[r.docid]) for r in rows]
         ranked += [(d, None, bm25[d]) for d in ids[len(scored) :]]  # the tail keeps first-stage order
         ranked += [(d, None, bm25[d]) for d in missing]
         texts = self.searcher.doc_texts([d for d, _, _ in ranked]) if want_text else {}
-        return RerankOutcome(ranked, len(scored), len(hits), missing, planned, texts)
+        parts = {r.docid: (r.neural, r.dense) for r in rows}
+        has_bm25 = bool(rows) and rows[0].bm25 is not None
+        scoring = features_used(self.scorer, has_bm25, qvec is not None, pure=not priors)
+        return RerankOutcome(ranked, len(scored), len(hits), missing, planned, texts, parts, scoring)
 
     def overlong(self, texts: list[str]) -> list[tuple[int, int]]:
         """(index, word pieces) of the texts longer than the model reads (``max_doc_len``): what TEI's
@@ -317,14 +363,26 @@ class RerankBackend:
         return int(self.ranker._text().max_doc_len)
 
     def score_texts(
-        self, query: str, texts: list[str], clock: StageClock | None = None, work: Work | None = None
+        self,
+        query: str,
+        texts: list[str],
+        clock: StageClock | None = None,
+        work: Work | None = None,
+        pure: bool = False,
     ) -> tuple[list[float], int]:
         """Ad-hoc documents: the document side online, in length-sorted batches of ``doc_batch_size``,
-        checking ``work`` (deadline, client gone) before each. Returns (scores in input order, tokens)."""
+        checking ``work`` (deadline, client gone) before each. With priors (and unless ``pure``) the score is
+        the neural score combined with the dense prior computed online (no BM25 for texts outside the
+        index), standardised over the request's documents. Returns (scores in input order, tokens)."""
+        import numpy as np
+
         clock = clock or StageClock()
         work = work or Work()
         t = time.perf_counter()
         qs = self.ranker.encode_query(query)
+        dense_on = self.uses_priors(pure) and self.scorer.priors.dense is not None
+        qvec = self.scorer.query_vector(query) if dense_on else None
+        dense = np.zeros(len(texts), dtype=np.float64)
         clock.seconds["query"] = time.perf_counter() - t
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         scores: list[float] = [math.nan] * len(texts)
@@ -343,10 +401,35 @@ class RerankBackend:
             tokens += sum(int(next(iter(d.values())).shape[0]) for d in docs)
             for i, s in zip(idx, out, strict=True):
                 scores[i] = float(s)
+            if qvec is not None:
+                t = time.perf_counter()
+                dense[idx] = self.scorer.text_dense(qvec, [texts[i] for i in idx])
+                clock.seconds["encode"] += time.perf_counter() - t
             work.chunks_done += 1
+        if self.uses_priors(pure):
+            t = time.perf_counter()
+            if not all(math.isfinite(s) for s in scores):
+                raise StoreError("non-finite neural score for an ad-hoc document")
+            features = {"neural": np.array(scores)}
+            if qvec is not None:
+                features["dense"] = dense
+            scores = self.scorer.priors.combine(features).tolist()
+            clock.seconds["priors"] += time.perf_counter() - t
         return scores, tokens
 
     # ---- info ------------------------------------------------------------------------------------------
+    def priors_info(self) -> dict | None:
+        p = self.scorer.priors if self.scorer is not None else None
+        if p is None:
+            return None
+        return {
+            "weights": p.weights,
+            "dense_field": self.scorer.dense_reader is not None,
+            "fitted_on": {
+                k: v for k, v in p.fitted_on.items() if k in ("split", "queries", "depth", "val_ndcg10")
+            },
+        }
+
     def info(self) -> dict:
         import torch
 
@@ -399,6 +482,7 @@ class RerankBackend:
                 "request_timeout_s": s.request_timeout_s,
             },
             "latency": self.latency.describe(),
+            "priors": self.priors_info(),
             "version": __version__,
             "warnings": self.warnings,
         }

@@ -119,6 +119,12 @@ def serve(
         envvar=env("api-keys-file"),
         help="file of accepted Bearer keys (one per line, '#' comments)",
     ),
+    priors: bool = typer.Option(
+        True,
+        "--priors/--no-priors",
+        envvar=env("priors"),
+        help="combine the neural score with the checkpoint's fitted BM25 and dense priors (default)",
+    ),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", envvar=env("warmup")),
     access_log: bool = typer.Option(True, "--access-log/--no-access-log", envvar=env("access-log")),
     log_level: str = typer.Option("info", "--log-level", envvar=env("log-level")),
@@ -168,6 +174,7 @@ def serve(
         doc_batch_size=doc_batch_size,
         request_timeout_s=request_timeout_s,
         api_keys=keys,
+        priors=priors,
         warmup=warmup,
         access_log=access_log,
     )

@@ -23,6 +23,7 @@ class Timings(BaseModel):
     fetch_ms: float = 0.0
     score_ms: float = 0.0
     encode_ms: float = 0.0
+    priors_ms: float = 0.0
     total_ms: float = 0.0
 
 
@@ -46,6 +47,11 @@ class RerankRequest(BaseModel):
         "the tail keeps first-stage order",
     )
     return_text: bool = Field(False, description="include each document's text (from the Lucene raw store)")
+    pure: bool = Field(
+        False,
+        description="rank by the ranker's neural score alone (default: the served score, the neural score "
+        "combined with the checkpoint's fitted BM25 and dense priors)",
+    )
 
     _check_query = field_validator("query")(_not_blank)
 
@@ -57,6 +63,12 @@ class RerankResult(BaseModel):
         description="re-ranker score; null for the tail a time budget left in BM25 order"
     )
     bm25_score: float | None = Field(description="BM25 score; null for candidates given by the client")
+    neural_score: float | None = Field(
+        None, description="the ranker's own score (the `score` itself when served pure); null in the tail"
+    )
+    dense_score: float | None = Field(
+        None, description="cosine of the bi-encoder embeddings (the dense prior); null when not used"
+    )
     text: str | None = None
 
 
@@ -74,6 +86,10 @@ class RerankResponse(BaseModel):
         default_factory=list, description="BM25 hits absent from the store: kept in BM25 order below the rest"
     )
     model: str
+    scoring: str = Field(
+        "neural",
+        description="what `score` combines: 'neural' (pure) or e.g. 'neural+bm25+dense' (the fitted priors)",
+    )
     budget: BudgetReport | None = None
     timings: Timings
     request_id: str
@@ -209,4 +225,8 @@ class InfoResponse(BaseModel):
     device: str
     limits: dict
     latency: dict
+    priors: dict | None = Field(
+        None, description="the fitted priors' weights per feature set (null: the pure neural score is served)"
+    )
+    warnings: list[str] = Field(default_factory=list, description="what the server serves without, and why")
     version: str

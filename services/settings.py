@@ -41,6 +41,11 @@ class ServiceSettings(BaseSettings):
     api_keys_file: Path | None = Field(
         None, description="a file of Bearer keys (one per line, '#' comments): keeps keys out of `ps`"
     )
+    priors: bool = Field(
+        True,
+        description="serve the neural score combined with the checkpoint's fitted priors (BM25, dense); "
+        "off: the pure neural score (a request can also ask for it with `pure`)",
+    )
     warmup: bool = True
     access_log: bool = True
 

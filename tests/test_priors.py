@@ -60,7 +60,9 @@ def test_ndcg10_matches_the_evaluator():
         scores = np.array([rng.random() for _ in docids])
         qrels = {d: rng.choice([0, 1, 2]) for d in rng.sample(docids, 8)}
         qrels["missing"] = 1  # judged but not retrieved: counts in the ideal ranking
-        expect = evaluate({"q": dict(zip(docids, scores.tolist()))}, {"q": qrels}, metrics=("ndcg_cut_10",))
+        expect = evaluate(
+            {"q": dict(zip(docids, scores.tolist(), strict=True))}, {"q": qrels}, metrics=("ndcg_cut_10",)
+        )
         assert ndcg10(scores, docids, qrels) == pytest.approx(expect["ndcg_cut_10"], abs=1e-9)
 
 
@@ -114,7 +116,9 @@ def prior_env(tmp_path_factory, service_env):
     ckpt, store = root / "ckpt", root / "store"
     shutil.copytree(service_env.checkpoint, ckpt)
     shutil.copytree(service_env.store, store)
-    build_dense(BuildOptions(str(ckpt), str(service_env.collection), str(store), shard_size=400, progress=False))
+    build_dense(
+        BuildOptions(str(ckpt), str(service_env.collection), str(store), shard_size=400, progress=False)
+    )
     queries, qrels = read_beir_split(service_env.collection, "train")
     val = dict(sorted(queries.items())[:30])
     cands = bm25_candidates(service_env.lucene, val, 30)
@@ -230,4 +234,67 @@ def test_a_store_without_the_dense_field_serves_with_a_notice(prior_env, tmp_pat
         docids = [d for d, _ in cands]
         n = np.array([pure[qid][d] for d in docids])
         b = np.array([s for _, s in cands])
-        assert np.allclose([run[qid][d] for d in docids], w["neural"] * zscore(n) + w["bm25"] * zscore(b), atol=1e-6)
+        assert np.allclose(
+            [run[qid][d] for d in docids], w["neural"] * zscore(n) + w["bm25"] * zscore(b), atol=1e-6
+        )
+
+
+def test_the_service_serves_rerank_runs_scores_with_their_parts(prior_env, service_env, tmp_path):
+    import httpx
+    from services_testkit import Server
+
+    from aheadrank.runs import rerank_run
+
+    run, _ = rerank_run(
+        prior_env["ckpt"], prior_env["store"], prior_env["queries"], prior_env["candidates"], progress=False
+    )
+    pure_run, _ = rerank_run(
+        prior_env["ckpt"],
+        prior_env["store"],
+        prior_env["queries"],
+        prior_env["candidates"],
+        progress=False,
+        pure=True,
+    )
+    bare = tmp_path / "bare-store"  # the same store without its dense field: served with a notice
+    shutil.copytree(prior_env["store"], bare)
+    shutil.rmtree(bare / "dense")
+    args = ["--checkpoint", str(prior_env["ckpt"]), "--index", str(service_env.lucene)]
+    srv = Server(*args, "--store", str(prior_env["store"])).wait_ready()
+    try:
+        client = httpx.Client(base_url=srv.url, timeout=60)
+        info = client.get("/v1/info").json()
+        assert info["priors"]["dense_field"] and set(info["priors"]["weights"]) >= {"neural+bm25+dense"}
+        for qid, query in list(prior_env["queries"].items())[:3]:
+            body = client.post("/v1/rerank", json={"query": query, "depth": 30}).json()
+            assert body["scoring"] == "neural+bm25+dense"
+            got = {r["docid"]: r for r in body["results"]}
+            assert set(got) == set(run[qid])
+            for d, r in got.items():
+                assert r["score"] == pytest.approx(run[qid][d], abs=1e-5)
+                assert r["neural_score"] == pytest.approx(pure_run[qid][d], abs=1e-5)
+                assert r["dense_score"] is not None and r["bm25_score"] is not None
+            ranks = [r["docid"] for r in body["results"]]
+            assert ranks == sorted(run[qid], key=lambda d: (-run[qid][d], d))
+            pure = client.post("/v1/rerank", json={"query": query, "depth": 30, "pure": True}).json()
+            assert pure["scoring"] == "neural"
+            assert all(
+                r["score"] == pytest.approx(pure_run[qid][r["docid"]], abs=1e-5) for r in pure["results"]
+            )
+            # given candidates have no BM25 score: the weights fitted for neural + dense
+            given = client.post("/v1/rerank", json={"query": query, "candidates": ranks[:5]}).json()
+            assert given["scoring"] == "neural+dense"
+        adhoc = client.post("/rerank", json={"query": "cancer", "texts": ["lung cancer risk", "bananas"]})
+        assert adhoc.status_code == 200, adhoc.text
+    finally:
+        srv.stop()
+    srv = Server(*args, "--store", str(bare)).wait_ready()
+    try:
+        client = httpx.Client(base_url=srv.url, timeout=60)
+        info = client.get("/v1/info").json()
+        assert any("no dense field" in w for w in info["warnings"])
+        body = client.post("/v1/rerank", json={"query": "cell biology", "depth": 10}).json()
+        assert body["scoring"] == "neural+bm25" and all(r["dense_score"] is None for r in body["results"])
+
+    finally:
+        srv.stop()
