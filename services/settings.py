@@ -35,12 +35,18 @@ class ServiceSettings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Bearer keys; empty: no auth"
     )
+    read_timeout: float = Field(
+        10.0, gt=0, description="seconds a client has to send a request's head (and between body chunks)"
+    )
+    max_connections: int = Field(
+        1000, ge=1, description="open connections; beyond it the oldest idle or half-sent one is closed"
+    )
     warmup: bool = True
     access_log: bool = True
 
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
-        if isinstance(value, str):  # AHEADRANK_API_KEYS="k1,k2" or "k1 k2"
-            return [k for k in value.replace(",", " ").split() if k]
-        return value
+        from services.keys import parse_api_keys  # the one rule for every source (an empty key is an error)
+
+        return parse_api_keys(value) if isinstance(value, (str, list, tuple)) else value
