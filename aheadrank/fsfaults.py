@@ -60,7 +60,9 @@ def describe(exc: BaseException) -> str:
     where = f" ({filename})" if filename else ""
     if code is None:
         return f"{detail}{where}"
-    return f"{_CAUSES[code]}{where}" if detail.lower() in _CAUSES[code] else f"{_CAUSES[code]}: {detail}{where}"
+    return (
+        f"{_CAUSES[code]}{where}" if detail.lower() in _CAUSES[code] else f"{_CAUSES[code]}: {detail}{where}"
+    )
 
 
 def check_writable(directory: Path, what: str, error: type[AheadrankError] = AheadrankError) -> None:
@@ -80,7 +82,9 @@ def check_writable(directory: Path, what: str, error: type[AheadrankError] = Ahe
 
 
 @contextlib.contextmanager
-def exclusive_lock(lock_file: Path, what: str, error: type[AheadrankError] = BuildLockedError) -> Iterator[None]:
+def exclusive_lock(
+    lock_file: Path, what: str, error: type[AheadrankError] = BuildLockedError
+) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``lock_file`` (created if needed; it holds the holder's pid) for the
     block, or raise ``error`` at once naming the holder. The lock dies with its process (SIGKILL too), so a
     killed build never leaves a stale lock; the file itself stays (removing it would race)."""
@@ -105,4 +109,3 @@ def exclusive_lock(lock_file: Path, what: str, error: type[AheadrankError] = Bui
         yield
     finally:
         os.close(fd)
-
