@@ -85,27 +85,43 @@ def check_writable(directory: Path, what: str, error: type[AheadrankError] = Ahe
 def exclusive_lock(
     lock_file: Path, what: str, error: type[AheadrankError] = BuildLockedError
 ) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_file`` (created if needed; it holds the holder's pid) for the
-    block, or raise ``error`` at once naming the holder. The lock dies with its process (SIGKILL too), so a
-    killed build never leaves a stale lock; the file itself stays (removing it would race)."""
+    """Hold an exclusive ``flock`` on ``lock_file`` (created; it holds the holder's pid) for the block, or
+    raise ``error`` at once naming the holder. The lock dies with its process (SIGKILL too), so a killed
+    build never leaves a stale lock. The file is removed on release; an acquirer re-checks that the file it
+    locked is still the one at ``lock_file`` (else it was released and removed meanwhile: try again)."""
     import fcntl
 
-    try:
-        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise AheadrankError(f"cannot create the lock file {lock_file} for {what}: {describe(exc)}") from exc
-    try:
+    for _ in range(5):
+        try:
+            fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise AheadrankError(
+                f"cannot create the lock file {lock_file} for {what}: {describe(exc)}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
             raise error(
                 f"another build is writing {what} (pid {holder}); wait for it to finish or stop it, then "
-                f"re-run. (The lock is {lock_file}; it is released when that process ends.)"
+                f"re-run (the lock {lock_file} is released when that process ends)"
             ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock_file).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    else:
+        raise error(f"could not lock {lock_file} for {what}: it keeps being replaced")
+    try:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock_file)  # while still held: a waiter that opened it sees the inode change
         os.close(fd)

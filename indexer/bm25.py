@@ -192,8 +192,9 @@ def build_bm25_index(
 
     ``k1``/``b`` are query-time parameters in Lucene; they are recorded in ``aheadrank-bm25.json`` inside
     the index as the defaults :class:`Bm25Searcher` uses. The temporary JsonCollection goes to ``tmp_dir``
-    (default: the system temp folder) and is deleted afterwards. Raises :class:`CollectionError` for a bad
-    collection and :class:`IndexBuildError` when the build fails or its document count is off.
+    (default: next to the index) and is deleted afterwards (a killed run's by the next run). Raises
+    :class:`CollectionError` for a bad collection and :class:`IndexBuildError` when the build fails or
+    its document count is off (or another build holds the index's lock).
     """
     if not isinstance(collection, Collection):
         collection = Collection(collection, fmt, strict=strict)
