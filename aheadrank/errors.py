@@ -17,3 +17,12 @@ class StoreError(AheadrankError):
 
 class CollectionError(AheadrankError):
     """A malformed document collection."""
+
+
+class StoreDamagedError(StoreError):
+    """A shard of an open store changed or broke under a running reader (truncated, rewritten, corrupt
+    values): the requests that need it are refused; the rest of the store keeps being served."""
+
+    def __init__(self, message: str, files: list[str] | None = None):
+        super().__init__(message)
+        self.files = list(files or [])

@@ -104,8 +104,14 @@ class PriorScorer:
         fetched = self.dense_reader.fetch(docids)
         if fetched.unknown:
             raise StoreError(f"docids missing from the dense field: {fetched.unknown[:5]}")
-        vecs = fetched.fields["dense"][:, 0, :].astype(np.float32)
-        return vecs @ qvec.astype(np.float32)
+        cos = fetched.fields["dense"][:, 0, :].astype(np.float32) @ qvec.astype(np.float32)
+        if not np.all(np.isfinite(cos)):
+            bad = [d for d, c in zip(docids, cos, strict=True) if not np.isfinite(c)]
+            raise StoreError(
+                f"the dense field holds corrupt (non-finite) values for {bad[:5]}: run `aheadrank verify-store` "
+                "on the store's dense/ folder and rebuild it with `aheadrank index`"
+            )
+        return cos
 
     def text_dense(self, qvec: np.ndarray, texts: list[str]) -> np.ndarray:
         return self.encoder().encode_documents(texts) @ qvec

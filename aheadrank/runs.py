@@ -4,6 +4,7 @@ precomputed path (store + query encoder + interaction), written as TREC run file
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,12 @@ def score_stored(
     return scored, unknown
 
 
+def nonfinite_scores(scored: list[tuple[str, float]]) -> list[str]:
+    """Docids whose score is NaN or infinite: their stored values are corrupt (ordering by them is undefined,
+    so they must never be ranked)."""
+    return [d for d, s in scored if not math.isfinite(s)]
+
+
 def by_score(scored: list[tuple[str, float]]) -> list[tuple[str, float]]:
     """Best first; ties broken by docid, so every path orders equal scores the same way."""
     return sorted(scored, key=lambda x: (-x[1], x[0]))
@@ -110,6 +117,14 @@ def rerank_with_store(
     qvec = scorer.query_vector(query) if use_dense else None
     stats.seconds["query"] += time.perf_counter() - t0
     scored, unknown = score_stored(ranker, reader, qs, [d for d, _ in candidates], stats.seconds, batch)
+    bad = nonfinite_scores(scored)
+    if bad:
+        from aheadrank.errors import StoreError
+
+        raise StoreError(
+            f"non-finite scores for {len(bad)} document(s) {bad[:5]}: their stored values in {reader.path} are "
+            "corrupt; run `aheadrank verify-store` and rebuild or restore the shards it names"
+        )
     t1 = time.perf_counter()
     dense = scorer.stored_dense(qvec, [d for d, _ in scored]) if use_dense else None
     stats.seconds["fetch"] += time.perf_counter() - t1

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -24,12 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aheadrank.errors import AheadrankError
+from aheadrank.fsfaults import check_writable, describe, exclusive_lock, fault_errno
 from indexer.collections import Collection, CollectionFormat, CollectionReport
 
 if TYPE_CHECKING:
     from tqdm import tqdm
 
 META_FILE = "aheadrank-bm25.json"
+_LOW_DISK_BYTES = 64 << 20  # below this, a Lucene writer that closed itself ran out of disk
 DEFAULT_K1 = 0.9  # Anserini's defaults
 DEFAULT_B = 0.4
 _FORMAT_VERSION = 1
@@ -123,7 +124,7 @@ def _run_anserini(
     try:
         indexer = java.IndexCollection(args)
     except Exception as exc:  # jnius.JavaException
-        raise IndexBuildError(f"Anserini could not start indexing: {exc}") from exc
+        raise _java_failure(exc, index_dir, "starting Anserini") from exc
 
     failure: list[BaseException] = []
 
@@ -142,7 +143,7 @@ def _run_anserini(
             worker.join(0.25)
             bar.update(int(indexer.getCounters().indexed.get()) - bar.n)
     if failure:
-        raise IndexBuildError(f"Anserini indexing failed: {failure[0]}") from failure[0]
+        raise _java_failure(failure[0], index_dir, "Anserini indexing") from failure[0]
     counters = indexer.getCounters()
     return {
         name: int(getattr(counters, name).get())
@@ -191,8 +192,9 @@ def build_bm25_index(
 
     ``k1``/``b`` are query-time parameters in Lucene; they are recorded in ``aheadrank-bm25.json`` inside
     the index as the defaults :class:`Bm25Searcher` uses. The temporary JsonCollection goes to ``tmp_dir``
-    (default: the system temp folder) and is deleted afterwards. Raises :class:`CollectionError` for a bad
-    collection and :class:`IndexBuildError` when the build fails or its document count is off.
+    (default: next to the index) and is deleted afterwards (a killed run's by the next run). Raises
+    :class:`CollectionError` for a bad collection and :class:`IndexBuildError` when the build fails or
+    its document count is off (or another build holds the index's lock).
     """
     if not isinstance(collection, Collection):
         collection = Collection(collection, fmt, strict=strict)
@@ -203,16 +205,57 @@ def build_bm25_index(
         raise IndexBuildError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
     index_dir = Path(index_dir)
     _check_target(index_dir)
+    check_writable(index_dir.parent, "the index", IndexBuildError)
+    with exclusive_lock(index_dir.parent / f".{index_dir.name}.lock", f"the index {index_dir}"):
+        try:
+            return _build_locked(collection, index_dir, threads, k1, b, optimize, progress, tmp_dir)
+        except OSError as exc:
+            raise IndexBuildError(f"building the index {index_dir} failed: {describe(exc)}") from exc
+
+
+def _java_failure(exc: BaseException, index_dir: Path, what: str) -> IndexBuildError:
+    """A Java exception in words: the filesystem cause when there is one (Lucene reports a full disk as
+    ``AlreadyClosedException`` from the threads that come after the failed write)."""
+    cause = describe(exc) if fault_errno(exc) is not None else None
+    if cause is None and "AlreadyClosed" in str(exc):
+        try:
+            free = shutil.disk_usage(index_dir.parent).free
+        except OSError:
+            free = None
+        if free is not None and free < _LOW_DISK_BYTES:
+            cause = f"the disk is full ({free:,} bytes free at {index_dir.parent})"
+    if cause is not None:
+        return IndexBuildError(f"{what} failed: {cause}; nothing was installed at {index_dir}")
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    return IndexBuildError(f"{what} failed: {first}; nothing was installed at {index_dir}")
+
+
+def _build_locked(
+    collection: Collection,
+    index_dir: Path,
+    threads: int,
+    k1: float,
+    b: float,
+    optimize: bool,
+    progress: bool,
+    tmp_dir: str | Path | None,
+) -> Bm25BuildResult:
+    """The build, holding the index's lock: leftovers of a killed run (its converted copy of the
+    collection, its unfinished index) are removed first."""
     index_dir.parent.mkdir(parents=True, exist_ok=True)
     partial = index_dir.with_name(index_dir.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)
+    convert_root = Path(tmp_dir) if tmp_dir is not None else index_dir.parent
+    convert_dir = convert_root / f".aheadrank-bm25-convert-{index_dir.name}"
+    if convert_dir.exists():
+        shutil.rmtree(convert_dir)
 
     keep_partial = False  # kept for inspection when the count check fails
     try:
-        with tempfile.TemporaryDirectory(prefix="aheadrank-bm25-", dir=tmp_dir) as tmp:
+        try:
             start = time.perf_counter()
-            written = convert_to_json_collection(collection, Path(tmp), files=threads, progress=progress)
+            written = convert_to_json_collection(collection, convert_dir, files=threads, progress=progress)
             convert_seconds = time.perf_counter() - start
             if written == 0:
                 raise IndexBuildError(
@@ -220,8 +263,10 @@ def build_bm25_index(
                 )
             start = time.perf_counter()
             counters = _run_anserini(
-                Path(tmp), partial, threads, optimize=optimize, progress=progress, total=written
+                convert_dir, partial, threads, optimize=optimize, progress=progress, total=written
             )
+        finally:
+            shutil.rmtree(convert_dir, ignore_errors=True)
         found = index_document_count(partial)
         index_seconds = time.perf_counter() - start
         if found != written:

@@ -10,6 +10,7 @@ build and a Dask build write the same shards.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import queue
@@ -17,7 +18,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from aheadrank.errors import StoreError
+from aheadrank.fsfaults import check_writable, describe, exclusive_lock
 
 log = logging.getLogger("aheadrank.indexer")
 DENSE_DIR = "dense"  # a store's sub-store holding the dense prior's field (one row per document)
@@ -209,6 +211,47 @@ def iter_shards(collection, shard_size: int) -> Iterator[tuple[int, list[str], l
         yield index, docids, texts
 
 
+def source_digest(docids: Sequence[str], texts: Sequence[str]) -> str:
+    """sha256 of a shard's (docid, text) pairs in order: what the manifest records as the shard's ``source``,
+    so that a rerun on a changed collection is refused, never silently mixed with the old shards."""
+    digest = hashlib.sha256()
+    for docid, text in zip(docids, texts, strict=True):
+        for part in (docid.encode("utf-8"), text.encode("utf-8", "surrogatepass")):
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
+    return digest.hexdigest()
+
+
+def check_same_source(path: Path, info, spec, docids: list[str], digest: str) -> None:
+    """A kept shard must hold what the collection has at its position (its recorded source digest; for a
+    store written before sources were recorded, its docids)."""
+    from store.shard import read_shard_meta
+
+    if info.source:
+        if info.source == digest:
+            return
+        stored = None
+    else:
+        meta = read_shard_meta(path / info.file, spec, expected_index=info.index)
+        stored = [d.decode("utf-8") for d in meta.docids.tolist()]
+        if stored == docids:
+            return
+    first, last = info.index * spec.shard_size, info.index * spec.shard_size + len(docids) - 1
+    detail = "their docids or texts differ"
+    if stored is not None:
+        at = next((i for i, (a, b) in enumerate(zip(stored, docids, strict=False)) if a != b), None)
+        detail = (
+            f"the store holds {stored[at]!r} where the collection has {docids[at]!r}"
+            if at is not None
+            else f"the store holds {len(stored)} documents there, the collection {len(docids)}"
+        )
+    raise StoreError(
+        f"store {path} was built from a different collection: {info.file} (documents {first:,}..{last:,}) does "
+        f"not match this collection ({detail}). Refusing to mix them: pass --overwrite to rebuild the store "
+        "from this collection, or use another --store"
+    )
+
+
 def prefetch(it: Iterator, depth: int = 2) -> Iterator:
     """Run an iterator in a background thread (collection reading and tokenisation hide behind compute)."""
     q: queue.Queue = queue.Queue(maxsize=depth)
@@ -236,6 +279,7 @@ def prefetch(it: Iterator, depth: int = 2) -> Iterator:
 def prepare_store_dir(path: Path, spec, overwrite: bool) -> dict[int, Any]:
     """Check an existing store is this build's (else refuse, or start over); return its finished shards."""
     from store import read_manifest
+    from store._io import remove_temp_files
 
     if overwrite and path.exists():
         foreign = [
@@ -247,8 +291,15 @@ def prepare_store_dir(path: Path, spec, overwrite: bool) -> dict[int, Any]:
             raise StoreError(
                 f"--overwrite refused: {path} holds files that are not a store's ({foreign[:3]})"
             )
-        shutil.rmtree(path)
+        manifest_file = path / "manifest.json"
+        manifest_file.unlink(missing_ok=True)  # first: from here on the old store does not exist
+        for child in path.iterdir():
+            if child.name == LOCK_NAME:
+                continue  # held by this build
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
     path.mkdir(parents=True, exist_ok=True)
+    for tmp in remove_temp_files(path):  # a killed run's half-written shard or manifest
+        log.info("removed %s, left by an interrupted build", tmp.name)
     if not (path / "manifest.json").exists():
         leftovers = [p.name for p in path.iterdir() if p.name.startswith("shard-")]
         for name in leftovers:  # shard files no manifest lists do not exist
@@ -267,7 +318,23 @@ def prepare_store_dir(path: Path, spec, overwrite: bool) -> dict[int, Any]:
         raise StoreError(
             f"store {path} was built with other options {diff} (stored, requested); pass --overwrite"
         )
-    return {s.index: s for s in manifest.shards}
+    kept = {}
+    for info in manifest.shards:  # a listed shard that is gone or cut short is rebuilt, not trusted
+        file = path / info.file
+        size = file.stat().st_size if file.is_file() else None
+        if size != info.bytes:
+            log.warning(
+                "%s is %s; it is rebuilt",
+                info.file,
+                "missing" if size is None else f"{size} bytes, not {info.bytes}",
+            )
+            file.unlink(missing_ok=True)
+            continue
+        kept[info.index] = info
+    return kept
+
+
+LOCK_NAME = ".aheadrank-build.lock"
 
 
 def _spec_key(spec) -> dict:
@@ -278,6 +345,20 @@ def _spec_key(spec) -> dict:
 
 def build_store(opts: BuildOptions) -> BuildSummary:
     """Build (or resume) a representation store from a collection with a checkpoint's document side."""
+
+    path = Path(opts.store)
+    check_writable(path, "the store", StoreError)  # before the model loads: a read-only target fails fast
+    with exclusive_lock(path / LOCK_NAME, f"the store {path}"):
+        try:
+            return _build_store_locked(opts, path)
+        except OSError as exc:  # disk full, read-only, ...: one line with the cause; finished shards stay
+            raise StoreError(
+                f"the build of {path} failed: {describe(exc)}. Shards finished so far are kept (the store "
+                "stays incomplete and resumable; nothing half-written is listed): fix the cause and re-run"
+            ) from exc
+
+
+def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
     from indexer.collections import Collection
     from store import write_manifest
 
@@ -291,10 +372,10 @@ def build_store(opts: BuildOptions) -> BuildSummary:
     )
     start = time.perf_counter()
     spec = make_spec(ranker, opts)
-    path = Path(opts.store)
     done = prepare_store_dir(path, spec, opts.overwrite)
     collection = Collection(opts.collection, strict=opts.strict)
     infos: dict[int, Any] = dict(done)
+    sources: dict[int, str] = {}
     counters = {"docs": 0, "tokens": 0}
     bar = _progress(opts.progress)
 
@@ -308,12 +389,21 @@ def build_store(opts: BuildOptions) -> BuildSummary:
         )
 
     def finished(info) -> None:
+        info = replace(info, source=sources[info.index])
         infos[info.index] = info
         write_manifest(path, spec, [infos[i] for i in sorted(infos)], complete=False)
         if opts.scheduler or opts.workers:  # remote workers report per shard, not per batch
             encoded(info.n_docs, info.n_tokens)
 
-    todo = (s for s in iter_shards(collection, opts.shard_size) if s[0] not in done)
+    def shards_to_build() -> Iterator[tuple[int, list[str], list[str]]]:
+        for index, docids, texts in iter_shards(collection, opts.shard_size):
+            sources[index] = source_digest(docids, texts)
+            if index in done:
+                check_same_source(path, done[index], spec, docids, sources[index])
+            else:
+                yield index, docids, texts
+
+    todo = shards_to_build()
     if opts.scheduler or opts.workers:
         _build_dask(opts, spec, todo, finished)
     else:
@@ -335,9 +425,23 @@ def build_store(opts: BuildOptions) -> BuildSummary:
                 finished(pending.result())
     bar.close()
     n_shards = (collection.report.documents + opts.shard_size - 1) // opts.shard_size
+    extra = [i for i in sorted(infos) if i >= n_shards]
+    if extra:
+        raise StoreError(
+            f"store {path} was built from a different collection: it holds {len(infos)} shards, this collection "
+            f"({collection.report.documents:,} documents) fills {n_shards}. Refusing to mix them: pass "
+            "--overwrite to rebuild the store from this collection, or use another --store"
+        )
     if sorted(infos) != list(range(n_shards)):
         raise StoreError(f"build of {path} finished with shards {sorted(infos)}, expected 0..{n_shards - 1}")
-    write_manifest(path, spec, [infos[i] for i in sorted(infos)], complete=True)
+    ordered = [infos[i] for i in sorted(infos)]
+    whole = hashlib.sha256("".join(info.source for info in ordered).encode("ascii")).hexdigest()
+    fingerprint = {
+        "name": Path(opts.collection).name,
+        "documents": collection.report.documents,
+        "sha256": whole,
+    }
+    write_manifest(path, spec, ordered, complete=True, collection=fingerprint)
     return BuildSummary(
         store=str(path),
         documents=sum(s.n_docs for s in infos.values()),

@@ -53,7 +53,7 @@ def bm25_index(
         None,
         "--tmp-dir",
         envvar=env("tmp-dir"),
-        help="Where the temporary JsonCollection copy goes (default: the system temp folder).",
+        help="Where the temporary JsonCollection copy goes (default: next to the index; removed after).",
     ),
 ) -> None:
     """Build the BM25 Lucene index (positions, document vectors and raw text stored) of a collection."""

@@ -38,8 +38,8 @@ def open_binary(path: str | Path) -> io.BufferedIOBase:
     except OSError as exc:
         raise CollectionError(f"cannot open {path}: {exc.strerror or exc}") from exc
     magic = raw.peek(4)[:4] if hasattr(raw, "peek") else b""
-    if magic.startswith(GZIP_MAGIC):
-        return io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"), buffer_size=_BUFFER)
+    if magic.startswith(GZIP_MAGIC):  # buffered itself; an outer buffer would lose the lines before a cut
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     if magic.startswith(ZSTD_MAGIC):
         return io.BufferedReader(_ZstdRawReader(raw), buffer_size=_BUFFER)
     return raw
@@ -103,7 +103,10 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
             try:
                 line = fh.readline()
             except Exception as exc:  # gzip: OSError/EOFError, zstandard: ZstdError
-                raise CollectionError(f"{path}:{lineno + 1}: cannot read/decompress: {exc}") from exc
+                raise CollectionError(
+                    f"{path}:{lineno + 1}: cannot read/decompress after line {lineno:,} ({exc}); "
+                    "the file is truncated or corrupt: restore it"
+                ) from exc
             if not line:
                 return
             lineno += 1

@@ -31,7 +31,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aheadrank import __version__
-from aheadrank.errors import AheadrankError
+from aheadrank.errors import AheadrankError, StoreDamagedError
 from services.backend import Cancelled, RequestError, RerankBackend, StageClock, Work
 from services.metrics import ServiceMetrics
 from services.schemas import (
@@ -200,6 +200,51 @@ class Gate:
         return replay
 
 
+class _Drain:
+    """Shutdown: from SIGTERM on, every request still waiting for the model gets 503 with ``Retry-After``
+    at once (it never reaches the model), new ones too; the one on the model thread finishes."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def bind(self) -> None:
+        """In the server's event loop (lifespan start, or the first request)."""
+        if self._event is None:
+            self._loop, self._event = asyncio.get_running_loop(), asyncio.Event()
+            if self.on:
+                self._event.set()
+
+    def begin(self) -> None:
+        """Called from a signal handler or any thread."""
+        self.on = True
+        if self._loop is not None and self._event is not None:
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait_for(self, future: asyncio.Future) -> bool:
+        """Wait for ``future``; False if the shutdown began first (``future`` may still be running)."""
+        self.bind()
+        assert self._event is not None
+        if self._event.is_set():
+            return future.done()
+        waiter = asyncio.ensure_future(self._event.wait())
+        try:
+            await asyncio.wait({future, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        return future.done()
+
+    @staticmethod
+    def refusal() -> ApiError:
+        return ApiError(
+            503,
+            "the server is shutting down; retry (another instance, or this one after its restart)",
+            "shutting_down",
+            {"Retry-After": "1", "Connection": "close"},
+        )
+
+
 def _validation_message(exc: RequestValidationError, path: str = "") -> str:
     parts = []
     for err in exc.errors()[:10]:
@@ -224,9 +269,13 @@ def create_app(backend: RerankBackend) -> FastAPI:
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aheadrank-model")
     pending = [0]
     pending_lock = threading.Lock()
+    drain = _Drain()
+    if backend.reader is not None:
+        backend.reader.on_damage(lambda file, reason: metrics.damaged_shards.set(len(backend.reader.damaged)))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        drain.bind()
         yield
         if backend.searcher is not None:  # the model thread called into the JVM: detach it before it ends
             from indexer.java import detach_thread
@@ -242,6 +291,7 @@ def create_app(backend: RerankBackend) -> FastAPI:
     )
     app.state.backend = backend
     app.state.metrics = metrics
+    app.state.begin_drain = drain.begin  # services/commands.py calls it on SIGTERM/SIGINT
     app.add_middleware(
         Gate, max_body_bytes=settings.max_body_bytes, metrics=metrics, access=settings.access_log
     )
@@ -319,6 +369,9 @@ def create_app(backend: RerankBackend) -> FastAPI:
     async def on_model_thread(fn: Callable[[Work], T], request: Request, endpoint: str) -> T:
         """Run ``fn(work)`` on the model thread. It is dropped if its client goes away or its deadline
         passes, before it starts or between scoring chunks; past the deadline the client gets 504 at once."""
+        if drain.on:
+            raise drain.refusal()
+        job = {"started": False, "cancelled": False}
         with pending_lock:
             if pending[0] >= settings.max_queue:
                 raise ApiError(
@@ -333,6 +386,10 @@ def create_app(backend: RerankBackend) -> FastAPI:
 
         def run() -> T:
             try:
+                with pending_lock:
+                    if job["cancelled"]:  # answered 503 at shutdown while it waited: nothing to do
+                        return None  # type: ignore[return-value]
+                    job["started"] = True
                 work.check()  # dropped before it starts: its client went away or it waited past its deadline
                 work.started = True
                 return fn(work)
@@ -351,8 +408,26 @@ def create_app(backend: RerankBackend) -> FastAPI:
         future = asyncio.get_running_loop().run_in_executor(executor, run)
         watcher = asyncio.create_task(watch_disconnect(request, work))
         try:
-            done, _ = await asyncio.wait({future}, timeout=max(0.0, work.deadline - time.perf_counter()))
-            if not done:
+            try:  # the result, the deadline, or the shutdown: whichever comes first
+                finished = await asyncio.wait_for(
+                    drain.wait_for(future), timeout=max(0.0, work.deadline - time.perf_counter())
+                )
+            except asyncio.TimeoutError:
+                finished = None
+            if finished is False:  # shutting down: a request still queued is refused at once
+                with pending_lock:
+                    job["cancelled"] = not job["started"]
+                if job["cancelled"]:
+                    work.cancel("shutting_down")
+                    raise drain.refusal()
+                try:  # the request on the model thread finishes (within its deadline)
+                    await asyncio.wait_for(
+                        asyncio.shield(future), timeout=max(0.0, work.deadline - time.perf_counter())
+                    )
+                    finished = True
+                except asyncio.TimeoutError:
+                    finished = None
+            if finished is None:
                 work.cancel("deadline")  # the model thread stops before its next chunk
                 future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
                 raise deadline_error(work)
@@ -365,6 +440,8 @@ def create_app(backend: RerankBackend) -> FastAPI:
             ) from exc
         except RequestError as exc:
             raise ApiError(exc.status, str(exc), exc.kind) from exc
+        except StoreDamagedError as exc:  # a shard broke under the server: refused, the rest is served
+            raise ApiError(503, str(exc), "store_damaged") from exc
         except AheadrankError as exc:  # the server's own data went bad under it (e.g. a store file)
             raise ApiError(503, str(exc), "server_data") from exc
         finally:
@@ -389,6 +466,18 @@ def create_app(backend: RerankBackend) -> FastAPI:
         """Readiness: model loaded on its device, store and index open, warm-up done."""
         if not backend.ready:
             return _error_response(None, 503, "warming up", "not_ready")
+        if drain.on:
+            return _error_response(None, 503, "shutting down", "shutting_down")
+        damaged = backend.reader.check_shards() if backend.reader is not None else {}
+        if damaged:
+            metrics.damaged_shards.set(len(damaged))
+            problems = "; ".join(f"{file}: {why}" for file, why in damaged.items())
+            return _error_response(
+                None,
+                503,
+                f"store damaged, documents in these shards are refused: {problems}",
+                "store_damaged",
+            )
         return {"status": "ready", "model": backend.model_name}
 
     @app.get("/metrics", tags=["ops"])

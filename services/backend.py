@@ -228,6 +228,7 @@ class RerankBackend:
         )
         if unknown:  # checked before scoring; a store that changed under us is a server-side fault
             raise StoreError(f"docids vanished from the store while serving: {unknown[:5]}")
+        self._refuse_nonfinite(scored)
         if qvec is not None and dense is not None and scored:
             t = time.perf_counter()
             ids = [d for d, _ in scored]
@@ -237,6 +238,21 @@ class RerankBackend:
 
     def uses_priors(self, pure: bool) -> bool:
         return not pure and self.scorer is not None and self.scorer.priors is not None
+
+    def _refuse_nonfinite(self, scored: list[tuple[str, float]]) -> None:
+        """NaN/inf scores come from corrupt stored values: never ranked; their shards are refused from now
+        on (reported by /ready, /metrics and the log) and this request is answered 503."""
+        from aheadrank.errors import StoreDamagedError
+        from aheadrank.runs import nonfinite_scores
+
+        bad = nonfinite_scores(scored)
+        if bad:
+            files = self.reader.mark_damaged(bad, f"non-finite stored values (documents {bad[:3]})")
+            raise StoreDamagedError(
+                f"the store holds corrupt (non-finite) values for {len(bad)} candidate(s) {bad[:5]} in "
+                f"{files}; those shards are refused until the store is repaired (aheadrank verify-store)",
+                files,
+            )
 
     def check_candidates(self, docids: list[str]) -> None:
         """Refuse duplicate and unknown docids with a message that names them (never a silent zero)."""
@@ -437,7 +453,7 @@ class RerankBackend:
 
         model = {
             "name": self.model_name,
-            "checkpoint": str(self.settings.checkpoint),
+            "checkpoint": Path(self.settings.checkpoint).name,  # names only: no server paths to clients
             "fingerprint": self.ranker.fingerprint,
             **self.ranker.describe(),
         }
@@ -445,7 +461,7 @@ class RerankBackend:
         if self.reader is not None:
             spec = self.reader.spec
             store = {
-                "path": str(self.settings.store),
+                "path": Path(self.settings.store).name,
                 "documents": len(self.reader),
                 "bytes": self.reader.manifest.n_bytes,
                 "shards": len(self.reader.manifest.shards),
@@ -457,7 +473,7 @@ class RerankBackend:
         index = None
         if self.searcher is not None:
             index = {
-                "path": str(self.settings.index),
+                "path": Path(self.settings.index).name,
                 "documents": self.searcher.num_docs,
                 "k1": self.searcher.k1,
                 "b": self.searcher.b,

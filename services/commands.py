@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -54,6 +55,12 @@ def graceful_server(config):
     import uvicorn
 
     class _Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            begin_drain = getattr(getattr(self.config.app, "state", None), "begin_drain", None)
+            if begin_drain is not None:  # waiting requests: 503 now, not cancelled at the grace period's end
+                begin_drain()
+            super().handle_exit(sig, frame)
+
         @contextlib.contextmanager
         def capture_signals(self):
             if threading.current_thread() is not threading.main_thread():
@@ -125,6 +132,12 @@ def serve(
         envvar=env("priors"),
         help="combine the neural score with the checkpoint's fitted BM25 and dense priors (default)",
     ),
+    read_timeout: float = typer.Option(
+        10.0, "--read-timeout", envvar=env("read-timeout"), min=0.001, help="seconds to send a request head"
+    ),
+    max_connections: int = typer.Option(
+        1000, "--max-connections", envvar=env("max-connections"), min=1, help="more: oldest idle one closed"
+    ),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", envvar=env("warmup")),
     access_log: bool = typer.Option(True, "--access-log/--no-access-log", envvar=env("access-log")),
     log_level: str = typer.Option("info", "--log-level", envvar=env("log-level")),
@@ -135,6 +148,8 @@ def serve(
 
     from services.app import create_app
     from services.backend import RerankBackend
+    from services.keys import keys_from_cli
+    from services.limits import connection_cap, guarded_h11
     from services.settings import ServiceSettings
 
     configure_logging(log_level)
@@ -147,7 +162,7 @@ def serve(
         )
         print(f"warning: {message}", file=sys.stderr)
         log.warning(message)
-    keys = [k for key in api_key for k in key.replace(",", " ").split()]
+    keys = keys_from_cli(api_key, dict(os.environ))  # the one rule: an empty key is an error
     if api_keys_file is not None:
         from services.settings import read_keys_file
 
@@ -175,11 +190,17 @@ def serve(
         request_timeout_s=request_timeout_s,
         api_keys=keys,
         priors=priors,
+        read_timeout=read_timeout,
+        max_connections=max_connections,
         warmup=warmup,
         access_log=access_log,
     )
+    if not settings.api_keys and host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning(json.dumps({"event": "no_auth", "message": f"serving on {host} without API keys"}))
     t0 = time.perf_counter()
     backend = RerankBackend.load(settings)
+    if backend.reader is not None:
+        backend.reader.watch()  # a shard truncated or rewritten while served: refused, never read (SIGBUS)
     if warmup:
         backend.warmup()
     else:
@@ -204,6 +225,7 @@ def serve(
         log_config=None,
         log_level=log_level.lower(),
         timeout_graceful_shutdown=10,
+        http=guarded_h11(settings.read_timeout, connection_cap(settings.max_connections)),
     )
     try:
         graceful_server(config).run()

@@ -60,6 +60,11 @@ class ServiceMetrics:
             registry=r,
         )
         self.queue = Gauge("aheadrank_queue_depth", "requests waiting for or holding the model", registry=r)
+        self.damaged_shards = Gauge(
+            "aheadrank_store_damaged_shards",
+            "store shards refused since they changed or broke under the server (see /ready and the log)",
+            registry=r,
+        )
         self.info = Gauge(
             "aheadrank_model_info", "the model served", ["model", "kind", "fingerprint", "device"], registry=r
         )

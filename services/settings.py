@@ -46,15 +46,21 @@ class ServiceSettings(BaseSettings):
         description="serve the neural score combined with the checkpoint's fitted priors (BM25, dense); "
         "off: the pure neural score (a request can also ask for it with `pure`)",
     )
+    read_timeout: float = Field(
+        10.0, gt=0, description="seconds a client has to send a request's head (and between body chunks)"
+    )
+    max_connections: int = Field(
+        1000, ge=1, description="open connections; beyond it the oldest idle or half-sent one is closed"
+    )
     warmup: bool = True
     access_log: bool = True
 
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
-        if isinstance(value, str):  # AHEADRANK_API_KEYS="k1,k2" or "k1 k2"
-            return [k for k in value.replace(",", " ").split() if k]
-        return value
+        from services.keys import parse_api_keys  # the one rule for every source (an empty key is an error)
+
+        return parse_api_keys(value) if isinstance(value, (str, list, tuple)) else value
 
     @model_validator(mode="after")
     def _read_keys_file(self) -> ServiceSettings:
@@ -70,7 +76,10 @@ def read_keys_file(path: Path) -> list[str]:
         text = Path(path).read_text()
     except OSError as exc:
         raise ValueError(f"cannot read the API keys file {path}: {exc.strerror or exc}") from exc
-    keys = [k for line in text.splitlines() for k in line.split("#", 1)[0].replace(",", " ").split()]
+    from services.keys import parse_api_keys
+
+    lines = [line.split("#", 1)[0] for line in text.splitlines()]
+    keys = parse_api_keys([line for line in lines if line.strip()])
     if not keys:
         raise ValueError(f"the API keys file {path} holds no keys")
     return keys

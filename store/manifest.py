@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ class ShardInfo:
     n_tokens: int
     bytes: int
     sha256: str
+    source: str = ""  # sha256 of the (docid, text) pairs it was built from; "" if not recorded
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShardInfo:
@@ -43,6 +44,7 @@ class ShardInfo:
                 n_tokens=int(data["n_tokens"]),
                 bytes=int(data["bytes"]),
                 sha256=str(data["sha256"]),
+                source=str(data.get("source", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(f"malformed shard entry in manifest: {data!r} ({exc})") from exc
@@ -59,6 +61,7 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     created: str = ""
     writer: str = ""
+    collection: dict[str, Any] = field(default_factory=dict)  # what it was built from (the index build)
 
     @property
     def n_docs(self) -> int:
@@ -98,7 +101,8 @@ class Manifest:
             "shard_size": spec.shard_size,
             "n_docs": self.n_docs,
             "n_tokens": self.n_tokens,
-            "shards": [asdict(s) for s in self.shards],
+            "shards": [{k: v for k, v in asdict(s).items() if k != "source" or v} for s in self.shards],
+            **({"collection": self.collection} if self.collection else {}),
             "config": spec.config,
             "created": self.created,
             "updated": _now(),
@@ -137,8 +141,17 @@ def manifest_from_dict(data: Any, where: str = "manifest") -> Manifest:
         check_shard_sequence(spec, shards, complete)
     except StoreError as exc:
         raise StoreError(f"{where}: {exc}") from exc
+    collection = data.get("collection") or {}
+    if not isinstance(collection, dict):
+        raise StoreError(f"{where}: 'collection' must be an object")
     return Manifest(
-        spec, shards, complete, version, str(data.get("created", "")), str(data.get("writer", ""))
+        spec,
+        shards,
+        complete,
+        version,
+        str(data.get("created", "")),
+        str(data.get("writer", "")),
+        collection,
     )
 
 

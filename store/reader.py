@@ -10,9 +10,15 @@ state, so concurrent fetches from threads need no lock.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
-from collections.abc import Sequence
+import signal
+import sys
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -20,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from aheadrank.errors import StoreError
+from aheadrank.errors import StoreDamagedError, StoreError
 from store._io import sha256_file
 from store.manifest import Manifest, read_manifest
 from store.quant import dequantize_int8
@@ -34,6 +40,11 @@ if TYPE_CHECKING:
 _ZSTD_THREADS = max(1, min(4, os.cpu_count() or 1))
 _STITCH = True  # map every shard into one array per dataset where the platform allows (store/vmap.py)
 _SCRATCH_BYTES = 1 << 20  # per-shard fallback: a window of documents goes through a cache-sized block
+_F_SETLEASE, _F_GETLEASE = 1024, 1025  # Linux fcntl commands (not exported by every Python's fcntl)
+_LEASE_RELEASE_WAIT_S = 30.0  # a reader holding a broken lease waits this long for fetches in flight
+log = logging.getLogger("aheadrank.store")
+_WATCHED: weakref.WeakSet = weakref.WeakSet()  # readers whose shards hold file leases (SIGIO tells)
+_SIGIO_INSTALLED = [False]
 
 
 @dataclass
@@ -70,14 +81,43 @@ class TorchBatch:
 
 
 class _MappedShard:
-    """One shard file memory-mapped read-only, with a numpy view per dataset."""
+    """One shard file memory-mapped read-only, with a numpy view per dataset.
 
-    def __init__(self, meta: ShardMeta) -> None:
+    The shard's file stays open (``fd``): before every read the reader compares its size and mtime with
+    what they were at open (:meth:`changed`), so a file truncated or rewritten in place under a running
+    reader is refused instead of read (a mapped read past the end of a file is SIGBUS: a dead process).
+    """
+
+    def __init__(self, meta: ShardMeta, expected_bytes: int) -> None:
         self.meta = meta
-        with open(meta.file, "rb") as fh:
-            self._mmap = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        self.expected_bytes = expected_bytes
+        self.leased = False
+        self.fd = os.open(meta.file, os.O_RDONLY)
+        try:
+            self.opened = os.fstat(self.fd)
+            if self.opened.st_size != expected_bytes:
+                raise StoreError(
+                    f"{meta.file.name}: {self.opened.st_size} bytes on disk, the manifest says "
+                    f"{expected_bytes} (truncated?)"
+                )
+            self._mmap = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+        except BaseException:
+            os.close(self.fd)
+            self.fd = -1
+            raise
         self.fields = {name: self._view(loc) for name, loc in meta.fields.items()}
         self.scales = {name: self._view(loc) for name, loc in meta.scales.items()}
+
+    def changed(self) -> str | None:
+        """Why the file may no longer be read through its mapping (None while it is as it was at open)."""
+        if self.fd < 0:
+            return "closed"
+        now = os.fstat(self.fd)
+        if now.st_size != self.expected_bytes:
+            return f"{now.st_size} bytes on disk now, the manifest says {self.expected_bytes} (truncated?)"
+        if now.st_mtime_ns != self.opened.st_mtime_ns:
+            return "modified on disk while being served"
+        return None
 
     def _view(self, loc: DatasetLoc) -> np.ndarray:
         count = int(np.prod(loc.shape, dtype=np.int64))
@@ -89,6 +129,9 @@ class _MappedShard:
             self._mmap.close()
         except BufferError:  # a caller still holds a view; the mapping goes when it does
             pass
+        if self.fd >= 0:
+            os.close(self.fd)  # also drops a file lease held on it
+            self.fd = -1
 
 
 def _take_rows(
@@ -146,6 +189,10 @@ class StoreReader:
             self.check_fingerprint(expected_fingerprint)
         self._check_files(verify)
         self._shards: list[_MappedShard] = []
+        self._damaged: dict[int, str] = {}  # shard index -> why it is refused
+        self._inflight: Counter = Counter()  # shard index -> fetches reading it now
+        self._cond = threading.Condition()
+        self._listeners: list[Callable[[str, str], None]] = []
         try:
             for info in self.manifest.shards:
                 meta = read_shard_meta(self.path / info.file, spec, expected_index=info.index)
@@ -154,7 +201,7 @@ class StoreReader:
                         f"{info.file}: holds {meta.n_docs} docs / {meta.n_tokens} tokens, "
                         f"the manifest says {info.n_docs} / {info.n_tokens}"
                     )
-                self._shards.append(_MappedShard(meta))
+                self._shards.append(_MappedShard(meta, info.bytes))
             self._build_index()
             self._stitch()
         except BaseException:
@@ -219,6 +266,139 @@ class StoreReader:
             raise StoreError(
                 f"the store at {self.path} holds docid {ordered[dup[0]].decode('utf-8')!r} twice"
             )
+
+    # -- damage: shards that changed or broke under a running reader ------------------------------------
+
+    @property
+    def damaged(self) -> dict[str, str]:
+        """``{shard file: reason}`` for every shard this reader refuses to read (empty while all is well)."""
+        return {self.manifest.shards[i].file: why for i, why in sorted(self._damaged.items())}
+
+    def on_damage(self, callback: Callable[[str, str], None]) -> None:
+        """Call ``callback(shard file, reason)`` once per shard when it is found damaged (any thread)."""
+        self._listeners.append(callback)
+
+    def mark_damaged(self, docids: Sequence[str], reason: str) -> list[str]:
+        """Refuse from now on the shards that hold ``docids`` (e.g. they hold non-finite values); returns
+        those shards' files."""
+        index, known = self._lookup(list(docids))
+        shards = sorted({int(s) for s in self._shard_of[index[known]]})
+        for s in shards:
+            self._mark(s, reason)
+        return [self.manifest.shards[s].file for s in shards]
+
+    def check_shards(self) -> dict[str, str]:
+        """Compare every shard file with what it was at open (size, mtime); returns :attr:`damaged`."""
+        for s, shard in enumerate(self._shards):
+            if s not in self._damaged:
+                reason = shard.changed()
+                if reason:
+                    self._mark(s, reason)
+        return self.damaged
+
+    def _mark(self, shard: int, reason: str, notify: bool = True) -> None:
+        if shard in self._damaged:
+            return
+        self._damaged[shard] = reason
+        if notify:
+            self._notify(shard)
+
+    def _notify(self, shard: int) -> None:
+        file, reason = self.manifest.shards[shard].file, self._damaged[shard]
+        log.error("store %s: shard %s is refused from now on: %s", self.path.name, file, reason)
+        for callback in self._listeners:
+            try:
+                callback(file, reason)
+            except Exception:  # a listener never breaks the read path
+                log.exception("store damage listener failed")
+
+    def _enter(self, shards: list[int]) -> None:
+        """Count a fetch as reading ``shards``, after checking that each may still be read."""
+        with self._cond:
+            self._inflight.update(shards)
+        try:
+            bad = []
+            for s in shards:
+                if s not in self._damaged:
+                    reason = self._shards[s].changed()
+                    if reason:
+                        self._mark(s, reason)
+                if s in self._damaged:
+                    bad.append(s)
+            if bad:
+                files = [self.manifest.shards[s].file for s in bad]
+                reasons = "; ".join(f"{f}: {self._damaged[s]}" for f, s in zip(files, bad, strict=True))
+                raise StoreDamagedError(
+                    f"the store at {self.path.name} cannot serve these documents: damaged shard(s) {reasons}. "
+                    "Restore or rebuild the shard (aheadrank verify-store, then aheadrank index to resume), "
+                    "then restart the server",
+                    files,
+                )
+        except BaseException:
+            self._leave(shards)
+            raise
+
+    def _leave(self, shards: list[int]) -> None:
+        with self._cond:
+            self._inflight.subtract(shards)
+            self._cond.notify_all()
+
+    def watch(self) -> bool:
+        """Take a read lease on every shard file (Linux; the main thread only): the kernel then signals this
+        process (SIGIO) before another process may open a shard for writing or truncate it, and holds that
+        process back until the reader lets go. The shard is refused from then on and its lease released
+        once no fetch reads it: no read can race the truncation. True if every shard is leased."""
+        if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+            return False
+        import fcntl
+
+        _install_sigio()
+        _WATCHED.add(self)
+        ok = True
+        for shard in self._shards:
+            try:
+                fcntl.fcntl(shard.fd, _F_SETLEASE, fcntl.F_RDLCK)
+                shard.leased = True
+            except OSError as exc:  # not the file's owner, a filesystem without leases, ...
+                log.info("no file lease on %s (%s): size/mtime checks only", shard.meta.file.name, exc)
+                ok = False
+        return ok
+
+    def _lease_broken(self) -> None:
+        """SIGIO (main thread): find the shards whose lease is being broken, refuse them, release later."""
+        import fcntl
+
+        broken = []
+        for s, shard in enumerate(self._shards):
+            if not shard.leased or shard.fd < 0:
+                continue
+            try:
+                state = fcntl.fcntl(shard.fd, _F_GETLEASE)
+            except OSError:
+                continue
+            if state != fcntl.F_RDLCK:
+                shard.leased = False
+                if s not in self._damaged:
+                    self._mark(s, "opened for writing or truncated by another process while served", False)
+                    broken.append(s)
+                else:
+                    broken.append(-1 - s)  # released, not announced twice
+        if broken:  # no locks or logging in a signal handler: a thread waits for the reads, then lets go
+            threading.Thread(target=self._release, args=(broken,), daemon=True, name="store-lease").start()
+
+    def _release(self, shards: list[int]) -> None:
+        import fcntl
+
+        shards_ = [s if s >= 0 else -1 - s for s in shards]
+        with self._cond:
+            self._cond.wait_for(lambda: all(self._inflight[s] <= 0 for s in shards_), _LEASE_RELEASE_WAIT_S)
+        for s, announce in zip(shards_, shards, strict=True):
+            try:
+                fcntl.fcntl(self._shards[s].fd, _F_SETLEASE, fcntl.F_UNLCK)
+            except (OSError, IndexError):
+                pass
+            if announce >= 0:
+                self._notify(s)
 
     # -- lookup -------------------------------------------------------------------------------------
 
@@ -300,8 +480,18 @@ class StoreReader:
         self, index: np.ndarray, lengths: np.ndarray, width: int
     ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
         """Per field: values [B, T, dim] as stored (float16 or int8) and, for int8, scales [B, T] (0 at padding)."""
-        spec = self.spec
         shard_of = self._shard_of[index]
+        touched = [int(s) for s in np.unique(shard_of)]
+        self._enter(touched)
+        try:
+            return self._gather_checked(index, lengths, width, shard_of)
+        finally:
+            self._leave(touched)
+
+    def _gather_checked(
+        self, index: np.ndarray, lengths: np.ndarray, width: int, shard_of: np.ndarray
+    ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+        spec = self.spec
         # the batch's positions grouped by shard: one gather (or decompression call) per shard touched
         order = np.argsort(shard_of, kind="stable")
         cuts = np.flatnonzero(np.diff(shard_of[order])) + 1
@@ -421,6 +611,7 @@ class StoreReader:
     # -- lifetime -----------------------------------------------------------------------------------
 
     def close(self) -> None:
+        _WATCHED.discard(self)
         for shard in getattr(self, "_shards", []):
             shard.close()
         self._shards = []
@@ -440,3 +631,19 @@ class StoreReader:
             f"StoreReader({str(self.path)!r}, docs={len(self)}, fields={spec.fields}, "
             f"compression={spec.compression!r}, dtype={spec.dtype!r})"
         )
+
+
+def _install_sigio() -> None:
+    """One SIGIO handler per process for every watching reader (SIGIO's default action kills)."""
+    if _SIGIO_INSTALLED[0]:
+        return
+    previous = signal.getsignal(signal.SIGIO)
+
+    def on_sigio(signum: int, frame: object) -> None:
+        for reader in list(_WATCHED):
+            reader._lease_broken()
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGIO, on_sigio)
+    _SIGIO_INSTALLED[0] = True

@@ -162,7 +162,11 @@ class StoreWriter:
 
 
 def write_manifest(
-    path: str | Path, spec: StoreSpec, shard_infos: Sequence[ShardInfo], complete: bool = True
+    path: str | Path,
+    spec: StoreSpec,
+    shard_infos: Sequence[ShardInfo],
+    complete: bool = True,
+    collection: dict[str, Any] | None = None,
 ) -> Manifest:
     """Merge shards written by :func:`~store.shard.write_shard` into a store (atomically, written last).
 
@@ -195,6 +199,6 @@ def write_manifest(
         previous = read_manifest(directory).created
     except StoreError:
         previous = ""
-    manifest = Manifest(spec, list(shards), complete, created=previous or _now())
+    manifest = Manifest(spec, list(shards), complete, created=previous or _now(), collection=collection or {})
     write_manifest_file(directory, manifest)
     return manifest
