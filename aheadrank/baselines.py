@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aheadrank.errors import StoreError
 from aheadrank.priors import QueryFeatures, fit_weights, rrf, zscore
 
 Run = dict[str, dict[str, float]]
@@ -31,12 +32,15 @@ def dense_features(
     out = {}
     with StoreReader(dense_store) as reader:
         if reader.spec.fingerprint != enc.fingerprint:
-            raise ValueError(f"{dense_store} was written by another dense encoder")
+            raise StoreError(
+                f"{dense_store} was written by another dense encoder ({reader.spec.fingerprint[:12]}) than "
+                f"this base's ({enc.fingerprint[:12]})"
+            )
         for qid, qvec in zip(qids, qvecs, strict=True):
             docids = [d for d, _ in candidates[qid]]
             fetched = reader.fetch(docids)
             if fetched.unknown:
-                raise ValueError(f"docids missing from {dense_store}: {fetched.unknown[:5]}")
+                raise StoreError(f"docids missing from the dense field {dense_store}: {fetched.unknown[:5]}")
             out[qid] = QueryFeatures(
                 docids,
                 {
@@ -75,3 +79,23 @@ def rrf_run(features: dict[str, QueryFeatures], names: tuple[str, ...] = ("bm25"
         fused = rrf(orders)
         run[qid] = {d: fused[d] for d in q.docids}
     return run
+
+
+def fusion_teacher(
+    dense_store: str | Path,
+    index: str | Path,
+    data,
+    val_qids: list[str],
+    depth: int = 100,
+    base: str | Path | None = None,
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """The BM25 + bi-encoder fusion as a listwise teacher for training: its weight is fitted on the held-out
+    ``val_qids`` (never trained on), then it scores every query's BM25 top-``depth``. Returns (teacher
+    scores per query, weights)."""
+    from aheadrank.runs import bm25_candidates
+
+    cands = bm25_candidates(index, data.queries, depth)
+    feats = dense_features(dense_store, data.queries, cands, data.qrels, base=base)
+    val = [feats[q] for q in val_qids if q in feats]
+    weights, _ = fit_fusion(val) if val else ({"bm25": 0.5, "dense": 0.5}, 0.0)
+    return feature_run(feats, weights), weights

@@ -62,6 +62,31 @@ def ensure_checkpoint(ranker: str, steps: int, lucene: Path, ckpt: Path) -> None
     )
 
 
+def ensure_priors(ckpt: Path, store: Path, lucene: Path) -> None:
+    """Fit the priors on the queries the trainer held out (never the test queries) and save them in the
+    checkpoint (priors.json); the service then serves the combined score by default."""
+    from aheadrank.rerank import fit_checkpoint_priors
+    from aheadrank.runs import bm25_candidates
+    from indexer.topics import read_beir_split
+    from rankers import load_config
+    from rankers.checkpoint import read_priors_json
+
+    saved = read_priors_json(ckpt)
+    if saved is None:
+        queries, qrels = read_beir_split(SAMPLE, "train")
+        held_out = load_config(ckpt).extra.get("train", {}).get("val_qids") or sorted(queries)[:20]
+        val = {q: queries[q] for q in held_out}
+        priors = fit_checkpoint_priors(
+            ckpt, store, val, bm25_candidates(lucene, val, 100), qrels, {"split": "train", "held_out": True}
+        )
+        saved = priors.to_dict()
+    w = saved["weights"]["neural+bm25+dense"]
+    print(
+        f"weights neural {w['neural']:.2f}, bm25 {w['bm25']:.2f}, dense {w['dense']:.2f} "
+        f"(fitted on {saved['fitted_on']['queries']} held-out train queries)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranker", choices=list(OPTIONS), default="tk")
@@ -83,7 +108,7 @@ def main() -> None:
     from aheadrank.evaluation import evaluate, write_run
     from aheadrank.runs import bm25_candidates
     from indexer.bm25 import build_bm25_index, is_lucene_index
-    from indexer.build import BuildOptions, build_store
+    from indexer.build import BuildOptions, build_dense, build_store
     from indexer.collections import Collection
     from indexer.topics import read_beir_split
     from services.process import ServeProcess
@@ -104,11 +129,19 @@ def main() -> None:
 
     store = work / f"store-{ckpt.name}"
     say(f"representation store -> {store}")
-    summary = build_store(BuildOptions(str(ckpt), str(SAMPLE), str(store), shard_size=500))
+    opts = BuildOptions(str(ckpt), str(SAMPLE), str(store), shard_size=500)
+    summary = build_store(opts)
     print(
         f"{summary.documents} documents, {summary.shards} shards ({summary.shards_reused} reused), "
         f"{summary.seconds:.1f} s"
     )
+    say("the dense prior's field (all-MiniLM-L6-v2 as a bi-encoder, one embedding per document)")
+    dense = build_dense(opts)
+    print(f"{dense.documents} documents ({dense.shards_reused} shards reused), {dense.seconds:.1f} s")
+    say(
+        "priors: how the neural score is combined with BM25 and the dense cosine, fitted on held-out train queries"
+    )
+    ensure_priors(ckpt, store, lucene)
 
     log = work / "serve.log"
     server = ServeProcess(["--checkpoint", str(ckpt), "--store", str(store), "--index", str(lucene)], log)
@@ -128,7 +161,7 @@ def main() -> None:
 
         queries, qrels = read_beir_split(SAMPLE, "test")
         say(f"POST /v1/rerank for {len(queries)} test queries (BM25 top-100 re-ranked through the store)")
-        run, served, latency = {}, {}, []
+        run, pure, served, latency = {}, {}, {}, []
         with httpx.Client(base_url=url, timeout=60) as client:
             for qid in sorted(queries):
                 r = client.post("/v1/rerank", json={"query": queries[qid], "depth": 100})
@@ -136,6 +169,9 @@ def main() -> None:
                 body = r.json()
                 served[qid] = body
                 run[qid] = {x["docid"]: x["score"] for x in body["results"] if x["score"] is not None}
+                pure[qid] = {
+                    x["docid"]: x["neural_score"] for x in body["results"] if x["neural_score"] is not None
+                }
                 latency.append(body["timings"]["total_ms"])
             compat = client.post(
                 "/rerank",
@@ -176,9 +212,10 @@ def main() -> None:
             print(f"  index {x['index']}  relevance {x['relevance_score']:.4f}")
         m_bm25 = evaluate(bm25_run, qrels, ("nDCG@10",))["nDCG@10"]
         m_rr = evaluate(run, qrels, ("nDCG@10",))["nDCG@10"]
+        m_pure = evaluate(pure, qrels, ("nDCG@10",))["nDCG@10"]
         say(
-            f"nDCG@10 on {len(queries)} test queries: BM25 {m_bm25:.4f} | {args.ranker} ({steps} steps) "
-            f"{m_rr:.4f}   (* = judged relevant)"
+            f"nDCG@10 on {len(queries)} test queries: BM25 {m_bm25:.4f} | served ({served[qid]['scoring']}) "
+            f"{m_rr:.4f} | {args.ranker} alone ({steps} steps) {m_pure:.4f}   (* = judged relevant)"
         )
     finally:
         code = server.stop(60)

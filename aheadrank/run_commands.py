@@ -46,6 +46,24 @@ def train_cmd(
         None, "--teacher", envvar=env("teacher"), help="bert checkpoint to distil"
     ),
     distill_weight: float = typer.Option(0.0, "--distill-weight", envvar=env("distill-weight")),
+    listwise_weight: float = typer.Option(
+        0.0,
+        "--listwise-weight",
+        envvar=env("listwise-weight"),
+        help="> 0: add listwise KL distillation from the BM25 + bi-encoder fusion (needs --dense-store)",
+    ),
+    listwise_temperature: float = typer.Option(
+        1.0, "--listwise-temperature", envvar=env("listwise-temperature")
+    ),
+    ce_weight: float = typer.Option(
+        1.0, "--ce-weight", envvar=env("ce-weight"), help="weight of the cross-entropy on the judged positive"
+    ),
+    dense_store: Path | None = typer.Option(
+        None,
+        "--dense-store",
+        envvar=env("dense-store"),
+        help="the collection's dense field (a store's dense/ folder, from `aheadrank index`): the teacher's",
+    ),
     device: str = typer.Option("cpu", "--device", envvar=env("device")),
     progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
     freeze_embeddings: bool = typer.Option(
@@ -108,9 +126,24 @@ def train_cmd(
         val_queries=val_queries,
         seed=seed,
         distill_weight=distill_weight,
+        listwise_weight=listwise_weight,
+        listwise_temperature=listwise_temperature,
+        ce_weight=ce_weight,
         freeze_embeddings=freeze_embeddings,
         cpu_amp=cpu_amp,
     )
+    if listwise_weight > 0:
+        from aheadrank.baselines import fusion_teacher
+        from aheadrank.errors import AheadrankError
+        from rankers.training import split_queries
+
+        if dense_store is None:
+            raise AheadrankError("--listwise-weight needs --dense-store (the collection's dense field)")
+        _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
+        from rankers.dense import base_of
+
+        data.teacher, weights = fusion_teacher(dense_store, index, data, val_q, base=base_of(model.config))
+        logging.getLogger("aheadrank.train").info("listwise teacher: BM25 + bi-encoder fusion %s", weights)
     teacher_model = load_ranker(teacher, device=device) if teacher else None
     result = train(model, data, out, cfg, teacher=teacher_model, progress=progress)
     typer.echo(

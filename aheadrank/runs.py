@@ -103,6 +103,7 @@ def rerank_with_store(
     batch: int = 256,
     scorer=None,
     pure: bool = False,
+    rows_out: list | None = None,
 ) -> list[tuple[str, float]]:
     """Re-rank candidates [(docid, first-stage score)] with stored document fields, combined with the
     priors of ``scorer`` (aheadrank/rerank.py) unless ``pure``; unknown docids keep their place below every
@@ -129,10 +130,18 @@ def rerank_with_store(
     dense = scorer.stored_dense(qvec, [d for d, _ in scored]) if use_dense else None
     stats.seconds["fetch"] += time.perf_counter() - t1
     rows = apply_priors(scorer, scored, dict(candidates), dense, pure=pure, seconds=stats.seconds)
+    if rows_out is not None:  # the rows with their parts (neural, bm25, dense)
+        rows_out.extend(rows)
     stats.queries += 1
     stats.candidates += len(candidates)
     stats.unknown += len(unknown)
     return [(r.docid, r.score) for r in rows] + [(d, float("-inf")) for d in unknown]
+
+
+def finite_run(ranked: list[tuple[str, float]]) -> dict[str, float]:
+    """TREC runs need finite scores: unknown docids (-inf) go below the re-ranked ones in first-stage order."""
+    floor = min((s for _, s in ranked if s != float("-inf")), default=0.0)
+    return {d: (s if s != float("-inf") else floor - 1.0 - i) for i, (d, s) in enumerate(ranked)}
 
 
 def rerank_run(
@@ -143,9 +152,11 @@ def rerank_run(
     device: str = "cpu",
     progress: bool = True,
     pure: bool = False,
+    pure_out: dict | None = None,
 ) -> tuple[dict[str, dict[str, float]], RerankStats]:
     """Re-rank every query's candidates through the precomputed path, with the checkpoint's priors unless
-    ``pure``; returns (run, stats). ``stats.notices`` says which priors were unavailable."""
+    ``pure``; returns (run, stats). ``stats.notices`` says which priors were unavailable. ``pure_out``, when
+    given, receives the pure neural run of the same pass (no second scoring)."""
     from tqdm.auto import tqdm
 
     from aheadrank.rerank import PriorScorer
@@ -161,12 +172,21 @@ def rerank_run(
     stats = RerankStats(notices=list(scorer.notices))
     run: dict[str, dict[str, float]] = {}
     for qid in tqdm(sorted(queries), desc="rerank", unit="q", disable=not progress):
+        rows: list = []
         ranked = rerank_with_store(
-            ranker, reader, queries[qid], candidates.get(qid, []), stats, scorer=scorer, pure=pure
+            ranker,
+            reader,
+            queries[qid],
+            candidates.get(qid, []),
+            stats,
+            scorer=scorer,
+            pure=pure,
+            rows_out=rows,
         )
-        # TREC runs need finite scores: unknown docids go below the re-ranked ones in first-stage order
-        floor = min((s for _, s in ranked if s != float("-inf")), default=0.0)
-        run[qid] = {d: (s if s != float("-inf") else floor - 1.0 - i) for i, (d, s) in enumerate(ranked)}
+        run[qid] = finite_run(ranked)
+        if pure_out is not None:
+            neural = sorted(((r.docid, r.neural) for r in rows), key=lambda x: (-x[1], x[0]))
+            pure_out[qid] = finite_run(neural + [(d, s) for d, s in ranked if s == float("-inf")])
     scorer.close()
     reader.close()
     return run, stats

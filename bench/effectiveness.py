@@ -223,6 +223,7 @@ def train_config(args, kind: str):
         grad_accum=args.grad_accum,
         lr=kind_lr(args, kind),
         eval_every=args.eval_every or max(1, args.steps),
+        val_depth=args.val_depth,
         val_queries=args.val_queries,
         seed=args.seed,
         distill_weight=args.distill_weight if kind != "bert" else 0.0,
@@ -505,19 +506,9 @@ def ensure_priors(variant: Variant, ckpt: dict, store: dict, val: dict, args) ->
     return priors.to_dict()
 
 
-def ensure_run(
-    variant: Variant,
-    ckpt: dict,
-    store: dict,
-    queries,
-    candidates,
-    args,
-    run_key: dict,
-    pure: bool = True,
-    priors: dict | None = None,
-):
-    """Re-rank every query's BM25 candidates through the store (cached per settings), pure or with the
-    checkpoint's priors; returns (run, info)."""
+def ensure_runs(variant: Variant, ckpt: dict, store: dict, queries, candidates, args, run_key: dict, priors):
+    """Re-rank every query's BM25 candidates through the store once (cached per settings): the pure neural
+    run and the run with the checkpoint's priors from the same scores. Returns (pure, with priors, info)."""
     from aheadrank.evaluation import read_run, write_run
     from aheadrank.runs import rerank_run
 
@@ -525,18 +516,19 @@ def ensure_run(
         **run_key,
         "fingerprint": ckpt["fingerprint"],
         "strategy": store["strategy"],
-        "pure": pure,
-        "priors": None if pure else digest(priors),
+        "priors": digest(priors),
     }
-    name = variant.name if pure else f"{variant.name}+priors"
-    path = args.workdir / "runs" / f"{name}-{digest(key)}.trec"
-    meta_path = path.with_suffix(".json")
+    names = (variant.name, f"{variant.name}+priors")
+    paths = [args.workdir / "runs" / f"{n}-{digest(key)}.trec" for n in names]
+    meta_path = paths[0].with_suffix(".json")
     meta = read_json(meta_path)
-    if meta and meta.get("key") == key and path.is_file():
-        stage(f"rerank {name}: cached {path}")
-        return read_run(path), {**meta, "cached": True}
-    stage(f"rerank {name}: {len(queries)} queries × BM25 top-{args.depth} through {store['path']}")
+    if meta and meta.get("key") == key and all(p.is_file() for p in paths):
+        for n in names:
+            stage(f"rerank {n}: cached {paths[names.index(n)]}")
+        return read_run(paths[0]), read_run(paths[1]), {**meta, "cached": True}
+    stage(f"rerank {variant.name}: {len(queries)} queries × BM25 top-{args.depth} through {store['path']}")
     t0 = time.perf_counter()
+    pure: dict = {}
     run, stats = rerank_run(
         ckpt["checkpoint"],
         store["path"],
@@ -544,10 +536,11 @@ def ensure_run(
         candidates,
         device=args.device,
         progress=args.progress,
-        pure=pure,
+        pure_out=pure,
     )
     seconds = time.perf_counter() - t0
-    write_run(path, run, name)
+    write_run(paths[0], pure, names[0])
+    write_run(paths[1], run, names[1])
     meta = {
         "key": key,
         "seconds": seconds,
@@ -558,8 +551,8 @@ def ensure_run(
         "notices": stats.notices,
     }
     write_json(meta_path, meta)
-    stage(f"rerank {name}: {seconds:.1f} s ({stats.unknown} unknown docids)")
-    return run, {**meta, "cached": False}
+    stage(f"rerank {variant.name}: {seconds:.1f} s ({stats.unknown} unknown docids)")
+    return pure, run, {**meta, "cached": False}
 
 
 def validation_set(data: TrainingDataCache, args, index: Path) -> dict:
@@ -629,11 +622,9 @@ def zero_shot_eval(collection: Path, variants, checkpoints: dict, fusion_w: dict
         ckpt = checkpoints[variant.model]
         store = ensure_store(variant, ckpt, args, collection=collection, dense=dense)
         priors = read_priors_json(ckpt["checkpoint"])
-        for pure in (True, False):
-            name = variant.name if pure else f"{variant.name}+priors"
-            runs[name], _ = ensure_run(
-                variant, ckpt, store, queries, candidates, args, run_key, pure=pure, priors=priors
-            )
+        runs[variant.name], runs[f"{variant.name}+priors"], _ = ensure_runs(
+            variant, ckpt, store, queries, candidates, args, run_key, priors
+        )
     out_dir = args.out_dir / "runs" / collection.name
     pq = {name: per_query(run, qrels, METRICS) for name, run in runs.items()}
     table = {}
@@ -1048,6 +1039,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
     ap.add_argument("--eval-every", type=int, default=None, help="validation every N steps (and at the end)")
     ap.add_argument("--val-queries", type=int, default=None, help="training queries held out for validation")
+    ap.add_argument(
+        "--val-depth",
+        type=int,
+        default=50,
+        help="BM25 candidates per validation query re-ranked by the unsplit model during training "
+        "(the priors are fitted at --depth, through the store)",
+    )
     ap.add_argument("--compressor-steps", type=int, default=None, help="PreTTR compressor pre-training steps")
     ap.add_argument("--distill-weight", type=float, default=0.0, help="> 0: distil every non-bert from bert")
     ap.add_argument(
@@ -1159,11 +1157,10 @@ def main(argv: list[str] | None = None) -> int:
         store = ensure_store(variant, ckpt, args, dense=dense_store)
         stores[variant.name] = store
         priors = ensure_priors(variant, ckpt, store, val, args)
-        for pure in (True, False):
+        both = ensure_runs(variant, ckpt, store, queries, candidates, args, run_key, priors)
+        rerank = both[2]
+        for pure, run in ((True, both[0]), (False, both[1])):
             name = variant.name if pure else f"{variant.name}+priors"
-            run, rerank = ensure_run(
-                variant, ckpt, store, queries, candidates, args, run_key, pure=pure, priors=priors
-            )
             write_run(runs_dir / f"{name}.trec", run, name)
             runs[name] = run
             rows[name] = {

@@ -154,6 +154,7 @@ def serve(
 
     configure_logging(log_level)
     log = logging.getLogger("aheadrank.service")
+    keys = keys_from_cli(api_key, dict(os.environ))  # the one rule: an empty key is an error (before warnings)
     source = ctx.get_parameter_source("api_key")
     if api_key and getattr(source, "name", "") == "COMMANDLINE":
         message = (
@@ -162,7 +163,6 @@ def serve(
         )
         print(f"warning: {message}", file=sys.stderr)
         log.warning(message)
-    keys = keys_from_cli(api_key, dict(os.environ))  # the one rule: an empty key is an error
     if api_keys_file is not None:
         from services.settings import read_keys_file
 

@@ -54,6 +54,7 @@ def run_bench(args: list[str]) -> str:
 @pytest.mark.slow  # Java (BM25) and a subprocess
 def test_effectiveness_quick(tmp_path, tiny_base):
     collection = small_collection(tmp_path / "scifact-slice")
+    other = small_collection(tmp_path / "other-slice", n_docs=200)  # zero-shot: another collection
     out_dir, work = tmp_path / "out", tmp_path / "work"
     args = [
         "--quick",
@@ -69,6 +70,8 @@ def test_effectiveness_quick(tmp_path, tiny_base):
         "0.5",
         "--listwise-weight",
         "0.5",
+        "--eval-collections",
+        str(other),
         "--threads",
         "1",
         "--workdir",
@@ -153,6 +156,13 @@ def test_effectiveness_quick(tmp_path, tiny_base):
     assert worst <= 2e-3 * scale
     if check["identical"]:
         assert all(ranking(s1[q]) == ranking(s2[q]) for q in s1)
+
+    (zs,) = result["zero_shot"]
+    assert zs["name"] == "other-slice" and zs["queries"] > 0
+    assert set(zs["rows"]) == {"bm25", "bi-encoder", "bm25+bi-encoder", "rrf", *rows}
+    for name in zs["rows"]:
+        assert (out_dir / "runs" / "other-slice" / f"{name}.trec").is_file()
+    assert any(g["goal"].startswith("zero-shot on other-slice") for g in result["goals"])
 
     md = (out_dir / "effectiveness.md").read_text()
     assert "## Goals" in md and "bench/effectiveness.py --quick" in md and "| mores-1ib-s2 |" in md

@@ -65,3 +65,46 @@ def test_pretrain_compressor_refuses_what_has_no_compressor(service_env, tiny_ba
     )
     assert result.exit_code == 2 and "mores" in result.output and "PreTTR" in result.output
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_listwise_distillation_from_the_fusion_then_fit_priors(service_env, tiny_base, tmp_path):
+    """`train --listwise-weight` with the BM25 + bi-encoder teacher, then `index` (with the dense field) and
+    `fit-priors` on the queries the trainer held out: the recipe a user runs on their own collection."""
+    from indexer.build import BuildOptions, build_dense
+
+    common = data_args(service_env)
+    dense_host = tmp_path / "dense-host"  # any store directory: the dense field lands in dense-host/dense
+    build_dense(
+        BuildOptions(
+            str(service_env.checkpoint), str(service_env.collection), str(dense_host), progress=False
+        )
+    )
+    out = tmp_path / "tk"
+    train = [
+        "train", "--ranker", "tk", "--base", str(tiny_base), *common, "--out", str(out), "--layers", "1",
+        "--steps", "2", "--group-size", "3", "--queries-per-step", "2", "--eval-every", "2",
+        "--val-queries", "6", "--listwise-weight", "1.0",
+    ]  # fmt: skip
+    refused = invoke(*train)
+    assert refused.exit_code == 2 and "--dense-store" in refused.output
+    result = invoke(*train, "--dense-store", str(dense_host / "dense"))
+    assert result.exit_code == 0, result.output
+    extra = load_ranker(out).config.extra["train"]
+    assert extra["listwise_weight"] == 1.0 and len(extra["val_qids"]) == 6
+
+    store = tmp_path / "store"
+    result = invoke(
+        "index", "--checkpoint", str(out), "--collection", str(service_env.collection), "--store", str(store),
+        "--dense-from", str(dense_host / "dense"), "--no-progress",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "dense field copied" in result.output
+    test_split = invoke(
+        "fit-priors", "--checkpoint", str(out), "--store", str(store), *common, "--split", "test"
+    )
+    assert test_split.exit_code == 2 and "test split" in test_split.output
+    result = invoke("fit-priors", "--checkpoint", str(out), "--store", str(store), *common)
+    assert result.exit_code == 0, result.output
+    priors = load_ranker(out).priors
+    assert priors["fitted_on"]["held_out"] and priors["fitted_on"]["queries"] <= 6
+    assert set(priors["weights"]) == {"neural", "neural+bm25", "neural+dense", "neural+bm25+dense"}

@@ -157,3 +157,33 @@ def test_initial_weights_are_kept_when_no_step_beats_them(tiny_base, tmp_path):
     kept = load_ranker(tmp_path / "ckpt")
     assert kept.config.extra["train"]["best_step"] == 0
     assert kept.config.extra["train"]["val_ndcg10"] == result.best_metric
+
+
+def test_listwise_kl_is_zero_at_the_teacher_and_positive_elsewhere():
+    from rankers.training import listwise_kl
+
+    teacher = torch.tensor([[3.0, 1.0, 0.0, -1.0], [0.5, 0.2, 0.1, 0.0]])
+    assert listwise_kl(teacher.clone(), teacher).item() == pytest.approx(0.0, abs=1e-6)
+    assert listwise_kl(teacher / 2, teacher, temperature=2.0).item() == pytest.approx(0.0, abs=1e-6)
+    assert listwise_kl(teacher.flip(-1), teacher).item() > 0.1
+
+
+def test_listwise_distillation_alone_teaches_the_teachers_order(tiny_base, tmp_path):
+    """No labels used (ce_weight 0): a teacher that puts the planted relevant document first is learned."""
+    data = planted_data()
+    data.teacher = {
+        q: {d: (5.0 if d in data.qrels[q] else -float(i)) for i, d in enumerate(c)}
+        for q, c in data.candidates.items()
+    }
+    ranker = init_ranker("tk", base=tiny_base, max_doc_len=32, tk_heads=4)
+    before = mean_rank_of_relevant(ranker, data)
+    cfg = TrainConfig(
+        steps=80, group_size=4, queries_per_step=4, lr=1e-2, eval_every=80, val_queries=6, seed=1,
+        ce_weight=0.0, listwise_weight=1.0,
+    )  # fmt: skip
+    train(ranker, data, tmp_path / "ckpt", cfg, progress=False)
+    after = mean_rank_of_relevant(ranker, data)
+    assert after < 2.0 < before, (before, after)
+    with pytest.raises(ValueError, match="teacher"):
+        bare = planted_data()
+        train(ranker, bare, tmp_path / "other", cfg, progress=False)
