@@ -1208,9 +1208,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     s1_s2 = []
     for model in dict.fromkeys(v.model for v in variants):
-        s1, s2 = f"{model}-s1", f"{model}-s2"
-        if s1 in runs and s2 in runs:
-            s1_s2.append({"model": model, "s1": s1, "s2": s2, **same_ranking(runs[s1], runs[s2])})
+        for suffix in ("", "+priors"):  # the pure runs, and the served runs with the same priors
+            s1, s2 = f"{model}-s1{suffix}", f"{model}-s2{suffix}"
+            if s1 in runs and s2 in runs:
+                check = same_ranking(runs[s1], runs[s2])
+                s1_s2.append({"model": f"{model}{suffix}", "s1": s1, "s2": s2, **check})
     result = {
         "command": shlex.join(
             [".venv/bin/python", "bench/effectiveness.py", *(argv if argv is not None else sys.argv[1:])]

@@ -147,8 +147,9 @@ def test_effectiveness_quick(tmp_path, tiny_base):
     assert all(g["status"] in (True, False, None) for g in result["goals"])
 
     # S1 and S2 are the same math: the same candidates in the same order, up to float16 near-ties
-    (check,) = result["s1_s2"]
+    check, with_priors = result["s1_s2"]
     assert check["model"] == "mores-1ib" and check["equivalent_fp16"], check
+    assert with_priors["model"] == "mores-1ib+priors" and with_priors["equivalent_fp16"], with_priors
     s1, s2 = runs["mores-1ib-s1"], runs["mores-1ib-s2"]
     scale = max(abs(s) for docs in s1.values() for s in docs.values())
     worst = max(abs(s1[q][d] - s2[q][d]) for q in s1 for d in s1[q])
