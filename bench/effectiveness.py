@@ -1067,6 +1067,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         f"(default: {', '.join(ZERO_SHOT)} under ../shared/data when there; none with --quick)",
     )
     ap.add_argument(
+        "--eval-rankers",
+        nargs="*",
+        default=None,
+        help="variants (names or globs) evaluated zero-shot on --eval-collections (default: all)",
+    )
+    ap.add_argument(
         "--freeze-embeddings",
         action="store_true",
         help="keep the embedding tables as initialised (every kind)",
@@ -1203,8 +1209,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     baseline_rows[FUSION]["weights"] = fusion_w
     baseline_rows[FUSION]["val_ndcg10"] = fusion_val
+    zs_variants = [
+        v
+        for v in variants
+        if not args.eval_rankers or any(fnmatch.fnmatch(v.name, p) for p in args.eval_rankers)
+    ]
     zero_shot = [
-        zero_shot_eval(coll, variants, checkpoints, fusion_w, args) for coll in args.eval_collections
+        zero_shot_eval(coll, zs_variants, checkpoints, fusion_w, args) for coll in args.eval_collections
     ]
     s1_s2 = []
     for model in dict.fromkeys(v.model for v in variants):
@@ -1240,6 +1251,7 @@ def main(argv: list[str] | None = None) -> int:
             "listwise_temperature": args.listwise_temperature,
             "ce_weight": args.ce_weight,
             "eval_collections": [str(c) for c in args.eval_collections],
+            "eval_rankers": args.eval_rankers,
             "freeze_embeddings": args.freeze_embeddings,
             "cpu_amp": args.cpu_amp,
             "seed": args.seed,

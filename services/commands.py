@@ -154,7 +154,9 @@ def serve(
 
     configure_logging(log_level)
     log = logging.getLogger("aheadrank.service")
-    keys = keys_from_cli(api_key, dict(os.environ))  # the one rule: an empty key is an error (before warnings)
+    keys = keys_from_cli(
+        api_key, dict(os.environ)
+    )  # the one rule: an empty key is an error (before warnings)
     source = ctx.get_parameter_source("api_key")
     if api_key and getattr(source, "name", "") == "COMMANDLINE":
         message = (
