@@ -74,9 +74,13 @@ class PriorScorer:
         self.dense_reader = reader
 
     # ---- what is available -------------------------------------------------------------------------
-    @property
-    def has_dense(self) -> bool:
-        return self.dense_reader is not None or (self.priors is not None and self.priors.dense is not None)
+    def active(self, pure: bool = False) -> bool:
+        """Whether a request is served with priors (fitted ones exist and it did not ask for ``pure``)."""
+        return not pure and self.priors is not None
+
+    def stored_dense_on(self, pure: bool = False) -> bool:
+        """Whether a request over stored candidates gets the dense prior (the store has the field)."""
+        return self.active(pure) and self.dense_reader is not None
 
     def encoder(self):
         """The dense query/document encoder (loaded on first use; its fingerprint must match the priors')."""

@@ -112,9 +112,7 @@ def rerank_with_store(
 
     t0 = time.perf_counter()
     qs = ranker.encode_query(query)
-    use_dense = (
-        not pure and scorer is not None and scorer.dense_reader is not None and scorer.priors is not None
-    )
+    use_dense = scorer is not None and scorer.stored_dense_on(pure)
     qvec = scorer.query_vector(query) if use_dense else None
     stats.seconds["query"] += time.perf_counter() - t0
     scored, unknown = score_stored(ranker, reader, qs, [d for d, _ in candidates], stats.seconds, batch)

@@ -96,7 +96,7 @@ def time_ranker(
     def one(query: str, ids: list[str]) -> float:
         t0 = time.perf_counter()
         qs = ranker.encode_query(query)
-        qvec = scorer.query_vector(query) if scorer is not None and scorer.dense_reader is not None else None
+        qvec = scorer.query_vector(query) if scorer is not None and scorer.stored_dense_on() else None
         scored, _ = score_stored(ranker, reader, qs, ids, {"fetch": 0.0, "score": 0.0}, batch)
         if scorer is not None:
             dense = scorer.stored_dense(qvec, ids) if qvec is not None else None

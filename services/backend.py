@@ -184,8 +184,7 @@ class RerankBackend:
         qs = self.ranker.encode_query("warm up the query encoder")
         self.score_texts("warm up", ["warm up the document encoder"])
         # the latency model is fitted on what a request costs: with the dense prior, its fetch too
-        dense_on = self.uses_priors(False) and self.scorer.dense_reader is not None
-        qvec = self.scorer.query_vector("warm up the query encoder") if dense_on else None
+        qvec = self.scorer.query_vector("warm up the query encoder") if self.stored_dense_on(False) else None
         if self.reader is not None and len(self.reader):
             ids = self.reader.docids()[: self.settings.batch_size]
             sizes = sorted({max(1, len(ids) // 16), max(1, len(ids) // 4), max(1, len(ids) // 2), len(ids)})
@@ -237,7 +236,10 @@ class RerankBackend:
         return scored
 
     def uses_priors(self, pure: bool) -> bool:
-        return not pure and self.scorer is not None and self.scorer.priors is not None
+        return self.scorer is not None and self.scorer.active(pure)
+
+    def stored_dense_on(self, pure: bool) -> bool:
+        return self.scorer is not None and self.scorer.stored_dense_on(pure)
 
     def _refuse_nonfinite(self, scored: list[tuple[str, float]]) -> None:
         """NaN/inf scores come from corrupt stored values: never ranked; their shards are refused from now
@@ -315,7 +317,7 @@ class RerankBackend:
         clock.seconds["bm25"] = t - start
         qs = self.ranker.encode_query(query)
         priors = self.uses_priors(pure)
-        qvec = self.scorer.query_vector(query) if priors and self.scorer.dense_reader is not None else None
+        qvec = self.scorer.query_vector(query) if self.stored_dense_on(pure) else None
         dense: dict[str, float] = {}
         clock.seconds["query"] = time.perf_counter() - t
 
