@@ -23,6 +23,7 @@ def dense_features(
     base: str | Path | None = None,
 ) -> dict[str, QueryFeatures]:
     """Per query: its BM25 candidates with their BM25 scores and dense cosines (the store's dense field)."""
+    from aheadrank.rerank import dense_cosines
     from rankers.dense import dense_encoder
     from store import StoreReader
 
@@ -38,14 +39,11 @@ def dense_features(
             )
         for qid, qvec in zip(qids, qvecs, strict=True):
             docids = [d for d, _ in candidates[qid]]
-            fetched = reader.fetch(docids)
-            if fetched.unknown:
-                raise StoreError(f"docids missing from the dense field {dense_store}: {fetched.unknown[:5]}")
             out[qid] = QueryFeatures(
                 docids,
                 {
                     "bm25": np.array([s for _, s in candidates[qid]], dtype=np.float64),
-                    "dense": fetched.fields["dense"][:, 0, :].astype(np.float32) @ qvec,
+                    "dense": dense_cosines(reader, qvec, docids),
                 },
                 (qrels or {}).get(qid, {}),
             )

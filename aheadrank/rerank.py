@@ -33,6 +33,22 @@ class Scored:
     dense: float | None = None
 
 
+def dense_cosines(reader, qvec: np.ndarray, docids: list[str]) -> np.ndarray:
+    """Cosines of a query vector with the documents' stored dense embeddings (``reader``: a dense store);
+    a docid missing from the field or a non-finite value is a StoreError, never a silent score."""
+    fetched = reader.fetch(docids)
+    if fetched.unknown:
+        raise StoreError(f"docids missing from the dense field {reader.path}: {fetched.unknown[:5]}")
+    cos = fetched.fields["dense"][:, 0, :].astype(np.float32) @ qvec.astype(np.float32)
+    if not np.all(np.isfinite(cos)):
+        bad = [d for d, c in zip(docids, cos, strict=True) if not np.isfinite(c)]
+        raise StoreError(
+            f"the dense field holds corrupt (non-finite) values for {bad[:5]}: run `aheadrank verify-store` "
+            "on the store's dense/ folder and rebuild it with `aheadrank index`"
+        )
+    return cos
+
+
 class PriorScorer:
     """Priors for one (checkpoint, store) pair; ``notices`` says what is unavailable and why."""
 
@@ -105,17 +121,7 @@ class PriorScorer:
         """Cosines of the query with the stored document embeddings; None without the dense field."""
         if self.dense_reader is None or not docids:
             return None
-        fetched = self.dense_reader.fetch(docids)
-        if fetched.unknown:
-            raise StoreError(f"docids missing from the dense field: {fetched.unknown[:5]}")
-        cos = fetched.fields["dense"][:, 0, :].astype(np.float32) @ qvec.astype(np.float32)
-        if not np.all(np.isfinite(cos)):
-            bad = [d for d, c in zip(docids, cos, strict=True) if not np.isfinite(c)]
-            raise StoreError(
-                f"the dense field holds corrupt (non-finite) values for {bad[:5]}: run `aheadrank verify-store` "
-                "on the store's dense/ folder and rebuild it with `aheadrank index`"
-            )
-        return cos
+        return dense_cosines(self.dense_reader, qvec, docids)
 
     def text_dense(self, qvec: np.ndarray, texts: list[str]) -> np.ndarray:
         return self.encoder().encode_documents(texts) @ qvec
@@ -228,9 +234,7 @@ def collect_features(
                 "bm25": np.array([bm25[d] for d in docids], dtype=np.float64),
             }
             if dense_reader is not None:
-                qvec = enc.encode_queries([queries[qid]])[0]
-                fetched = dense_reader.fetch(docids)
-                feats["dense"] = fetched.fields["dense"][:, 0, :].astype(np.float32) @ qvec
+                feats["dense"] = dense_cosines(dense_reader, enc.encode_queries([queries[qid]])[0], docids)
             out.append(QueryFeatures(docids, feats, qrels[qid]))
     finally:
         reader.close()
