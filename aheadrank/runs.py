@@ -28,15 +28,22 @@ def bm25_candidates(
         searcher.close()
 
 
-def build_training_data(collection: str | Path, split: str, index: str | Path, depth: int = 100):
-    """TrainingData from a BEIR directory (corpus, queries, qrels/<split>.tsv) and its BM25 index."""
+def build_training_data(
+    collection: str | Path,
+    split: str,
+    index: str | Path | None,
+    depth: int = 100,
+    candidates: dict[str, list] | None = None,
+):
+    """TrainingData from a BEIR directory (corpus, queries, qrels/<split>.tsv) and its BM25 index (or the
+    split's BM25 hits ``candidates`` already searched, {qid: [(docid, score), ...]})."""
     from indexer.collections import Collection
     from indexer.topics import read_beir_split
     from rankers.training import TrainingData
 
     queries, qrels = read_beir_split(collection, split)
     texts = {d.docid: d.text for d in Collection(collection)}
-    cands = bm25_candidates(index, queries, depth)
+    cands = candidates if candidates is not None else bm25_candidates(index, queries, depth)
     return TrainingData(texts, queries, qrels, {q: [d for d, _ in hits] for q, hits in cands.items()})
 
 

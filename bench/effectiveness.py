@@ -195,6 +195,43 @@ def ensure_bm25_index(collection: Path, work: Path, progress: bool) -> Path:
     return index
 
 
+class Bm25Hits:
+    """BM25 top-k hits of one collection, cached in ``<workdir>/bm25-hits`` under the collection's content
+    (its corpus file's sha256), the queries' texts and the depth. A run whose hits are all cached never
+    opens (or builds) the Lucene index, so the rest of the bench runs where no Java is installed (a GPU
+    machine with the hits carried from a machine that has Pyserini)."""
+
+    def __init__(self, collection: Path, workdir: Path, progress: bool):
+        self.collection, self.workdir, self.progress = collection, workdir, progress
+        self._index: Path | None = None
+        corpus = sorted(collection.glob("corpus.jsonl*"))
+        if not corpus:
+            raise SystemExit(f"{collection} has no corpus.jsonl")
+        sha = hashlib.sha256()
+        with corpus[0].open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                sha.update(block)
+        self.key = f"{collection.name}-{sha.hexdigest()[:12]}"
+
+    @property
+    def index(self) -> Path:
+        if self._index is None:
+            self._index = ensure_bm25_index(self.collection, self.workdir, self.progress)
+        return self._index
+
+    def hits(self, queries: dict[str, str], depth: int) -> dict[str, list]:
+        """{qid: [(docid, bm25 score), ...]} best first, as ``aheadrank.runs.bm25_candidates``."""
+        from aheadrank.runs import bm25_candidates
+
+        path = self.workdir / "bm25-hits" / f"{self.key}-{digest([sorted(queries.items()), depth])}.json"
+        cached = read_json(path)
+        if cached is not None:
+            return {q: [(d, float(s)) for d, s in hits] for q, hits in cached.items()}
+        found = bm25_candidates(self.index, queries, depth)
+        write_json(path, found)
+        return found
+
+
 def eval_topics(collection: Path, split: str, max_queries: int | None) -> tuple[dict, dict]:
     """The split's queries (the first ``max_queries`` by qid order when given) and their qrels."""
     from indexer.topics import read_beir_split
@@ -238,8 +275,9 @@ def train_config(args, kind: str):
 class TrainingDataCache:
     """Built on first use only (a fully cached re-run never reads the training data)."""
 
-    def __init__(self, collection: Path, split: str, index: Path):
-        self.args = (collection, split, index)
+    def __init__(self, collection: Path, split: str, bm25: Bm25Hits):
+        self.args = (collection, split)
+        self.bm25 = bm25
         self._data = None
         self.teacher: tuple[dict, Path] | None = None  # (fusion weights, dense store): the listwise teacher
         self.base: str | None = None
@@ -247,9 +285,12 @@ class TrainingDataCache:
     def get(self):
         if self._data is None:
             from aheadrank.runs import build_training_data
+            from indexer.topics import read_beir_split
 
             t0 = time.perf_counter()
-            self._data = build_training_data(*self.args, depth=100)
+            queries, _ = read_beir_split(*self.args)
+            hits = self.bm25.hits(queries, 100)
+            self._data = build_training_data(*self.args, index=None, depth=100, candidates=hits)
             stage(
                 f"training data: {len(self._data.trainable())} trainable {self.args[1]} queries, "
                 f"BM25 top-100 negatives ({time.perf_counter() - t0:.1f} s)"
@@ -266,12 +307,10 @@ class TrainingDataCache:
     def _teacher_scores(self) -> dict:
         """The BM25 + bi-encoder fusion's scores over every training query's BM25 top-100."""
         from aheadrank.baselines import dense_features, feature_run
-        from aheadrank.runs import bm25_candidates
 
         weights, dense = self.teacher
-        collection, _, index = self.args
         data = self._data
-        cands = bm25_candidates(index, data.queries, 100)
+        cands = self.bm25.hits(data.queries, 100)
         feats = dense_features(dense, data.queries, cands, base=self.base)
         stage(f"teacher: BM25 + bi-encoder fusion {weights} over {len(feats)} training queries")
         return feature_run(feats, weights)
@@ -555,10 +594,9 @@ def ensure_runs(variant: Variant, ckpt: dict, store: dict, queries, candidates, 
     return pure, run, {**meta, "cached": False}
 
 
-def validation_set(data: TrainingDataCache, args, index: Path) -> dict:
+def validation_set(data: TrainingDataCache, args) -> dict:
     """The trainer's held-out validation queries (the same split for every kind) with their BM25
     candidates: where the priors and the BM25 + bi-encoder fusion weight are fitted (never test)."""
-    from aheadrank.runs import bm25_candidates
     from rankers.training import split_queries
 
     training = data.get()
@@ -567,7 +605,7 @@ def validation_set(data: TrainingDataCache, args, index: Path) -> dict:
     queries = {q: training.queries[q] for q in val_q}
     return {
         "queries": queries,
-        "candidates": bm25_candidates(index, queries, args.depth),
+        "candidates": data.bm25.hits(queries, args.depth),
         "qrels": {q: training.qrels[q] for q in val_q},
     }
 
@@ -596,11 +634,10 @@ def zero_shot_eval(collection: Path, variants, checkpoints: dict, fusion_w: dict
     unchanged to another collection's test queries (BM25 top-depth), beside BM25 and the baselines."""
     from aheadrank.baselines import dense_features, feature_run, rrf_run
     from aheadrank.evaluation import per_query, write_run
-    from aheadrank.runs import bm25_candidates
 
-    index = ensure_bm25_index(collection, args.workdir, args.progress)
+    bm25 = Bm25Hits(collection, args.workdir, args.progress)
     queries, qrels = eval_topics(collection, args.split, None)
-    candidates = bm25_candidates(index, queries, args.depth)
+    candidates = bm25.hits(queries, args.depth)
     dense = ensure_dense_store(collection, args.base or "", args)
     feats = dense_features(dense, queries, candidates, qrels, args.device, args.base)
     runs = {
@@ -611,7 +648,7 @@ def zero_shot_eval(collection: Path, variants, checkpoints: dict, fusion_w: dict
     }
     run_key = {
         "collection": str(collection),
-        "index": str(index),
+        "bm25": bm25.key,
         "split": args.split,
         "queries": digest(sorted(queries)),
         "depth": args.depth,
@@ -1125,27 +1162,26 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     from aheadrank.evaluation import per_query, write_run
-    from aheadrank.runs import bm25_candidates
 
-    index = ensure_bm25_index(args.collection, args.workdir, args.progress)
+    bm25_hits = Bm25Hits(args.collection, args.workdir, args.progress)
     queries, qrels = eval_topics(args.collection, args.split, args.max_queries)
     t0 = time.perf_counter()
-    candidates = bm25_candidates(index, queries, args.depth)
+    candidates = bm25_hits.hits(queries, args.depth)
     bm25_run = {q: {d: float(s) for d, s in hits} for q, hits in candidates.items()}
     runs_dir = args.out_dir / "runs"
     write_run(runs_dir / "bm25.trec", bm25_run, "bm25")
     stage(f"bm25: {len(queries)} {args.split} queries, top-{args.depth} in {time.perf_counter() - t0:.1f} s")
     run_key = {
         "collection": str(args.collection),
-        "index": str(index),
+        "bm25": bm25_hits.key,
         "split": args.split,
         "queries": digest(sorted(queries)),
         "depth": args.depth,
     }
 
-    data = TrainingDataCache(args.collection, args.train_split, index)
+    data = TrainingDataCache(args.collection, args.train_split, bm25_hits)
     dense_store = ensure_dense_store(args.collection, args.base or "", args)
-    val = validation_set(data, args, index)
+    val = validation_set(data, args)
     baselines, fusion_w, fusion_val = baseline_runs(dense_store, queries, candidates, qrels, val, args)
     for name, run in baselines.items():
         write_run(runs_dir / f"{name}.trec", run, name)
@@ -1235,7 +1271,7 @@ def main(argv: list[str] | None = None) -> int:
             "split": args.split,
             "queries": len(queries),
             "max_queries": args.max_queries,
-            "bm25_index": str(index),
+            "bm25_hits": bm25_hits.key,
             "evaluated_queries": len(pq_bm25[PRIMARY]),
             "depth": args.depth,
             "steps": args.steps,

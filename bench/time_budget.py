@@ -42,8 +42,8 @@ sys.path.insert(0, str(BENCH))
 from effectiveness import (  # noqa: E402  (bench/effectiveness.py: shared stages and helpers)
     REPO,
     SAMPLE,
+    Bm25Hits,
     clean,
-    ensure_bm25_index,
     eval_topics,
     machine,
     stage,
@@ -312,14 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     collection = (args.collection or Path(inherited.get("collection") or SAMPLE)).resolve()
     split = args.split or inherited.get("split", "test")
     max_queries = args.max_queries if args.max_queries is not None else inherited.get("max_queries")
-    if args.index is not None:
-        index = args.index
-    elif inherited.get("bm25_index") and Path(inherited["bm25_index"]).is_dir() and not args.collection:
-        index = Path(inherited["bm25_index"])
-    else:
-        index = ensure_bm25_index(collection, args.workdir, args.progress)
     queries, qrels = eval_topics(collection, split, max_queries)
-    hits = bm25_candidates(index, queries, args.depth)
+    if args.index is not None:
+        hits = bm25_candidates(args.index, queries, args.depth)
+    else:  # the hits bench/effectiveness.py cached for the same queries, when they come from its JSON
+        work = (
+            Path(inherited["workdir"]) if inherited.get("workdir") and not args.collection else args.workdir
+        )
+        hits = Bm25Hits(collection, work, args.progress).hits(queries, args.depth)
     candidates = {q: [d for d, _ in h] for q, h in hits.items()}
     bm25 = evaluate({q: {d: float(s) for d, s in h} for q, h in hits.items()}, qrels, METRICS)
     stage(
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {
             "collection": str(collection),
             "collection_name": collection.name,
-            "bm25_index": str(index),
+            "bm25_index": str(args.index) if args.index else None,
             "split": split,
             "queries": len(queries),
             "max_queries": max_queries,
