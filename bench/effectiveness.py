@@ -41,7 +41,7 @@ import re
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -181,11 +181,15 @@ def machine(device: str) -> dict:
 
 
 # ---- stages -----------------------------------------------------------------------------------------------
+def bm25_index_path(collection: Path, work: Path) -> Path:
+    return work / "bm25" / f"{collection.name}-{digest(str(collection))}"
+
+
 def ensure_bm25_index(collection: Path, work: Path, progress: bool) -> Path:
     """The collection's BM25 Lucene index, built once per collection path."""
     from indexer.bm25 import build_bm25_index, is_lucene_index
 
-    index = work / "bm25" / f"{collection.name}-{digest(str(collection))}"
+    index = bm25_index_path(collection, work)
     if is_lucene_index(index):
         stage(f"bm25 index: cached {index}")
         return index
@@ -648,7 +652,7 @@ def zero_shot_eval(collection: Path, variants, checkpoints: dict, fusion_w: dict
     }
     run_key = {
         "collection": str(collection),
-        "bm25": bm25.key,
+        "index": str(bm25_index_path(collection, args.workdir)),  # where the hits come from (maybe not built)
         "split": args.split,
         "queries": digest(sorted(queries)),
         "depth": args.depth,
@@ -1110,6 +1114,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="variants (names or globs) evaluated zero-shot on --eval-collections (default: all)",
     )
     ap.add_argument(
+        "--sim",
+        action="store_true",
+        help="MORES and PreTTR with the similarity residual (score + α·cos of pooled query and document, "
+        "zero-initialised head: they start from the base's bi-encoder similarity)",
+    )
+    ap.add_argument(
         "--freeze-embeddings",
         action="store_true",
         help="keep the embedding tables as initialised (every kind)",
@@ -1156,6 +1166,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
     variants = select_variants(args.rankers)
+    if args.sim:
+        variants = [
+            replace(v, options={**v.options, "sim": True}) if v.kind in ("mores", "prettr") else v
+            for v in variants
+        ]
     args.workdir.mkdir(parents=True, exist_ok=True)
     stage(
         f"{len(variants)} variants on {args.collection} ({args.split}); workdir {args.workdir}; out {args.out_dir}"
@@ -1173,7 +1188,7 @@ def main(argv: list[str] | None = None) -> int:
     stage(f"bm25: {len(queries)} {args.split} queries, top-{args.depth} in {time.perf_counter() - t0:.1f} s")
     run_key = {
         "collection": str(args.collection),
-        "bm25": bm25_hits.key,
+        "index": str(bm25_index_path(args.collection, args.workdir)),
         "split": args.split,
         "queries": digest(sorted(queries)),
         "depth": args.depth,
@@ -1289,6 +1304,7 @@ def main(argv: list[str] | None = None) -> int:
             "eval_collections": [str(c) for c in args.eval_collections],
             "eval_rankers": args.eval_rankers,
             "freeze_embeddings": args.freeze_embeddings,
+            "sim": args.sim,
             "cpu_amp": args.cpu_amp,
             "seed": args.seed,
             "max_query_len": args.max_query_len,

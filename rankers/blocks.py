@@ -190,6 +190,27 @@ class InteractionBlock(nn.Module):
         return self.layer(qx, key_mask(q_mask), rows=slice(0, 1) if cls_only else None)
 
 
+class SimilarityResidual(nn.Module):
+    """``α·cos(q, d)`` of a pooled query vector and a pooled document vector, α learned (initially
+    ``scale``). A split ranker adds it to its interaction score and starts with a zero score head
+    (:func:`zero_head`), so that before training it ranks by the base model's own bi-encoder similarity and
+    training adds the interaction on top (issue 14: split rankers that learn within a CPU budget)."""
+
+    def __init__(self, scale: float = 10.0):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(float(scale)))
+
+    def forward(self, q: Tensor, d: Tensor) -> Tensor:
+        """q [1 or B, n], d [B, n] -> [B]."""
+        return self.scale * F.cosine_similarity(q, d, dim=-1, eps=1e-6)
+
+
+def zero_head(head: nn.Linear) -> nn.Linear:
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    return head
+
+
 class Encoder(nn.Module):
     """Embeddings + a stack of BERT layers (a full or partial copy of the base model)."""
 

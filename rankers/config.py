@@ -41,6 +41,9 @@ class RankerConfig:
     ibs: int | None = None  # K interaction blocks
     pooling: str | None = None  # "cls" (ClsPool) or "mean" (AvePool)
     tied: bool | None = None  # query and document modules share weights (EARL "Tied")
+    # MORES / PreTTR: add a learned multiple of cos(pooled query, pooled document) to the score (the base's
+    # own bi-encoder similarity at initialisation; None in checkpoints written before it existed = off)
+    sim: bool | None = None
     # PreTTR
     layer: int | None = None  # l: document and query are kept apart in layers 1..l
     compress: int | None = None  # e: compressed dims (0 = no compressor)
@@ -92,6 +95,8 @@ class RankerConfig:
                 raise bad(f"ibs (K) must be in 1..{min(4, L)} for a {L}-layer base, got {self.ibs}")
             if self.pooling not in ("cls", "mean"):
                 raise bad(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        if self.sim and self.kind not in ("mores", "prettr"):
+            raise bad("sim (the similarity residual) exists for mores and prettr only")
         if self.kind == "prettr":
             if self.layer is None or not 1 <= self.layer <= L - 1:
                 raise bad(f"layer (l) must be in 1..{L - 1} for a {L}-layer base, got {self.layer}")

@@ -7,6 +7,10 @@
   cross-attention a copy of that layer's self-attention.
 * Score = w·CLS of the last IB (``pooling="cls"``, only the [CLS] row of the last IB is computed) or
   w·mean over query tokens (``pooling="mean"``).
+* With ``sim`` the score adds ``α·cos(A(q̄), mean_d V)``: V = the last IB's cross-attention values of the
+  document (D·Wv + bv, what S2 stores), q̄ = the query states carried through the IBs' own layers without
+  the cross-attention (query-only, once per query), mean-pooled, and A the same value map. mean_d V =
+  A(mean_d D), so before training (w = 0) the score is the base bi-encoder's similarity seen through A.
 
 Strategies (what the store keeps): ``s1`` the document states D (field ``doc``); ``s2`` per IB k the
 cross-attention projections D·Wk+bk and D·Wv+bv (fields ``k{k}``, ``v{k}``, k from 1), so the online path
@@ -19,7 +23,7 @@ from torch import Tensor, nn
 
 from rankers.base import QueryState, Ranker, masked_mean
 from rankers.base_model import base_embeddings, base_layer
-from rankers.blocks import Encoder, key_mask, make_interaction_block
+from rankers.blocks import Encoder, SimilarityResidual, key_mask, make_interaction_block, zero_head
 from rankers.text import positions
 
 
@@ -34,6 +38,9 @@ class MoresRanker(Ranker):
         self.query_encoder = self.doc_encoder if config.tied else Encoder(config.bert, L - K)
         self.ibs = nn.ModuleList(make_interaction_block(config.bert) for _ in range(K))
         self.head = nn.Linear(config.hidden, 1)
+        if config.sim:
+            self.sim = SimilarityResidual()
+            zero_head(self.head)
 
     @property
     def n_query_layers(self) -> int:
@@ -71,7 +78,18 @@ class MoresRanker(Ranker):
     def query_state(self, ids: Tensor, mask: Tensor) -> QueryState:
         q = self.query_states(ids, mask)
         # the first IB's cross-attention query projection depends on the query only: computed once
-        return QueryState({"q": q, "q_proj": self.ibs[0].cross.project_q(q)}, mask)
+        data = {"q": q, "q_proj": self.ibs[0].cross.project_q(q)}
+        if self.config.sim:
+            data["q_sim"] = self.query_sim(q, mask)
+        return QueryState(data, mask)
+
+    def query_sim(self, q: Tensor, q_mask: Tensor) -> Tensor:
+        """A(q̄): the query states through the IBs' own layers without cross-attention, mean-pooled, mapped
+        by the last IB's value projection ([B, n])."""
+        x = q
+        for ib in self.ibs:
+            x = ib.layer(x, key_mask(q_mask))
+        return self.ibs[-1].cross.self.value(masked_mean(x, q_mask))
 
     def interact(
         self,
@@ -80,6 +98,7 @@ class MoresRanker(Ranker):
         kv: list[tuple[Tensor, Tensor]],
         d_mask: Tensor,
         q_proj: Tensor | None = None,
+        q_sim: Tensor | None = None,
     ) -> Tensor:
         cls_pool = self.config.pooling == "cls"
         x = q
@@ -87,7 +106,10 @@ class MoresRanker(Ranker):
             last = k == len(self.ibs) - 1
             x = ib(x, q_mask, kv[k], d_mask, q_proj=q_proj if k == 0 else None, cls_only=last and cls_pool)
         pooled = x[:, 0] if cls_pool else masked_mean(x, q_mask)
-        return self.head(pooled).squeeze(-1)
+        score = self.head(pooled).squeeze(-1)
+        if self.config.sim:
+            score = score + self.sim(q_sim, masked_mean(kv[-1][1], d_mask))
+        return score
 
     def stored_kv(self, fields: dict[str, Tensor]) -> list[tuple[Tensor, Tensor]]:
         dt = self.dtype
@@ -100,11 +122,13 @@ class MoresRanker(Ranker):
         )
 
     def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
-        return self.interact(qs["q"], qs.mask, self.stored_kv(fields), mask, qs["q_proj"])
+        q_sim = qs["q_sim"] if self.config.sim else None
+        return self.interact(qs["q"], qs.mask, self.stored_kv(fields), mask, qs["q_proj"], q_sim)
 
     def forward_pairs(self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor) -> Tensor:
         q = self.query_states(q_ids, q_mask)
-        return self.interact(q, q_mask, self.doc_kv(self.doc_states(d_ids, d_mask)), d_mask)
+        q_sim = self.query_sim(q, q_mask) if self.config.sim else None
+        return self.interact(q, q_mask, self.doc_kv(self.doc_states(d_ids, d_mask)), d_mask, q_sim=q_sim)
 
     def init_from_base(self, sd: dict[str, Tensor]) -> None:
         L, K = self.config.n_layers, self.config.ibs

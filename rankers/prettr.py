@@ -5,6 +5,10 @@ Document positions start at the fixed offset ``max_query_len + 2``, so the docum
 depend on the query and are computed at index time, compressed ``r = GELU(s_l·Wc + bc)`` to e dims and
 stored (field ``doc``). Online: the query through layers 1..l, ``ŝ = LN(r·Wd + bd)``, layers l+1..L over the
 joined sequence, and in layer L only [CLS]. ``compress = 0`` stores s_l itself (no compressor).
+
+With ``sim`` the score adds ``α·cos(mean_q q_l, mean_d ŝ)`` (the layer-l query states and the decompressed
+layer-l document states, mean-pooled) and the score head starts at zero, so that before training the
+ranker orders by the base model's layer-l bi-encoder similarity.
 """
 
 from __future__ import annotations
@@ -13,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rankers.base import QueryState, Ranker
+from rankers.base import QueryState, Ranker, masked_mean
 from rankers.base_model import base_embeddings, base_layer
-from rankers.blocks import Encoder, key_mask
+from rankers.blocks import Encoder, SimilarityResidual, key_mask, zero_head
 from rankers.text import positions
 
 
@@ -31,6 +35,9 @@ class PrettrRanker(Ranker):
             self.compressor = nn.Linear(n, e)
             self.decompressor = nn.Linear(e, n)
             self.decompressor_norm = nn.LayerNorm(n, eps=config.bert["layer_norm_eps"])
+        if config.sim:
+            self.sim = SimilarityResidual()
+            zero_head(self.head)
 
     @property
     def doc_offset(self) -> int:
@@ -59,6 +66,12 @@ class PrettrRanker(Ranker):
     def query_state(self, ids: Tensor, mask: Tensor) -> QueryState:
         return QueryState({"q": self.lower(ids, mask, 0, 0)}, mask)
 
+    def with_sim(self, score: Tensor, q: Tensor, q_mask: Tensor, s: Tensor, d_mask: Tensor) -> Tensor:
+        """The head's score plus, with ``sim``, α·cos of the mean-pooled layer-l query and document states."""
+        if not self.config.sim:
+            return score
+        return score + self.sim(masked_mean(q, q_mask), masked_mean(s, d_mask))
+
     def upper(self, q: Tensor, q_mask: Tensor, s: Tensor, d_mask: Tensor) -> Tensor:
         """Layers l+1..L over [query states; decompressed document states]; only [CLS] in layer L."""
         L, split = self.config.n_layers, self.config.layer
@@ -75,7 +88,7 @@ class PrettrRanker(Ranker):
             x = torch.cat([q.expand(b, -1, -1), s], 1)
             x = self.encoder.run(x, mask, split, L - 1)
             x = last(x, mask, rows=slice(0, 1))
-        return self.head(x[:, 0]).squeeze(-1)
+        return self.with_sim(self.head(x[:, 0]).squeeze(-1), q, q_mask, s, d_mask)
 
     def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
         return self.upper(qs["q"], qs.mask, self.decompress(fields["doc"].to(self.dtype)), mask)
@@ -98,9 +111,9 @@ class PrettrRanker(Ranker):
     def forward_pairs(self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor) -> Tensor:
         tq = q_ids.shape[1]
         x, valid = self.joint_lower(q_ids, q_mask, d_ids, d_mask)
-        x = torch.cat([x[:, :tq], self.decompress(self.compress(x[:, tq:]))], 1)
-        x = self.encoder.run(x, key_mask(valid), self.config.layer)  # layers l+1..L, all rows
-        return self.head(x[:, 0]).squeeze(-1)
+        q, s = x[:, :tq], self.decompress(self.compress(x[:, tq:]))
+        x = self.encoder.run(torch.cat([q, s], 1), key_mask(valid), self.config.layer)  # l+1..L, all rows
+        return self.with_sim(self.head(x[:, 0]).squeeze(-1), q, q_mask, s, d_mask)
 
     def attention_mse(self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor) -> Tensor:
         """Eq. 2 of the paper: mean over layers l+1..L of the MSE between the attention maps computed with

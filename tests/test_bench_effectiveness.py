@@ -70,6 +70,7 @@ def test_effectiveness_quick(tmp_path, tiny_base):
         "0.5",
         "--listwise-weight",
         "0.5",
+        "--sim",
         "--eval-collections",
         str(other),
         "--threads",
@@ -126,6 +127,8 @@ def test_effectiveness_quick(tmp_path, tiny_base):
     assert set(result["checkpoints"]) == {"bert", "mores-1ib", "prettr-l3-e16", "tk-1l"}  # S1/S2 share one
     assert result["checkpoints"]["prettr-l3-e16"]["compressor_loss_first"] is not None
     assert result["checkpoints"]["tk-1l"]["key"]["teacher"] == result["rankers"]["bert"]["fingerprint"]
+    assert result["checkpoints"]["mores-1ib"]["key"]["options"]["sim"] is True  # --sim: the residual
+    assert "sim" not in result["checkpoints"]["tk-1l"]["key"]["options"]
     assert all(0.0 <= result["bm25"]["metrics"][m] <= 1.0 for m in METRICS)
     for name, row in result["rankers"].items():
         assert set(row["metrics"]) == set(METRICS)

@@ -22,6 +22,10 @@ CASES = [
     ("prettr", {"layer": 3, "compress": 8}),  # l = L-1: cached query keys/values path
     ("prettr", {"layer": 2, "compress": 16}),
     ("prettr", {"layer": 1, "compress": 0}),
+    ("mores", {"ibs": 2, "pooling": "cls", "sim": True}),  # the similarity residual
+    ("mores", {"ibs": 1, "pooling": "mean", "tied": True, "sim": True}),
+    ("prettr", {"layer": 3, "compress": 8, "sim": True}),
+    ("prettr", {"layer": 1, "compress": 0, "sim": True}),
     ("tk", {"tk_layers": 1, "tk_heads": 4}),
     ("tk", {"tk_layers": 2, "tk_heads": 2}),
 ]
@@ -57,6 +61,9 @@ def texts():
 @pytest.mark.parametrize(("kind", "opts"), CASES, ids=IDS)
 def test_split_equals_unsplit(tiny_base, texts, kind, opts):
     ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
+    if opts.get("sim"):  # the head starts at zero: give it weights so both parts of the score are compared
+        torch.manual_seed(3)
+        torch.nn.init.normal_(ranker.head.weight, std=0.2)
     queries, docs = texts
     for strategy in ranker.strategies:
         ranker.strategy = strategy
@@ -90,9 +97,10 @@ def test_float16_fields_rank_the_same(tiny_base, texts, kind, opts, record_prope
         assert tau > 0.99
 
 
-def test_mores_s1_and_s2_give_the_same_scores(tiny_base, texts):
+@pytest.mark.parametrize("sim", [False, True])
+def test_mores_s1_and_s2_give_the_same_scores(tiny_base, texts, sim):
     queries, docs = texts
-    ranker = init_ranker("mores", base=tiny_base, ibs=3, max_doc_len=48)
+    ranker = init_ranker("mores", base=tiny_base, ibs=3, max_doc_len=48, sim=sim)
     by_strategy = {}
     for strategy in ("s1", "s2"):
         ranker.strategy = strategy

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 import torch
 
+from aheadrank.errors import CheckpointError
 from rankers import init_ranker
 from rankers.base_model import load_base
+from rankers.checkpoint import build_ranker
+from rankers.config import RankerConfig
 from rankers.tk import KERNEL_MU, kernel_features
 
 
@@ -140,3 +144,32 @@ def test_tk_document_vectors_are_unit_norm(tiny_base):
     r = init_ranker("tk", base=tiny_base, tk_heads=4)
     (doc,) = r.encode_documents(["insulin glucose liver"])
     np.testing.assert_allclose(doc["doc"].norm(dim=-1).numpy(), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("kind", "opts"), [("mores", {"ibs": 2}), ("prettr", {"layer": 5, "compress": 0})])
+def test_similarity_residual_starts_at_the_base_similarity(minilm_dir, kind, opts):
+    """With ``sim`` the score head starts at zero, so an untrained split ranker orders documents by the
+    base's own (mean-pooled) similarity: the on-topic document of each query first."""
+    ranker = init_ranker(kind, base=minilm_dir, max_doc_len=64, sim=True, **opts)
+    assert not ranker.head.weight.any() and ranker.sim.scale.item() > 0
+    queries = ["aspirin lowers the risk of heart attacks", "how do yeast proteins fold"]
+    docs = [
+        "Daily aspirin reduced myocardial infarction in adults at high cardiovascular risk.",
+        "Chaperones assist protein folding in Saccharomyces cerevisiae.",
+        "The central bank raised interest rates again this quarter.",
+    ]
+    with torch.no_grad():
+        for i, q in enumerate(queries):
+            scores = ranker.score_pairs(q, docs)
+            assert int(scores.argmax()) == i, (q, scores.tolist())
+
+
+def test_similarity_residual_is_for_split_rankers_and_off_in_older_configs(tiny_base):
+    for kind in ("bert", "tk"):
+        with pytest.raises(CheckpointError, match="sim"):
+            init_ranker(kind, base=tiny_base, sim=True)
+    ranker = init_ranker("mores", base=tiny_base, ibs=1, sim=False)
+    data = json.loads(ranker.config.to_json())
+    del data["sim"]  # a config.json written before the option existed
+    old = RankerConfig.from_dict(data)
+    assert not old.sim and not hasattr(build_ranker(old, None), "sim")
