@@ -1,6 +1,6 @@
 """The online half: a FastAPI re-ranking service over Pyserini BM25 and the representation store.
 
-``aheadrank serve`` (services/commands.py) loads a :class:`RerankBackend`, warms it up and serves
+``aheadrank serve`` (aheadrank/cli/serve.py) loads a :class:`RerankBackend`, warms it up and serves
 :func:`create_app`.
 """
 

@@ -291,7 +291,7 @@ def create_app(backend: RerankBackend) -> FastAPI:
     )
     app.state.backend = backend
     app.state.metrics = metrics
-    app.state.begin_drain = drain.begin  # services/commands.py calls it on SIGTERM/SIGINT
+    app.state.begin_drain = drain.begin  # aheadrank/cli/serve.py calls it on SIGTERM/SIGINT
     app.add_middleware(
         Gate, max_body_bytes=settings.max_body_bytes, metrics=metrics, access=settings.access_log
     )

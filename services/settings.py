@@ -1,5 +1,5 @@
 """Service settings: one pydantic model, read from ``AHEADRANK_*`` environment variables; every field is
-also a flag of ``aheadrank serve`` (services/commands.py), which mirrors the same variables."""
+also a flag of ``aheadrank serve`` (aheadrank/cli/serve.py), which mirrors the same variables."""
 
 from __future__ import annotations
 

@@ -18,8 +18,7 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-import aheadrank.commands  # noqa: F401 - registers `evaluate`
-from aheadrank.app import app
+from aheadrank.cli import app
 from aheadrank.errors import AheadrankError
 from aheadrank.evaluation import (
     EvaluationError,
@@ -483,7 +482,7 @@ def test_cli_malformed_run_and_mismatched_qrels(files):
 def test_evaluate_is_registered_in_the_console_script():
     from aheadrank.cli import COMMAND_MODULES
 
-    assert "aheadrank.commands" in COMMAND_MODULES
+    assert "aheadrank.cli.evaluate" in COMMAND_MODULES
     assert "evaluate" in {c.name for c in app.registered_commands}
 
 

@@ -15,8 +15,7 @@ import faults_testkit  # noqa: F401  (puts the other testkits on sys.path)
 import pytest
 from typer.testing import CliRunner
 
-import indexer.commands  # noqa: F401  (registers the commands)
-from aheadrank.app import app
+from aheadrank.cli import app
 from aheadrank.errors import CollectionError, StoreError
 from aheadrank.fsfaults import BuildLockedError, exclusive_lock
 from indexer.build import LOCK_NAME, BuildOptions, build_store

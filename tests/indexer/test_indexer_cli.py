@@ -7,8 +7,7 @@ from indexer_testkit import write_lines
 from typer.testing import CliRunner
 
 import aheadrank.javaenv  # noqa: F401 - before anything imports jnius / pyserini
-import indexer.commands  # noqa: F401 - registers the commands
-from aheadrank.app import app
+from aheadrank.cli import app
 from indexer.bm25 import read_index_meta
 
 runner = CliRunner()

@@ -267,8 +267,7 @@ def test_refuses_a_store_of_another_checkpoint_or_options(collection, checkpoint
 def test_index_cli_reports_errors_without_traceback(collection, checkpoints, tmp_path):
     from typer.testing import CliRunner
 
-    import indexer.commands  # noqa: F401
-    from aheadrank.app import app
+    from aheadrank.cli import app
 
     runner = CliRunner()
     res = runner.invoke(

@@ -99,8 +99,7 @@ def test_invalid_options_are_clear_errors(tiny_base):
 
 
 def test_init_ranker_cli(tiny_base, tmp_path):
-    import rankers.commands  # noqa: F401  (registers the command)
-    from aheadrank.app import app
+    from aheadrank.cli import app
 
     runner = CliRunner()
     out = tmp_path / "cli-ckpt"

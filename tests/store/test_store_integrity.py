@@ -9,8 +9,7 @@ import pytest
 from store_testkit import build, make_docs, make_spec
 from typer.testing import CliRunner
 
-import store.commands  # noqa: F401  (registers store-info and verify-store)
-from aheadrank.app import app
+from aheadrank.cli import app
 from aheadrank.errors import StoreError
 from store import StoreReader, StoreWriter, read_manifest, verify_store
 

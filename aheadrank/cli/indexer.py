@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from aheadrank.app import app
-from aheadrank.cliutil import env, user_errors
+from aheadrank.cli.app import app
+from aheadrank.cli.options import env, user_errors
 from aheadrank.errors import AheadrankError
 from indexer.collections import CollectionFormat
 

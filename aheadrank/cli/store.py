@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from aheadrank.app import app
-from aheadrank.cliutil import user_errors
+from aheadrank.cli.app import app
+from aheadrank.cli.options import user_errors
 
 
 def _summary(path: Path) -> dict:

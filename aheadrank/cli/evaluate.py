@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
-from aheadrank.app import app
-from aheadrank.cliutil import env, user_errors
+from aheadrank.cli.app import app
+from aheadrank.cli.options import env, user_errors
 from aheadrank.errors import AheadrankError
 
 _DEFAULT_METRICS = "nDCG@10,MRR@10,R@100,MAP,P@10"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import typer
 
-from aheadrank.app import app
-from aheadrank.cliutil import env, user_errors
-from rankers.commands import Kind, Pooling
+from aheadrank.cli.app import app
+from aheadrank.cli.options import env, user_errors
+from aheadrank.cli.rankers import Kind, Pooling
 
 
 @app.command("train")
