@@ -9,23 +9,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from indexer.bm25 import bm25_candidates  # noqa: F401  (the BM25 part; re-exported here)
+
 log = logging.getLogger("aheadrank.runs")
-
-
-def bm25_candidates(
-    index: str | Path, queries: dict[str, str], depth: int, threads: int = 2
-) -> dict[str, list]:
-    """{qid: [(docid, bm25_score), ...]} best first."""
-    import aheadrank.javaenv  # noqa: F401  (before pyserini)
-    from indexer.bm25 import Bm25Searcher
-
-    searcher = Bm25Searcher(index)
-    try:
-        qids = sorted(queries)
-        hits = searcher.batch_search([queries[q] for q in qids], k=depth, threads=threads)
-        return dict(zip(qids, hits, strict=True))
-    finally:
-        searcher.close()
 
 
 def build_training_data(collection: str | Path, split: str, index: str | Path, depth: int = 100):

@@ -181,7 +181,6 @@ def prepare(args: argparse.Namespace) -> tuple[Path, list[dict], dict]:
 
     lucene = work / f"lucene-{key}"
     if not is_lucene_index(lucene):
-        import aheadrank.javaenv  # noqa: F401  (before pyserini)
         from indexer.bm25 import build_bm25_index
 
         console.print(f"building the BM25 index of {args.collection} -> {lucene}")

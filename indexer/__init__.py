@@ -4,5 +4,5 @@
 * ``indexer.bm25`` — the Pyserini / Lucene BM25 index build and ``Bm25Searcher``;
 * its ``aheadrank`` CLI commands live in ``aheadrank/cli/indexer.py``.
 
-Nothing heavy is imported here; Java starts only when a BM25 function needs it (``indexer.java``).
+Nothing heavy is imported here; Java is set up by ``indexer.bm25`` (the BM25 part) and starts only when a BM25 function needs it.
 """

@@ -278,7 +278,7 @@ def create_app(backend: RerankBackend) -> FastAPI:
         drain.bind()
         yield
         if backend.searcher is not None:  # the model thread called into the JVM: detach it before it ends
-            from indexer.java import detach_thread
+            from indexer.bm25 import detach_thread
 
             executor.submit(detach_thread)
         executor.shutdown(wait=True)

@@ -163,7 +163,6 @@ class RerankBackend:
             reader.check_fingerprint(ranker.fingerprint)
         searcher = None
         if settings.index is not None:
-            import aheadrank.javaenv  # noqa: F401  (before pyserini)
             from indexer.bm25 import Bm25Searcher
 
             searcher = Bm25Searcher(settings.index)

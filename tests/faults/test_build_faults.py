@@ -136,7 +136,6 @@ def test_same_or_grown_collection_is_reused(built, checkpoint, tmp_path):
 # ---- 7: one bad-record policy for both indexes ------------------------------------------------------
 @pytest.mark.slow
 def test_nul_docid_is_skipped_by_both_builds(checkpoint, tmp_path):
-    import aheadrank.javaenv  # noqa: F401
     from indexer.bm25 import Bm25Searcher, build_bm25_index
 
     docs = _docs(12)
@@ -229,7 +228,6 @@ def test_second_build_on_one_store_is_refused_at_once(built, checkpoint, tmp_pat
 
 @pytest.mark.slow
 def test_second_bm25_build_on_one_index_is_refused(tmp_path):
-    import aheadrank.javaenv  # noqa: F401
     from indexer.bm25 import build_bm25_index
 
     coll = _write(tmp_path / "corpus.jsonl", _docs(5))
@@ -244,7 +242,6 @@ def test_second_bm25_build_on_one_index_is_refused(tmp_path):
 def test_bm25_leaves_no_copy_and_cleans_a_killed_runs(tmp_path, monkeypatch):
     import tempfile
 
-    import aheadrank.javaenv  # noqa: F401
     from indexer.bm25 import build_bm25_index
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "systmp"))

@@ -6,7 +6,6 @@ import pytest
 from indexer_testkit import write_lines
 from typer.testing import CliRunner
 
-import aheadrank.javaenv  # noqa: F401 - before anything imports jnius / pyserini
 from aheadrank.cli import app
 from indexer.bm25 import read_index_meta
 

@@ -25,7 +25,6 @@ class ServiceEnv:
 
 
 def build_service_env(root: Path, tiny_base: Path) -> ServiceEnv:
-    import aheadrank.javaenv  # noqa: F401
     from indexer.bm25 import build_bm25_index
     from indexer.build import BuildOptions, build_store
     from rankers import init_ranker, save_checkpoint
