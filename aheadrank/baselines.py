@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from aheadrank.errors import StoreError
+from aheadrank.evaluation import Run, best_first
 from aheadrank.priors import QueryFeatures, fit_weights, rrf, zscore
-
-Run = dict[str, dict[str, float]]
 
 
 def dense_features(
@@ -67,13 +66,7 @@ def fit_fusion(val: list[QueryFeatures]) -> tuple[dict[str, float], float]:
 def rrf_run(features: dict[str, QueryFeatures], names: tuple[str, ...] = ("bm25", "dense")) -> Run:
     run = {}
     for qid, q in features.items():
-        orders = [
-            [
-                q.docids[i]
-                for i in sorted(range(len(q.docids)), key=lambda i: (-q.features[f][i], q.docids[i]))
-            ]
-            for f in names
-        ]
+        orders = [[q.docids[i] for i in best_first(q.docids, q.features[f])] for f in names]
         fused = rrf(orders)
         run[qid] = {d: fused[d] for d in q.docids}
     return run

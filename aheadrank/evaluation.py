@@ -78,6 +78,8 @@ __all__ = [
     "Qrels",
     "Run",
     "RunFileError",
+    "best_first",
+    "by_score",
     "compare",
     "coverage",
     "evaluate",
@@ -157,9 +159,22 @@ def read_run(path: str | Path) -> Run:
     return run
 
 
+def best_first(docids: Sequence[str], scores: Sequence[float]) -> list[int]:
+    """Positions of ``docids`` best first: score descending, equal scores by docid descending (trec_eval's
+    rule). The one order of every ranked list aheadrank evaluates or produces (``rerank-run``, the service,
+    the priors fit, the baselines), so a served list and its evaluation agree on ties."""
+    return sorted(range(len(docids)), key=lambda i: (scores[i], docids[i]), reverse=True)
+
+
+def by_score(pairs: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
+    """``(docid, score)`` pairs in the order of :func:`best_first`."""
+    pairs = list(pairs)
+    return [pairs[i] for i in best_first([d for d, _ in pairs], [s for _, s in pairs])]
+
+
 def ranking(docs: Mapping[str, float]) -> list[str]:
-    """Docids in trec_eval order: score descending, ties broken by docid descending."""
-    return [docid for docid, _ in sorted(docs.items(), key=lambda item: (item[1], item[0]), reverse=True)]
+    """Docids in trec_eval order (:func:`best_first`)."""
+    return [docid for docid, _ in by_score(docs.items())]
 
 
 def _qid_order(qid: str) -> tuple[int, int, str]:

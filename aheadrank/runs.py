@@ -4,11 +4,12 @@ precomputed path (store + query encoder + interaction), written as TREC run file
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aheadrank.evaluation import by_score
+from aheadrank.rerank import nonfinite_scores, score_stored  # noqa: F401  (the rerank core; re-exported)
 from indexer.bm25 import bm25_candidates  # noqa: F401  (the BM25 part; re-exported here)
 
 log = logging.getLogger("aheadrank.runs")
@@ -43,41 +44,6 @@ class RerankStats:
         default_factory=lambda: {"query": 0.0, "fetch": 0.0, "score": 0.0, "priors": 0.0}
     )
     notices: list[str] = field(default_factory=list)
-
-
-def score_stored(
-    ranker, reader, qs, docids: list[str], seconds: dict[str, float], batch: int = 256
-) -> tuple[list[tuple[str, float]], list[str]]:
-    """Score ``docids`` (in batches of ``batch``) from their stored fields: ``([(docid, score)] for the known
-    ones in input order, [unknown docids])``; fetch and score time are added to ``seconds``. The one
-    scoring loop that ``rerank-run`` and the service share, so both give the same scores."""
-    import torch
-
-    scored: list[tuple[str, float]] = []
-    unknown: list[str] = []
-    for start in range(0, len(docids), batch):
-        t0 = time.perf_counter()
-        fetched = reader.fetch_torch(docids[start : start + batch], ranker.device)
-        t1 = time.perf_counter()
-        if fetched.docids:
-            with torch.inference_mode():
-                scores = ranker.score_batch(qs, fetched.fields, fetched.mask).float().cpu().tolist()
-            scored.extend(zip(fetched.docids, scores, strict=True))
-        seconds["fetch"] += t1 - t0
-        seconds["score"] += time.perf_counter() - t1
-        unknown.extend(fetched.unknown)
-    return scored, unknown
-
-
-def nonfinite_scores(scored: list[tuple[str, float]]) -> list[str]:
-    """Docids whose score is NaN or infinite: their stored values are corrupt (ordering by them is undefined,
-    so they must never be ranked)."""
-    return [d for d, s in scored if not math.isfinite(s)]
-
-
-def by_score(scored: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    """Best first; ties broken by docid, so every path orders equal scores the same way."""
-    return sorted(scored, key=lambda x: (-x[1], x[0]))
 
 
 def rerank_with_store(
@@ -169,7 +135,7 @@ def rerank_run(
         )
         run[qid] = finite_run(ranked)
         if pure_out is not None:
-            neural = sorted(((r.docid, r.neural) for r in rows), key=lambda x: (-x[1], x[0]))
+            neural = by_score((r.docid, r.neural) for r in rows)
             pure_out[qid] = finite_run(neural + [(d, s) for d, s in ranked if s == float("-inf")])
     scorer.close()
     reader.close()

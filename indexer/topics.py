@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aheadrank.errors import CollectionError
+from aheadrank.evaluation import Qrels
 from indexer.textio import iter_lines, strip_compression_suffix
 
-Qrels = dict[str, dict[str, int]]
 _QRELS_HEADER = ("query-id", "corpus-id", "score")
 
 

@@ -219,7 +219,7 @@ class RerankBackend:
     ) -> list[tuple[str, float]]:
         """Neural scores of one chunk; with a dense query vector, the chunk's dense cosines go into
         ``dense`` (their fetch counts as fetch time, so the latency model includes the priors)."""
-        from aheadrank.runs import score_stored
+        from aheadrank.rerank import score_stored
 
         scored, unknown = score_stored(
             self.ranker, self.reader, qs, docids, seconds, self.settings.batch_size
@@ -244,7 +244,7 @@ class RerankBackend:
         """NaN/inf scores come from corrupt stored values: never ranked; their shards are refused from now
         on (reported by /ready, /metrics and the log) and this request is answered 503."""
         from aheadrank.errors import StoreDamagedError
-        from aheadrank.runs import nonfinite_scores
+        from aheadrank.rerank import nonfinite_scores
 
         bad = nonfinite_scores(scored)
         if bad:
