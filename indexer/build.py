@@ -90,11 +90,7 @@ def get_ranker(
         if key not in _RANKERS:
             ranker = load_ranker(checkpoint, device=device, strategy=strategy)
             if max_doc_len is not None:
-                if max_doc_len > ranker.config.max_doc_len:
-                    raise StoreError(
-                        f"--max-doc-len {max_doc_len} exceeds the checkpoint's max_doc_len {ranker.config.max_doc_len}"
-                    )
-                ranker._text().max_doc_len = max_doc_len
+                ranker.limit_doc_len(max_doc_len)
             _RANKERS[key] = ranker
         return _RANKERS[key]
 
@@ -276,71 +272,7 @@ def prefetch(it: Iterator, depth: int = 2) -> Iterator:
 
 
 # ---- the build ------------------------------------------------------------------------------------
-def prepare_store_dir(path: Path, spec, overwrite: bool) -> dict[int, Any]:
-    """Check an existing store is this build's (else refuse, or start over); return its finished shards."""
-    from store import read_manifest
-    from store._io import remove_temp_files
-
-    if overwrite and path.exists():
-        foreign = [
-            p.name
-            for p in path.iterdir()
-            if p.name not in ("manifest.json", DENSE_DIR) and not p.name.startswith(("shard-", "."))
-        ]
-        if foreign:  # never delete a directory that is not a store
-            raise StoreError(
-                f"--overwrite refused: {path} holds files that are not a store's ({foreign[:3]})"
-            )
-        manifest_file = path / "manifest.json"
-        manifest_file.unlink(missing_ok=True)  # first: from here on the old store does not exist
-        for child in path.iterdir():
-            if child.name == LOCK_NAME:
-                continue  # held by this build
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    path.mkdir(parents=True, exist_ok=True)
-    for tmp in remove_temp_files(path):  # a killed run's half-written shard or manifest
-        log.info("removed %s, left by an interrupted build", tmp.name)
-    if not (path / "manifest.json").exists():
-        leftovers = [p.name for p in path.iterdir() if p.name.startswith("shard-")]
-        for name in leftovers:  # shard files no manifest lists do not exist
-            (path / name).unlink()
-        return {}
-    manifest = read_manifest(path)
-    old = manifest.spec
-    if old.fingerprint != spec.fingerprint:
-        raise StoreError(
-            f"store {path} was built by checkpoint {old.fingerprint[:12]}, not {spec.fingerprint[:12]}; "
-            "pass --overwrite to start over"
-        )
-    mine, theirs = _spec_key(spec), _spec_key(old)
-    if mine != theirs:
-        diff = {k: (theirs.get(k), mine.get(k)) for k in mine if mine.get(k) != theirs.get(k)}
-        raise StoreError(
-            f"store {path} was built with other options {diff} (stored, requested); pass --overwrite"
-        )
-    kept = {}
-    for info in manifest.shards:  # a listed shard that is gone or cut short is rebuilt, not trusted
-        file = path / info.file
-        size = file.stat().st_size if file.is_file() else None
-        if size != info.bytes:
-            log.warning(
-                "%s is %s; it is rebuilt",
-                info.file,
-                "missing" if size is None else f"{size} bytes, not {info.bytes}",
-            )
-            file.unlink(missing_ok=True)
-            continue
-        kept[info.index] = info
-    return kept
-
-
 LOCK_NAME = ".aheadrank-build.lock"
-
-
-def _spec_key(spec) -> dict:
-    d = asdict(spec)
-    d.pop("config", None)
-    return d
 
 
 def build_store(opts: BuildOptions) -> BuildSummary:
@@ -360,7 +292,7 @@ def build_store(opts: BuildOptions) -> BuildSummary:
 
 def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
     from indexer.collections import Collection
-    from store import write_manifest
+    from store import prepare_build, write_manifest
 
     t_load = time.perf_counter()
     ranker = get_ranker(
@@ -372,7 +304,7 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
     )
     start = time.perf_counter()
     spec = make_spec(ranker, opts)
-    done = prepare_store_dir(path, spec, opts.overwrite)
+    done = prepare_build(path, spec, opts.overwrite, keep=(LOCK_NAME,), owned=(DENSE_DIR,))
     collection = Collection(opts.collection, strict=opts.strict)
     infos: dict[int, Any] = dict(done)
     sources: dict[int, str] = {}

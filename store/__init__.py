@@ -11,7 +11,7 @@ from store.reader import FetchResult, StoreReader, TorchBatch
 from store.shard import write_shard
 from store.spec import FORMAT_VERSION, StoreSpec
 from store.verify import verify_store
-from store.writer import StoreWriter, write_manifest
+from store.writer import StoreWriter, prepare_build, write_manifest
 
 __all__ = [
     "FORMAT_VERSION",
@@ -23,6 +23,7 @@ __all__ = [
     "StoreSpec",
     "StoreWriter",
     "TorchBatch",
+    "prepare_build",
     "read_manifest",
     "verify_store",
     "write_manifest",
