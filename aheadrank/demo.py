@@ -20,7 +20,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SAMPLE = Path(__file__).resolve().parent / "data" / "scifact-sample"
-OPTIONS = {"tk": {"tk_layers": 2}, "mores": {"ibs": 1}, "prettr": {"layer": 5, "compress": 128}, "bert": {}}
 RECIPES = {  # (steps, learning rate) that fit in a few minutes on 2 CPU cores
     "tk": (60, 1e-4),
     "mores": (60, 5e-5),
@@ -35,13 +34,14 @@ def say(msg: str) -> None:
 
 def ensure_checkpoint(ranker: str, steps: int, lucene: Path, ckpt: Path) -> None:
     from aheadrank.runs import build_training_data
-    from rankers import init_ranker, save_checkpoint
+    from rankers import save_checkpoint
     from rankers.training import TrainConfig, train
+    from rankers.variants import default_variant
 
     if (ckpt / "fingerprint.json").exists():
         print("cached")
         return
-    model = init_ranker(ranker, **OPTIONS[ranker])
+    model = default_variant(ranker).init()
     if not steps:
         save_checkpoint(model, ckpt)
         return
@@ -89,7 +89,7 @@ def ensure_priors(ckpt: Path, store: Path, lucene: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ranker", choices=list(OPTIONS), default="tk")
+    ap.add_argument("--ranker", choices=list(RECIPES), default="tk")
     ap.add_argument(
         "--steps", type=int, default=None, help="training steps (0: untrained; default per ranker)"
     )
@@ -123,8 +123,11 @@ def main() -> None:
     else:
         print("cached")
 
-    ckpt = work / f"ckpt-{args.ranker}-{steps}"
-    say(f"checkpoint {ckpt.name}: {args.ranker} from all-MiniLM-L6-v2, {steps} training steps")
+    from rankers.variants import default_variant
+
+    variant = default_variant(args.ranker).name  # the registry's variant of init-ranker's defaults
+    ckpt = work / f"ckpt-{variant}-{steps}"
+    say(f"checkpoint {ckpt.name}: {variant} from all-MiniLM-L6-v2, {steps} training steps")
     ensure_checkpoint(args.ranker, steps, lucene, ckpt)
 
     store = work / f"store-{ckpt.name}"

@@ -32,43 +32,36 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import gc
-import hashlib
 import json
 import logging
 import math
 import os
-import re
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SAMPLE = REPO / "aheadrank" / "data" / "scifact-sample"
-SHARED_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
-ALL_RANKERS = (
-    "bert",
-    "mores-1ib-s1",
-    "mores-1ib-s2",
-    "mores-2ib-s1",
-    "mores-2ib-s2",
-    "mores-2ib-mean",
-    "mores-2ib-tied",
-    "prettr-l4-e0",
-    "prettr-l4-e128",
-    "prettr-l4-e256",
-    "prettr-l5-e0",
-    "prettr-l5-e128",
-    "prettr-l5-e256",
-    "tk-1l",
-    "tk-2l",
+from aheadrank.benchkit import (  # noqa: E402  (the shared helpers; were defined here)
+    SAMPLE,
+    clean,
+    digest,
+    ensure_bm25_index,
+    eval_topics,
+    machine,
+    read_json,
+    stage,
+    write_json,
 )
+from rankers.variants import CATALOGUE as ALL_RANKERS  # noqa: E402  (the one registry; was defined here)
+from rankers.variants import Variant, match_variants, parse_variant  # noqa: E402
+
+SHARED_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 QUICK_RANKERS = ("bert", "mores-2ib-s1", "mores-2ib-s2", "prettr-l5-e128", "tk-2l")
 METRICS = ("nDCG@10", "MRR@10", "R@100", "MAP")
 PRIMARY = "nDCG@10"
@@ -95,117 +88,16 @@ log = logging.getLogger("bench.effectiveness")
 
 
 # ---- variants ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Variant:
-    name: str  # as in --rankers and the run file name
-    model: str  # the checkpoint it uses (MORES s1 and s2 share one)
-    kind: str
-    options: dict = field(default_factory=dict)
-    strategy: str | None = None
-
-
-def parse_variant(name: str) -> Variant:
-    if name == "bert":
-        return Variant(name, name, "bert")
-    if m := re.fullmatch(r"mores-(\d+)ib-(s1|s2|mean|tied)", name):
-        ibs, what = int(m.group(1)), m.group(2)
-        options = {"ibs": ibs, "pooling": "mean" if what == "mean" else "cls", "tied": what == "tied"}
-        model = f"mores-{ibs}ib" if what in ("s1", "s2") else name
-        return Variant(name, model, "mores", options, what if what in ("s1", "s2") else "s2")
-    if m := re.fullmatch(r"prettr-l(\d+)-e(\d+)", name):
-        return Variant(name, name, "prettr", {"layer": int(m.group(1)), "compress": int(m.group(2))})
-    if m := re.fullmatch(r"tk-(\d+)l", name):
-        return Variant(name, name, "tk", {"tk_layers": int(m.group(1))})
-    raise ValueError(
-        f"unknown ranker variant {name!r}: use bert, mores-<K>ib-s1|s2|mean|tied, prettr-l<l>-e<e> or tk-<n>l"
-    )
-
-
 def select_variants(patterns: list[str]) -> list[Variant]:
     """Names or glob patterns over ALL_RANKERS (explicit names outside it are parsed too); bert first."""
-    names: list[str] = []
-    for pattern in patterns:
-        matched = fnmatch.filter(ALL_RANKERS, pattern) if any(c in pattern for c in "*?[") else [pattern]
-        if not matched:
-            raise ValueError(f"--rankers {pattern!r} matches no variant of {', '.join(ALL_RANKERS)}")
-        names += [n for n in matched if n not in names]
+    names = match_variants(patterns, ALL_RANKERS)
     if "bert" not in names:
         log.info("adding bert: it is the reference every ratio and test is taken against")
     names = ["bert", *[n for n in names if n != "bert"]]
     return [parse_variant(n) for n in names]
 
 
-# ---- small helpers ----------------------------------------------------------------------------------------
-def digest(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def clean(value):
-    """JSON-ready: NaN / inf as None, tuples as lists, rounded floats stay as they are."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    return value
-
-
-def write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(clean(data), indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def stage(msg: str) -> None:
-    log.info(msg)
-
-
-def machine(device: str) -> dict:
-    import torch
-    from speed import machine_info  # bench/speed.py, next to this script
-
-    info = machine_info(torch.get_num_threads())
-    info["device"] = device
-    if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return info
-
-
 # ---- stages -----------------------------------------------------------------------------------------------
-def ensure_bm25_index(collection: Path, work: Path, progress: bool) -> Path:
-    """The collection's BM25 Lucene index, built once per collection path."""
-    from indexer.bm25 import build_bm25_index, is_lucene_index
-
-    index = work / "bm25" / f"{collection.name}-{digest(str(collection))}"
-    if is_lucene_index(index):
-        stage(f"bm25 index: cached {index}")
-        return index
-    t0 = time.perf_counter()
-    result = build_bm25_index(collection, index, progress=progress)
-    stage(f"bm25 index: {result.documents} documents in {time.perf_counter() - t0:.1f} s -> {index}")
-    return index
-
-
-def eval_topics(collection: Path, split: str, max_queries: int | None) -> tuple[dict, dict]:
-    """The split's queries (the first ``max_queries`` by qid order when given) and their qrels."""
-    from indexer.topics import read_beir_split
-
-    queries, qrels = read_beir_split(collection, split)
-    if max_queries:
-        keep = sorted(queries, key=lambda q: (0, int(q), q) if q.isdigit() else (1, 0, q))[:max_queries]
-        queries = {q: queries[q] for q in keep}
-    return queries, {q: j for q, j in qrels.items() if q in queries}
-
-
 def kind_lr(args, kind: str) -> float:
     own = getattr(args, f"lr_{kind}")
     if own is not None:
@@ -292,10 +184,11 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
     """Train (or reuse) the checkpoint of ``variant.model``; returns its record (key, path, seconds, ...)."""
     import torch
 
-    from rankers import init_ranker, load_ranker, save_checkpoint
+    from rankers import load_ranker
     from rankers.base_model import resolve_base
     from rankers.checkpoint import read_fingerprint
-    from rankers.training import loss_ends, pretrain_compressor, train
+    from rankers.recipe import train_recipe
+    from rankers.training import loss_ends
 
     cfg = train_config(args, variant.kind)
     distil = teacher is not None and cfg.distill_weight > 0
@@ -335,28 +228,24 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         + (" (resuming)" if resumed else "")
     )
     training = data.get()
-    model = init_ranker(
-        variant.kind,
-        base=args.base,
-        seed=args.seed,
-        max_query_len=args.max_query_len,
-        max_doc_len=args.max_doc_len,
-        **variant.options,
+    model = variant.init(
+        base=args.base, seed=args.seed, max_query_len=args.max_query_len, max_doc_len=args.max_doc_len
     ).to(args.device)
     teacher_model = load_ranker(teacher["checkpoint"], device=args.device) if distil else None
-    t0 = time.perf_counter()
-    comp_losses: list[float] = []
-    if compressor_steps and not resumed:  # a resumed run loads the pre-trained compressor with the state
-        comp_losses = pretrain_compressor(
-            model, training, steps=compressor_steps, seed=args.seed, progress=args.progress
-        )
-    t1 = time.perf_counter()
-    result = None
-    if cfg.steps > 0:
-        result = train(model, training, ckpt, cfg, teacher=teacher_model, progress=args.progress)
-    else:
-        save_checkpoint(model, ckpt, overwrite=True, extra={"train": {"steps": 0}})
-    t2 = time.perf_counter()
+    done = train_recipe(
+        model,
+        training,
+        ckpt,
+        cfg,
+        # a resumed run loads the pre-trained compressor with the state
+        compressor_steps=0 if resumed else compressor_steps,
+        teacher=teacher_model,
+        progress=args.progress,
+        fine_tune=cfg.steps > 0,
+        extra={"train": {"steps": 0}},
+    )
+    result, comp_losses = done.result, done.compressor_losses
+    t0, t1, t2 = 0.0, done.compressor_seconds, done.seconds
     history = result.history if result else []
     val_bm25 = val_bm25_ndcg(training, cfg)
     losses = [h["loss"] for h in history]
@@ -426,7 +315,7 @@ def ensure_store(
                 progress=args.progress,
             )
         )
-        build._RANKERS.clear()  # the build keeps its ranker for later shards; free it (one per variant)
+        build.release_rankers()  # the build keeps its ranker for later shards; free it (one per variant)
         meta = {"fingerprint": ckpt["fingerprint"], "build_seconds": summary.seconds}
         write_json(meta_path, meta)
         manifest = read_manifest(store)

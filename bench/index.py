@@ -23,18 +23,17 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-RANKERS = {
-    "bert": ("bert", {}, None),
-    "mores-1ib-s2": ("mores", {"ibs": 1}, "s2"),
-    "mores-2ib-s1": ("mores", {"ibs": 2}, "s1"),
-    "mores-2ib-s2": ("mores", {"ibs": 2}, "s2"),
-    "prettr-l5-e128": ("prettr", {"layer": 5, "compress": 128}, None),
-    "tk-2l": ("tk", {"tk_layers": 2}, None),
-}
+RANKERS = (
+    "bert",
+    "mores-1ib-s2",
+    "mores-2ib-s1",
+    "mores-2ib-s2",
+    "prettr-l5-e128",
+    "tk-2l",
+)  # rankers/variants.py
 DEFAULT_COLLECTION = REPO.parent / "shared" / "data" / "msmarco-passages" / "passages.jsonl"
 
 
@@ -93,7 +92,8 @@ def main() -> None:
 
     from indexer.build import BuildOptions, build_store
     from indexer.collections import Collection
-    from rankers import init_ranker, load_ranker, save_checkpoint
+    from rankers import load_ranker, save_checkpoint
+    from rankers.variants import parse_variant
     from store import read_manifest
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="aheadrank-bench-index-"))
@@ -103,10 +103,11 @@ def main() -> None:
     texts = [d.text for d in Collection(prefix)]
     rows = []
     for name in args.rankers:
-        kind, opts, strategy = RANKERS[name]
+        variant = parse_variant(name)
+        strategy = variant.strategy
         ckpt = work / f"ckpt-{name}"
         if not ckpt.exists():
-            save_checkpoint(init_ranker(kind, max_doc_len=args.max_doc_len, **opts), ckpt)
+            save_checkpoint(variant.init(max_doc_len=args.max_doc_len), ckpt)
         ranker = load_ranker(ckpt, strategy=strategy)
         store = work / f"store-{name}"
         forwards, builds = [], []
@@ -133,8 +134,8 @@ def main() -> None:
         rows.append(
             {
                 "ranker": name,
-                "kind": kind,
-                "options": opts,
+                "kind": variant.kind,
+                "options": variant.options,
                 "strategy": strategy,
                 "documents": build.documents,
                 "tokens": build.tokens,

@@ -95,6 +95,13 @@ def get_ranker(
         return _RANKERS[key]
 
 
+def release_rankers() -> None:
+    """Forget the rankers :func:`get_ranker` keeps for later shards (a caller that builds one store per
+    ranker frees each when its build is done)."""
+    with _RANKER_LOCK:
+        _RANKERS.clear()
+
+
 def _dense_base(source: str) -> str | None:
     """The base model of the dense encoder: a ranker checkpoint's base, a base model folder itself, or
     ``""`` for the packaged all-MiniLM-L6-v2."""

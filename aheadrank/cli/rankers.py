@@ -1,14 +1,16 @@
-"""``aheadrank init-ranker``: a new checkpoint with BERT-weight-assisted initialisation."""
+"""``aheadrank init-ranker``, and the ranker options that ``init-ranker``, ``train`` and
+``pretrain-compressor`` share (declared once here)."""
 
 from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import env, user_errors
+from aheadrank.cli.options import env, opt, option_block, user_errors, with_options
 
 
 class Kind(str, Enum):
@@ -23,58 +25,63 @@ class Pooling(str, Enum):
     mean = "mean"
 
 
+# flag -> (init_ranker keyword, type, typer option): every ranker option, declared once
+_RANKER_OPTIONS: dict[str, tuple[str, Any, Any]] = {
+    "ibs": ("ibs", int | None, opt(None, "--ibs", help="MORES: interaction blocks K (1..4)")),
+    "pooling": ("pooling", Pooling | None, opt(None, "--pooling", help="MORES: cls or mean")),
+    "tied": ("tied", bool | None, opt(None, "--tied/--untied", help="MORES: tie query/document modules")),
+    "layer": ("layer", int | None, opt(None, "--layer", help="PreTTR: split layer l")),
+    "compress": (
+        "compress",
+        int | None,
+        opt(None, "--compress", help="PreTTR: compressed dims e (0 = none)"),
+    ),
+    "layers": ("tk_layers", int | None, opt(None, "--layers", help="TK: contextualisation layers")),
+    "max_query_len": ("max_query_len", int | None, opt(None, "--max-query-len")),
+    "max_doc_len": ("max_doc_len", int | None, opt(None, "--max-doc-len")),
+}
+
+
+def ranker_options_block(*names: str) -> Any:
+    """The block of these ranker options (all of them by default); the command gets ``ranker_options``."""
+    chosen = names or tuple(_RANKER_OPTIONS)
+    return option_block("ranker_options", **{n: _RANKER_OPTIONS[n][1:] for n in chosen})
+
+
+RANKER_OPTIONS = ranker_options_block()
+
+
+def init_options(kind: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The command's ranker options as :func:`rankers.init_ranker` keywords; options of another kind are
+    refused (rankers.config's one rule), naming their flags."""
+    from aheadrank.errors import CheckpointError
+    from rankers.config import foreign_options
+
+    options = {_RANKER_OPTIONS[n][0]: v.value if isinstance(v, Enum) else v for n, v in given.items()}
+    flags = {_RANKER_OPTIONS[n][0]: _RANKER_OPTIONS[n][2].param_decls[0].split("/")[0] for n in given}
+    foreign = foreign_options(kind, options)
+    if foreign:
+        raise CheckpointError(f"{', '.join(flags[k] for k in foreign)} does not apply to a {kind} ranker")
+    return options
+
+
 @app.command("init-ranker")
 @user_errors
+@with_options(RANKER_OPTIONS)
 def init_ranker_cmd(
     kind: Kind = typer.Argument(..., help="ranker kind"),
     out: Path = typer.Option(..., "--out", envvar=env("out"), help="checkpoint directory to write"),
     base: Path | None = typer.Option(
         None, "--base", envvar=env("base"), help="base BERT folder (default: packaged MiniLM)"
     ),
-    ibs: int | None = typer.Option(
-        None, "--ibs", envvar=env("ibs"), help="MORES: interaction blocks K (1..4)"
-    ),
-    pooling: Pooling | None = typer.Option(
-        None, "--pooling", envvar=env("pooling"), help="MORES: cls or mean"
-    ),
-    tied: bool | None = typer.Option(
-        None, "--tied/--untied", envvar=env("tied"), help="MORES: tie query/document modules"
-    ),
-    layer: int | None = typer.Option(None, "--layer", envvar=env("layer"), help="PreTTR: split layer l"),
-    compress: int | None = typer.Option(
-        None, "--compress", envvar=env("compress"), help="PreTTR: compressed dims e (0 = none)"
-    ),
-    layers: int | None = typer.Option(
-        None, "--layers", envvar=env("layers"), help="TK: contextualisation layers"
-    ),
-    max_query_len: int | None = typer.Option(None, "--max-query-len", envvar=env("max-query-len")),
-    max_doc_len: int | None = typer.Option(None, "--max-doc-len", envvar=env("max-doc-len")),
     seed: int = typer.Option(0, "--seed", envvar=env("seed")),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing checkpoint directory"),
+    *,
+    ranker_options: dict,
 ) -> None:
     """Write a new checkpoint directory (config.json, model.safetensors, tokenizer, fingerprint)."""
-    from aheadrank.errors import CheckpointError
     from rankers import init_ranker, save_checkpoint
 
-    own = {
-        "mores": {"ibs": ibs, "pooling": pooling.value if pooling else None, "tied": tied},
-        "prettr": {"layer": layer, "compress": compress},
-        "tk": {"tk_layers": layers},
-    }
-    flags = {
-        "ibs": "--ibs",
-        "pooling": "--pooling",
-        "tied": "--tied",
-        "layer": "--layer",
-        "compress": "--compress",
-        "tk_layers": "--layers",
-    }
-    foreign = [
-        flags[k] for other, o in own.items() if other != kind.value for k, v in o.items() if v is not None
-    ]
-    if foreign:
-        raise CheckpointError(f"{', '.join(foreign)} does not apply to a {kind.value} ranker")
-    opts = {**own.get(kind.value, {}), "max_query_len": max_query_len, "max_doc_len": max_doc_len}
-    ranker = init_ranker(kind.value, base=base, seed=seed, **opts)
+    ranker = init_ranker(kind.value, base=base, seed=seed, **init_options(kind.value, ranker_options))
     fp = save_checkpoint(ranker, out, overwrite=overwrite)
     typer.echo(f"wrote {kind.value} checkpoint to {out} (fingerprint {fp[:16]}); {ranker.describe()}")

@@ -9,12 +9,13 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import env, user_errors
-from aheadrank.cli.rankers import Kind, Pooling
+from aheadrank.cli.options import env, user_errors, with_options
+from aheadrank.cli.rankers import RANKER_OPTIONS, Kind, init_options, ranker_options_block
 
 
 @app.command("train")
 @user_errors
+@with_options(RANKER_OPTIONS)
 def train_cmd(
     ranker: Kind = typer.Option(..., "--ranker", envvar=env("ranker"), help="ranker kind"),
     collection: Path = typer.Option(..., "--collection", envvar=env("collection"), help="BEIR directory"),
@@ -25,14 +26,6 @@ def train_cmd(
     split: str = typer.Option("train", "--split", envvar=env("split")),
     init: Path | None = typer.Option(None, "--init", envvar=env("init"), help="start from this checkpoint"),
     base: Path | None = typer.Option(None, "--base", envvar=env("base")),
-    ibs: int | None = typer.Option(None, "--ibs", envvar=env("ibs")),
-    pooling: Pooling | None = typer.Option(None, "--pooling", envvar=env("pooling")),
-    tied: bool | None = typer.Option(None, "--tied/--untied", envvar=env("tied")),
-    layer: int | None = typer.Option(None, "--layer", envvar=env("layer")),
-    compress: int | None = typer.Option(None, "--compress", envvar=env("compress")),
-    layers: int | None = typer.Option(None, "--layers", envvar=env("layers")),
-    max_query_len: int | None = typer.Option(None, "--max-query-len", envvar=env("max-query-len")),
-    max_doc_len: int | None = typer.Option(None, "--max-doc-len", envvar=env("max-doc-len")),
     steps: int = typer.Option(1000, "--steps", envvar=env("steps")),
     group_size: int = typer.Option(8, "--group-size", envvar=env("group-size")),
     queries_per_step: int = typer.Option(8, "--queries-per-step", envvar=env("queries-per-step")),
@@ -84,37 +77,23 @@ def train_cmd(
         envvar=env("compressor-steps"),
         help="PreTTR: attention-MSE pre-training steps before fine-tuning",
     ),
+    *,
+    ranker_options: dict,
 ) -> None:
     """Train a ranker on a BEIR collection: 1 relevant + n BM25 negatives per group, best checkpoint kept."""
     from aheadrank.runs import build_training_data
     from rankers import init_ranker, load_ranker
-    from rankers.training import TrainConfig, pretrain_compressor, train
+    from rankers.recipe import train_recipe
+    from rankers.training import TrainConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     data = build_training_data(collection, split, index)
     if init is not None:
         model = load_ranker(init, device=device)
     else:
-        opts = {
-            "ibs": ibs,
-            "pooling": pooling.value if pooling else None,
-            "tied": tied,
-            "layer": layer,
-            "compress": compress,
-            "tk_layers": layers,
-        }
-        own = {
-            "bert": (),
-            "mores": ("ibs", "pooling", "tied"),
-            "prettr": ("layer", "compress"),
-            "tk": ("tk_layers",),
-        }
-        opts = {k: v for k, v in opts.items() if k in own[ranker.value]}
         model = init_ranker(
-            ranker.value, base=base, seed=seed, max_query_len=max_query_len, max_doc_len=max_doc_len, **opts
+            ranker.value, base=base, seed=seed, **init_options(ranker.value, ranker_options)
         ).to(device)
-    if compressor_steps:
-        pretrain_compressor(model, data, steps=compressor_steps, seed=seed, progress=progress)
     cfg = TrainConfig(
         steps=steps,
         group_size=group_size,
@@ -145,7 +124,9 @@ def train_cmd(
         data.teacher, weights = fusion_teacher(dense_store, index, data, val_q, base=base_of(model.config))
         logging.getLogger("aheadrank.train").info("listwise teacher: BM25 + bi-encoder fusion %s", weights)
     teacher_model = load_ranker(teacher, device=device) if teacher else None
-    result = train(model, data, out, cfg, teacher=teacher_model, progress=progress)
+    result = train_recipe(
+        model, data, out, cfg, compressor_steps=compressor_steps, teacher=teacher_model, progress=progress
+    ).result
     typer.echo(
         json.dumps(
             {
@@ -161,6 +142,7 @@ def train_cmd(
 
 @app.command("pretrain-compressor")
 @user_errors
+@with_options(ranker_options_block("layer", "compress", "max_query_len", "max_doc_len"))
 def pretrain_compressor_cmd(
     collection: Path = typer.Option(..., "--collection", envvar=env("collection"), help="BEIR directory"),
     index: Path = typer.Option(..., "--index", envvar=env("index"), help="its BM25 Lucene index (pairs)"),
@@ -172,10 +154,6 @@ def pretrain_compressor_cmd(
         None, "--init", envvar=env("init"), help="a PreTTR checkpoint to start from (else a fresh one)"
     ),
     base: Path | None = typer.Option(None, "--base", envvar=env("base")),
-    layer: int | None = typer.Option(None, "--layer", envvar=env("layer")),
-    compress: int | None = typer.Option(None, "--compress", envvar=env("compress")),
-    max_query_len: int | None = typer.Option(None, "--max-query-len", envvar=env("max-query-len")),
-    max_doc_len: int | None = typer.Option(None, "--max-doc-len", envvar=env("max-doc-len")),
     steps: int = typer.Option(200, "--steps", envvar=env("steps")),
     lr: float = typer.Option(1e-3, "--lr", envvar=env("lr")),
     batch: int = typer.Option(16, "--batch", envvar=env("batch"), help="(query, document) pairs per step"),
@@ -183,15 +161,17 @@ def pretrain_compressor_cmd(
     device: str = typer.Option("cpu", "--device", envvar=env("device")),
     overwrite: bool = typer.Option(False, "--overwrite", envvar=env("overwrite")),
     progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
+    *,
+    ranker_options: dict,
 ) -> None:
     """PreTTR: train only the compressor on the collection's (query, BM25 candidate) pairs with the
     attention-MSE loss; then ``train --ranker prettr --init OUT`` fine-tunes the whole ranker."""
-    import time
 
     from aheadrank.errors import AheadrankError
     from aheadrank.runs import build_training_data
-    from rankers import init_ranker, load_ranker, save_checkpoint
-    from rankers.training import loss_ends, pretrain_compressor
+    from rankers import init_ranker, load_ranker
+    from rankers.recipe import train_recipe
+    from rankers.training import TrainConfig, loss_ends
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if out.exists() and any(out.iterdir()) and not overwrite:
@@ -203,33 +183,28 @@ def pretrain_compressor_cmd(
                 f"--init {init} is a {model.kind} checkpoint without a compressor; give a PreTTR one"
             )
     else:
-        if not compress:
+        if not ranker_options["compress"]:
             raise AheadrankError("give --compress E > 0: PreTTR with e = 0 has no compressor to pre-train")
         model = init_ranker(
             "prettr",
             base=base,
             seed=seed,
-            layer=layer,
-            compress=compress,
-            max_query_len=max_query_len,
-            max_doc_len=max_doc_len,
+            **init_options("prettr", ranker_options),
         ).to(device)
     data = build_training_data(collection, split, index)
-    t0 = time.perf_counter()
-    losses = pretrain_compressor(model, data, steps=steps, lr=lr, batch=batch, seed=seed, progress=progress)
-    seconds = time.perf_counter() - t0
-    first, last = loss_ends(losses)
-    extra = {
-        "compressor": {
-            "steps": steps,
-            "lr": lr,
-            "batch": batch,
-            "seed": seed,
-            "loss_first": first,
-            "loss_last": last,
-        }
-    }
-    save_checkpoint(model, out, overwrite=True, extra=extra)
+    done = train_recipe(
+        model,
+        data,
+        out,
+        TrainConfig(seed=seed),
+        compressor_steps=steps,
+        compressor_lr=lr,
+        compressor_batch=batch,
+        progress=progress,
+        fine_tune=False,
+    )
+    first, last = loss_ends(done.compressor_losses)
+    seconds = done.compressor_seconds
     typer.echo(
         json.dumps(
             {

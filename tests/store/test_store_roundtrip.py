@@ -218,7 +218,7 @@ def test_int8_dequantize_numpy_fallback_equals_torch(monkeypatch):
     q, scale = quant.quantize_int8(x.reshape(-1, 40))
     q, scale = q.reshape(3, 300, 40), scale.reshape(3, 300)
     with_torch = quant.dequantize_int8(q, scale)
-    monkeypatch.setattr(quant, "_torch", lambda: None)
+    monkeypatch.setattr(quant, "load_torch", lambda: None)
     assert np.array_equal(quant.dequantize_int8(q, scale), with_torch)
     assert np.array_equal(with_torch, (q * scale[..., None]).astype(np.float16))
 
@@ -259,7 +259,7 @@ def test_casts_without_torch_match(monkeypatch):
     x = np.random.default_rng(2).standard_normal((70, 600)).astype(np.float32) * 100
     x[0, 0] = 1e6  # overflows float16
     with_torch = quant.cast(x, np.float16)
-    monkeypatch.setattr(quant, "_torch", lambda: None)
+    monkeypatch.setattr(quant, "load_torch", lambda: None)
     assert np.array_equal(quant.cast(x, np.float16), with_torch)
     assert not quant.all_finite_float16(with_torch)
     assert quant.all_finite_float16(with_torch[1:])
