@@ -100,5 +100,6 @@ def settings_block(name: str, model: Any, fields: Sequence[str], **overrides: di
         if info.annotation is bool:
             flag = f"{flag}/--no-{flag[2:]}"
         kwargs = {"help": info.description, **bounds, **overrides.get(field_name, {})}
-        options[field_name] = (info.annotation, opt(info.get_default(), flag, **kwargs))
+        default = ... if info.is_required() else info.get_default()
+        options[field_name] = (info.annotation, opt(default, flag, **kwargs))
     return option_block(name, **options)
