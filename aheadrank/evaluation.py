@@ -47,7 +47,6 @@ Paired comparison (:func:`compare`, :func:`paired_test`): run A is the baseline,
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
 import re
@@ -58,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from aheadrank.errors import AheadrankError
+from aheadrank.textio import text_lines
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
@@ -104,21 +104,7 @@ class RunFileError(EvaluationError):
 
 
 def _text_lines(path: Path) -> Iterable[tuple[int, str]]:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise RunFileError(f"cannot read run file {path}: {exc.strerror or exc}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise RunFileError(f"{path}: corrupt gzip data ({exc})") from None
-    for lineno, raw in enumerate(data.splitlines(), start=1):
-        try:
-            yield lineno, raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise RunFileError(f"{path}:{lineno}: invalid UTF-8 ({exc.reason})") from None
+    return text_lines(path, RunFileError, what="cannot read run file")
 
 
 def read_run(path: str | Path) -> Run:

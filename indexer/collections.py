@@ -22,7 +22,7 @@ from enum import Enum
 from pathlib import Path
 
 from aheadrank.errors import CollectionError
-from indexer.textio import iter_lines, strip_compression_suffix
+from aheadrank.textio import iter_lines, strip_compression_suffix
 
 log = logging.getLogger(__name__)
 
