@@ -225,10 +225,10 @@ def test_int8_dequantize_numpy_fallback_equals_torch(monkeypatch):
 
 @pytest.mark.parametrize(("compression", "dtype"), COMBOS)
 def test_gather_in_small_windows(tmp_path, monkeypatch, compression, dtype):
-    import store.reader
+    from store import reader as store_reader
 
-    monkeypatch.setattr(store.reader, "_STITCH", False)  # the per-shard path (platforms without it)
-    monkeypatch.setattr(store.reader, "_SCRATCH_BYTES", 1)  # one document per window and shard
+    monkeypatch.setattr(store_reader, "_STITCH", False)  # the per-shard path (platforms without it)
+    monkeypatch.setattr(store_reader, "_SCRATCH_BYTES", 1)  # one document per window and shard
     docs = make_docs(17)
     build(tmp_path, make_spec(compression=compression, dtype=dtype, shard_size=3), docs)
     request = ["d16", "d0", "nope", "d5", "d5", "d9", "d1", "d12"]
