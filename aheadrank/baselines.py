@@ -22,9 +22,9 @@ def dense_features(
     base: str | Path | None = None,
 ) -> dict[str, QueryFeatures]:
     """Per query: its BM25 candidates with their BM25 scores and dense cosines (the store's dense field)."""
+    from aheadrank.rankers.dense import dense_encoder
     from aheadrank.rerank import dense_cosines
-    from rankers.dense import dense_encoder
-    from store import StoreReader
+    from aheadrank.store import StoreReader
 
     enc = dense_encoder(base, device=device)
     qids = sorted(q for q in queries if candidates.get(q))

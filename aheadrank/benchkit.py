@@ -121,7 +121,7 @@ def cpu_sample() -> tuple[float, int, int]:
 # ---- cached stages --------------------------------------------------------------------------------------
 def ensure_bm25_index(collection: Path, work: Path, progress: bool) -> Path:
     """The collection's BM25 Lucene index, built once per collection path."""
-    from indexer.bm25 import build_bm25_index, is_lucene_index
+    from aheadrank.indexer.bm25 import build_bm25_index, is_lucene_index
 
     index = work / "bm25" / f"{collection.name}-{digest(str(collection))}"
     if is_lucene_index(index):
@@ -135,7 +135,7 @@ def ensure_bm25_index(collection: Path, work: Path, progress: bool) -> Path:
 
 def eval_topics(collection: Path, split: str, max_queries: int | None) -> tuple[dict, dict]:
     """The split's queries (the first ``max_queries`` by qid order when given) and their qrels."""
-    from indexer.topics import read_beir_split
+    from aheadrank.indexer.topics import read_beir_split
 
     queries, qrels = read_beir_split(collection, split)
     if max_queries:

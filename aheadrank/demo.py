@@ -33,10 +33,10 @@ def say(msg: str) -> None:
 
 
 def ensure_checkpoint(ranker: str, steps: int, lucene: Path, ckpt: Path) -> None:
+    from aheadrank.rankers import save_checkpoint
+    from aheadrank.rankers.training import TrainConfig, train
+    from aheadrank.rankers.variants import default_variant
     from aheadrank.runs import build_training_data
-    from rankers import save_checkpoint
-    from rankers.training import TrainConfig, train
-    from rankers.variants import default_variant
 
     if (ckpt / "fingerprint.json").exists():
         print("cached")
@@ -65,11 +65,11 @@ def ensure_checkpoint(ranker: str, steps: int, lucene: Path, ckpt: Path) -> None
 def ensure_priors(ckpt: Path, store: Path, lucene: Path) -> None:
     """Fit the priors on the queries the trainer held out (never the test queries) and save them in the
     checkpoint (priors.json); the service then serves the combined score by default."""
+    from aheadrank.indexer.topics import read_beir_split
+    from aheadrank.rankers import load_config
+    from aheadrank.rankers.checkpoint import read_priors_json
     from aheadrank.rerank import fit_checkpoint_priors
     from aheadrank.runs import bm25_candidates
-    from indexer.topics import read_beir_split
-    from rankers import load_config
-    from rankers.checkpoint import read_priors_json
 
     saved = read_priors_json(ckpt)
     if saved is None:
@@ -106,12 +106,12 @@ def main() -> None:
     logging.getLogger("aheadrank.train").setLevel(logging.INFO)  # validation lines, incl. the initial weights
 
     from aheadrank.evaluation import evaluate, write_run
+    from aheadrank.indexer.bm25 import build_bm25_index, is_lucene_index
+    from aheadrank.indexer.build import BuildOptions, build_dense, build_store
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.indexer.topics import read_beir_split
     from aheadrank.runs import bm25_candidates
-    from indexer.bm25 import build_bm25_index, is_lucene_index
-    from indexer.build import BuildOptions, build_dense, build_store
-    from indexer.collections import Collection
-    from indexer.topics import read_beir_split
-    from services.process import ServeProcess
+    from aheadrank.services.process import ServeProcess
 
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -123,7 +123,7 @@ def main() -> None:
     else:
         print("cached")
 
-    from rankers.variants import default_variant
+    from aheadrank.rankers.variants import default_variant
 
     variant = default_variant(args.ranker).name  # the registry's variant of init-ranker's defaults
     ckpt = work / f"ckpt-{variant}-{steps}"

@@ -79,7 +79,7 @@ class PriorScorer:
                 "without the dense prior; rebuild with `aheadrank index` (the ranker's fields are reused)"
             )
             return
-        from store import StoreReader
+        from aheadrank.store import StoreReader
 
         reader = StoreReader(dense_dir)
         if reader.spec.fingerprint != self.priors.dense["fingerprint"]:
@@ -103,7 +103,7 @@ class PriorScorer:
     def encoder(self):
         """The dense query/document encoder (loaded on first use; its fingerprint must match the priors')."""
         if self._encoder is None:
-            from rankers.dense import base_of, dense_encoder
+            from aheadrank.rankers.dense import base_of, dense_encoder
 
             enc = dense_encoder(
                 base_of(self._ranker.config), self.priors.dense.get("max_len", 256), self._device
@@ -237,9 +237,9 @@ def collect_features(
     from tqdm.auto import tqdm
 
     from aheadrank.priors import QueryFeatures
-    from rankers import load_ranker
-    from rankers.dense import base_of, dense_encoder
-    from store import StoreReader
+    from aheadrank.rankers import load_ranker
+    from aheadrank.rankers.dense import base_of, dense_encoder
+    from aheadrank.store import StoreReader
 
     reader = StoreReader(store)
     ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)
@@ -289,7 +289,7 @@ def fit_checkpoint_priors(
 ) -> Priors:
     """Fit the priors on validation queries through the store and save them into the checkpoint."""
     from aheadrank.priors import fit_priors
-    from rankers.checkpoint import write_priors
+    from aheadrank.rankers.checkpoint import write_priors
 
     feats, dense = collect_features(checkpoint, store, queries, candidates, qrels, device, progress)
     if not feats:

@@ -9,17 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aheadrank.evaluation import by_score
+from aheadrank.indexer.bm25 import bm25_candidates  # noqa: F401  (the BM25 part; re-exported here)
 from aheadrank.rerank import nonfinite_scores, score_stored  # noqa: F401  (the rerank core; re-exported)
-from indexer.bm25 import bm25_candidates  # noqa: F401  (the BM25 part; re-exported here)
 
 log = logging.getLogger("aheadrank.runs")
 
 
 def build_training_data(collection: str | Path, split: str, index: str | Path, depth: int = 100):
     """TrainingData from a BEIR directory (corpus, queries, qrels/<split>.tsv) and its BM25 index."""
-    from indexer.collections import Collection
-    from indexer.topics import read_beir_split
-    from rankers.training import TrainingData
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.indexer.topics import read_beir_split
+    from aheadrank.rankers.training import TrainingData
 
     queries, qrels = read_beir_split(collection, split)
     texts = {d.docid: d.text for d in Collection(collection)}
@@ -109,9 +109,9 @@ def rerank_run(
     given, receives the pure neural run of the same pass (no second scoring)."""
     from tqdm.auto import tqdm
 
+    from aheadrank.rankers import load_ranker
     from aheadrank.rerank import PriorScorer
-    from rankers import load_ranker
-    from store import StoreReader
+    from aheadrank.store import StoreReader
 
     reader = StoreReader(store)
     ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)

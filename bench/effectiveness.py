@@ -47,6 +47,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from aheadrank.rankers.variants import CATALOGUE as ALL_RANKERS  # noqa: E402  (the one registry; was defined here)
+from aheadrank.rankers.variants import Variant, match_variants, parse_variant  # noqa: E402
+
 from aheadrank.benchkit import (  # noqa: E402  (the shared helpers; were defined here)
     SAMPLE,
     clean,
@@ -58,8 +61,6 @@ from aheadrank.benchkit import (  # noqa: E402  (the shared helpers; were define
     stage,
     write_json,
 )
-from rankers.variants import CATALOGUE as ALL_RANKERS  # noqa: E402  (the one registry; was defined here)
-from rankers.variants import Variant, match_variants, parse_variant  # noqa: E402
 
 SHARED_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 QUICK_RANKERS = ("bert", "mores-2ib-s1", "mores-2ib-s2", "prettr-l5-e128", "tk-2l")
@@ -106,7 +107,7 @@ def kind_lr(args, kind: str) -> float:
 
 
 def train_config(args, kind: str):
-    from rankers.training import TrainConfig
+    from aheadrank.rankers.training import TrainConfig
 
     return TrainConfig(
         steps=args.steps,
@@ -171,7 +172,7 @@ class TrainingDataCache:
 
 def val_bm25_ndcg(data, cfg) -> float | None:
     """nDCG@10 of the BM25 order on the trainer's held-out validation queries (what training must beat)."""
-    from rankers.training import split_queries, validation_metric
+    from aheadrank.rankers.training import split_queries, validation_metric
 
     _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
     if not val_q:
@@ -183,12 +184,11 @@ def val_bm25_ndcg(data, cfg) -> float | None:
 def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: dict | None) -> dict:
     """Train (or reuse) the checkpoint of ``variant.model``; returns its record (key, path, seconds, ...)."""
     import torch
-
-    from rankers import load_ranker
-    from rankers.base_model import resolve_base
-    from rankers.checkpoint import read_fingerprint
-    from rankers.recipe import train_recipe
-    from rankers.training import loss_ends
+    from aheadrank.rankers import load_ranker
+    from aheadrank.rankers.base_model import resolve_base
+    from aheadrank.rankers.checkpoint import read_fingerprint
+    from aheadrank.rankers.recipe import train_recipe
+    from aheadrank.rankers.training import loss_ends
 
     cfg = train_config(args, variant.kind)
     distil = teacher is not None and cfg.distill_weight > 0
@@ -287,8 +287,8 @@ def ensure_store(
 ) -> dict:
     """The representation store of a checkpoint and strategy over a collection (built or resumed unless
     complete), with the dense field copied from the collection's dense store ``dense``."""
-    import indexer.build as build
-    from store import read_manifest
+    import aheadrank.indexer.build as build
+    from aheadrank.store import read_manifest
 
     collection = collection or args.collection
     where = "" if collection == args.collection else f"-{collection.name}"
@@ -337,8 +337,8 @@ def ensure_store(
 def ensure_dense_store(collection: Path, checkpoint: str, args) -> Path:
     """The collection's dense field (the base bi-encoder, one embedding per document), built once and
     copied into every variant's store; also what the bi-encoder baselines read."""
-    import indexer.build as build
-    from store import read_manifest
+    import aheadrank.indexer.build as build
+    from aheadrank.store import read_manifest
 
     path = args.workdir / "dense" / f"{collection.name}-{digest(str(collection))}"
     if (path / "manifest.json").is_file() and read_manifest(path).complete:
@@ -360,8 +360,8 @@ def ensure_dense_store(collection: Path, checkpoint: str, args) -> Path:
 
 
 def ensure_dense_copy(store: Path, dense: Path, checkpoint: str) -> None:
-    import indexer.build as build
-    from store import read_manifest
+    import aheadrank.indexer.build as build
+    from aheadrank.store import read_manifest
 
     target = store / build.DENSE_DIR
     if (target / "manifest.json").is_file():
@@ -374,8 +374,9 @@ def ensure_dense_copy(store: Path, dense: Path, checkpoint: str) -> None:
 def ensure_priors(variant: Variant, ckpt: dict, store: dict, val: dict, args) -> dict:
     """Fit the checkpoint's priors on the held-out validation queries through its store (once per
     checkpoint: MORES S1 and S2 share one); returns the priors as saved."""
+    from aheadrank.rankers.checkpoint import read_priors_json
+
     from aheadrank.rerank import fit_checkpoint_priors
-    from rankers.checkpoint import read_priors_json
 
     key = {"fingerprint": ckpt["fingerprint"], "val": digest(sorted(val["queries"])), "depth": args.depth}
     saved = read_priors_json(ckpt["checkpoint"])
@@ -447,8 +448,9 @@ def ensure_runs(variant: Variant, ckpt: dict, store: dict, queries, candidates, 
 def validation_set(data: TrainingDataCache, args, index: Path) -> dict:
     """The trainer's held-out validation queries (the same split for every kind) with their BM25
     candidates: where the priors and the BM25 + bi-encoder fusion weight are fitted (never test)."""
+    from aheadrank.rankers.training import split_queries
+
     from aheadrank.runs import bm25_candidates
-    from rankers.training import split_queries
 
     training = data.get()
     cfg = train_config(args, "bert")
@@ -505,7 +507,7 @@ def zero_shot_eval(collection: Path, variants, checkpoints: dict, fusion_w: dict
         "queries": digest(sorted(queries)),
         "depth": args.depth,
     }
-    from rankers.checkpoint import read_priors_json
+    from aheadrank.rankers.checkpoint import read_priors_json
 
     for variant in variants:
         ckpt = checkpoints[variant.model]

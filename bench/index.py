@@ -51,9 +51,8 @@ def write_prefix(src: Path, n: int, dst: Path) -> int:
 def forward_rate(ranker, texts: list[str], batch_size: int) -> dict:
     """Pure model forward over the build's own length-sorted batches (tokenised and padded beforehand)."""
     import torch
-
-    from indexer.build import length_batches
-    from rankers.text import pad
+    from aheadrank.indexer.build import length_batches
+    from aheadrank.rankers.text import pad
 
     seqs = ranker.tokenize_documents(texts)
     batches = [
@@ -87,14 +86,13 @@ def main() -> None:
         sys.exit(f"collection {args.collection} not found (pass --collection)")
 
     import torch
+    from aheadrank.indexer.build import BuildOptions, build_store
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.rankers import load_ranker, save_checkpoint
+    from aheadrank.rankers.variants import parse_variant
+    from aheadrank.store import read_manifest
     from rich.console import Console
     from rich.table import Table
-
-    from indexer.build import BuildOptions, build_store
-    from indexer.collections import Collection
-    from rankers import load_ranker, save_checkpoint
-    from rankers.variants import parse_variant
-    from store import read_manifest
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="aheadrank-bench-index-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -155,7 +153,7 @@ def main() -> None:
         )
     bm25 = None
     if args.bm25:
-        from indexer.bm25 import build_bm25_index
+        from aheadrank.indexer.bm25 import build_bm25_index
 
         res = build_bm25_index(args.collection, work / "lucene", progress=False)
         bm25 = {

@@ -48,11 +48,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
+from aheadrank.services.process import AHEADRANK, ServeProcess  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from aheadrank.benchkit import SAMPLE, cpu_sample, machine_info  # noqa: E402
-from services.process import AHEADRANK, ServeProcess  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 SHARED_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
@@ -164,8 +164,9 @@ def collection_key(path: Path) -> str:
 
 def known_variant(name: str):
     """The registry's variant of that name (rankers/variants.py), or None for a --checkpoint NAME of one's own."""
+    from aheadrank.rankers.variants import parse_variant
+
     from aheadrank.errors import CheckpointError
-    from rankers.variants import parse_variant
 
     try:
         return parse_variant(name)
@@ -176,13 +177,12 @@ def known_variant(name: str):
 def prepare(args: argparse.Namespace) -> tuple[Path, list[dict], dict]:
     """The BM25 index, one checkpoint + store per ranker; returns (index, targets, seconds spent)."""
     import torch
-
-    from indexer.bm25 import is_lucene_index
-    from indexer.build import BuildOptions, build_store, release_rankers
-    from rankers import read_fingerprint, save_checkpoint
-    from rankers.checkpoint import load_config
-    from rankers.variants import parse_variant
-    from store import read_manifest
+    from aheadrank.indexer.bm25 import is_lucene_index
+    from aheadrank.indexer.build import BuildOptions, build_store, release_rankers
+    from aheadrank.rankers import read_fingerprint, save_checkpoint
+    from aheadrank.rankers.checkpoint import load_config
+    from aheadrank.rankers.variants import parse_variant
+    from aheadrank.store import read_manifest
 
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
@@ -192,7 +192,7 @@ def prepare(args: argparse.Namespace) -> tuple[Path, list[dict], dict]:
 
     lucene = work / f"lucene-{key}"
     if not is_lucene_index(lucene):
-        from indexer.bm25 import build_bm25_index
+        from aheadrank.indexer.bm25 import build_bm25_index
 
         console.print(f"building the BM25 index of {args.collection} -> {lucene}")
         t = time.perf_counter()
@@ -245,7 +245,7 @@ def prepare(args: argparse.Namespace) -> tuple[Path, list[dict], dict]:
 
 
 def load_queries(args: argparse.Namespace) -> list[str]:
-    from indexer.topics import read_queries
+    from aheadrank.indexer.topics import read_queries
 
     source = args.queries or (args.collection if args.collection.is_dir() else args.collection.parent)
     queries = list(read_queries(source).values())

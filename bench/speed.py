@@ -35,16 +35,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from aheadrank.rankers import Ranker, init_ranker
+from aheadrank.rankers.blocks import key_mask
+from aheadrank.rankers.text import pad, positions
+from aheadrank.rankers.variants import Variant, parse_variant
 from rich.console import Console
 from rich.table import Table
 from scipy.stats import kendalltau
 from torch import Tensor
 
 from aheadrank.benchkit import cpu_sample, machine_info
-from rankers import Ranker, init_ranker
-from rankers.blocks import key_mask
-from rankers.text import pad, positions
-from rankers.variants import Variant, parse_variant
 
 REPO = Path(__file__).resolve().parents[1]
 QUERY_PIECES = 16

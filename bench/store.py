@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from store import StoreReader, StoreSpec, StoreWriter
-from store.quant import load_torch
+from aheadrank.store import StoreReader, StoreSpec, StoreWriter
+from aheadrank.store.quant import load_torch
 
 ROOT = Path(__file__).resolve().parent.parent
 

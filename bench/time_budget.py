@@ -300,10 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     rankers, inherited = resolve_rankers(args)
 
+    from aheadrank.rankers import load_ranker
+    from aheadrank.store import StoreReader
+
     from aheadrank.evaluation import evaluate, read_run
     from aheadrank.runs import bm25_candidates
-    from rankers import load_ranker
-    from store import StoreReader
 
     collection = (args.collection or Path(inherited.get("collection") or SAMPLE)).resolve()
     split = args.split or inherited.get("split", "test")

@@ -37,9 +37,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from aheadrank.indexer.collections import Collection, CollectionFormat, CollectionReport
+
 from aheadrank.errors import AheadrankError
 from aheadrank.fsfaults import check_writable, describe, exclusive_lock, fault_errno
-from indexer.collections import Collection, CollectionFormat, CollectionReport
 
 if TYPE_CHECKING:
     from tqdm import tqdm

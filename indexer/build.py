@@ -79,12 +79,12 @@ def get_ranker(
 ):
     """Load a checkpoint once per process (Dask workers reuse it across shard tasks). ``encoder="dense"``
     gives the dense prior's encoder (the base the checkpoint was initialised from) instead."""
-    from rankers import load_ranker
+    from aheadrank.rankers import load_ranker
 
     key = (str(Path(checkpoint).resolve()) if checkpoint else "", strategy, device, max_doc_len, encoder)
     with _RANKER_LOCK:
         if key not in _RANKERS and encoder == "dense":
-            from rankers.dense import dense_encoder
+            from aheadrank.rankers.dense import dense_encoder
 
             _RANKERS[key] = dense_encoder(_dense_base(checkpoint), device=device)
         if key not in _RANKERS:
@@ -105,8 +105,8 @@ def release_rankers() -> None:
 def _dense_base(source: str) -> str | None:
     """The base model of the dense encoder: a ranker checkpoint's base, a base model folder itself, or
     ``""`` for the packaged all-MiniLM-L6-v2."""
-    from rankers import load_config
-    from rankers.dense import base_of
+    from aheadrank.rankers import load_config
+    from aheadrank.rankers.dense import base_of
 
     if not source:
         return None
@@ -116,7 +116,7 @@ def _dense_base(source: str) -> str | None:
 
 
 def make_spec(ranker, opts: BuildOptions):
-    from store import StoreSpec
+    from aheadrank.store import StoreSpec
 
     return StoreSpec(
         fields=ranker.field_dims(),
@@ -148,7 +148,7 @@ def encode_token_ids(
     """Fields ([len, dim] numpy; float16 with ``half``, the store's type, rounded by torch on the device,
     else float32 for int8 quantisation) for tokenised documents, in input order.
     ``on_batch(docs, tokens)`` is called after every batch (progress)."""
-    from rankers.text import pad
+    from aheadrank.rankers.text import pad
 
     out: list[dict[str, np.ndarray] | None] = [None] * len(seqs)
     device = ranker.device
@@ -189,7 +189,7 @@ def shard_task(
     encoder: str = "ranker",
 ):
     """One Dask task: encode one shard's documents and write its file atomically; returns its ShardInfo."""
-    from store import StoreSpec, write_shard
+    from aheadrank.store import StoreSpec, write_shard
 
     if threads:
         torch.set_num_threads(threads)
@@ -228,7 +228,7 @@ def source_digest(docids: Sequence[str], texts: Sequence[str]) -> str:
 def check_same_source(path: Path, info, spec, docids: list[str], digest: str) -> None:
     """A kept shard must hold what the collection has at its position (its recorded source digest; for a
     store written before sources were recorded, its docids)."""
-    from store.shard import read_shard_meta
+    from aheadrank.store.shard import read_shard_meta
 
     if info.source:
         if info.source == digest:
@@ -298,8 +298,8 @@ def build_store(opts: BuildOptions) -> BuildSummary:
 
 
 def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
-    from indexer.collections import Collection
-    from store import prepare_build, write_manifest
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.store import prepare_build, write_manifest
 
     t_load = time.perf_counter()
     ranker = get_ranker(
@@ -348,7 +348,7 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
     else:
         from concurrent.futures import ThreadPoolExecutor
 
-        from store import write_shard
+        from aheadrank.store import write_shard
 
         tokenized = ((i, ids, ranker.tokenize_documents(texts)) for i, ids, texts in todo)
         half = spec.dtype == "float16"
@@ -451,7 +451,7 @@ def build_dense(opts: BuildOptions, reuse: str | Path | None = None) -> BuildSum
 
     ``reuse``: an existing complete dense store of the same encoder and documents (e.g. built for another
     ranker over the same collection) is copied instead of encoding the collection again."""
-    from store import read_manifest
+    from aheadrank.store import read_manifest
 
     target = Path(opts.store) / DENSE_DIR
     if reuse is not None:
@@ -468,7 +468,7 @@ def build_dense(opts: BuildOptions, reuse: str | Path | None = None) -> BuildSum
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(reuse, target)
-        from store import StoreReader
+        from aheadrank.store import StoreReader
 
         with StoreReader(opts.store) as a, StoreReader(target) as b:
             if a.docids() != b.docids():

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
+from aheadrank.rankers.config import RankerConfig
+from aheadrank.rankers.text import TextEncoder, pad, pad_fields
 from torch import Tensor, nn
 
 from aheadrank.errors import CheckpointError
-from rankers.config import RankerConfig
-from rankers.text import TextEncoder, pad, pad_fields
 
 
 @dataclass

@@ -12,14 +12,14 @@ import tempfile
 from pathlib import Path
 
 import torch
+from aheadrank.rankers.base import Ranker
+from aheadrank.rankers.base_model import TOKENIZER_FILES, load_base, resolve_base
+from aheadrank.rankers.config import RankerConfig, check_options, default_options
+from aheadrank.rankers.registry import RANKERS
+from aheadrank.rankers.text import TextEncoder
 from safetensors.torch import load_model, save_model
 
 from aheadrank.errors import CheckpointError
-from rankers.base import Ranker
-from rankers.base_model import TOKENIZER_FILES, load_base, resolve_base
-from rankers.config import RankerConfig, check_options, default_options
-from rankers.registry import RANKERS
-from rankers.text import TextEncoder
 
 REQUIRED = ("config.json", "model.safetensors", "fingerprint.json", "tokenizer_config.json")
 PRIORS_FILE = "priors.json"  # optional: the fitted score combination (aheadrank/priors.py), opaque here

@@ -15,12 +15,11 @@ never multiplies D by an n×n matrix. Both are the same function.
 
 from __future__ import annotations
 
+from aheadrank.rankers.base import QueryState, Ranker, masked_mean
+from aheadrank.rankers.base_model import base_embeddings, base_layer
+from aheadrank.rankers.blocks import Encoder, key_mask, make_interaction_block
+from aheadrank.rankers.text import positions
 from torch import Tensor, nn
-
-from rankers.base import QueryState, Ranker, masked_mean
-from rankers.base_model import base_embeddings, base_layer
-from rankers.blocks import Encoder, key_mask, make_interaction_block
-from rankers.text import positions
 
 
 class MoresRanker(Ranker):

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from aheadrank.rankers.base import QueryState, Ranker
+from aheadrank.rankers.base_model import base_embeddings, base_layer
+from aheadrank.rankers.blocks import Encoder, key_mask
+from aheadrank.rankers.text import positions
 from torch import Tensor, nn
-
-from rankers.base import QueryState, Ranker
-from rankers.base_model import base_embeddings, base_layer
-from rankers.blocks import Encoder, key_mask
-from rankers.text import positions
 
 
 class PrettrRanker(Ranker):

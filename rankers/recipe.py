@@ -10,9 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankers.base import Ranker
-from rankers.checkpoint import save_checkpoint
-from rankers.training import TrainConfig, TrainingData, TrainResult, loss_ends, pretrain_compressor, train
+from aheadrank.rankers.base import Ranker
+from aheadrank.rankers.checkpoint import save_checkpoint
+from aheadrank.rankers.training import (
+    TrainConfig,
+    TrainingData,
+    TrainResult,
+    loss_ends,
+    pretrain_compressor,
+    train,
+)
 
 
 @dataclass

@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from aheadrank.rankers.config import KINDS
+
 from aheadrank.errors import CheckpointError
-from rankers.config import KINDS
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Variant:
 
     def init(self, **kwargs: Any):
         """A new (untrained) ranker of this variant; ``kwargs`` go to :func:`rankers.init_ranker`."""
-        from rankers.checkpoint import init_ranker
+        from aheadrank.rankers.checkpoint import init_ranker
 
         return init_ranker(self.kind, **self.options, **kwargs)
 

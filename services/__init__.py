@@ -4,12 +4,12 @@
 :func:`create_app`.
 """
 
-from services.backend import RerankBackend
-from services.settings import ServiceSettings
+from aheadrank.services.backend import RerankBackend
+from aheadrank.services.settings import ServiceSettings
 
 
 def create_app(backend: RerankBackend):
-    from services.app import create_app as _create
+    from aheadrank.services.app import create_app as _create
 
     return _create(backend)
 

@@ -22,19 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Body, Depends, FastAPI, Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import Discriminator, Tag
-from starlette.datastructures import MutableHeaders
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from aheadrank import __version__
-from aheadrank.errors import AheadrankError, StoreDamagedError
-from services.backend import Cancelled, RequestError, RerankBackend, StageClock, Work
-from services.metrics import ServiceMetrics
-from services.schemas import (
+from aheadrank.services.backend import Cancelled, RequestError, RerankBackend, StageClock, Work
+from aheadrank.services.metrics import ServiceMetrics
+from aheadrank.services.schemas import (
     BudgetReport,
     CompatRerankResponse,
     DocumentsRequest,
@@ -47,6 +37,16 @@ from services.schemas import (
     TeiRank,
     Timings,
 )
+from fastapi import Body, Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import Discriminator, Tag
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from aheadrank import __version__
+from aheadrank.errors import AheadrankError, StoreDamagedError
 
 access_log = logging.getLogger("aheadrank.access")
 log = logging.getLogger("aheadrank.service")
@@ -329,7 +329,7 @@ class ModelThread:
         """Finish the running request; with ``jvm``, detach the model thread from the JVM first (it called
         into Java for BM25)."""
         if jvm:
-            from indexer.bm25 import detach_thread
+            from aheadrank.indexer.bm25 import detach_thread
 
             self.executor.submit(detach_thread)
         self.executor.shutdown(wait=True)

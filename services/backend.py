@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aheadrank.services.budget import LatencyModel
+from aheadrank.services.settings import ServiceSettings
+
 from aheadrank.errors import AheadrankError, CheckpointError, StoreError
-from services.budget import LatencyModel
-from services.settings import ServiceSettings
 
 log = logging.getLogger("aheadrank.service")
 WARMUP_SEARCHES = 300
@@ -132,7 +133,7 @@ class RerankBackend:
     def load(cls, settings: ServiceSettings) -> RerankBackend:
         """Open the store, check its fingerprint against the checkpoint (refuse on a mismatch), load the
         ranker on the device, open the Lucene searcher. Raises AheadrankError with a clear message."""
-        from rankers import load_ranker, read_fingerprint
+        from aheadrank.rankers import load_ranker, read_fingerprint
 
         if settings.threads:
             import torch
@@ -147,7 +148,7 @@ class RerankBackend:
         reader = None
         strategy = None
         if settings.store is not None:
-            from store import StoreReader
+            from aheadrank.store import StoreReader
 
             reader = StoreReader(settings.store)
             if reader.spec.fingerprint != ckpt_fp:
@@ -163,7 +164,7 @@ class RerankBackend:
             reader.check_fingerprint(ranker.fingerprint)
         searcher = None
         if settings.index is not None:
-            from indexer.bm25 import Bm25Searcher
+            from aheadrank.indexer.bm25 import Bm25Searcher
 
             searcher = Bm25Searcher(settings.index)
         from aheadrank.rerank import PriorScorer

@@ -15,10 +15,8 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
-
-from aheadrank.errors import StoreError
-from store._io import remove_temp_files
-from store.manifest import (
+from aheadrank.store._io import remove_temp_files
+from aheadrank.store.manifest import (
     MANIFEST_NAME,
     SHARD_PREFIX,
     SHARD_SUFFIX,
@@ -28,8 +26,10 @@ from store.manifest import (
     read_manifest,
     write_manifest_file,
 )
-from store.shard import ShardBuffer, read_shard_meta, validate_docid
-from store.spec import StoreSpec
+from aheadrank.store.shard import ShardBuffer, read_shard_meta, validate_docid
+from aheadrank.store.spec import StoreSpec
+
+from aheadrank.errors import StoreError
 
 log = logging.getLogger("aheadrank.store")
 

@@ -11,8 +11,8 @@ from aheadrank.errors import CheckpointError
 
 
 def test_every_catalogued_variant_parses_to_its_own_kind_options():
-    from rankers.config import KIND_OPTIONS, default_options
-    from rankers.variants import CATALOGUE, DEFAULTS, default_variant, parse_variant
+    from aheadrank.rankers.config import KIND_OPTIONS, default_options
+    from aheadrank.rankers.variants import CATALOGUE, DEFAULTS, default_variant, parse_variant
 
     for name in CATALOGUE:
         v = parse_variant(name)
@@ -29,7 +29,7 @@ def test_every_catalogued_variant_parses_to_its_own_kind_options():
 
 
 def test_match_variants_globs_keeps_order_and_refuses_unknown():
-    from rankers.variants import match_variants
+    from aheadrank.rankers.variants import match_variants
 
     assert match_variants(["tk-*", "bert", "tk-2l"]) == ["tk-1l", "tk-2l", "bert"]
     assert match_variants(["mores-3ib-s2"]) == ["mores-3ib-s2"]  # outside the catalogue, still a name
@@ -40,8 +40,8 @@ def test_match_variants_globs_keeps_order_and_refuses_unknown():
 
 
 def test_options_of_another_kind_are_refused_everywhere(tiny_base):
-    from rankers import init_ranker
-    from rankers.config import foreign_options
+    from aheadrank.rankers import init_ranker
+    from aheadrank.rankers.config import foreign_options
 
     assert foreign_options("bert", {"ibs": 2, "max_doc_len": 32, "layer": None}) == ["ibs"]
     assert foreign_options("mores", {"ibs": 2, "pooling": "cls"}) == []

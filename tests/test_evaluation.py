@@ -493,7 +493,7 @@ SCIFACT_QRELS = Path("/work/shared/data/scifact/qrels/test.tsv")
 
 @pytest.mark.skipif(not SCIFACT_QRELS.is_file(), reason="SciFact test qrels not present")
 def test_perfect_scifact_run_scores_one(tmp_path):
-    from indexer.topics import read_qrels
+    from aheadrank.indexer.topics import read_qrels
 
     qrels = read_qrels(SCIFACT_QRELS)
     run = {q: {d: float(g) for d, g in judged.items()} for q, judged in qrels.items()}

@@ -11,9 +11,9 @@ from aheadrank.runs import bm25_candidates, rerank_run
 
 
 def test_precomputed_run_equals_the_unsplit_models_run(service_env):
-    from indexer.collections import Collection
-    from indexer.topics import read_beir_split
-    from rankers import load_ranker
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.indexer.topics import read_beir_split
+    from aheadrank.rankers import load_ranker
 
     queries, _ = read_beir_split(service_env.collection, "test")
     queries = {q: queries[q] for q in sorted(queries)[:6]}

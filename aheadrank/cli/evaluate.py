@@ -86,7 +86,7 @@ def evaluate_cmd(
     from rich.table import Table
 
     from aheadrank.evaluation import coverage, paired_test, parse_metric, per_query, read_run
-    from indexer.topics import read_qrels
+    from aheadrank.indexer.topics import read_qrels
 
     names = _split_list(metrics)
     if not names:

@@ -9,11 +9,11 @@ import typer
 from aheadrank.cli.app import app
 from aheadrank.cli.options import env, user_errors
 from aheadrank.errors import AheadrankError
-from indexer.collections import CollectionFormat
+from aheadrank.indexer.collections import CollectionFormat
 
 
 def _default_threads() -> int:
-    from indexer.bm25 import default_threads
+    from aheadrank.indexer.bm25 import default_threads
 
     return default_threads()
 
@@ -57,7 +57,7 @@ def bm25_index(
     ),
 ) -> None:
     """Build the BM25 Lucene index (positions, document vectors and raw text stored) of a collection."""
-    from indexer.bm25 import build_bm25_index
+    from aheadrank.indexer.bm25 import build_bm25_index
 
     result = build_bm25_index(
         collection,
@@ -95,7 +95,7 @@ def bm25_search(
     ),
 ) -> None:
     """Debug: print the BM25 top-k of one query (rank, docid, score, start of the text)."""
-    from indexer.bm25 import Bm25Searcher
+    from aheadrank.indexer.bm25 import Bm25Searcher
 
     with Bm25Searcher(index, k1=k1, b=b) as searcher:
         hits = searcher.search(query, k)
@@ -150,7 +150,7 @@ def index_cmd(
 ) -> None:
     """Build (or resume) the representation store: the checkpoint's document side over the collection,
     plus the dense prior's field (one embedding per document)."""
-    from indexer.build import BuildOptions, build_dense, build_store
+    from aheadrank.indexer.build import BuildOptions, build_dense, build_store
 
     if scheduler and workers:
         raise AheadrankError("give --scheduler or --workers, not both")

@@ -55,7 +55,7 @@ def init_options(kind: str, given: dict[str, Any]) -> dict[str, Any]:
     """The command's ranker options as :func:`rankers.init_ranker` keywords; options of another kind are
     refused (rankers.config's one rule), naming their flags."""
     from aheadrank.errors import CheckpointError
-    from rankers.config import foreign_options
+    from aheadrank.rankers.config import foreign_options
 
     options = {_RANKER_OPTIONS[n][0]: v.value if isinstance(v, Enum) else v for n, v in given.items()}
     flags = {_RANKER_OPTIONS[n][0]: _RANKER_OPTIONS[n][2].param_decls[0].split("/")[0] for n in given}
@@ -80,7 +80,7 @@ def init_ranker_cmd(
     ranker_options: dict,
 ) -> None:
     """Write a new checkpoint directory (config.json, model.safetensors, tokenizer, fingerprint)."""
-    from rankers import init_ranker, save_checkpoint
+    from aheadrank.rankers import init_ranker, save_checkpoint
 
     ranker = init_ranker(kind.value, base=base, seed=seed, **init_options(kind.value, ranker_options))
     fp = save_checkpoint(ranker, out, overwrite=overwrite)

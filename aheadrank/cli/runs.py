@@ -81,10 +81,10 @@ def train_cmd(
     ranker_options: dict,
 ) -> None:
     """Train a ranker on a BEIR collection: 1 relevant + n BM25 negatives per group, best checkpoint kept."""
+    from aheadrank.rankers import init_ranker, load_ranker
+    from aheadrank.rankers.recipe import train_recipe
+    from aheadrank.rankers.training import TrainConfig
     from aheadrank.runs import build_training_data
-    from rankers import init_ranker, load_ranker
-    from rankers.recipe import train_recipe
-    from rankers.training import TrainConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     data = build_training_data(collection, split, index)
@@ -114,12 +114,12 @@ def train_cmd(
     if listwise_weight > 0:
         from aheadrank.baselines import fusion_teacher
         from aheadrank.errors import AheadrankError
-        from rankers.training import split_queries
+        from aheadrank.rankers.training import split_queries
 
         if dense_store is None:
             raise AheadrankError("--listwise-weight needs --dense-store (the collection's dense field)")
         _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
-        from rankers.dense import base_of
+        from aheadrank.rankers.dense import base_of
 
         data.teacher, weights = fusion_teacher(dense_store, index, data, val_q, base=base_of(model.config))
         logging.getLogger("aheadrank.train").info("listwise teacher: BM25 + bi-encoder fusion %s", weights)
@@ -168,10 +168,10 @@ def pretrain_compressor_cmd(
     attention-MSE loss; then ``train --ranker prettr --init OUT`` fine-tunes the whole ranker."""
 
     from aheadrank.errors import AheadrankError
+    from aheadrank.rankers import init_ranker, load_ranker
+    from aheadrank.rankers.recipe import train_recipe
+    from aheadrank.rankers.training import TrainConfig, loss_ends
     from aheadrank.runs import build_training_data
-    from rankers import init_ranker, load_ranker
-    from rankers.recipe import train_recipe
-    from rankers.training import TrainConfig, loss_ends
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if out.exists() and any(out.iterdir()) and not overwrite:
@@ -252,8 +252,8 @@ def rerank_run_cmd(
     unless --pure."""
     from aheadrank.errors import AheadrankError
     from aheadrank.evaluation import write_run
+    from aheadrank.indexer.topics import read_beir_split, read_queries
     from aheadrank.runs import bm25_candidates, read_first_stage, rerank_run
-    from indexer.topics import read_beir_split, read_queries
 
     qs = read_beir_split(queries, split)[0] if split else read_queries(queries)
     if candidates is not None:
@@ -305,10 +305,10 @@ def fit_priors_cmd(
     """Fit how the neural score is combined with the BM25 and dense priors (weights per available feature
     set, nDCG@10 on validation queries) and save them into the checkpoint as priors.json."""
     from aheadrank.errors import AheadrankError
+    from aheadrank.indexer.topics import read_beir_split
+    from aheadrank.rankers import load_config
     from aheadrank.rerank import fit_checkpoint_priors
     from aheadrank.runs import bm25_candidates
-    from indexer.topics import read_beir_split
-    from rankers import load_config
 
     if split == "test":
         raise AheadrankError("refusing to fit the priors on the test split: use held-out training queries")

@@ -17,7 +17,7 @@ import typer
 from aheadrank.cli.app import app
 from aheadrank.cli.options import env, settings_block, user_errors, with_options
 from aheadrank.errors import AheadrankError
-from services.settings import ServiceSettings
+from aheadrank.services.settings import ServiceSettings
 
 
 class JsonLines(logging.Formatter):
@@ -113,10 +113,10 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from services.app import create_app
-    from services.backend import RerankBackend
-    from services.keys import keys_from_cli
-    from services.limits import connection_cap, guarded_h11
+    from aheadrank.services.app import create_app
+    from aheadrank.services.backend import RerankBackend
+    from aheadrank.services.keys import keys_from_cli
+    from aheadrank.services.limits import connection_cap, guarded_h11
 
     configure_logging(log_level)
     log = logging.getLogger("aheadrank.service")
@@ -132,7 +132,7 @@ def serve(
         print(f"warning: {message}", file=sys.stderr)
         log.warning(message)
     if api_keys_file is not None:
-        from services.settings import read_keys_file
+        from aheadrank.services.settings import read_keys_file
 
         try:
             keys += read_keys_file(api_keys_file)

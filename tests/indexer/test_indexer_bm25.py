@@ -6,11 +6,8 @@ import random
 import threading
 
 import pytest
-from indexer_testkit import SAMPLE, shared_dataset, write_lines
-
-from aheadrank.errors import AheadrankError, CollectionError
-from indexer import bm25
-from indexer.bm25 import (
+from aheadrank.indexer import bm25
+from aheadrank.indexer.bm25 import (
     Bm25Searcher,
     IndexBuildError,
     build_bm25_index,
@@ -19,8 +16,11 @@ from indexer.bm25 import (
     java_classes,
     read_index_meta,
 )
-from indexer.collections import Collection
-from indexer.topics import read_beir_split
+from aheadrank.indexer.collections import Collection
+from aheadrank.indexer.topics import read_beir_split
+from indexer_testkit import SAMPLE, shared_dataset, write_lines
+
+from aheadrank.errors import AheadrankError, CollectionError
 
 pytestmark = pytest.mark.slow  # needs Java
 

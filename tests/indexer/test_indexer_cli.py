@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from aheadrank.indexer.bm25 import read_index_meta
 from indexer_testkit import write_lines
 from typer.testing import CliRunner
 
 from aheadrank.cli import app
-from indexer.bm25 import read_index_meta
 
 runner = CliRunner()
 

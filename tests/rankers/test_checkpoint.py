@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 import torch
+from aheadrank.rankers import compute_fingerprint, init_ranker, load_ranker, read_fingerprint, save_checkpoint
+from aheadrank.rankers.checkpoint import REQUIRED
 from typer.testing import CliRunner
 
 from aheadrank.errors import CheckpointError
-from rankers import compute_fingerprint, init_ranker, load_ranker, read_fingerprint, save_checkpoint
-from rankers.checkpoint import REQUIRED
 
 QUERY = "insulin resistance in obesity"
 DOCS = ["insulin glucose liver obesity", "the heart and blood pressure", "a vaccine immune response study"]

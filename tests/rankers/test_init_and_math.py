@@ -7,10 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from rankers import init_ranker
-from rankers.base_model import load_base
-from rankers.tk import KERNEL_MU, kernel_features
+from aheadrank.rankers import init_ranker
+from aheadrank.rankers.base_model import load_base
+from aheadrank.rankers.tk import KERNEL_MU, kernel_features
 
 
 def assert_copied(module: torch.nn.Module, sd: dict[str, torch.Tensor], prefix: str) -> int:

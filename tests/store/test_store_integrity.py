@@ -6,12 +6,12 @@ import json
 
 import h5py
 import pytest
+from aheadrank.store import StoreReader, StoreWriter, read_manifest, verify_store
 from store_testkit import build, make_docs, make_spec
 from typer.testing import CliRunner
 
 from aheadrank.cli import app
 from aheadrank.errors import StoreError
-from store import StoreReader, StoreWriter, read_manifest, verify_store
 
 runner = CliRunner()
 

@@ -8,10 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from store_testkit import COMBOS, FIELDS, build, check_fetch, int8_bound, make_docs, make_spec
-
-from aheadrank.errors import StoreError
-from store import (
+from aheadrank.store import (
     StoreReader,
     StoreSpec,
     StoreWriter,
@@ -20,6 +17,9 @@ from store import (
     write_manifest,
     write_shard,
 )
+from store_testkit import COMBOS, FIELDS, build, check_fetch, int8_bound, make_docs, make_spec
+
+from aheadrank.errors import StoreError
 
 
 @pytest.mark.parametrize(("compression", "dtype"), COMBOS)
@@ -43,7 +43,7 @@ def test_round_trip_mixed_lengths(tmp_path, compression, dtype):
 
 
 def test_int8_error_is_bounded_and_small():
-    from store.quant import dequantize_int8, quantize_int8
+    from aheadrank.store.quant import dequantize_int8, quantize_int8
 
     x = np.random.default_rng(0).standard_normal((50, 64)).astype(np.float32) * 5
     x[3] = 0.0
@@ -212,7 +212,7 @@ def test_same_input_gives_same_shard_bytes(tmp_path):
 
 
 def test_int8_dequantize_numpy_fallback_equals_torch(monkeypatch):
-    import store.quant as quant
+    import aheadrank.store.quant as quant
 
     x = np.random.default_rng(1).standard_normal((3, 300, 40)).astype(np.float32)
     q, scale = quant.quantize_int8(x.reshape(-1, 40))
@@ -225,7 +225,7 @@ def test_int8_dequantize_numpy_fallback_equals_torch(monkeypatch):
 
 @pytest.mark.parametrize(("compression", "dtype"), COMBOS)
 def test_gather_in_small_windows(tmp_path, monkeypatch, compression, dtype):
-    from store import reader as store_reader
+    from aheadrank.store import reader as store_reader
 
     monkeypatch.setattr(store_reader, "_STITCH", False)  # the per-shard path (platforms without it)
     monkeypatch.setattr(store_reader, "_SCRATCH_BYTES", 1)  # one document per window and shard
@@ -254,7 +254,7 @@ def test_uncompressed_shards_are_stitched_into_one_array(tmp_path):
 
 
 def test_casts_without_torch_match(monkeypatch):
-    import store.quant as quant
+    import aheadrank.store.quant as quant
 
     x = np.random.default_rng(2).standard_normal((70, 600)).astype(np.float32) * 100
     x[0, 0] = 1e6  # overflows float16
