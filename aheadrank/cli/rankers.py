@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import env, opt, option_block, user_errors, with_options
+from aheadrank.cli.options import opt, option_block, user_errors, with_options
 
 
 class Kind(str, Enum):
@@ -70,11 +70,9 @@ def init_options(kind: str, given: dict[str, Any]) -> dict[str, Any]:
 @with_options(RANKER_OPTIONS)
 def init_ranker_cmd(
     kind: Kind = typer.Argument(..., help="ranker kind"),
-    out: Path = typer.Option(..., "--out", envvar=env("out"), help="checkpoint directory to write"),
-    base: Path | None = typer.Option(
-        None, "--base", envvar=env("base"), help="base BERT folder (default: packaged MiniLM)"
-    ),
-    seed: int = typer.Option(0, "--seed", envvar=env("seed")),
+    out: Path = opt(..., "--out", help="checkpoint directory to write"),
+    base: Path | None = opt(None, "--base", help="base BERT folder (default: packaged MiniLM)"),
+    seed: int = opt(0, "--seed"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing checkpoint directory"),
     *,
     ranker_options: dict,

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import env, user_errors, with_options
+from aheadrank.cli.options import opt, user_errors, with_options
 from aheadrank.cli.rankers import RANKER_OPTIONS, Kind, init_options, ranker_options_block
 
 
@@ -17,64 +17,51 @@ from aheadrank.cli.rankers import RANKER_OPTIONS, Kind, init_options, ranker_opt
 @user_errors
 @with_options(RANKER_OPTIONS)
 def train_cmd(
-    ranker: Kind = typer.Option(..., "--ranker", envvar=env("ranker"), help="ranker kind"),
-    collection: Path = typer.Option(..., "--collection", envvar=env("collection"), help="BEIR directory"),
-    index: Path = typer.Option(..., "--index", envvar=env("index"), help="its BM25 Lucene index (negatives)"),
-    out: Path = typer.Option(
-        ..., "--out", envvar=env("out"), help="checkpoint directory (best by validation)"
-    ),
-    split: str = typer.Option("train", "--split", envvar=env("split")),
-    init: Path | None = typer.Option(None, "--init", envvar=env("init"), help="start from this checkpoint"),
-    base: Path | None = typer.Option(None, "--base", envvar=env("base")),
-    steps: int = typer.Option(1000, "--steps", envvar=env("steps")),
-    group_size: int = typer.Option(8, "--group-size", envvar=env("group-size")),
-    queries_per_step: int = typer.Option(8, "--queries-per-step", envvar=env("queries-per-step")),
-    grad_accum: int = typer.Option(1, "--grad-accum", envvar=env("grad-accum")),
-    lr: float = typer.Option(3e-5, "--lr", envvar=env("lr")),
-    warmup: float = typer.Option(0.1, "--warmup", envvar=env("warmup")),
-    eval_every: int = typer.Option(200, "--eval-every", envvar=env("eval-every")),
-    val_queries: int = typer.Option(50, "--val-queries", envvar=env("val-queries")),
-    seed: int = typer.Option(0, "--seed", envvar=env("seed")),
-    teacher: Path | None = typer.Option(
-        None, "--teacher", envvar=env("teacher"), help="bert checkpoint to distil"
-    ),
-    distill_weight: float = typer.Option(0.0, "--distill-weight", envvar=env("distill-weight")),
-    listwise_weight: float = typer.Option(
+    ranker: Kind = opt(..., "--ranker", help="ranker kind"),
+    collection: Path = opt(..., "--collection", help="BEIR directory"),
+    index: Path = opt(..., "--index", help="its BM25 Lucene index (negatives)"),
+    out: Path = opt(..., "--out", help="checkpoint directory (best by validation)"),
+    split: str = opt("train", "--split"),
+    init: Path | None = opt(None, "--init", help="start from this checkpoint"),
+    base: Path | None = opt(None, "--base"),
+    steps: int = opt(1000, "--steps"),
+    group_size: int = opt(8, "--group-size"),
+    queries_per_step: int = opt(8, "--queries-per-step"),
+    grad_accum: int = opt(1, "--grad-accum"),
+    lr: float = opt(3e-5, "--lr"),
+    warmup: float = opt(0.1, "--warmup"),
+    eval_every: int = opt(200, "--eval-every"),
+    val_queries: int = opt(50, "--val-queries"),
+    seed: int = opt(0, "--seed"),
+    teacher: Path | None = opt(None, "--teacher", help="bert checkpoint to distil"),
+    distill_weight: float = opt(0.0, "--distill-weight"),
+    listwise_weight: float = opt(
         0.0,
         "--listwise-weight",
-        envvar=env("listwise-weight"),
         help="> 0: add listwise KL distillation from the BM25 + bi-encoder fusion (needs --dense-store)",
     ),
-    listwise_temperature: float = typer.Option(
-        1.0, "--listwise-temperature", envvar=env("listwise-temperature")
-    ),
-    ce_weight: float = typer.Option(
-        1.0, "--ce-weight", envvar=env("ce-weight"), help="weight of the cross-entropy on the judged positive"
-    ),
-    dense_store: Path | None = typer.Option(
+    listwise_temperature: float = opt(1.0, "--listwise-temperature"),
+    ce_weight: float = opt(1.0, "--ce-weight", help="weight of the cross-entropy on the judged positive"),
+    dense_store: Path | None = opt(
         None,
         "--dense-store",
-        envvar=env("dense-store"),
         help="the collection's dense field (a store's dense/ folder, from `aheadrank index`): the teacher's",
     ),
-    device: str = typer.Option("cpu", "--device", envvar=env("device")),
-    progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
-    freeze_embeddings: bool = typer.Option(
+    device: str = opt("cpu", "--device"),
+    progress: bool = opt(True, "--progress/--no-progress"),
+    freeze_embeddings: bool = opt(
         False,
         "--freeze-embeddings/--train-embeddings",
-        envvar=env("freeze-embeddings"),
         help="keep the embedding tables as initialised (less memorisation on small training sets)",
     ),
-    cpu_amp: bool = typer.Option(
+    cpu_amp: bool = opt(
         False,
         "--cpu-amp/--no-cpu-amp",
-        envvar=env("cpu-amp"),
         help="bfloat16 autocast on CPU (faster steps where the CPU has AVX512-BF16 or AMX)",
     ),
-    compressor_steps: int = typer.Option(
+    compressor_steps: int = opt(
         0,
         "--compressor-steps",
-        envvar=env("compressor-steps"),
         help="PreTTR: attention-MSE pre-training steps before fine-tuning",
     ),
     *,
@@ -144,23 +131,19 @@ def train_cmd(
 @user_errors
 @with_options(ranker_options_block("layer", "compress", "max_query_len", "max_doc_len"))
 def pretrain_compressor_cmd(
-    collection: Path = typer.Option(..., "--collection", envvar=env("collection"), help="BEIR directory"),
-    index: Path = typer.Option(..., "--index", envvar=env("index"), help="its BM25 Lucene index (pairs)"),
-    out: Path = typer.Option(..., "--out", envvar=env("out"), help="PreTTR checkpoint directory to write"),
-    split: str = typer.Option(
-        "train", "--split", envvar=env("split"), help="queries whose BM25 pairs are used"
-    ),
-    init: Path | None = typer.Option(
-        None, "--init", envvar=env("init"), help="a PreTTR checkpoint to start from (else a fresh one)"
-    ),
-    base: Path | None = typer.Option(None, "--base", envvar=env("base")),
-    steps: int = typer.Option(200, "--steps", envvar=env("steps")),
-    lr: float = typer.Option(1e-3, "--lr", envvar=env("lr")),
-    batch: int = typer.Option(16, "--batch", envvar=env("batch"), help="(query, document) pairs per step"),
-    seed: int = typer.Option(0, "--seed", envvar=env("seed")),
-    device: str = typer.Option("cpu", "--device", envvar=env("device")),
-    overwrite: bool = typer.Option(False, "--overwrite", envvar=env("overwrite")),
-    progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
+    collection: Path = opt(..., "--collection", help="BEIR directory"),
+    index: Path = opt(..., "--index", help="its BM25 Lucene index (pairs)"),
+    out: Path = opt(..., "--out", help="PreTTR checkpoint directory to write"),
+    split: str = opt("train", "--split", help="queries whose BM25 pairs are used"),
+    init: Path | None = opt(None, "--init", help="a PreTTR checkpoint to start from (else a fresh one)"),
+    base: Path | None = opt(None, "--base"),
+    steps: int = opt(200, "--steps"),
+    lr: float = opt(1e-3, "--lr"),
+    batch: int = opt(16, "--batch", help="(query, document) pairs per step"),
+    seed: int = opt(0, "--seed"),
+    device: str = opt("cpu", "--device"),
+    overwrite: bool = opt(False, "--overwrite"),
+    progress: bool = opt(True, "--progress/--no-progress"),
     *,
     ranker_options: dict,
 ) -> None:
@@ -221,29 +204,25 @@ def pretrain_compressor_cmd(
 @app.command("rerank-run")
 @user_errors
 def rerank_run_cmd(
-    checkpoint: Path = typer.Option(..., "--checkpoint", envvar=env("checkpoint")),
-    store: Path = typer.Option(..., "--store", envvar=env("store")),
-    queries: Path = typer.Option(
-        ..., "--queries", envvar=env("queries"), help="queries.jsonl, TSV or BEIR dir"
+    checkpoint: Path = opt(..., "--checkpoint"),
+    store: Path = opt(..., "--store"),
+    queries: Path = opt(..., "--queries", help="queries.jsonl, TSV or BEIR dir"),
+    out: Path = opt(..., "--out", help="TREC run file to write"),
+    index: Path | None = opt(None, "--index", help="BM25 index (candidates)"),
+    candidates: Path | None = opt(
+        None, "--candidates", help="first-stage TREC run to re-rank instead of BM25"
     ),
-    out: Path = typer.Option(..., "--out", envvar=env("out"), help="TREC run file to write"),
-    index: Path | None = typer.Option(None, "--index", envvar=env("index"), help="BM25 index (candidates)"),
-    candidates: Path | None = typer.Option(
-        None, "--candidates", envvar=env("candidates"), help="first-stage TREC run to re-rank instead of BM25"
-    ),
-    depth: int = typer.Option(100, "--depth", envvar=env("depth")),
-    split: str | None = typer.Option(
+    depth: int = opt(100, "--depth"),
+    split: str | None = opt(
         None,
         "--split",
-        envvar=env("split"),
         help="with a BEIR dir: only the queries judged in qrels/<split>.tsv",
     ),
-    device: str = typer.Option("cpu", "--device", envvar=env("device")),
-    tag: str = typer.Option("aheadrank", "--tag", envvar=env("tag")),
-    pure: bool = typer.Option(
+    device: str = opt("cpu", "--device"),
+    tag: str = opt("aheadrank", "--tag"),
+    pure: bool = opt(
         False,
         "--pure/--with-priors",
-        envvar=env("pure"),
         help="rank by the neural score alone (default: the served score, neural + the checkpoint's priors)",
     ),
 ) -> None:
@@ -282,25 +261,23 @@ def rerank_run_cmd(
 @app.command("fit-priors")
 @user_errors
 def fit_priors_cmd(
-    checkpoint: Path = typer.Option(..., "--checkpoint", envvar=env("checkpoint")),
-    store: Path = typer.Option(..., "--store", envvar=env("store"), help="its store (with the dense field)"),
-    collection: Path = typer.Option(..., "--collection", envvar=env("collection"), help="BEIR directory"),
-    index: Path = typer.Option(..., "--index", envvar=env("index"), help="its BM25 index (candidates)"),
-    split: str = typer.Option(
+    checkpoint: Path = opt(..., "--checkpoint"),
+    store: Path = opt(..., "--store", help="its store (with the dense field)"),
+    collection: Path = opt(..., "--collection", help="BEIR directory"),
+    index: Path = opt(..., "--index", help="its BM25 index (candidates)"),
+    split: str = opt(
         "train",
         "--split",
-        envvar=env("split"),
         help="qrels split of the validation queries (never the test split)",
     ),
-    all_queries: bool = typer.Option(
+    all_queries: bool = opt(
         False,
         "--all-queries",
-        envvar=env("all-queries"),
         help="use every query of --split (e.g. a dev split); default: the queries the trainer held out",
     ),
-    depth: int = typer.Option(100, "--depth", envvar=env("depth"), help="BM25 candidates per query"),
-    device: str = typer.Option("cpu", "--device", envvar=env("device")),
-    progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
+    depth: int = opt(100, "--depth", help="BM25 candidates per query"),
+    device: str = opt("cpu", "--device"),
+    progress: bool = opt(True, "--progress/--no-progress"),
 ) -> None:
     """Fit how the neural score is combined with the BM25 and dense priors (weights per available feature
     set, nDCG@10 on validation queries) and save them into the checkpoint as priors.json."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import env, settings_block, user_errors, with_options
+from aheadrank.cli.options import env, opt, settings_block, user_errors, with_options
 from aheadrank.errors import AheadrankError
 from aheadrank.services.settings import ServiceSettings
 
@@ -98,13 +98,12 @@ def serve(
         help="accepted Bearer key (repeat; env AHEADRANK_API_KEY or AHEADRANK_API_KEYS: space-separated). "
         "On the command line, `ps` shows it: prefer the environment or --api-keys-file",
     ),
-    api_keys_file: Path | None = typer.Option(
+    api_keys_file: Path | None = opt(
         None,
         "--api-keys-file",
-        envvar=env("api-keys-file"),
         help="file of accepted Bearer keys (one per line, '#' comments)",
     ),
-    log_level: str = typer.Option("info", "--log-level", envvar=env("log-level")),
+    log_level: str = opt("info", "--log-level"),
     *,
     service: dict,
 ) -> None:
