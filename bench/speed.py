@@ -38,6 +38,7 @@ import torch
 from aheadrank.rankers import Ranker, init_ranker
 from aheadrank.rankers.blocks import key_mask
 from aheadrank.rankers.text import pad, positions
+from aheadrank.rankers.variants import CATALOGUE as VARIANTS
 from aheadrank.rankers.variants import Variant, parse_variant
 from rich.console import Console
 from rich.table import Table
@@ -63,26 +64,9 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 # ---- the rows ---------------------------------------------------------------------------------------------
-# rows are variants of the one registry (rankers/variants.py), in this order
-CATALOGUE = tuple(
-    parse_variant(name)
-    for name in (
-        "bert",
-        "mores-1ib-s1",
-        "mores-1ib-s2",
-        "mores-2ib-s1",
-        "mores-2ib-s2",
-        "mores-2ib-mean",
-        "prettr-l5-e0",
-        "prettr-l5-e128",
-        "prettr-l5-e256",
-        "prettr-l4-e0",
-        "prettr-l4-e128",
-        "prettr-l4-e256",
-        "tk-1l",
-        "tk-2l",
-    )
-)
+# rows are the registry's variants (rankers/variants.py), but for EARL Tied: the same online math and cost
+# as the untied MORES row
+CATALOGUE = tuple(parse_variant(name) for name in VARIANTS if name != "mores-2ib-tied")
 # PreTTR l = 4 re-runs a whole layer over all 16 + d positions per document (a quarter of bert), so only
 # e = 128 is in the default set; --rankers 'prettr-*' adds e = 0 and e = 256.
 DEFAULT_ROWS = tuple(r.name for r in CATALOGUE if r.name not in ("prettr-l4-e0", "prettr-l4-e256"))
