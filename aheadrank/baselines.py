@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from aheadrank.errors import StoreError
+from aheadrank.evaluation import Run, best_first
 from aheadrank.priors import QueryFeatures, fit_weights, rrf, zscore
-
-Run = dict[str, dict[str, float]]
 
 
 def dense_features(
@@ -23,9 +22,9 @@ def dense_features(
     base: str | Path | None = None,
 ) -> dict[str, QueryFeatures]:
     """Per query: its BM25 candidates with their BM25 scores and dense cosines (the store's dense field)."""
+    from aheadrank.rankers.dense import dense_encoder
     from aheadrank.rerank import dense_cosines
-    from rankers.dense import dense_encoder
-    from store import StoreReader
+    from aheadrank.store import StoreReader
 
     enc = dense_encoder(base, device=device)
     qids = sorted(q for q in queries if candidates.get(q))
@@ -67,13 +66,7 @@ def fit_fusion(val: list[QueryFeatures]) -> tuple[dict[str, float], float]:
 def rrf_run(features: dict[str, QueryFeatures], names: tuple[str, ...] = ("bm25", "dense")) -> Run:
     run = {}
     for qid, q in features.items():
-        orders = [
-            [
-                q.docids[i]
-                for i in sorted(range(len(q.docids)), key=lambda i: (-q.features[f][i], q.docids[i]))
-            ]
-            for f in names
-        ]
+        orders = [[q.docids[i] for i in best_first(q.docids, q.features[f])] for f in names]
         fused = rrf(orders)
         run[qid] = {d: fused[d] for d in q.docids}
     return run

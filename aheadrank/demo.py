@@ -20,7 +20,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SAMPLE = Path(__file__).resolve().parent / "data" / "scifact-sample"
-OPTIONS = {"tk": {"tk_layers": 2}, "mores": {"ibs": 1}, "prettr": {"layer": 5, "compress": 128}, "bert": {}}
 RECIPES = {  # (steps, learning rate) that fit in a few minutes on 2 CPU cores
     "tk": (60, 1e-4),
     "mores": (60, 5e-5),
@@ -34,14 +33,15 @@ def say(msg: str) -> None:
 
 
 def ensure_checkpoint(ranker: str, steps: int, lucene: Path, ckpt: Path) -> None:
+    from aheadrank.rankers import save_checkpoint
+    from aheadrank.rankers.training import TrainConfig, train
+    from aheadrank.rankers.variants import default_variant
     from aheadrank.runs import build_training_data
-    from rankers import init_ranker, save_checkpoint
-    from rankers.training import TrainConfig, train
 
     if (ckpt / "fingerprint.json").exists():
         print("cached")
         return
-    model = init_ranker(ranker, **OPTIONS[ranker])
+    model = default_variant(ranker).init()
     if not steps:
         save_checkpoint(model, ckpt)
         return
@@ -65,11 +65,11 @@ def ensure_checkpoint(ranker: str, steps: int, lucene: Path, ckpt: Path) -> None
 def ensure_priors(ckpt: Path, store: Path, lucene: Path) -> None:
     """Fit the priors on the queries the trainer held out (never the test queries) and save them in the
     checkpoint (priors.json); the service then serves the combined score by default."""
+    from aheadrank.indexer.topics import read_beir_split
+    from aheadrank.rankers import load_config
+    from aheadrank.rankers.checkpoint import read_priors_json
     from aheadrank.rerank import fit_checkpoint_priors
     from aheadrank.runs import bm25_candidates
-    from indexer.topics import read_beir_split
-    from rankers import load_config
-    from rankers.checkpoint import read_priors_json
 
     saved = read_priors_json(ckpt)
     if saved is None:
@@ -89,7 +89,7 @@ def ensure_priors(ckpt: Path, store: Path, lucene: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ranker", choices=list(OPTIONS), default="tk")
+    ap.add_argument("--ranker", choices=list(RECIPES), default="tk")
     ap.add_argument(
         "--steps", type=int, default=None, help="training steps (0: untrained; default per ranker)"
     )
@@ -106,12 +106,12 @@ def main() -> None:
     logging.getLogger("aheadrank.train").setLevel(logging.INFO)  # validation lines, incl. the initial weights
 
     from aheadrank.evaluation import evaluate, write_run
+    from aheadrank.indexer.bm25 import build_bm25_index, is_lucene_index
+    from aheadrank.indexer.build import BuildOptions, build_dense, build_store
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.indexer.topics import read_beir_split
     from aheadrank.runs import bm25_candidates
-    from indexer.bm25 import build_bm25_index, is_lucene_index
-    from indexer.build import BuildOptions, build_dense, build_store
-    from indexer.collections import Collection
-    from indexer.topics import read_beir_split
-    from services.process import ServeProcess
+    from aheadrank.services.process import ServeProcess
 
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -123,8 +123,11 @@ def main() -> None:
     else:
         print("cached")
 
-    ckpt = work / f"ckpt-{args.ranker}-{steps}"
-    say(f"checkpoint {ckpt.name}: {args.ranker} from all-MiniLM-L6-v2, {steps} training steps")
+    from aheadrank.rankers.variants import default_variant
+
+    variant = default_variant(args.ranker).name  # the registry's variant of init-ranker's defaults
+    ckpt = work / f"ckpt-{variant}-{steps}"
+    say(f"checkpoint {ckpt.name}: {variant} from all-MiniLM-L6-v2, {steps} training steps")
     ensure_checkpoint(args.ranker, steps, lucene, ckpt)
 
     store = work / f"store-{ckpt.name}"

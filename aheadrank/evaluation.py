@@ -47,7 +47,6 @@ Paired comparison (:func:`compare`, :func:`paired_test`): run A is the baseline,
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
 import re
@@ -58,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from aheadrank.errors import AheadrankError
+from aheadrank.textio import text_lines
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
@@ -78,6 +78,8 @@ __all__ = [
     "Qrels",
     "Run",
     "RunFileError",
+    "best_first",
+    "by_score",
     "compare",
     "coverage",
     "evaluate",
@@ -102,21 +104,7 @@ class RunFileError(EvaluationError):
 
 
 def _text_lines(path: Path) -> Iterable[tuple[int, str]]:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise RunFileError(f"cannot read run file {path}: {exc.strerror or exc}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise RunFileError(f"{path}: corrupt gzip data ({exc})") from None
-    for lineno, raw in enumerate(data.splitlines(), start=1):
-        try:
-            yield lineno, raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise RunFileError(f"{path}:{lineno}: invalid UTF-8 ({exc.reason})") from None
+    return text_lines(path, RunFileError, what="cannot read run file")
 
 
 def read_run(path: str | Path) -> Run:
@@ -157,9 +145,22 @@ def read_run(path: str | Path) -> Run:
     return run
 
 
+def best_first(docids: Sequence[str], scores: Sequence[float]) -> list[int]:
+    """Positions of ``docids`` best first: score descending, equal scores by docid descending (trec_eval's
+    rule). The one order of every ranked list aheadrank evaluates or produces (``rerank-run``, the service,
+    the priors fit, the baselines), so a served list and its evaluation agree on ties."""
+    return sorted(range(len(docids)), key=lambda i: (scores[i], docids[i]), reverse=True)
+
+
+def by_score(pairs: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
+    """``(docid, score)`` pairs in the order of :func:`best_first`."""
+    pairs = list(pairs)
+    return [pairs[i] for i in best_first([d for d, _ in pairs], [s for _, s in pairs])]
+
+
 def ranking(docs: Mapping[str, float]) -> list[str]:
-    """Docids in trec_eval order: score descending, ties broken by docid descending."""
-    return [docid for docid, _ in sorted(docs.items(), key=lambda item: (item[1], item[0]), reverse=True)]
+    """Docids in trec_eval order (:func:`best_first`)."""
+    return [docid for docid, _ in by_score(docs.items())]
 
 
 def _qid_order(qid: str) -> tuple[int, int, str]:

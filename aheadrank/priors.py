@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from aheadrank.errors import CheckpointError
+from aheadrank.evaluation import best_first
 
 FEATURES = ("neural", "bm25", "dense")
 PRIORS_FILE = "priors.json"
@@ -135,11 +136,11 @@ class QueryFeatures:
 
 def ndcg10(scores: np.ndarray, docids: list[str], qrels: Mapping[str, int]) -> float:
     """nDCG@10 with trec_eval's linear gains; the ideal ranking uses every judged-relevant document.
-    Ties are broken by docid (ascending), as the rerank core does."""
+    Ties are broken as in every ranked list (:func:`aheadrank.evaluation.best_first`)."""
     rel = sorted((g for g in qrels.values() if g > 0), reverse=True)
     if not rel:
         return 0.0
-    order = sorted(range(len(docids)), key=lambda i: (-scores[i], docids[i]))[:10]
+    order = best_first(docids, scores)[:10]
     disc = 1.0 / np.log2(np.arange(2, 12))
     dcg = sum(max(qrels.get(docids[i], 0), 0) * disc[r] for r, i in enumerate(order))
     idcg = sum(g * disc[r] for r, g in enumerate(rel[:10]))

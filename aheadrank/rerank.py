@@ -4,7 +4,8 @@
 :class:`~aheadrank.priors.Priors`, the store's dense field (``<store>/dense``) and the dense query encoder.
 :func:`apply_priors` turns one query's neural scores into ranked :class:`Scored` rows; ``rerank-run``, the
 service and the benchmarks all call it, so every path serves the same scores in the same order (ties by
-docid ascending).
+docid descending: :func:`aheadrank.evaluation.best_first`, the order trec_eval evaluates). The rerank core
+also holds the one fetch-and-score loop (:func:`score_stored`) that ``rerank-run`` and the service share.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from aheadrank.errors import StoreError
+from aheadrank.evaluation import by_score
 from aheadrank.priors import Priors, subset_key
 
 log = logging.getLogger("aheadrank.rerank")
@@ -77,7 +79,7 @@ class PriorScorer:
                 "without the dense prior; rebuild with `aheadrank index` (the ranker's fields are reused)"
             )
             return
-        from store import StoreReader
+        from aheadrank.store import StoreReader
 
         reader = StoreReader(dense_dir)
         if reader.spec.fingerprint != self.priors.dense["fingerprint"]:
@@ -101,7 +103,7 @@ class PriorScorer:
     def encoder(self):
         """The dense query/document encoder (loaded on first use; its fingerprint must match the priors')."""
         if self._encoder is None:
-            from rankers.dense import base_of, dense_encoder
+            from aheadrank.rankers.dense import base_of, dense_encoder
 
             enc = dense_encoder(
                 base_of(self._ranker.config), self.priors.dense.get("max_len", 256), self._device
@@ -130,6 +132,37 @@ class PriorScorer:
         if self.dense_reader is not None:
             self.dense_reader.close()
             self.dense_reader = None
+
+
+# ---- the one scoring loop ---------------------------------------------------------------------------------
+def score_stored(
+    ranker, reader, qs, docids: list[str], seconds: dict[str, float], batch: int = 256
+) -> tuple[list[tuple[str, float]], list[str]]:
+    """Score ``docids`` (in batches of ``batch``) from their stored fields: ``([(docid, score)] for the known
+    ones in input order, [unknown docids])``; fetch and score time are added to ``seconds``. The one
+    scoring loop that ``rerank-run`` and the service share, so both give the same scores."""
+    import torch
+
+    scored: list[tuple[str, float]] = []
+    unknown: list[str] = []
+    for start in range(0, len(docids), batch):
+        t0 = time.perf_counter()
+        fetched = reader.fetch_torch(docids[start : start + batch], ranker.device)
+        t1 = time.perf_counter()
+        if fetched.docids:
+            with torch.inference_mode():
+                scores = ranker.score_batch(qs, fetched.fields, fetched.mask).float().cpu().tolist()
+            scored.extend(zip(fetched.docids, scores, strict=True))
+        seconds["fetch"] += t1 - t0
+        seconds["score"] += time.perf_counter() - t1
+        unknown.extend(fetched.unknown)
+    return scored, unknown
+
+
+def nonfinite_scores(scored: list[tuple[str, float]]) -> list[str]:
+    """Docids whose score is NaN or infinite: their stored values are corrupt (ordering by them is undefined,
+    so they must never be ranked)."""
+    return [d for d, s in scored if not math.isfinite(s)]
 
 
 def apply_priors(
@@ -177,7 +210,8 @@ def apply_priors(
             row.score = float(f)
     if seconds is not None:
         seconds["priors"] = seconds.get("priors", 0.0) + time.perf_counter() - t0
-    return sorted(rows, key=lambda r: (-r.score, r.docid))
+    by_docid = {r.docid: r for r in rows}
+    return [by_docid[d] for d, _ in by_score((r.docid, r.score) for r in rows)]
 
 
 def features_used(scorer: PriorScorer | None, bm25: bool, dense: bool, pure: bool = False) -> str:
@@ -203,10 +237,9 @@ def collect_features(
     from tqdm.auto import tqdm
 
     from aheadrank.priors import QueryFeatures
-    from aheadrank.runs import score_stored
-    from rankers import load_ranker
-    from rankers.dense import base_of, dense_encoder
-    from store import StoreReader
+    from aheadrank.rankers import load_ranker
+    from aheadrank.rankers.dense import base_of, dense_encoder
+    from aheadrank.store import StoreReader
 
     reader = StoreReader(store)
     ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)
@@ -256,7 +289,7 @@ def fit_checkpoint_priors(
 ) -> Priors:
     """Fit the priors on validation queries through the store and save them into the checkpoint."""
     from aheadrank.priors import fit_priors
-    from rankers.checkpoint import write_priors
+    from aheadrank.rankers.checkpoint import write_priors
 
     feats, dense = collect_features(checkpoint, store, queries, candidates, qrels, device, progress)
     if not feats:

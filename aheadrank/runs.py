@@ -4,28 +4,15 @@ precomputed path (store + query encoder + interaction), written as TREC run file
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aheadrank.evaluation import by_score
+from aheadrank.indexer.bm25 import bm25_candidates  # noqa: F401  (the BM25 part; re-exported here)
+from aheadrank.rerank import nonfinite_scores, score_stored  # noqa: F401  (the rerank core; re-exported)
+
 log = logging.getLogger("aheadrank.runs")
-
-
-def bm25_candidates(
-    index: str | Path, queries: dict[str, str], depth: int, threads: int = 2
-) -> dict[str, list]:
-    """{qid: [(docid, bm25_score), ...]} best first."""
-    import aheadrank.javaenv  # noqa: F401  (before pyserini)
-    from indexer.bm25 import Bm25Searcher
-
-    searcher = Bm25Searcher(index)
-    try:
-        qids = sorted(queries)
-        hits = searcher.batch_search([queries[q] for q in qids], k=depth, threads=threads)
-        return dict(zip(qids, hits, strict=True))
-    finally:
-        searcher.close()
 
 
 def build_training_data(
@@ -37,9 +24,9 @@ def build_training_data(
 ):
     """TrainingData from a BEIR directory (corpus, queries, qrels/<split>.tsv) and its BM25 index (or the
     split's BM25 hits ``candidates`` already searched, {qid: [(docid, score), ...]})."""
-    from indexer.collections import Collection
-    from indexer.topics import read_beir_split
-    from rankers.training import TrainingData
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.indexer.topics import read_beir_split
+    from aheadrank.rankers.training import TrainingData
 
     queries, qrels = read_beir_split(collection, split)
     texts = {d.docid: d.text for d in Collection(collection)}
@@ -64,41 +51,6 @@ class RerankStats:
         default_factory=lambda: {"query": 0.0, "fetch": 0.0, "score": 0.0, "priors": 0.0}
     )
     notices: list[str] = field(default_factory=list)
-
-
-def score_stored(
-    ranker, reader, qs, docids: list[str], seconds: dict[str, float], batch: int = 256
-) -> tuple[list[tuple[str, float]], list[str]]:
-    """Score ``docids`` (in batches of ``batch``) from their stored fields: ``([(docid, score)] for the known
-    ones in input order, [unknown docids])``; fetch and score time are added to ``seconds``. The one
-    scoring loop that ``rerank-run`` and the service share, so both give the same scores."""
-    import torch
-
-    scored: list[tuple[str, float]] = []
-    unknown: list[str] = []
-    for start in range(0, len(docids), batch):
-        t0 = time.perf_counter()
-        fetched = reader.fetch_torch(docids[start : start + batch], ranker.device)
-        t1 = time.perf_counter()
-        if fetched.docids:
-            with torch.inference_mode():
-                scores = ranker.score_batch(qs, fetched.fields, fetched.mask).float().cpu().tolist()
-            scored.extend(zip(fetched.docids, scores, strict=True))
-        seconds["fetch"] += t1 - t0
-        seconds["score"] += time.perf_counter() - t1
-        unknown.extend(fetched.unknown)
-    return scored, unknown
-
-
-def nonfinite_scores(scored: list[tuple[str, float]]) -> list[str]:
-    """Docids whose score is NaN or infinite: their stored values are corrupt (ordering by them is undefined,
-    so they must never be ranked)."""
-    return [d for d, s in scored if not math.isfinite(s)]
-
-
-def by_score(scored: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    """Best first; ties broken by docid, so every path orders equal scores the same way."""
-    return sorted(scored, key=lambda x: (-x[1], x[0]))
 
 
 def rerank_with_store(
@@ -164,9 +116,9 @@ def rerank_run(
     given, receives the pure neural run of the same pass (no second scoring)."""
     from tqdm.auto import tqdm
 
+    from aheadrank.rankers import load_ranker
     from aheadrank.rerank import PriorScorer
-    from rankers import load_ranker
-    from store import StoreReader
+    from aheadrank.store import StoreReader
 
     reader = StoreReader(store)
     ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)
@@ -190,7 +142,7 @@ def rerank_run(
         )
         run[qid] = finite_run(ranked)
         if pure_out is not None:
-            neural = sorted(((r.docid, r.neural) for r in rows), key=lambda x: (-x[1], x[0]))
+            neural = by_score((r.docid, r.neural) for r in rows)
             pure_out[qid] = finite_run(neural + [(d, s) for d, s in ranked if s == float("-inf")])
     scorer.close()
     reader.close()

@@ -32,43 +32,38 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import gc
-import hashlib
 import json
 import logging
 import math
 import os
-import re
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SAMPLE = REPO / "aheadrank" / "data" / "scifact-sample"
-SHARED_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
-ALL_RANKERS = (
-    "bert",
-    "mores-1ib-s1",
-    "mores-1ib-s2",
-    "mores-2ib-s1",
-    "mores-2ib-s2",
-    "mores-2ib-mean",
-    "mores-2ib-tied",
-    "prettr-l4-e0",
-    "prettr-l4-e128",
-    "prettr-l4-e256",
-    "prettr-l5-e0",
-    "prettr-l5-e128",
-    "prettr-l5-e256",
-    "tk-1l",
-    "tk-2l",
+from aheadrank.rankers.variants import CATALOGUE as ALL_RANKERS  # noqa: E402  (the one registry; was defined here)
+from aheadrank.rankers.variants import Variant, match_variants, parse_variant  # noqa: E402
+
+from aheadrank.benchkit import (  # noqa: E402  (the shared helpers; were defined here)
+    SAMPLE,
+    Bm25Hits,
+    bm25_index_path,
+    clean,
+    digest,
+    eval_topics,
+    machine,
+    read_json,
+    stage,
+    write_json,
 )
+
+SHARED_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 QUICK_RANKERS = ("bert", "mores-2ib-s1", "mores-2ib-s2", "prettr-l5-e128", "tk-2l")
 METRICS = ("nDCG@10", "MRR@10", "R@100", "MAP")
 PRIMARY = "nDCG@10"
@@ -95,158 +90,16 @@ log = logging.getLogger("bench.effectiveness")
 
 
 # ---- variants ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Variant:
-    name: str  # as in --rankers and the run file name
-    model: str  # the checkpoint it uses (MORES s1 and s2 share one)
-    kind: str
-    options: dict = field(default_factory=dict)
-    strategy: str | None = None
-
-
-def parse_variant(name: str) -> Variant:
-    if name == "bert":
-        return Variant(name, name, "bert")
-    if m := re.fullmatch(r"mores-(\d+)ib-(s1|s2|mean|tied)", name):
-        ibs, what = int(m.group(1)), m.group(2)
-        options = {"ibs": ibs, "pooling": "mean" if what == "mean" else "cls", "tied": what == "tied"}
-        model = f"mores-{ibs}ib" if what in ("s1", "s2") else name
-        return Variant(name, model, "mores", options, what if what in ("s1", "s2") else "s2")
-    if m := re.fullmatch(r"prettr-l(\d+)-e(\d+)", name):
-        return Variant(name, name, "prettr", {"layer": int(m.group(1)), "compress": int(m.group(2))})
-    if m := re.fullmatch(r"tk-(\d+)l", name):
-        return Variant(name, name, "tk", {"tk_layers": int(m.group(1))})
-    raise ValueError(
-        f"unknown ranker variant {name!r}: use bert, mores-<K>ib-s1|s2|mean|tied, prettr-l<l>-e<e> or tk-<n>l"
-    )
-
-
 def select_variants(patterns: list[str]) -> list[Variant]:
     """Names or glob patterns over ALL_RANKERS (explicit names outside it are parsed too); bert first."""
-    names: list[str] = []
-    for pattern in patterns:
-        matched = fnmatch.filter(ALL_RANKERS, pattern) if any(c in pattern for c in "*?[") else [pattern]
-        if not matched:
-            raise ValueError(f"--rankers {pattern!r} matches no variant of {', '.join(ALL_RANKERS)}")
-        names += [n for n in matched if n not in names]
+    names = match_variants(patterns, ALL_RANKERS)
     if "bert" not in names:
         log.info("adding bert: it is the reference every ratio and test is taken against")
     names = ["bert", *[n for n in names if n != "bert"]]
     return [parse_variant(n) for n in names]
 
 
-# ---- small helpers ----------------------------------------------------------------------------------------
-def digest(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def clean(value):
-    """JSON-ready: NaN / inf as None, tuples as lists, rounded floats stay as they are."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    return value
-
-
-def write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(clean(data), indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def stage(msg: str) -> None:
-    log.info(msg)
-
-
-def machine(device: str) -> dict:
-    import torch
-    from speed import machine_info  # bench/speed.py, next to this script
-
-    info = machine_info(torch.get_num_threads())
-    info["device"] = device
-    if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return info
-
-
 # ---- stages -----------------------------------------------------------------------------------------------
-def bm25_index_path(collection: Path, work: Path) -> Path:
-    return work / "bm25" / f"{collection.name}-{digest(str(collection))}"
-
-
-def ensure_bm25_index(collection: Path, work: Path, progress: bool) -> Path:
-    """The collection's BM25 Lucene index, built once per collection path."""
-    from indexer.bm25 import build_bm25_index, is_lucene_index
-
-    index = bm25_index_path(collection, work)
-    if is_lucene_index(index):
-        stage(f"bm25 index: cached {index}")
-        return index
-    t0 = time.perf_counter()
-    result = build_bm25_index(collection, index, progress=progress)
-    stage(f"bm25 index: {result.documents} documents in {time.perf_counter() - t0:.1f} s -> {index}")
-    return index
-
-
-class Bm25Hits:
-    """BM25 top-k hits of one collection, cached in ``<workdir>/bm25-hits`` under the collection's content
-    (its corpus file's sha256), the queries' texts and the depth. A run whose hits are all cached never
-    opens (or builds) the Lucene index, so the rest of the bench runs where no Java is installed (a GPU
-    machine with the hits carried from a machine that has Pyserini)."""
-
-    def __init__(self, collection: Path, workdir: Path, progress: bool):
-        self.collection, self.workdir, self.progress = collection, workdir, progress
-        self._index: Path | None = None
-        corpus = sorted(collection.glob("corpus.jsonl*"))
-        if not corpus:
-            raise SystemExit(f"{collection} has no corpus.jsonl")
-        sha = hashlib.sha256()
-        with corpus[0].open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                sha.update(block)
-        self.key = f"{collection.name}-{sha.hexdigest()[:12]}"
-
-    @property
-    def index(self) -> Path:
-        if self._index is None:
-            self._index = ensure_bm25_index(self.collection, self.workdir, self.progress)
-        return self._index
-
-    def hits(self, queries: dict[str, str], depth: int) -> dict[str, list]:
-        """{qid: [(docid, bm25 score), ...]} best first, as ``aheadrank.runs.bm25_candidates``."""
-        from aheadrank.runs import bm25_candidates
-
-        path = self.workdir / "bm25-hits" / f"{self.key}-{digest([sorted(queries.items()), depth])}.json"
-        cached = read_json(path)
-        if cached is not None:
-            return {q: [(d, float(s)) for d, s in hits] for q, hits in cached.items()}
-        found = bm25_candidates(self.index, queries, depth)
-        write_json(path, found)
-        return found
-
-
-def eval_topics(collection: Path, split: str, max_queries: int | None) -> tuple[dict, dict]:
-    """The split's queries (the first ``max_queries`` by qid order when given) and their qrels."""
-    from indexer.topics import read_beir_split
-
-    queries, qrels = read_beir_split(collection, split)
-    if max_queries:
-        keep = sorted(queries, key=lambda q: (0, int(q), q) if q.isdigit() else (1, 0, q))[:max_queries]
-        queries = {q: queries[q] for q in keep}
-    return queries, {q: j for q, j in qrels.items() if q in queries}
-
-
 def kind_lr(args, kind: str) -> float:
     own = getattr(args, f"lr_{kind}")
     if own is not None:
@@ -255,7 +108,7 @@ def kind_lr(args, kind: str) -> float:
 
 
 def train_config(args, kind: str):
-    from rankers.training import TrainConfig
+    from aheadrank.rankers.training import TrainConfig
 
     return TrainConfig(
         steps=args.steps,
@@ -288,8 +141,9 @@ class TrainingDataCache:
 
     def get(self):
         if self._data is None:
+            from aheadrank.indexer.topics import read_beir_split
+
             from aheadrank.runs import build_training_data
-            from indexer.topics import read_beir_split
 
             t0 = time.perf_counter()
             queries, _ = read_beir_split(*self.args)
@@ -322,7 +176,7 @@ class TrainingDataCache:
 
 def val_bm25_ndcg(data, cfg) -> float | None:
     """nDCG@10 of the BM25 order on the trainer's held-out validation queries (what training must beat)."""
-    from rankers.training import split_queries, validation_metric
+    from aheadrank.rankers.training import split_queries, validation_metric
 
     _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
     if not val_q:
@@ -334,11 +188,11 @@ def val_bm25_ndcg(data, cfg) -> float | None:
 def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: dict | None) -> dict:
     """Train (or reuse) the checkpoint of ``variant.model``; returns its record (key, path, seconds, ...)."""
     import torch
-
-    from rankers import init_ranker, load_ranker, save_checkpoint
-    from rankers.base_model import resolve_base
-    from rankers.checkpoint import read_fingerprint
-    from rankers.training import loss_ends, pretrain_compressor, train
+    from aheadrank.rankers import load_ranker
+    from aheadrank.rankers.base_model import resolve_base
+    from aheadrank.rankers.checkpoint import read_fingerprint
+    from aheadrank.rankers.recipe import train_recipe
+    from aheadrank.rankers.training import loss_ends
 
     cfg = train_config(args, variant.kind)
     distil = teacher is not None and cfg.distill_weight > 0
@@ -378,28 +232,24 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         + (" (resuming)" if resumed else "")
     )
     training = data.get()
-    model = init_ranker(
-        variant.kind,
-        base=args.base,
-        seed=args.seed,
-        max_query_len=args.max_query_len,
-        max_doc_len=args.max_doc_len,
-        **variant.options,
+    model = variant.init(
+        base=args.base, seed=args.seed, max_query_len=args.max_query_len, max_doc_len=args.max_doc_len
     ).to(args.device)
     teacher_model = load_ranker(teacher["checkpoint"], device=args.device) if distil else None
-    t0 = time.perf_counter()
-    comp_losses: list[float] = []
-    if compressor_steps and not resumed:  # a resumed run loads the pre-trained compressor with the state
-        comp_losses = pretrain_compressor(
-            model, training, steps=compressor_steps, seed=args.seed, progress=args.progress
-        )
-    t1 = time.perf_counter()
-    result = None
-    if cfg.steps > 0:
-        result = train(model, training, ckpt, cfg, teacher=teacher_model, progress=args.progress)
-    else:
-        save_checkpoint(model, ckpt, overwrite=True, extra={"train": {"steps": 0}})
-    t2 = time.perf_counter()
+    done = train_recipe(
+        model,
+        training,
+        ckpt,
+        cfg,
+        # a resumed run loads the pre-trained compressor with the state
+        compressor_steps=0 if resumed else compressor_steps,
+        teacher=teacher_model,
+        progress=args.progress,
+        fine_tune=cfg.steps > 0,
+        extra={"train": {"steps": 0}},
+    )
+    result, comp_losses = done.result, done.compressor_losses
+    t0, t1, t2 = 0.0, done.compressor_seconds, done.seconds
     history = result.history if result else []
     val_bm25 = val_bm25_ndcg(training, cfg)
     losses = [h["loss"] for h in history]
@@ -441,8 +291,8 @@ def ensure_store(
 ) -> dict:
     """The representation store of a checkpoint and strategy over a collection (built or resumed unless
     complete), with the dense field copied from the collection's dense store ``dense``."""
-    import indexer.build as build
-    from store import read_manifest
+    import aheadrank.indexer.build as build
+    from aheadrank.store import read_manifest
 
     collection = collection or args.collection
     where = "" if collection == args.collection else f"-{collection.name}"
@@ -469,7 +319,7 @@ def ensure_store(
                 progress=args.progress,
             )
         )
-        build._RANKERS.clear()  # the build keeps its ranker for later shards; free it (one per variant)
+        build.release_rankers()  # the build keeps its ranker for later shards; free it (one per variant)
         meta = {"fingerprint": ckpt["fingerprint"], "build_seconds": summary.seconds}
         write_json(meta_path, meta)
         manifest = read_manifest(store)
@@ -491,8 +341,8 @@ def ensure_store(
 def ensure_dense_store(collection: Path, checkpoint: str, args) -> Path:
     """The collection's dense field (the base bi-encoder, one embedding per document), built once and
     copied into every variant's store; also what the bi-encoder baselines read."""
-    import indexer.build as build
-    from store import read_manifest
+    import aheadrank.indexer.build as build
+    from aheadrank.store import read_manifest
 
     path = args.workdir / "dense" / f"{collection.name}-{digest(str(collection))}"
     if (path / "manifest.json").is_file() and read_manifest(path).complete:
@@ -514,8 +364,8 @@ def ensure_dense_store(collection: Path, checkpoint: str, args) -> Path:
 
 
 def ensure_dense_copy(store: Path, dense: Path, checkpoint: str) -> None:
-    import indexer.build as build
-    from store import read_manifest
+    import aheadrank.indexer.build as build
+    from aheadrank.store import read_manifest
 
     target = store / build.DENSE_DIR
     if (target / "manifest.json").is_file():
@@ -528,8 +378,9 @@ def ensure_dense_copy(store: Path, dense: Path, checkpoint: str) -> None:
 def ensure_priors(variant: Variant, ckpt: dict, store: dict, val: dict, args) -> dict:
     """Fit the checkpoint's priors on the held-out validation queries through its store (once per
     checkpoint: MORES S1 and S2 share one); returns the priors as saved."""
+    from aheadrank.rankers.checkpoint import read_priors_json
+
     from aheadrank.rerank import fit_checkpoint_priors
-    from rankers.checkpoint import read_priors_json
 
     key = {"fingerprint": ckpt["fingerprint"], "val": digest(sorted(val["queries"])), "depth": args.depth}
     saved = read_priors_json(ckpt["checkpoint"])
@@ -601,7 +452,7 @@ def ensure_runs(variant: Variant, ckpt: dict, store: dict, queries, candidates, 
 def validation_set(data: TrainingDataCache, args) -> dict:
     """The trainer's held-out validation queries (the same split for every kind) with their BM25
     candidates: where the priors and the BM25 + bi-encoder fusion weight are fitted (never test)."""
-    from rankers.training import split_queries
+    from aheadrank.rankers.training import split_queries
 
     training = data.get()
     cfg = train_config(args, "bert")
@@ -657,7 +508,7 @@ def zero_shot_eval(collection: Path, variants, checkpoints: dict, fusion_w: dict
         "queries": digest(sorted(queries)),
         "depth": args.depth,
     }
-    from rankers.checkpoint import read_priors_json
+    from aheadrank.rankers.checkpoint import read_priors_json
 
     for variant in variants:
         ckpt = checkpoints[variant.model]

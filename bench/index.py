@@ -23,18 +23,17 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-RANKERS = {
-    "bert": ("bert", {}, None),
-    "mores-1ib-s2": ("mores", {"ibs": 1}, "s2"),
-    "mores-2ib-s1": ("mores", {"ibs": 2}, "s1"),
-    "mores-2ib-s2": ("mores", {"ibs": 2}, "s2"),
-    "prettr-l5-e128": ("prettr", {"layer": 5, "compress": 128}, None),
-    "tk-2l": ("tk", {"tk_layers": 2}, None),
-}
+RANKERS = (
+    "bert",
+    "mores-1ib-s2",
+    "mores-2ib-s1",
+    "mores-2ib-s2",
+    "prettr-l5-e128",
+    "tk-2l",
+)  # rankers/variants.py
 DEFAULT_COLLECTION = REPO.parent / "shared" / "data" / "msmarco-passages" / "passages.jsonl"
 
 
@@ -52,9 +51,8 @@ def write_prefix(src: Path, n: int, dst: Path) -> int:
 def forward_rate(ranker, texts: list[str], batch_size: int) -> dict:
     """Pure model forward over the build's own length-sorted batches (tokenised and padded beforehand)."""
     import torch
-
-    from indexer.build import length_batches
-    from rankers.text import pad
+    from aheadrank.indexer.build import length_batches
+    from aheadrank.rankers.text import pad
 
     seqs = ranker.tokenize_documents(texts)
     batches = [
@@ -88,13 +86,13 @@ def main() -> None:
         sys.exit(f"collection {args.collection} not found (pass --collection)")
 
     import torch
+    from aheadrank.indexer.build import BuildOptions, build_store
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.rankers import load_ranker, save_checkpoint
+    from aheadrank.rankers.variants import parse_variant
+    from aheadrank.store import read_manifest
     from rich.console import Console
     from rich.table import Table
-
-    from indexer.build import BuildOptions, build_store
-    from indexer.collections import Collection
-    from rankers import init_ranker, load_ranker, save_checkpoint
-    from store import read_manifest
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="aheadrank-bench-index-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -103,10 +101,11 @@ def main() -> None:
     texts = [d.text for d in Collection(prefix)]
     rows = []
     for name in args.rankers:
-        kind, opts, strategy = RANKERS[name]
+        variant = parse_variant(name)
+        strategy = variant.strategy
         ckpt = work / f"ckpt-{name}"
         if not ckpt.exists():
-            save_checkpoint(init_ranker(kind, max_doc_len=args.max_doc_len, **opts), ckpt)
+            save_checkpoint(variant.init(max_doc_len=args.max_doc_len), ckpt)
         ranker = load_ranker(ckpt, strategy=strategy)
         store = work / f"store-{name}"
         forwards, builds = [], []
@@ -133,8 +132,8 @@ def main() -> None:
         rows.append(
             {
                 "ranker": name,
-                "kind": kind,
-                "options": opts,
+                "kind": variant.kind,
+                "options": variant.options,
                 "strategy": strategy,
                 "documents": build.documents,
                 "tokens": build.tokens,
@@ -154,7 +153,7 @@ def main() -> None:
         )
     bm25 = None
     if args.bm25:
-        from indexer.bm25 import build_bm25_index
+        from aheadrank.indexer.bm25 import build_bm25_index
 
         res = build_bm25_index(args.collection, work / "lucene", progress=False)
         bm25 = {

@@ -42,24 +42,20 @@ import time
 from collections import Counter
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-for _p in (str(REPO), str(BENCH)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
-from index import RANKERS  # noqa: E402  (bench/index.py: name -> (kind, options, strategy))
+from aheadrank.services.process import AHEADRANK, ServeProcess  # noqa: E402
+from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
-from speed import console, cpu_sample, machine_info  # noqa: E402
 
-from services.process import AHEADRANK, ServeProcess  # noqa: E402
+from aheadrank.benchkit import SAMPLE, cpu_sample, machine_info  # noqa: E402
 
+console = Console(width=None if sys.stdout.isatty() else 160)
 SHARED_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
-SAMPLE = REPO / "aheadrank" / "data" / "scifact-sample"
 DEFAULT_RANKERS = ("tk-2l", "mores-2ib-s2", "bert")
 STAGES = ("queue_ms", "bm25_ms", "query_ms", "fetch_ms", "score_ms", "total_ms")
 STOP_SIGNALS = tuple(
@@ -86,7 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rankers",
         nargs="+",
         default=list(DEFAULT_RANKERS),
-        help=f"names from bench/index.py ({', '.join(RANKERS)}) or given by --checkpoint",
+        help="variant names (rankers/variants.py: bert, mores-<K>ib-s1|s2|mean|tied, prettr-l<l>-e<e>, tk-<n>l) "
+        "or names given by --checkpoint",
     )
     p.add_argument(
         "--checkpoint",
@@ -138,9 +135,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unused = [name for name in args.overrides if name not in args.rankers]
     if unused:
         p.error(f"--checkpoint given for {unused}, which --rankers does not name")
-    unknown = [r for r in args.rankers if r not in RANKERS and r not in args.overrides]
+    unknown = [r for r in args.rankers if known_variant(r) is None and r not in args.overrides]
     if unknown:
-        p.error(f"unknown ranker(s) {unknown}: use {', '.join(RANKERS)} or --checkpoint NAME=DIR")
+        p.error(
+            f"unknown ranker(s) {unknown}: use a variant name (rankers/variants.py) or --checkpoint NAME=DIR"
+        )
     if min(args.depths) < 1 or args.clients < 1 or args.seconds <= 0 or args.warmup < 0:
         p.error("--depths and --clients must be >= 1, --seconds > 0, --warmup >= 0")
     if not args.collection.exists():
@@ -163,15 +162,27 @@ def collection_key(path: Path) -> str:
     return f"{resolved.name}-{hashlib.sha1(str(resolved).encode()).hexdigest()[:8]}"
 
 
+def known_variant(name: str):
+    """The registry's variant of that name (rankers/variants.py), or None for a --checkpoint NAME of one's own."""
+    from aheadrank.rankers.variants import parse_variant
+
+    from aheadrank.errors import CheckpointError
+
+    try:
+        return parse_variant(name)
+    except CheckpointError:
+        return None
+
+
 def prepare(args: argparse.Namespace) -> tuple[Path, list[dict], dict]:
     """The BM25 index, one checkpoint + store per ranker; returns (index, targets, seconds spent)."""
     import torch
-
-    from indexer.bm25 import is_lucene_index
-    from indexer.build import BuildOptions, build_store
-    from rankers import init_ranker, read_fingerprint, save_checkpoint
-    from rankers.checkpoint import load_config
-    from store import read_manifest
+    from aheadrank.indexer.bm25 import is_lucene_index
+    from aheadrank.indexer.build import BuildOptions, build_store, release_rankers
+    from aheadrank.rankers import read_fingerprint, save_checkpoint
+    from aheadrank.rankers.checkpoint import load_config
+    from aheadrank.rankers.variants import parse_variant
+    from aheadrank.store import read_manifest
 
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
@@ -181,8 +192,7 @@ def prepare(args: argparse.Namespace) -> tuple[Path, list[dict], dict]:
 
     lucene = work / f"lucene-{key}"
     if not is_lucene_index(lucene):
-        import aheadrank.javaenv  # noqa: F401  (before pyserini)
-        from indexer.bm25 import build_bm25_index
+        from aheadrank.indexer.bm25 import build_bm25_index
 
         console.print(f"building the BM25 index of {args.collection} -> {lucene}")
         t = time.perf_counter()
@@ -195,13 +205,13 @@ def prepare(args: argparse.Namespace) -> tuple[Path, list[dict], dict]:
         if trained:
             ckpt = args.overrides[name].resolve()
         else:
-            kind, options, _ = RANKERS[name]
             ckpt = work / f"ckpt-{name}-untrained-d{args.max_doc_len}"
             if not (ckpt / "fingerprint.json").is_file():
                 console.print(f"initialising an untrained {name} checkpoint -> {ckpt}")
-                save_checkpoint(init_ranker(kind, max_doc_len=args.max_doc_len, **options), ckpt)
+                save_checkpoint(parse_variant(name).init(max_doc_len=args.max_doc_len), ckpt)
         kind = load_config(ckpt).kind
-        strategy = RANKERS[name][2] if name in RANKERS and RANKERS[name][0] == kind else None
+        variant = known_variant(name)
+        strategy = variant.strategy if variant is not None and variant.kind == kind else None
         fp = read_fingerprint(ckpt)
         store = work / f"store-{name}-{key}-{fp[:12]}"
         done = (store / "manifest.json").is_file() and read_manifest(store).complete
@@ -230,14 +240,12 @@ def prepare(args: argparse.Namespace) -> tuple[Path, list[dict], dict]:
                 "store_fields": manifest.spec.fields,
             }
         )
-    from indexer import build as _build
-
-    _build._RANKERS.clear()  # the build's model cache: not needed in this (client) process any more
+    release_rankers()  # the build's model cache: not needed in this (client) process any more
     return lucene, targets, spent
 
 
 def load_queries(args: argparse.Namespace) -> list[str]:
-    from indexer.topics import read_queries
+    from aheadrank.indexer.topics import read_queries
 
     source = args.queries or (args.collection if args.collection.is_dir() else args.collection.parent)
     queries = list(read_queries(source).values())

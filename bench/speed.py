@@ -28,24 +28,24 @@ import fnmatch
 import gc
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from aheadrank.rankers import Ranker, init_ranker
+from aheadrank.rankers.blocks import key_mask
+from aheadrank.rankers.text import pad, positions
+from aheadrank.rankers.variants import CATALOGUE as VARIANTS
+from aheadrank.rankers.variants import Variant, parse_variant
 from rich.console import Console
 from rich.table import Table
 from scipy.stats import kendalltau
 from torch import Tensor
 
-from rankers import Ranker, init_ranker
-from rankers.blocks import key_mask
-from rankers.text import pad, positions
+from aheadrank.benchkit import cpu_sample, machine_info
 
 REPO = Path(__file__).resolve().parents[1]
 QUERY_PIECES = 16
@@ -64,30 +64,9 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 # ---- the rows ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Row:
-    name: str
-    kind: str
-    options: dict = field(default_factory=dict)
-    strategy: str | None = None
-
-
-CATALOGUE = (
-    Row("bert", "bert"),
-    Row("mores-1ib-s1", "mores", {"ibs": 1, "pooling": "cls"}, "s1"),
-    Row("mores-1ib-s2", "mores", {"ibs": 1, "pooling": "cls"}, "s2"),
-    Row("mores-2ib-s1", "mores", {"ibs": 2, "pooling": "cls"}, "s1"),
-    Row("mores-2ib-s2", "mores", {"ibs": 2, "pooling": "cls"}, "s2"),
-    Row("mores-2ib-s2-mean", "mores", {"ibs": 2, "pooling": "mean"}, "s2"),
-    Row("prettr-l5-e0", "prettr", {"layer": 5, "compress": 0}),
-    Row("prettr-l5-e128", "prettr", {"layer": 5, "compress": 128}),
-    Row("prettr-l5-e256", "prettr", {"layer": 5, "compress": 256}),
-    Row("prettr-l4-e0", "prettr", {"layer": 4, "compress": 0}),
-    Row("prettr-l4-e128", "prettr", {"layer": 4, "compress": 128}),
-    Row("prettr-l4-e256", "prettr", {"layer": 4, "compress": 256}),
-    Row("tk-1", "tk", {"tk_layers": 1}),
-    Row("tk-2", "tk", {"tk_layers": 2}),
-)
+# rows are the registry's variants (rankers/variants.py), but for EARL Tied: the same online math and cost
+# as the untied MORES row
+CATALOGUE = tuple(parse_variant(name) for name in VARIANTS if name != "mores-2ib-tied")
 # PreTTR l = 4 re-runs a whole layer over all 16 + d positions per document (a quarter of bert), so only
 # e = 128 is in the default set; --rankers 'prettr-*' adds e = 0 and e = 256.
 DEFAULT_ROWS = tuple(r.name for r in CATALOGUE if r.name not in ("prettr-l4-e0", "prettr-l4-e256"))
@@ -97,7 +76,7 @@ SPEEDUP_TARGETS = (
     (128, "mores-1ib-s2", 35.0),
     (128, "mores-2ib-s2", 20.0),
     (128, "prettr-l5-e128", 20.0),
-    (128, "tk-2", 50.0),
+    (128, "tk-2l", 50.0),
     (512, "mores-2ib-s2", 50.0),
 )
 FLOOR_TARGET = 2.0  # every online path within 2x of its FLOP floor
@@ -197,33 +176,6 @@ def measure_matmul(repeats: int = 10) -> dict:
     args, out = torch.rand(1000 * 16 * 128 * 11, generator=g) * -80.0, torch.empty(1000 * 16 * 128 * 11)
     exp_rate = args.numel() / best_time(lambda: torch.exp(args, out=out), repeats) / 1e9
     return {"gflops": max(per_shape.values()), "per_shape": per_shape, "exp_g_per_s": exp_rate}
-
-
-def machine_info(threads: int) -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    return {
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "threads": threads,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "git_commit": commit,
-        "load_average_start": list(os.getloadavg()),
-    }
 
 
 # ---- documents and fields ---------------------------------------------------------------------------------
@@ -345,20 +297,6 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def cpu_sample() -> tuple[float, int, int]:
-    """(time, busy clock ticks of the whole machine, clock ticks of this process) from /proc."""
-    try:
-        busy = sum(
-            int(v)
-            for i, v in enumerate(Path("/proc/stat").read_text().split("\n")[0].split()[1:])
-            if i not in (3, 4, 8, 9)
-        )
-        own = sum(int(v) for v in Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[11:13])
-    except (OSError, ValueError):
-        busy = own = 0
-    return time.perf_counter(), busy, own
-
-
 def others_cores(start: tuple[float, int, int], end: tuple[float, int, int]) -> float:
     """CPU cores other processes kept busy between two samples (0 where /proc is unavailable)."""
     dt = end[0] - start[0]
@@ -460,11 +398,9 @@ def top_ops(ranker, q, fields, mask, chunk: int, n: int, k: int = 8) -> dict:
     }
 
 
-def bench_row(row: Row, d_pieces: int, builder: FieldBuilder, q_pieces: list[int], args) -> dict:
+def bench_row(row: Variant, d_pieces: int, builder: FieldBuilder, q_pieces: list[int], args) -> dict:
     t_setup = time.perf_counter()
-    ranker = init_ranker(
-        row.kind, seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_pieces, **row.options
-    )
+    ranker = row.init(seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_pieces)
     if row.strategy:
         ranker.strategy = row.strategy
     q = pad([ranker.query_ids(q_pieces)], "cpu", ranker.text.pad)

@@ -23,13 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from aheadrank.store import StoreReader, StoreSpec, StoreWriter
+from aheadrank.store.quant import load_torch
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from store import StoreReader, StoreSpec, StoreWriter  # noqa: E402
-from store.quant import _torch  # noqa: E402
 
 CONFIGS = [("none", "float16"), ("none", "int8"), ("zstd", "float16"), ("zstd", "int8")]
 
@@ -183,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     data = make_documents(args.docs, args.doc_len, args.dim, args.seed)
     print(f"  {data.nbytes / 1e9:.2f} GB in {time.perf_counter() - t0:.1f} s", flush=True)
-    _torch()  # import torch (used for float16/int8 casts) before anything is timed
+    load_torch()  # import torch (used for float16/int8 casts) before anything is timed
     load_before = os.getloadavg()[0]
     bound = numpy_bound(data, args.batch, args.repeats, args.seed)
     print(f"numpy in-memory gather of {args.batch}: {bound['numpy_doc_gather_ms']} ms", flush=True)

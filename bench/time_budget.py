@@ -36,11 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-
-from effectiveness import (  # noqa: E402  (bench/effectiveness.py: shared stages and helpers)
-    REPO,
+from aheadrank.benchkit import (
     SAMPLE,
     Bm25Hits,
     clean,
@@ -50,6 +46,7 @@ from effectiveness import (  # noqa: E402  (bench/effectiveness.py: shared stage
     write_json,
 )
 
+REPO = Path(__file__).resolve().parents[1]
 METRICS = ("nDCG@10", "MRR@10")
 log = logging.getLogger("bench.time_budget")
 
@@ -90,8 +87,7 @@ def time_ranker(
     ``scorer``, the dense query embedding, the dense field's fetch and the priors); line fit."""
     import numpy as np
 
-    from aheadrank.rerank import apply_priors
-    from aheadrank.runs import score_stored
+    from aheadrank.rerank import apply_priors, score_stored
 
     def one(query: str, ids: list[str]) -> float:
         t0 = time.perf_counter()
@@ -140,7 +136,7 @@ def full_scores(ranker, reader, queries: dict, candidates: dict, batch: int, pro
     """{qid: {docid: score}} over every query's candidates, through the stored representations."""
     from tqdm.auto import tqdm
 
-    from aheadrank.runs import score_stored
+    from aheadrank.rerank import score_stored
 
     out = {}
     for qid in tqdm(sorted(queries), desc="score", unit="q", disable=not progress):
@@ -153,7 +149,7 @@ def full_scores(ranker, reader, queries: dict, candidates: dict, batch: int, pro
 def budget_run(candidates: dict, scores: dict, k: int) -> dict:
     """The first k candidates re-ordered by the ranker, the rest in BM25 order (unknown docids stay in
     place after the re-ranked head); rank-derived scores, so evaluation sees exactly this order."""
-    from aheadrank.runs import by_score
+    from aheadrank.evaluation import by_score
 
     run = {}
     for qid, docids in candidates.items():
@@ -304,10 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     rankers, inherited = resolve_rankers(args)
 
+    from aheadrank.rankers import load_ranker
+    from aheadrank.store import StoreReader
+
     from aheadrank.evaluation import evaluate, read_run
     from aheadrank.runs import bm25_candidates
-    from rankers import load_ranker
-    from store import StoreReader
 
     collection = (args.collection or Path(inherited.get("collection") or SAMPLE)).resolve()
     split = args.split or inherited.get("split", "test")

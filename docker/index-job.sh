@@ -90,7 +90,7 @@ import json
 import sys
 from pathlib import Path
 
-from store.manifest import read_manifest
+from aheadrank.store.manifest import read_manifest
 
 store, ckpt = Path(sys.argv[1]), Path(sys.argv[2])
 if not (store / "manifest.json").is_file():

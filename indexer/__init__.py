@@ -2,7 +2,7 @@
 
 * ``indexer.collections`` — document collections (BEIR / Pyserini JSONL, TSV; plain, .gz, .zst), queries, qrels;
 * ``indexer.bm25`` — the Pyserini / Lucene BM25 index build and ``Bm25Searcher``;
-* ``indexer.commands`` — the ``aheadrank`` CLI commands of this part.
+* its ``aheadrank`` CLI commands live in ``aheadrank/cli/indexer.py``.
 
-Nothing heavy is imported here; Java starts only when a BM25 function needs it (``indexer.java``).
+Nothing heavy is imported here; Java is set up by ``indexer.bm25`` (the BM25 part) and starts only when a BM25 function needs it.
 """

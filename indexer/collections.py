@@ -22,7 +22,7 @@ from enum import Enum
 from pathlib import Path
 
 from aheadrank.errors import CollectionError
-from indexer.textio import iter_lines, strip_compression_suffix
+from aheadrank.textio import iter_lines, strip_compression_suffix
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +392,7 @@ def read_collection(
 
 
 # queries and qrels live in their own module; re-exported here for convenience
-from indexer.topics import read_beir_split, read_qrels, read_queries  # noqa: E402
+from aheadrank.indexer.topics import read_beir_split, read_qrels, read_queries  # noqa: E402
 
 __all__ = [
     "Collection",

@@ -16,20 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aheadrank.errors import CollectionError
-from indexer.textio import iter_lines, strip_compression_suffix
+from aheadrank.evaluation import Qrels
+from aheadrank.textio import strip_compression_suffix, text_lines
 
-Qrels = dict[str, dict[str, int]]
 _QRELS_HEADER = ("query-id", "corpus-id", "score")
 
 
 def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    for lineno, raw in iter_lines(path):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CollectionError(f"{path}:{lineno}: invalid UTF-8 ({exc.reason})") from None
-        if line.strip():
-            yield lineno, line
+    return text_lines(path, CollectionError, skip_blank=True)
 
 
 def _existing(path: Path, *candidates: str) -> Path:

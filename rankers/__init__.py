@@ -3,8 +3,8 @@
 Every ranker has ``encode_documents``, ``encode_query``, ``score`` and ``score_pairs`` (DESIGN.md).
 """
 
-from rankers.base import QueryState, Ranker
-from rankers.checkpoint import (
+from aheadrank.rankers.base import QueryState, Ranker
+from aheadrank.rankers.checkpoint import (
     compute_fingerprint,
     init_ranker,
     load_config,
@@ -12,8 +12,8 @@ from rankers.checkpoint import (
     read_fingerprint,
     save_checkpoint,
 )
-from rankers.config import KINDS, RankerConfig
-from rankers.registry import RANKERS
+from aheadrank.rankers.config import KINDS, RankerConfig
+from aheadrank.rankers.registry import RANKERS
 
 __all__ = [
     "KINDS",

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
+from aheadrank.rankers.config import RankerConfig
+from aheadrank.rankers.text import TextEncoder, pad, pad_fields
 from torch import Tensor, nn
 
-from rankers.config import RankerConfig
-from rankers.text import TextEncoder, pad, pad_fields
+from aheadrank.errors import CheckpointError
 
 
 @dataclass
@@ -91,6 +92,14 @@ class Ranker(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
+
+    def limit_doc_len(self, max_doc_len: int) -> None:
+        """Read documents up to ``max_doc_len`` word pieces (at most the checkpoint's ``max_doc_len``)."""
+        if not 1 <= max_doc_len <= self.config.max_doc_len:
+            raise CheckpointError(
+                f"max_doc_len {max_doc_len} is outside 1..{self.config.max_doc_len} (the checkpoint's max_doc_len)"
+            )
+        self._text().max_doc_len = max_doc_len
 
     def max_doc_tokens(self) -> int:
         """The most tokens a stored document can have (word pieces plus this ranker's special tokens)."""

@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import torch
+from aheadrank.rankers.config import BERT_KEYS
 from safetensors.torch import load_file
 
 from aheadrank.errors import CheckpointError
-from rankers.config import BERT_KEYS
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 

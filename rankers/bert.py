@@ -9,12 +9,11 @@ nothing else), so the baseline is not slowed by work it throws away.
 from __future__ import annotations
 
 import torch
+from aheadrank.rankers.base import QueryState, Ranker
+from aheadrank.rankers.base_model import base_embeddings, base_layer
+from aheadrank.rankers.blocks import Encoder, key_mask
+from aheadrank.rankers.text import positions
 from torch import Tensor, nn
-
-from rankers.base import QueryState, Ranker
-from rankers.base_model import base_embeddings, base_layer
-from rankers.blocks import Encoder, key_mask
-from rankers.text import positions
 
 
 class BertRanker(Ranker):

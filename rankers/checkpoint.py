@@ -12,14 +12,14 @@ import tempfile
 from pathlib import Path
 
 import torch
+from aheadrank.rankers.base import Ranker
+from aheadrank.rankers.base_model import TOKENIZER_FILES, load_base, resolve_base
+from aheadrank.rankers.config import RankerConfig, check_options, default_options
+from aheadrank.rankers.registry import RANKERS
+from aheadrank.rankers.text import TextEncoder
 from safetensors.torch import load_model, save_model
 
 from aheadrank.errors import CheckpointError
-from rankers.base import Ranker
-from rankers.base_model import TOKENIZER_FILES, load_base, resolve_base
-from rankers.config import RankerConfig, default_options
-from rankers.registry import RANKERS
-from rankers.text import TextEncoder
 
 REQUIRED = ("config.json", "model.safetensors", "fingerprint.json", "tokenizer_config.json")
 PRIORS_FILE = "priors.json"  # optional: the fitted score combination (aheadrank/priors.py), opaque here
@@ -118,6 +118,7 @@ def init_ranker(kind: str, base: str | os.PathLike | None = None, seed: int = 0,
         raise CheckpointError(f"unknown ranker kind {kind!r}; expected one of {', '.join(RANKERS)}")
     base_dir = resolve_base(base)
     bert_cfg, sd = load_base(base_dir)
+    check_options(kind, options)
     opts = {**default_options(kind), **{k: v for k, v in options.items() if v is not None}}
     config = RankerConfig(kind=kind, bert=bert_cfg, base=str(base_dir), **opts).validate()
     torch.manual_seed(seed)

@@ -123,11 +123,29 @@ class RankerConfig:
         return cls(**data).validate()
 
 
+_DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
+    "bert": {},
+    "mores": {"ibs": 2, "pooling": "cls", "tied": False, "sim": False},
+    "prettr": {"layer": 5, "compress": 128, "sim": False},
+    "tk": {"tk_layers": 2, "tk_heads": 8, "tk_ffn": 384},
+}
+KIND_OPTIONS = {kind: tuple(options) for kind, options in _DEFAULT_OPTIONS.items()}  # each kind's own options
+
+
 def default_options(kind: str) -> dict[str, Any]:
     """The defaults ``init-ranker`` uses for a kind's own options."""
-    return {
-        "bert": {},
-        "mores": {"ibs": 2, "pooling": "cls", "tied": False},
-        "prettr": {"layer": 5, "compress": 128},
-        "tk": {"tk_layers": 2, "tk_heads": 8, "tk_ffn": 384},
-    }[kind]
+    return dict(_DEFAULT_OPTIONS[kind])
+
+
+def foreign_options(kind: str, options: dict[str, Any]) -> list[str]:
+    """The options set (not None) that belong to another kind than ``kind``: the one rule, which every caller
+    enforces by refusing them (:func:`check_options`; the CLI names its flags instead)."""
+    own = set(KIND_OPTIONS.get(kind, ()))
+    others = {name for names in KIND_OPTIONS.values() for name in names} - own
+    return [name for name, value in options.items() if value is not None and name in others]
+
+
+def check_options(kind: str, options: dict[str, Any]) -> None:
+    foreign = foreign_options(kind, options)
+    if foreign:
+        raise CheckpointError(f"{', '.join(foreign)} does not apply to a {kind} ranker")

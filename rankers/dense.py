@@ -18,13 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from aheadrank.rankers.base import masked_mean
+from aheadrank.rankers.base_model import load_base, resolve_base
+from aheadrank.rankers.blocks import Encoder, key_mask
+from aheadrank.rankers.config import RankerConfig
+from aheadrank.rankers.text import TextEncoder, pad, positions
 from torch import Tensor, nn
-
-from rankers.base import masked_mean
-from rankers.base_model import load_base, resolve_base
-from rankers.blocks import Encoder, key_mask
-from rankers.config import RankerConfig
-from rankers.text import TextEncoder, pad, positions
 
 DENSE_FIELD = "dense"
 DEFAULT_MAX_LEN = 256  # word pieces per document (sentence-transformers' limit for all-MiniLM-L6-v2)
@@ -52,7 +51,7 @@ class DenseEncoder(nn.Module):
         self.max_len = min(max_len, room)
         self.max_query_len = min(max_query_len, room)
         self.encoder = Encoder(bert_cfg, int(bert_cfg["num_hidden_layers"]))
-        from rankers.base_model import base_embeddings, base_layer
+        from aheadrank.rankers.base_model import base_embeddings, base_layer
 
         self.encoder.embeddings.load_state_dict(base_embeddings(sd))
         for i, layer in enumerate(self.encoder.layer):

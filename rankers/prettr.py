@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from aheadrank.rankers.base import QueryState, Ranker, masked_mean
+from aheadrank.rankers.base_model import base_embeddings, base_layer
+from aheadrank.rankers.blocks import Encoder, SimilarityResidual, key_mask, zero_head
+from aheadrank.rankers.text import positions
 from torch import Tensor, nn
-
-from rankers.base import QueryState, Ranker, masked_mean
-from rankers.base_model import base_embeddings, base_layer
-from rankers.blocks import Encoder, SimilarityResidual, key_mask, zero_head
-from rankers.text import positions
 
 
 class PrettrRanker(Ranker):

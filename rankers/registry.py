@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rankers.base import Ranker
-from rankers.bert import BertRanker
-from rankers.mores import MoresRanker
-from rankers.prettr import PrettrRanker
-from rankers.tk import TkRanker
+from aheadrank.rankers.base import Ranker
+from aheadrank.rankers.bert import BertRanker
+from aheadrank.rankers.mores import MoresRanker
+from aheadrank.rankers.prettr import PrettrRanker
+from aheadrank.rankers.tk import TkRanker
 
 RANKERS: dict[str, type[Ranker]] = {
     "bert": BertRanker,

@@ -14,11 +14,10 @@ import math
 
 import torch
 import torch.nn.functional as F
+from aheadrank.rankers.base import QueryState, Ranker
+from aheadrank.rankers.base_model import base_embeddings
+from aheadrank.rankers.blocks import TransformerLayer, key_mask, sinusoidal_positions
 from torch import Tensor, nn
-
-from rankers.base import QueryState, Ranker
-from rankers.base_model import base_embeddings
-from rankers.blocks import TransformerLayer, key_mask, sinusoidal_positions
 
 KERNEL_MU = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1, -0.1, -0.3, -0.5, -0.7, -0.9)
 KERNEL_SIGMA = 0.1

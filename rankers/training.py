@@ -20,10 +20,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
-from rankers.base import Ranker
-from rankers.checkpoint import save_checkpoint
-from rankers.text import pad
+from aheadrank.rankers.base import Ranker
+from aheadrank.rankers.checkpoint import save_checkpoint
+from aheadrank.rankers.text import pad
 
 log = logging.getLogger("aheadrank.train")
 

@@ -22,19 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Body, Depends, FastAPI, Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import Discriminator, Tag
-from starlette.datastructures import MutableHeaders
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from aheadrank import __version__
-from aheadrank.errors import AheadrankError, StoreDamagedError
-from services.backend import Cancelled, RequestError, RerankBackend, StageClock, Work
-from services.metrics import ServiceMetrics
-from services.schemas import (
+from aheadrank.services.backend import Cancelled, RequestError, RerankBackend, StageClock, Work
+from aheadrank.services.metrics import ServiceMetrics
+from aheadrank.services.schemas import (
     BudgetReport,
     CompatRerankResponse,
     DocumentsRequest,
@@ -47,6 +37,16 @@ from services.schemas import (
     TeiRank,
     Timings,
 )
+from fastapi import Body, Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import Discriminator, Tag
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from aheadrank import __version__
+from aheadrank.errors import AheadrankError, StoreDamagedError
 
 access_log = logging.getLogger("aheadrank.access")
 log = logging.getLogger("aheadrank.service")
@@ -259,56 +259,22 @@ def _server_timing(seconds: dict[str, float], total: float) -> str:
     return ", ".join([*items, f"total;dur={total * 1e3:.3f}"])
 
 
-def create_app(backend: RerankBackend) -> FastAPI:
-    """One app around a loaded (and warmed-up) backend."""
-    settings = backend.settings
-    metrics = ServiceMetrics()
-    metrics.info.labels(
-        backend.model_name, backend.ranker.kind, backend.ranker.fingerprint, backend.device
-    ).set(1)
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aheadrank-model")
-    pending = [0]
-    pending_lock = threading.Lock()
-    drain = _Drain()
-    if backend.reader is not None:
-        backend.reader.on_damage(lambda file, reason: metrics.damaged_shards.set(len(backend.reader.damaged)))
+def _rid(request: Request) -> str | None:
+    return getattr(request.state, "request_id", None)
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        drain.bind()
-        yield
-        if backend.searcher is not None:  # the model thread called into the JVM: detach it before it ends
-            from indexer.java import detach_thread
 
-            executor.submit(detach_thread)
-        executor.shutdown(wait=True)
-
-    app = FastAPI(
-        title="aheadrank",
-        version=__version__,
-        description="Re-ranking through precomputed document representations (DESIGN.md, 'The service').",
-        lifespan=lifespan,
-    )
-    app.state.backend = backend
-    app.state.metrics = metrics
-    app.state.begin_drain = drain.begin  # services/commands.py calls it on SIGTERM/SIGINT
-    app.add_middleware(
-        Gate, max_body_bytes=settings.max_body_bytes, metrics=metrics, access=settings.access_log
-    )
-
-    # ---- errors: always a JSON body that says what is wrong ---------------------------------------
-    def rid(request: Request) -> str | None:
-        return getattr(request.state, "request_id", None)
+def _install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
+    """Every error is a JSON body that says what is wrong (and counted by kind)."""
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
         metrics.errors.labels(exc.kind).inc()
-        return _error_response(rid(request), exc.status, exc.message, exc.kind, exc.headers)
+        return _error_response(_rid(request), exc.status, exc.message, exc.kind, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
         metrics.errors.labels("validation").inc()
-        return _error_response(rid(request), 422, _validation_message(exc, request.url.path), "validation")
+        return _error_response(_rid(request), 422, _validation_message(exc, request.url.path), "validation")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
@@ -317,16 +283,18 @@ def create_app(backend: RerankBackend) -> FastAPI:
         detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         if exc.status_code == 400 and "parsing the body" in detail:
             detail = "the request body is not valid JSON (or not UTF-8)"
-        return _error_response(rid(request), exc.status_code, detail, kind, getattr(exc, "headers", None))
+        return _error_response(_rid(request), exc.status_code, detail, kind, getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
         metrics.errors.labels("internal").inc()
-        log.exception("internal error (request id %s)", rid(request))
-        return _error_response(rid(request), 500, f"internal error; request id {rid(request)}", "internal")
+        log.exception("internal error (request id %s)", _rid(request))
+        return _error_response(_rid(request), 500, f"internal error; request id {_rid(request)}", "internal")
 
-    # ---- auth --------------------------------------------------------------------------------------
-    keys = [k.encode() for k in settings.api_keys]
+
+def _key_check(api_keys: list[str]) -> Callable[[Request], None]:
+    """The dependency that refuses a request without an accepted Bearer key (none configured: no auth)."""
+    keys = [k.encode() for k in api_keys]
 
     def require_key(request: Request) -> None:
         if not keys:
@@ -344,11 +312,32 @@ def create_app(backend: RerankBackend) -> FastAPI:
         if not any(hmac.compare_digest(token.encode(), k) for k in keys):
             raise ApiError(403, "API key not accepted", "auth_invalid")
 
-    # ---- the model thread ------------------------------------------------------------------------
-    def deadline_error(work: Work) -> ApiError:
+    return require_key
+
+
+class ModelThread:
+    """The one model thread and the requests waiting for it: at most ``max_queue`` wait or run (the next one
+    gets 503), each dropped when its client goes away or its deadline passes, and refused at shutdown."""
+
+    def __init__(self, settings, metrics: ServiceMetrics, drain: _Drain) -> None:
+        self.settings, self.metrics, self.drain = settings, metrics, drain
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aheadrank-model")
+        self.pending = [0]
+        self.pending_lock = threading.Lock()
+
+    def close(self, jvm: bool) -> None:
+        """Finish the running request; with ``jvm``, detach the model thread from the JVM first (it called
+        into Java for BM25)."""
+        if jvm:
+            from aheadrank.indexer.bm25 import detach_thread
+
+            self.executor.submit(detach_thread)
+        self.executor.shutdown(wait=True)
+
+    def deadline_error(self, work: Work) -> ApiError:
         return ApiError(
             504,
-            f"the request passed its server-side deadline of {settings.request_timeout_s:g} s "
+            f"the request passed its server-side deadline of {self.settings.request_timeout_s:g} s "
             f"(--request-timeout-s / AHEADRANK_REQUEST_TIMEOUT_S, counted from arrival) "
             + (
                 f"after scoring {work.chunks_done} of {work.chunks_total} chunks"
@@ -358,6 +347,7 @@ def create_app(backend: RerankBackend) -> FastAPI:
             "deadline_exceeded",
         )
 
+    @staticmethod
     async def watch_disconnect(request: Request, work: Work) -> None:
         """The body is read: the next message is http.disconnect, once the client has gone."""
         while True:
@@ -366,27 +356,27 @@ def create_app(backend: RerankBackend) -> FastAPI:
                 work.cancel("client_disconnected")
                 return
 
-    async def on_model_thread(fn: Callable[[Work], T], request: Request, endpoint: str) -> T:
+    async def run(self, fn: Callable[[Work], T], request: Request, endpoint: str) -> T:
         """Run ``fn(work)`` on the model thread. It is dropped if its client goes away or its deadline
         passes, before it starts or between scoring chunks; past the deadline the client gets 504 at once."""
-        if drain.on:
-            raise drain.refusal()
+        if self.drain.on:
+            raise self.drain.refusal()
         job = {"started": False, "cancelled": False}
-        with pending_lock:
-            if pending[0] >= settings.max_queue:
+        with self.pending_lock:
+            if self.pending[0] >= self.settings.max_queue:
                 raise ApiError(
                     503,
-                    f"server busy: {pending[0]} requests already queued (max_queue {settings.max_queue}); retry later",
+                    f"server busy: {self.pending[0]} requests already queued (max_queue {self.settings.max_queue}); retry later",
                     "overloaded",
                     {"Retry-After": "1"},
                 )
-            pending[0] += 1
-            metrics.queue.set(pending[0])
-        work = Work(deadline=request.state.arrival + settings.request_timeout_s)
+            self.pending[0] += 1
+            self.metrics.queue.set(self.pending[0])
+        work = Work(deadline=request.state.arrival + self.settings.request_timeout_s)
 
         def run() -> T:
             try:
-                with pending_lock:
+                with self.pending_lock:
                     if job["cancelled"]:  # answered 503 at shutdown while it waited: nothing to do
                         return None  # type: ignore[return-value]
                     job["started"] = True
@@ -394,32 +384,32 @@ def create_app(backend: RerankBackend) -> FastAPI:
                 work.started = True
                 return fn(work)
             finally:
-                with pending_lock:  # counted until the work ends, even if the client went away
-                    pending[0] -= 1
-                    metrics.queue.set(pending[0])
-                metrics.chunks.labels(endpoint, "scored").inc(work.chunks_done)
+                with self.pending_lock:  # counted until the work ends, even if the client went away
+                    self.pending[0] -= 1
+                    self.metrics.queue.set(self.pending[0])
+                self.metrics.chunks.labels(endpoint, "scored").inc(work.chunks_done)
                 if work.reason is not None:
                     stage = "running" if work.started else "queued"
-                    metrics.cancelled.labels(endpoint, work.reason, stage).inc()
-                    metrics.chunks.labels(endpoint, "skipped").inc(
+                    self.metrics.cancelled.labels(endpoint, work.reason, stage).inc()
+                    self.metrics.chunks.labels(endpoint, "skipped").inc(
                         max(0, work.chunks_total - work.chunks_done)
                     )
 
-        future = asyncio.get_running_loop().run_in_executor(executor, run)
-        watcher = asyncio.create_task(watch_disconnect(request, work))
+        future = asyncio.get_running_loop().run_in_executor(self.executor, run)
+        watcher = asyncio.create_task(self.watch_disconnect(request, work))
         try:
             try:  # the result, the deadline, or the shutdown: whichever comes first
                 finished = await asyncio.wait_for(
-                    drain.wait_for(future), timeout=max(0.0, work.deadline - time.perf_counter())
+                    self.drain.wait_for(future), timeout=max(0.0, work.deadline - time.perf_counter())
                 )
             except asyncio.TimeoutError:
                 finished = None
             if finished is False:  # shutting down: a request still queued is refused at once
-                with pending_lock:
+                with self.pending_lock:
                     job["cancelled"] = not job["started"]
                 if job["cancelled"]:
                     work.cancel("shutting_down")
-                    raise drain.refusal()
+                    raise self.drain.refusal()
                 try:  # the request on the model thread finishes (within its deadline)
                     await asyncio.wait_for(
                         asyncio.shield(future), timeout=max(0.0, work.deadline - time.perf_counter())
@@ -430,11 +420,11 @@ def create_app(backend: RerankBackend) -> FastAPI:
             if finished is None:
                 work.cancel("deadline")  # the model thread stops before its next chunk
                 future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
-                raise deadline_error(work)
+                raise self.deadline_error(work)
             return future.result()
         except Cancelled as exc:
             if exc.reason == "deadline":
-                raise deadline_error(work) from exc
+                raise self.deadline_error(work) from exc
             raise ApiError(
                 499, "the client closed the connection; the request was dropped", exc.reason
             ) from exc
@@ -447,15 +437,201 @@ def create_app(backend: RerankBackend) -> FastAPI:
         finally:
             watcher.cancel()
 
-    def check_query(query: str) -> None:
-        if len(query) > settings.max_query_chars:
+
+class Handlers:
+    """What the re-ranking routes do: check a request against the limits, run it on the model thread, and
+    answer in the shape its API expects."""
+
+    def __init__(self, backend: RerankBackend, metrics: ServiceMetrics, model: ModelThread) -> None:
+        self.backend, self.settings, self.metrics, self.model = backend, backend.settings, metrics, model
+
+    def check_query(self, query: str) -> None:
+        if len(query) > self.settings.max_query_chars:
             raise ApiError(
                 413,
-                f"query has {len(query)} characters; the limit is {settings.max_query_chars}",
+                f"query has {len(query)} characters; the limit is {self.settings.max_query_chars}",
                 "query_too_long",
             )
 
-    # ---- routes ------------------------------------------------------------------------------------
+    async def rerank_native(self, req: RerankRequest, request: Request) -> JSONResponse:
+        self.check_query(req.query)
+        if req.candidates is not None:
+            if len(req.candidates) > self.settings.max_candidates:
+                raise ApiError(
+                    413,
+                    f"{len(req.candidates)} candidates; the limit is {self.settings.max_candidates}",
+                    "too_many_candidates",
+                )
+            if not req.candidates:
+                raise ApiError(
+                    422, "candidates must not be empty (leave it out for BM25 candidates)", "validation"
+                )
+        depth = req.depth or min(self.settings.default_depth, self.settings.max_candidates)
+        if depth > self.settings.max_candidates:
+            raise ApiError(
+                413,
+                f"depth {depth} is over the limit of {self.settings.max_candidates}",
+                "too_many_candidates",
+            )
+        arrival = request.state.arrival
+        clock = StageClock()
+        out = await self.model.run(
+            lambda work: self.backend.rerank(
+                req.query,
+                req.candidates,
+                depth,
+                req.time_budget_ms,
+                arrival,
+                clock,
+                req.return_text,
+                work,
+                req.pure,
+            ),
+            request,
+            "/v1/rerank",
+        )
+        shown = out.ranked[: req.top_n] if req.top_n else out.ranked
+        results = [
+            RerankResult(
+                docid=d,
+                rank=i + 1,
+                score=s,
+                bm25_score=b,
+                neural_score=out.parts.get(d, (None, None))[0],
+                dense_score=out.parts.get(d, (None, None))[1],
+                text=out.texts.get(d) if req.return_text else None,
+            )
+            for i, (d, s, b) in enumerate(shown)
+        ]
+        total = time.perf_counter() - arrival
+        self.metrics.observe_stages("/v1/rerank", clock.seconds)
+        self.metrics.candidates.labels("/v1/rerank").observe(out.candidates)
+        self.metrics.reranked.observe(out.reranked)
+        budget = None
+        if req.time_budget_ms is not None:
+            budget = BudgetReport(
+                time_budget_ms=req.time_budget_ms,
+                planned_depth=out.planned_depth or 0,
+                per_doc_ms=self.backend.latency.per_doc_s * 1e3,
+            )
+        body = RerankResponse(
+            results=results,
+            reranked=out.reranked,
+            candidates=out.candidates,
+            missing_from_store=out.missing,
+            model=self.backend.model_name,
+            scoring=out.scoring,
+            budget=budget,
+            timings=Timings(**clock.ms(), total_ms=round(total * 1e3, 3)),
+            request_id=_rid(request) or "",
+        )
+        return JSONResponse(
+            body.model_dump(mode="json"), headers={"Server-Timing": _server_timing(clock.seconds, total)}
+        )
+
+    async def rank_documents(
+        self, req: DocumentsRequest, request: Request, endpoint: str, style: str
+    ) -> JSONResponse:
+        """Ad-hoc texts (the document side runs online), answered in the shape of the API `style` names."""
+        self.check_query(req.query)
+        try:
+            docs, items = req.docs(), req.items()
+        except ValueError as exc:
+            raise ApiError(422, f"{exc}. {SHAPES[endpoint]}", "validation") from exc
+        if not items:
+            raise ApiError(422, "documents must not be empty", "validation")
+        if len(items) > self.settings.max_documents:
+            raise ApiError(
+                413,
+                f"{len(items)} documents; the limit is {self.settings.max_documents} per request",
+                "too_many_documents",
+            )
+        long = [i for i, t in enumerate(items) if len(t) > self.settings.max_document_chars]
+        if long:
+            raise ApiError(
+                413,
+                f"document(s) {long[:10]} over the limit of {self.settings.max_document_chars} characters",
+                "document_too_long",
+            )
+        arrival = request.state.arrival
+        clock = StageClock()
+
+        def work(w: Work):
+            clock.seconds["queue"] = time.perf_counter() - arrival
+            if req.refuse_long():
+                over = self.backend.overlong(items)
+                if over:
+                    raise RequestError(
+                        f"{len(over)} text(s) longer than the model reads ({self.backend.max_doc_len()} word pieces), "
+                        f"e.g. texts.{over[0][0]} with {over[0][1]}: `truncate: false` refuses instead of "
+                        "cutting (send `truncate: true` to cut them)",
+                        "input_too_long",
+                        413,
+                    )
+            return self.backend.score_texts(req.query, items, clock, w)
+
+        scores, tokens = await self.model.run(work, request, endpoint)
+        shown = [1.0 / (1.0 + math.exp(-s)) if not req.raw_scores else s for s in scores]
+        order = sorted(range(len(items)), key=lambda i: (-scores[i], i))
+        if req.keep():
+            order = order[: req.keep()]
+        total = time.perf_counter() - arrival
+        self.metrics.observe_stages(endpoint, clock.seconds)
+        self.metrics.candidates.labels(endpoint).observe(len(items))
+        headers = {"Server-Timing": _server_timing(clock.seconds, total)}
+        timings = {**clock.ms(), "total_ms": round(total * 1e3, 3)}
+        if style == "tei":
+            ranks = [
+                TeiRank(index=i, score=shown[i], text=items[i] if req.return_text else None) for i in order
+            ]
+            return JSONResponse([r.model_dump(exclude_none=True) for r in ranks], headers=headers)
+
+        def as_object(i: int) -> dict:  # Cohere / Jina / vLLM: {text, ...the client's own fields, e.g. id}
+            d = docs[i]
+            return dict(d) if isinstance(d, dict) else {"text": d}
+
+        want = bool(req.return_documents)
+        results = []
+        for i in order:
+            result: dict[str, Any] = {"index": i, "relevance_score": shown[i]}
+            if want:
+                result["document"] = items[i] if style == "infinity" else as_object(i)
+            results.append(result)
+        request_id = _rid(request) or uuid.uuid4().hex
+        if style == "infinity":
+            body: dict[str, Any] = {
+                "object": "rerank",
+                "id": request_id,
+                "created": int(time.time()),
+                "model": self.backend.model_name,
+                "results": results,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+            return JSONResponse(body, headers=headers)
+        body = {
+            "id": request_id,
+            "model": self.backend.model_name,
+            "results": results,
+            "usage": {"total_tokens": tokens},
+            "meta": {
+                "api_version": {"version": "2" if style == "v2" else "1"},
+                "billed_units": {"search_units": 1},
+                "timings": timings,
+            },
+        }
+        if (
+            style == "v1"
+        ):  # Voyage reads `data` (its `document` is the text); Cohere v1 and Jina read `results`
+            body["object"] = "list"
+            body["data"] = [{**r, "document": items[r["index"]]} if want else dict(r) for r in results]
+        return JSONResponse(body, headers=headers)
+
+
+def _ops_routes(
+    app: FastAPI, backend: RerankBackend, metrics: ServiceMetrics, drain: _Drain, require_key: Callable
+) -> None:
+    """/health, /ready, /metrics, /v1/info."""
+
     @app.get("/health", tags=["ops"])
     async def health() -> dict:
         """Liveness: the process answers."""
@@ -494,6 +670,10 @@ def create_app(backend: RerankBackend) -> FastAPI:
     async def info() -> dict:
         return backend.info()
 
+
+def _rerank_routes(app: FastAPI, h: Handlers, require_key: Callable) -> None:
+    """/v1/rerank (native, or Cohere v1 / Jina / Voyage with `documents`), /v2/rerank, /rerank, /infinity/rerank."""
+
     @app.post(
         "/v1/rerank",
         response_model=None,
@@ -505,82 +685,8 @@ def create_app(backend: RerankBackend) -> FastAPI:
         """The native shape (no `documents`): re-rank BM25 top-`depth` (or the given candidate docids) through
         the stored representations. With `documents`: Cohere v1 / Jina / Voyage re-ranking of ad-hoc texts."""
         if isinstance(body, DocumentsRequest):
-            return await rank_documents(body, request, "/v1/rerank", "v1")
-        return await rerank_native(body, request)
-
-    async def rerank_native(req: RerankRequest, request: Request) -> JSONResponse:
-        check_query(req.query)
-        if req.candidates is not None:
-            if len(req.candidates) > settings.max_candidates:
-                raise ApiError(
-                    413,
-                    f"{len(req.candidates)} candidates; the limit is {settings.max_candidates}",
-                    "too_many_candidates",
-                )
-            if not req.candidates:
-                raise ApiError(
-                    422, "candidates must not be empty (leave it out for BM25 candidates)", "validation"
-                )
-        depth = req.depth or min(settings.default_depth, settings.max_candidates)
-        if depth > settings.max_candidates:
-            raise ApiError(
-                413, f"depth {depth} is over the limit of {settings.max_candidates}", "too_many_candidates"
-            )
-        arrival = request.state.arrival
-        clock = StageClock()
-        out = await on_model_thread(
-            lambda work: backend.rerank(
-                req.query,
-                req.candidates,
-                depth,
-                req.time_budget_ms,
-                arrival,
-                clock,
-                req.return_text,
-                work,
-                req.pure,
-            ),
-            request,
-            "/v1/rerank",
-        )
-        shown = out.ranked[: req.top_n] if req.top_n else out.ranked
-        results = [
-            RerankResult(
-                docid=d,
-                rank=i + 1,
-                score=s,
-                bm25_score=b,
-                neural_score=out.parts.get(d, (None, None))[0],
-                dense_score=out.parts.get(d, (None, None))[1],
-                text=out.texts.get(d) if req.return_text else None,
-            )
-            for i, (d, s, b) in enumerate(shown)
-        ]
-        total = time.perf_counter() - arrival
-        metrics.observe_stages("/v1/rerank", clock.seconds)
-        metrics.candidates.labels("/v1/rerank").observe(out.candidates)
-        metrics.reranked.observe(out.reranked)
-        budget = None
-        if req.time_budget_ms is not None:
-            budget = BudgetReport(
-                time_budget_ms=req.time_budget_ms,
-                planned_depth=out.planned_depth or 0,
-                per_doc_ms=backend.latency.per_doc_s * 1e3,
-            )
-        body = RerankResponse(
-            results=results,
-            reranked=out.reranked,
-            candidates=out.candidates,
-            missing_from_store=out.missing,
-            model=backend.model_name,
-            scoring=out.scoring,
-            budget=budget,
-            timings=Timings(**clock.ms(), total_ms=round(total * 1e3, 3)),
-            request_id=rid(request) or "",
-        )
-        return JSONResponse(
-            body.model_dump(mode="json"), headers={"Server-Timing": _server_timing(clock.seconds, total)}
-        )
+            return await h.rank_documents(body, request, "/v1/rerank", "v1")
+        return await h.rerank_native(body, request)
 
     @app.post(
         "/v2/rerank",
@@ -592,7 +698,7 @@ def create_app(backend: RerankBackend) -> FastAPI:
     async def rerank_v2(req: DocumentsRequest, request: Request):
         """Cohere v2: `{model, query, documents, top_n?, max_tokens_per_doc?}` → `{id, results: [{index,
         relevance_score}], meta}` (`document` only with `return_documents: true`, as the v5 SDKs asked)."""
-        return await rank_documents(req, request, "/v2/rerank", "v2")
+        return await h.rank_documents(req, request, "/v2/rerank", "v2")
 
     @app.post(
         "/rerank",
@@ -604,7 +710,7 @@ def create_app(backend: RerankBackend) -> FastAPI:
     async def rerank_compat(req: DocumentsRequest, request: Request):
         """TEI `{query, texts, return_text?, raw_scores?, truncate?}` → `[{index, score, text?}]`; vLLM / Cohere
         `{query, documents, ...}` → `{id, model, results: [{index, relevance_score, document?}], usage}`."""
-        return await rank_documents(req, request, "/rerank", "tei" if req.texts is not None else "vllm")
+        return await h.rank_documents(req, request, "/rerank", "tei" if req.texts is not None else "vllm")
 
     @app.post(
         "/infinity/rerank",
@@ -615,103 +721,41 @@ def create_app(backend: RerankBackend) -> FastAPI:
     )
     async def rerank_infinity(req: DocumentsRequest, request: Request):
         """Infinity's `/rerank` (LiteLLM `infinity/…` with `api_base=<server>/infinity`): `document` is a string."""
-        return await rank_documents(req, request, "/infinity/rerank", "infinity")
+        return await h.rank_documents(req, request, "/infinity/rerank", "infinity")
 
-    async def rank_documents(
-        req: DocumentsRequest, request: Request, endpoint: str, style: str
-    ) -> JSONResponse:
-        """Ad-hoc texts (the document side runs online), answered in the shape of the API `style` names."""
-        check_query(req.query)
-        try:
-            docs, items = req.docs(), req.items()
-        except ValueError as exc:
-            raise ApiError(422, f"{exc}. {SHAPES[endpoint]}", "validation") from exc
-        if not items:
-            raise ApiError(422, "documents must not be empty", "validation")
-        if len(items) > settings.max_documents:
-            raise ApiError(
-                413,
-                f"{len(items)} documents; the limit is {settings.max_documents} per request",
-                "too_many_documents",
-            )
-        long = [i for i, t in enumerate(items) if len(t) > settings.max_document_chars]
-        if long:
-            raise ApiError(
-                413,
-                f"document(s) {long[:10]} over the limit of {settings.max_document_chars} characters",
-                "document_too_long",
-            )
-        arrival = request.state.arrival
-        clock = StageClock()
 
-        def work(w: Work):
-            clock.seconds["queue"] = time.perf_counter() - arrival
-            if req.refuse_long():
-                over = backend.overlong(items)
-                if over:
-                    raise RequestError(
-                        f"{len(over)} text(s) longer than the model reads ({backend.max_doc_len()} word pieces), "
-                        f"e.g. texts.{over[0][0]} with {over[0][1]}: `truncate: false` refuses instead of "
-                        "cutting (send `truncate: true` to cut them)",
-                        "input_too_long",
-                        413,
-                    )
-            return backend.score_texts(req.query, items, clock, w)
+def create_app(backend: RerankBackend) -> FastAPI:
+    """One app around a loaded (and warmed-up) backend."""
+    settings = backend.settings
+    metrics = ServiceMetrics()
+    metrics.info.labels(
+        backend.model_name, backend.ranker.kind, backend.ranker.fingerprint, backend.device
+    ).set(1)
+    drain = _Drain()
+    model = ModelThread(settings, metrics, drain)
+    if backend.reader is not None:
+        backend.reader.on_damage(lambda file, reason: metrics.damaged_shards.set(len(backend.reader.damaged)))
 
-        scores, tokens = await on_model_thread(work, request, endpoint)
-        shown = [1.0 / (1.0 + math.exp(-s)) if not req.raw_scores else s for s in scores]
-        order = sorted(range(len(items)), key=lambda i: (-scores[i], i))
-        if req.keep():
-            order = order[: req.keep()]
-        total = time.perf_counter() - arrival
-        metrics.observe_stages(endpoint, clock.seconds)
-        metrics.candidates.labels(endpoint).observe(len(items))
-        headers = {"Server-Timing": _server_timing(clock.seconds, total)}
-        timings = {**clock.ms(), "total_ms": round(total * 1e3, 3)}
-        if style == "tei":
-            ranks = [
-                TeiRank(index=i, score=shown[i], text=items[i] if req.return_text else None) for i in order
-            ]
-            return JSONResponse([r.model_dump(exclude_none=True) for r in ranks], headers=headers)
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        drain.bind()
+        yield
+        model.close(jvm=backend.searcher is not None)
 
-        def as_object(i: int) -> dict:  # Cohere / Jina / vLLM: {text, ...the client's own fields, e.g. id}
-            d = docs[i]
-            return dict(d) if isinstance(d, dict) else {"text": d}
-
-        want = bool(req.return_documents)
-        results = []
-        for i in order:
-            result: dict[str, Any] = {"index": i, "relevance_score": shown[i]}
-            if want:
-                result["document"] = items[i] if style == "infinity" else as_object(i)
-            results.append(result)
-        request_id = rid(request) or uuid.uuid4().hex
-        if style == "infinity":
-            body: dict[str, Any] = {
-                "object": "rerank",
-                "id": request_id,
-                "created": int(time.time()),
-                "model": backend.model_name,
-                "results": results,
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-            }
-            return JSONResponse(body, headers=headers)
-        body = {
-            "id": request_id,
-            "model": backend.model_name,
-            "results": results,
-            "usage": {"total_tokens": tokens},
-            "meta": {
-                "api_version": {"version": "2" if style == "v2" else "1"},
-                "billed_units": {"search_units": 1},
-                "timings": timings,
-            },
-        }
-        if (
-            style == "v1"
-        ):  # Voyage reads `data` (its `document` is the text); Cohere v1 and Jina read `results`
-            body["object"] = "list"
-            body["data"] = [{**r, "document": items[r["index"]]} if want else dict(r) for r in results]
-        return JSONResponse(body, headers=headers)
-
+    app = FastAPI(
+        title="aheadrank",
+        version=__version__,
+        description="Re-ranking through precomputed document representations (DESIGN.md, 'The service').",
+        lifespan=lifespan,
+    )
+    app.state.backend = backend
+    app.state.metrics = metrics
+    app.state.begin_drain = drain.begin  # aheadrank/cli/serve.py calls it on SIGTERM/SIGINT
+    app.add_middleware(
+        Gate, max_body_bytes=settings.max_body_bytes, metrics=metrics, access=settings.access_log
+    )
+    _install_error_handlers(app, metrics)
+    require_key = _key_check(settings.api_keys)
+    _ops_routes(app, backend, metrics, drain, require_key)
+    _rerank_routes(app, Handlers(backend, metrics, model), require_key)
     return app

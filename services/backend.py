@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aheadrank.services.budget import LatencyModel
+from aheadrank.services.settings import ServiceSettings
+
 from aheadrank.errors import AheadrankError, CheckpointError, StoreError
-from services.budget import LatencyModel
-from services.settings import ServiceSettings
 
 log = logging.getLogger("aheadrank.service")
 WARMUP_SEARCHES = 300
@@ -132,7 +133,7 @@ class RerankBackend:
     def load(cls, settings: ServiceSettings) -> RerankBackend:
         """Open the store, check its fingerprint against the checkpoint (refuse on a mismatch), load the
         ranker on the device, open the Lucene searcher. Raises AheadrankError with a clear message."""
-        from rankers import load_ranker, read_fingerprint
+        from aheadrank.rankers import load_ranker, read_fingerprint
 
         if settings.threads:
             import torch
@@ -147,7 +148,7 @@ class RerankBackend:
         reader = None
         strategy = None
         if settings.store is not None:
-            from store import StoreReader
+            from aheadrank.store import StoreReader
 
             reader = StoreReader(settings.store)
             if reader.spec.fingerprint != ckpt_fp:
@@ -163,8 +164,7 @@ class RerankBackend:
             reader.check_fingerprint(ranker.fingerprint)
         searcher = None
         if settings.index is not None:
-            import aheadrank.javaenv  # noqa: F401  (before pyserini)
-            from indexer.bm25 import Bm25Searcher
+            from aheadrank.indexer.bm25 import Bm25Searcher
 
             searcher = Bm25Searcher(settings.index)
         from aheadrank.rerank import PriorScorer
@@ -220,7 +220,7 @@ class RerankBackend:
     ) -> list[tuple[str, float]]:
         """Neural scores of one chunk; with a dense query vector, the chunk's dense cosines go into
         ``dense`` (their fetch counts as fetch time, so the latency model includes the priors)."""
-        from aheadrank.runs import score_stored
+        from aheadrank.rerank import score_stored
 
         scored, unknown = score_stored(
             self.ranker, self.reader, qs, docids, seconds, self.settings.batch_size
@@ -245,7 +245,7 @@ class RerankBackend:
         """NaN/inf scores come from corrupt stored values: never ranked; their shards are refused from now
         on (reported by /ready, /metrics and the log) and this request is answered 503."""
         from aheadrank.errors import StoreDamagedError
-        from aheadrank.runs import nonfinite_scores
+        from aheadrank.rerank import nonfinite_scores
 
         bad = nonfinite_scores(scored)
         if bad:

@@ -1,5 +1,5 @@
 """Service settings: one pydantic model, read from ``AHEADRANK_*`` environment variables; every field is
-also a flag of ``aheadrank serve`` (services/commands.py), which mirrors the same variables."""
+also a flag of ``aheadrank serve`` (aheadrank/cli/serve.py), which mirrors the same variables."""
 
 from __future__ import annotations
 
@@ -58,7 +58,9 @@ class ServiceSettings(BaseSettings):
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
-        from services.keys import parse_api_keys  # the one rule for every source (an empty key is an error)
+        from aheadrank.services.keys import (
+            parse_api_keys,  # the one rule for every source (an empty key is an error)
+        )
 
         return parse_api_keys(value) if isinstance(value, (str, list, tuple)) else value
 
@@ -76,7 +78,7 @@ def read_keys_file(path: Path) -> list[str]:
         text = Path(path).read_text()
     except OSError as exc:
         raise ValueError(f"cannot read the API keys file {path}: {exc.strerror or exc}") from exc
-    from services.keys import parse_api_keys
+    from aheadrank.services.keys import parse_api_keys
 
     lines = [line.split("#", 1)[0] for line in text.splitlines()]
     keys = parse_api_keys([line for line in lines if line.strip()])

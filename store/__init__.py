@@ -5,13 +5,14 @@ A store is a directory: ``manifest.json`` plus ``shard-NNNNN.h5`` files (see ``s
 
 from __future__ import annotations
 
+from aheadrank.store.manifest import Manifest, ShardInfo, read_manifest
+from aheadrank.store.reader import FetchResult, StoreReader, TorchBatch
+from aheadrank.store.shard import write_shard
+from aheadrank.store.spec import FORMAT_VERSION, StoreSpec
+from aheadrank.store.verify import verify_store
+from aheadrank.store.writer import StoreWriter, prepare_build, write_manifest
+
 from aheadrank.errors import StoreError
-from store.manifest import Manifest, ShardInfo, read_manifest
-from store.reader import FetchResult, StoreReader, TorchBatch
-from store.shard import write_shard
-from store.spec import FORMAT_VERSION, StoreSpec
-from store.verify import verify_store
-from store.writer import StoreWriter, write_manifest
 
 __all__ = [
     "FORMAT_VERSION",
@@ -23,6 +24,7 @@ __all__ = [
     "StoreSpec",
     "StoreWriter",
     "TorchBatch",
+    "prepare_build",
     "read_manifest",
     "verify_store",
     "write_manifest",

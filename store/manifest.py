@@ -8,10 +8,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aheadrank.store._io import atomic_write_bytes
+from aheadrank.store.spec import FORMAT, FORMAT_VERSION, ZSTD_LEVEL, StoreSpec
+
 from aheadrank import __version__
 from aheadrank.errors import StoreError
-from store._io import atomic_write_bytes
-from store.spec import FORMAT, FORMAT_VERSION, ZSTD_LEVEL, StoreSpec
 
 MANIFEST_NAME = "manifest.json"
 SHARD_PREFIX = "shard-"

@@ -18,7 +18,7 @@ _TORCH_GRAIN = 32_000  # values per torch call: below at::internal::GRAIN_SIZE, 
 _NUMPY_BLOCK = 2048 * 384  # values per float32 scratch block in the numpy fallback (~3 MB)
 
 
-def _torch() -> Any:
+def load_torch() -> Any:
     """The torch module, or None."""
     try:
         import torch
@@ -33,7 +33,7 @@ def cast(x: Any, dtype: type | np.dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     if x.dtype == dtype or x.size == 0:
         return np.ascontiguousarray(x, dtype=dtype)
-    torch = _torch()
+    torch = load_torch()
     floats = (np.float16, np.float32, np.float64)
     if torch is None or x.dtype not in floats or dtype not in floats:
         with np.errstate(over="ignore"):
@@ -73,7 +73,7 @@ def dequantize_int8(q: np.ndarray, scale: np.ndarray, out: np.ndarray | None = N
         out = np.empty(q.shape, dtype=np.float16)
     dim = q.shape[-1] if q.ndim else 1
     q2, s1, o2 = q.reshape(-1, dim), scale.reshape(-1), out.reshape(-1, dim)
-    torch = _torch()
+    torch = load_torch()
     if torch is not None and len(q2):
         rows = max(1, _TORCH_GRAIN // max(dim, 1))
         tq, ts, to = torch.from_numpy(q2), torch.from_numpy(s1), torch.from_numpy(o2)

@@ -25,14 +25,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 import numpy as np
+from aheadrank.store._io import sha256_file
+from aheadrank.store.manifest import Manifest, read_manifest
+from aheadrank.store.quant import dequantize_int8
+from aheadrank.store.shard import DatasetLoc, ShardMeta, read_shard_meta
+from aheadrank.store.spec import StoreSpec
+from aheadrank.store.vmap import Segment, Stitched, stitch
 
 from aheadrank.errors import StoreDamagedError, StoreError
-from store._io import sha256_file
-from store.manifest import Manifest, read_manifest
-from store.quant import dequantize_int8
-from store.shard import DatasetLoc, ShardMeta, read_shard_meta
-from store.spec import StoreSpec
-from store.vmap import Segment, Stitched, stitch
 
 if TYPE_CHECKING:
     import torch

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from aheadrank.store._io import commit_file, sha256_file, temp_name
+from aheadrank.store.manifest import ShardInfo, shard_file_name
+from aheadrank.store.quant import all_finite_float16, cast, quantize_int8
+from aheadrank.store.spec import FORMAT, FORMAT_VERSION, ZSTD_LEVEL, StoreSpec
 
 from aheadrank.errors import StoreError
-from store._io import commit_file, sha256_file, temp_name
-from store.manifest import ShardInfo, shard_file_name
-from store.quant import all_finite_float16, cast, quantize_int8
-from store.spec import FORMAT, FORMAT_VERSION, ZSTD_LEVEL, StoreSpec
 
 SHARD_FORMAT = f"{FORMAT}-shard"
 _WRITE_BLOCK_BYTES = 64 << 20

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -91,10 +92,15 @@ class StoreSpec:
         except (KeyError, TypeError) as exc:
             raise StoreError(f"incomplete store spec: missing or malformed {exc}") from exc
 
-    def differences(self, other: StoreSpec) -> list[str]:
-        """Human-readable differences, ``[]`` when the two specs describe the same store."""
+    def differences(self, other: StoreSpec, ignore: Sequence[str] = ()) -> list[str]:
+        """Human-readable differences (``key: mine != other's``), ``[]`` when the two specs describe the same
+        store; keys in ``ignore`` are not compared."""
         mine, theirs = self.to_dict(), other.to_dict()
-        return [f"{key}: {mine[key]!r} != {theirs[key]!r}" for key in mine if mine[key] != theirs[key]]
+        return [
+            f"{key}: {mine[key]!r} != {theirs[key]!r}"
+            for key in mine
+            if key not in ignore and mine[key] != theirs[key]
+        ]
 
     def compatible_with(self, other: StoreSpec) -> bool:
         """True when a store written with ``other`` may be continued (resumed) with this spec."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aheadrank.store._io import sha256_file
+from aheadrank.store.manifest import read_manifest
+from aheadrank.store.shard import read_shard_meta
+
 from aheadrank.errors import StoreError
-from store._io import sha256_file
-from store.manifest import read_manifest
-from store.shard import read_shard_meta
 
 
 def verify_store(path: str | Path, allow_incomplete: bool = False) -> list[str]:

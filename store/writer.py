@@ -1,7 +1,13 @@
-"""Building a store: :class:`StoreWriter` (one process, resumable) and :func:`write_manifest` (distributed)."""
+"""Building a store, the one write and resume path: :class:`StoreWriter` (one process, documents in order),
+or :func:`prepare_build` + :func:`~store.shard.write_shard` + :func:`write_manifest` (shards encoded anywhere,
+finished in any order: the indexer's local and Dask builds). Both start the same way: a killed run's temp
+files are removed, a shard file the manifest does not list is deleted, and an existing store is continued
+only when it was written with the same spec."""
 
 from __future__ import annotations
 
+import logging
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -9,10 +15,8 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
-
-from aheadrank.errors import StoreError
-from store._io import remove_temp_files
-from store.manifest import (
+from aheadrank.store._io import remove_temp_files
+from aheadrank.store.manifest import (
     MANIFEST_NAME,
     SHARD_PREFIX,
     SHARD_SUFFIX,
@@ -22,8 +26,12 @@ from store.manifest import (
     read_manifest,
     write_manifest_file,
 )
-from store.shard import ShardBuffer, read_shard_meta, validate_docid
-from store.spec import StoreSpec
+from aheadrank.store.shard import ShardBuffer, read_shard_meta, validate_docid
+from aheadrank.store.spec import StoreSpec
+
+from aheadrank.errors import StoreError
+
+log = logging.getLogger("aheadrank.store")
 
 
 def _now() -> str:
@@ -36,6 +44,70 @@ def _remove_shards_not_in(directory: Path, keep: Sequence[ShardInfo]) -> None:
     for file in directory.glob(f"{SHARD_PREFIX}*{SHARD_SUFFIX}"):
         if file.name not in kept:
             file.unlink(missing_ok=True)
+
+
+def prepare_build(
+    path: str | Path,
+    spec: StoreSpec,
+    overwrite: bool = False,
+    keep: Sequence[str] = (),
+    owned: Sequence[str] = (),
+) -> dict[int, ShardInfo]:
+    """Open ``path`` for a shard-by-shard build with ``spec``; return the finished shards to keep {index: info}.
+
+        A store built by another checkpoint or with other options (``config``, the provenance, aside) is refused;
+        a listed shard that is gone or cut short is deleted and rebuilt. ``overwrite`` deletes an existing store
+        (the manifest first: from then on the old store does not exist) and refuses a directory holding files
+        that are not a store's: ``owned`` names the store's other entries (sub-stores, deleted with it), ``keep``
+    entries to leave alone (the build's lock)."""
+    path = Path(path)
+    if overwrite and path.exists():
+        foreign = [
+            p.name
+            for p in path.iterdir()
+            if p.name not in (MANIFEST_NAME, *keep, *owned) and not p.name.startswith((SHARD_PREFIX, "."))
+        ]
+        if foreign:  # never delete a directory that is not a store
+            raise StoreError(
+                f"--overwrite refused: {path} holds files that are not a store's ({foreign[:3]})"
+            )
+        (path / MANIFEST_NAME).unlink(missing_ok=True)
+        for child in path.iterdir():
+            if child.name not in keep:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    for tmp in remove_temp_files(path):  # a killed run's half-written shard or manifest
+        log.info("removed %s, left by an interrupted build", tmp.name)
+    if not (path / MANIFEST_NAME).exists():
+        _remove_shards_not_in(path, [])
+        return {}
+    manifest = read_manifest(path)
+    old = manifest.spec
+    if old.fingerprint != spec.fingerprint:
+        raise StoreError(
+            f"store {path} was built by checkpoint {old.fingerprint[:12]}, not {spec.fingerprint[:12]}; "
+            "pass --overwrite to start over"
+        )
+    diffs = spec.differences(old, ignore=("config",))
+    if diffs:
+        raise StoreError(
+            f"store {path} was built with other options ({'; '.join(diffs)}: requested != stored); "
+            "pass --overwrite"
+        )
+    kept = {}
+    for info in manifest.shards:  # a listed shard that is gone or cut short is rebuilt, not trusted
+        file = path / info.file
+        size = file.stat().st_size if file.is_file() else None
+        if size != info.bytes:
+            log.warning(
+                "%s is %s; it is rebuilt",
+                info.file,
+                "missing" if size is None else f"{size} bytes, not {info.bytes}",
+            )
+            file.unlink(missing_ok=True)
+            continue
+        kept[info.index] = info
+    return kept
 
 
 class StoreWriter:

@@ -32,7 +32,7 @@ def random_text(rng: random.Random, lo: int = 1, hi: int = 60) -> str:
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
-    from rankers.base_model import packaged_base_dir
+    from aheadrank.rankers.base_model import packaged_base_dir
 
     return packaged_base_dir()
 
@@ -55,7 +55,7 @@ def tiny_base(tmp_path_factory, minilm_dir) -> Path:
     )
     path = tmp_path_factory.mktemp("tiny-bert")
     BertModel(cfg).save_pretrained(path, safe_serialization=True)
-    from rankers.base_model import TOKENIZER_FILES
+    from aheadrank.rankers.base_model import TOKENIZER_FILES
 
     for name in TOKENIZER_FILES:
         if (minilm_dir / name).is_file():

@@ -18,8 +18,7 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-import aheadrank.commands  # noqa: F401 - registers `evaluate`
-from aheadrank.app import app
+from aheadrank.cli import app
 from aheadrank.errors import AheadrankError
 from aheadrank.evaluation import (
     EvaluationError,
@@ -483,7 +482,7 @@ def test_cli_malformed_run_and_mismatched_qrels(files):
 def test_evaluate_is_registered_in_the_console_script():
     from aheadrank.cli import COMMAND_MODULES
 
-    assert "aheadrank.commands" in COMMAND_MODULES
+    assert "aheadrank.cli.evaluate" in COMMAND_MODULES
     assert "evaluate" in {c.name for c in app.registered_commands}
 
 
@@ -494,7 +493,7 @@ SCIFACT_QRELS = Path("/work/shared/data/scifact/qrels/test.tsv")
 
 @pytest.mark.skipif(not SCIFACT_QRELS.is_file(), reason="SciFact test qrels not present")
 def test_perfect_scifact_run_scores_one(tmp_path):
-    from indexer.topics import read_qrels
+    from aheadrank.indexer.topics import read_qrels
 
     qrels = read_qrels(SCIFACT_QRELS)
     run = {q: {d: float(g) for d, g in judged.items()} for q, judged in qrels.items()}

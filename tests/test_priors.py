@@ -107,10 +107,11 @@ def test_rrf():
 @pytest.fixture(scope="module")
 def prior_env(tmp_path_factory, service_env):
     """The service env's tiny MORES checkpoint and store, copied, with a dense field and fitted priors."""
+    from aheadrank.indexer.build import BuildOptions, build_dense
+    from aheadrank.indexer.topics import read_beir_split
+
     from aheadrank.rerank import fit_checkpoint_priors
     from aheadrank.runs import bm25_candidates
-    from indexer.build import BuildOptions, build_dense
-    from indexer.topics import read_beir_split
 
     root = tmp_path_factory.mktemp("priors")
     ckpt, store = root / "ckpt", root / "store"
@@ -137,7 +138,7 @@ def prior_env(tmp_path_factory, service_env):
 
 
 def test_priors_are_saved_in_the_checkpoint_and_verified(prior_env, tmp_path):
-    from rankers import load_ranker, read_fingerprint
+    from aheadrank.rankers import load_ranker, read_fingerprint
 
     ckpt = prior_env["ckpt"]
     ranker = load_ranker(ckpt)
@@ -173,8 +174,9 @@ def test_served_scores_are_the_fitted_combination_of_their_parts(prior_env):
     )
     assert stats.notices == []
     w = prior_env["priors"].weights["neural+bm25+dense"]
+    from aheadrank.rankers import load_ranker
+
     from aheadrank.rerank import PriorScorer
-    from rankers import load_ranker
 
     ranker = load_ranker(prior_env["ckpt"])
     scorer = PriorScorer(ranker, prior_env["store"])
@@ -192,10 +194,11 @@ def test_served_scores_are_the_fitted_combination_of_their_parts(prior_env):
 def test_precomputed_run_with_priors_equals_the_unsplit_model_with_priors(prior_env):
     """Neural: score_pairs (unsplit, float32); dense: the encoder over the texts (float32), against the
     store's float16 fields. Final scores agree within the float16 rounding of the stored fields."""
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.rankers import load_ranker
+
     from aheadrank.rerank import PriorScorer, apply_priors
     from aheadrank.runs import rerank_run
-    from indexer.collections import Collection
-    from rankers import load_ranker
 
     texts = {d.docid: d.text for d in Collection(prior_env["collection"])}
     stored, _ = rerank_run(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
@@ -10,9 +11,9 @@ from aheadrank.runs import bm25_candidates, rerank_run
 
 
 def test_precomputed_run_equals_the_unsplit_models_run(service_env):
-    from indexer.collections import Collection
-    from indexer.topics import read_beir_split
-    from rankers import load_ranker
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.indexer.topics import read_beir_split
+    from aheadrank.rankers import load_ranker
 
     queries, _ = read_beir_split(service_env.collection, "test")
     queries = {q: queries[q] for q in sorted(queries)[:6]}
@@ -31,3 +32,19 @@ def test_precomputed_run_equals_the_unsplit_models_run(service_env):
         for a, b in itertools.combinations(ids, 2):  # and only near-ties may swap
             if (run[qid][a] - run[qid][b]) * (full[a] - full[b]) < 0:
                 assert abs(full[a] - full[b]) <= 2e-3 * scale, (qid, a, b)
+
+
+def test_one_tie_rule_for_served_lists_and_evaluation():
+    """Equal scores are ordered the same way by the rerank core, the priors fit and the evaluation
+    (docid descending, trec_eval's rule), so a served list and its evaluation agree."""
+    from aheadrank.evaluation import by_score, ranking
+    from aheadrank.priors import ndcg10
+    from aheadrank.rerank import apply_priors
+
+    scored = [("d1", 1.0), ("d3", 2.0), ("d2", 1.0), ("d0", 1.0)]
+    want = ranking(dict(scored))
+    assert want == ["d3", "d2", "d1", "d0"]
+    assert [d for d, _ in by_score(scored)] == want
+    assert [r.docid for r in apply_priors(None, scored)] == want
+    # the fit's nDCG@10 sees the same order: only d0 relevant, it ranks 4th
+    assert abs(ndcg10([s for _, s in scored], [d for d, _ in scored], {"d0": 1}) - 1 / math.log2(5)) < 1e-12

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import torch
+from aheadrank.rankers import load_ranker
 from typer.testing import CliRunner
 
 from aheadrank.cli import app
-from rankers import load_ranker
 
 runner = CliRunner()
 
@@ -70,7 +70,7 @@ def test_pretrain_compressor_refuses_what_has_no_compressor(service_env, tiny_ba
 def test_listwise_distillation_from_the_fusion_then_fit_priors(service_env, tiny_base, tmp_path):
     """`train --listwise-weight` with the BM25 + bi-encoder teacher, then `index` (with the dense field) and
     `fit-priors` on the queries the trainer held out: the recipe a user runs on their own collection."""
-    from indexer.build import BuildOptions, build_dense
+    from aheadrank.indexer.build import BuildOptions, build_dense
 
     common = data_args(service_env)
     dense_host = tmp_path / "dense-host"  # any store directory: the dense field lands in dense-host/dense

@@ -22,7 +22,7 @@ E.validation_set(E.TrainingDataCache(args.collection, "train", bm), args)  # tra
 for c in args.eval_collections:
     E.Bm25Hits(c, args.workdir, False).hits(E.eval_topics(c, "test", None)[0], 100)
 PY
-M=$($PY -c "from rankers.base_model import resolve_base; print(resolve_base(None))")
+M=$($PY -c "from aheadrank.rankers.base_model import resolve_base; print(resolve_base(None))")
 cp "$M"/{config.json,vocab.txt,tokenizer.json,tokenizer_config.json,special_tokens_map.json} .gpu/minilm/
 $PY -c "
 from safetensors.torch import load_file, save_file

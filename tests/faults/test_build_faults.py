@@ -13,15 +13,14 @@ from pathlib import Path
 
 import faults_testkit  # noqa: F401  (puts the other testkits on sys.path)
 import pytest
+from aheadrank.indexer.build import LOCK_NAME, BuildOptions, build_store
+from aheadrank.indexer.collections import Collection
+from aheadrank.store import read_manifest, verify_store
 from typer.testing import CliRunner
 
-import indexer.commands  # noqa: F401  (registers the commands)
-from aheadrank.app import app
+from aheadrank.cli import app
 from aheadrank.errors import CollectionError, StoreError
 from aheadrank.fsfaults import BuildLockedError, exclusive_lock
-from indexer.build import LOCK_NAME, BuildOptions, build_store
-from indexer.collections import Collection
-from store import read_manifest, verify_store
 
 SHARD = 10
 N_DOCS = 30
@@ -44,7 +43,7 @@ def _write(path: Path, docs: list[dict]) -> Path:
 
 @pytest.fixture(scope="module")
 def checkpoint(tiny_base, tmp_path_factory) -> Path:
-    from rankers import init_ranker, save_checkpoint
+    from aheadrank.rankers import init_ranker, save_checkpoint
 
     path = tmp_path_factory.mktemp("ckpt") / "tk"
     save_checkpoint(init_ranker("tk", base=tiny_base, max_doc_len=32, tk_heads=4), path)
@@ -71,7 +70,7 @@ def _no_model(monkeypatch) -> None:
     def boom(*a, **k):
         raise AssertionError("the model was loaded before the check")
 
-    monkeypatch.setattr("indexer.build.get_ranker", boom)
+    monkeypatch.setattr("aheadrank.indexer.build.get_ranker", boom)
 
 
 # ---- 2: a store built from another collection ------------------------------------------------------
@@ -111,7 +110,7 @@ def test_changed_collection_is_refused_not_mixed(built, checkpoint, tmp_path, ch
 
 
 def _all_docids(store: Path):
-    from store import StoreReader
+    from aheadrank.store import StoreReader
 
     with StoreReader(store) as reader:
         return [d.encode() for d in reader.docids()]
@@ -137,8 +136,7 @@ def test_same_or_grown_collection_is_reused(built, checkpoint, tmp_path):
 # ---- 7: one bad-record policy for both indexes ------------------------------------------------------
 @pytest.mark.slow
 def test_nul_docid_is_skipped_by_both_builds(checkpoint, tmp_path):
-    import aheadrank.javaenv  # noqa: F401
-    from indexer.bm25 import Bm25Searcher, build_bm25_index
+    from aheadrank.indexer.bm25 import Bm25Searcher, build_bm25_index
 
     docs = _docs(12)
     docs[4]["_id"] = "bad\x00id"
@@ -185,7 +183,7 @@ def test_unwritable_store_fails_before_the_model_loads(checkpoint, built, tmp_pa
 def test_disk_full_mid_build_is_one_error_line_and_resumable(built, checkpoint, tmp_path, monkeypatch):
     coll, ref = built
     store = tmp_path / "store"
-    import store as store_pkg
+    import aheadrank.store as store_pkg
 
     real = store_pkg.write_shard
     calls = []
@@ -230,8 +228,7 @@ def test_second_build_on_one_store_is_refused_at_once(built, checkpoint, tmp_pat
 
 @pytest.mark.slow
 def test_second_bm25_build_on_one_index_is_refused(tmp_path):
-    import aheadrank.javaenv  # noqa: F401
-    from indexer.bm25 import build_bm25_index
+    from aheadrank.indexer.bm25 import build_bm25_index
 
     coll = _write(tmp_path / "corpus.jsonl", _docs(5))
     with exclusive_lock(tmp_path / ".bm25.lock", "test"):
@@ -245,8 +242,7 @@ def test_second_bm25_build_on_one_index_is_refused(tmp_path):
 def test_bm25_leaves_no_copy_and_cleans_a_killed_runs(tmp_path, monkeypatch):
     import tempfile
 
-    import aheadrank.javaenv  # noqa: F401
-    from indexer.bm25 import build_bm25_index
+    from aheadrank.indexer.bm25 import build_bm25_index
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "systmp"))
     (tmp_path / "systmp").mkdir()
@@ -292,7 +288,7 @@ def test_resume_rebuilds_a_deleted_or_cut_listed_shard(built, checkpoint, tmp_pa
 
 
 def test_java_disk_errors_are_named(tmp_path, monkeypatch):
-    from indexer import bm25
+    from aheadrank.indexer import bm25
 
     err = bm25._java_failure(
         RuntimeError("java.io.IOException: No space left on device"), tmp_path / "i", "x"

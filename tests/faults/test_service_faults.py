@@ -16,12 +16,11 @@ import faults_testkit  # noqa: F401  (puts the other testkits on sys.path)
 import httpx
 import numpy as np
 import pytest
+from aheadrank.store import StoreReader, read_manifest
+from aheadrank.store.manifest import shard_file_name
+from aheadrank.store.shard import read_shard_meta
 from faults_testkit import wait_for
 from services_testkit import AHEADRANK, Server
-
-from store import StoreReader, read_manifest
-from store.manifest import shard_file_name
-from store.shard import read_shard_meta
 
 pytestmark = pytest.mark.slow
 
@@ -106,11 +105,10 @@ def test_nan_in_a_stored_value_is_never_ranked(service_env, tmp_path, shard, row
     """NaN anywhere in a shard, written before the server started (same size, so it opens): the documents
     it reaches are answered 503, never ranked with a null score; other shards are served; the batch path
     (rerank-run's loop) refuses it too."""
+    from aheadrank.services.app import create_app
+    from aheadrank.services.backend import RerankBackend
+    from aheadrank.services.settings import ServiceSettings
     from fastapi.testclient import TestClient
-
-    from services.app import create_app
-    from services.backend import RerankBackend
-    from services.settings import ServiceSettings
 
     store = _copy_store(service_env, tmp_path)
     rows = read_shard_meta(store / shard_file_name(shard), read_manifest(store).spec).n_tokens
@@ -129,9 +127,10 @@ def test_nan_in_a_stored_value_is_never_ranked(service_env, tmp_path, shard, row
         assert "aheadrank_store_damaged_shards 1.0" in client.get("/metrics").text
     backend.close()
 
+    from aheadrank.rankers import load_ranker
+
     from aheadrank.errors import StoreError
     from aheadrank.runs import RerankStats, rerank_with_store
-    from rankers import load_ranker
 
     with StoreReader(store) as reader:
         ranker = load_ranker(service_env.checkpoint)
@@ -237,8 +236,8 @@ def test_empty_api_keys_refuse_to_start(service_env, args, env):
 
 
 def test_one_rule_for_key_lists(monkeypatch, tmp_path):
-    from services.keys import keys_from_cli, parse_api_keys
-    from services.settings import ServiceSettings
+    from aheadrank.services.keys import keys_from_cli, parse_api_keys
+    from aheadrank.services.settings import ServiceSettings
 
     same = ["a", "b"]
     assert parse_api_keys("a,b") == parse_api_keys("a b") == parse_api_keys(["a", "b"]) == same
@@ -254,11 +253,10 @@ def test_one_rule_for_key_lists(monkeypatch, tmp_path):
 
 # ---- 12: no server paths ------------------------------------------------------------------------------
 def test_info_shows_names_not_server_paths(service_env):
+    from aheadrank.services.app import create_app
+    from aheadrank.services.backend import RerankBackend
+    from aheadrank.services.settings import ServiceSettings
     from fastapi.testclient import TestClient
-
-    from services.app import create_app
-    from services.backend import RerankBackend
-    from services.settings import ServiceSettings
 
     settings = ServiceSettings(
         checkpoint=service_env.checkpoint, store=service_env.store, index=service_env.lucene, warmup=False

@@ -8,13 +8,13 @@ import os
 
 import numpy as np
 import pytest
+from aheadrank.store import StoreReader
+from aheadrank.store.manifest import shard_file_name
 from faults_testkit import small_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aheadrank.errors import StoreDamagedError, StoreError
-from store import StoreReader
-from store.manifest import shard_file_name
 
 COMBOS = [("none", "float16"), ("none", "int8"), ("zstd", "float16")]
 

@@ -6,21 +6,21 @@ import random
 import threading
 
 import pytest
-from indexer_testkit import SAMPLE, shared_dataset, write_lines
-
-import aheadrank.javaenv  # noqa: F401 - before anything imports jnius / pyserini
-from aheadrank.errors import AheadrankError, CollectionError
-from indexer import bm25
-from indexer.bm25 import (
+from aheadrank.indexer import bm25
+from aheadrank.indexer.bm25 import (
     Bm25Searcher,
     IndexBuildError,
     build_bm25_index,
+    detach_thread,
     index_document_count,
+    java_classes,
     read_index_meta,
 )
-from indexer.collections import Collection
-from indexer.java import detach_thread, java_classes
-from indexer.topics import read_beir_split
+from aheadrank.indexer.collections import Collection
+from aheadrank.indexer.topics import read_beir_split
+from indexer_testkit import SAMPLE, shared_dataset, write_lines
+
+from aheadrank.errors import AheadrankError, CollectionError
 
 pytestmark = pytest.mark.slow  # needs Java
 

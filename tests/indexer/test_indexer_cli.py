@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from aheadrank.indexer.bm25 import read_index_meta
 from indexer_testkit import write_lines
 from typer.testing import CliRunner
 
-import aheadrank.javaenv  # noqa: F401 - before anything imports jnius / pyserini
-import indexer.commands  # noqa: F401 - registers the commands
-from aheadrank.app import app
-from indexer.bm25 import read_index_meta
+from aheadrank.cli import app
 
 runner = CliRunner()
 

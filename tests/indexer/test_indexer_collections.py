@@ -6,10 +6,7 @@ import gzip
 import logging
 
 import pytest
-from indexer_testkit import SAMPLE, write_lines
-
-from aheadrank.errors import CollectionError
-from indexer.collections import (
+from aheadrank.indexer.collections import (
     Collection,
     CollectionFormat,
     Document,
@@ -18,6 +15,9 @@ from indexer.collections import (
     join_title_text,
     read_collection,
 )
+from indexer_testkit import SAMPLE, write_lines
+
+from aheadrank.errors import CollectionError
 
 BEIR_RECORDS = [
     {"_id": "d1", "title": "Wing aerodynamics", "text": "Lift of a wing in a slipstream."},
@@ -154,7 +154,7 @@ MALFORMED_KINDS = {
 def test_malformed_lines_are_skipped_and_counted(tmp_path, caplog, suffix):
     path = write_lines(tmp_path / f"corpus.jsonl{suffix}", MALFORMED_BEIR)
     collection = Collection(path, max_examples=50)
-    with caplog.at_level(logging.WARNING, logger="indexer.collections"):
+    with caplog.at_level(logging.WARNING, logger="aheadrank.indexer.collections"):
         docs = list(collection)
     assert docs == [Document("ok1", "T. first good"), Document("ok2", "second good")]
     report = collection.report

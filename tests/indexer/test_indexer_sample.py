@@ -6,9 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from aheadrank.indexer.collections import Collection, read_qrels, read_queries
 from indexer_testkit import SAMPLE, shared_dataset
-
-from indexer.collections import Collection, read_qrels, read_queries
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = ["corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv", "SOURCE.md"]

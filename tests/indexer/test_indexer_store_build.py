@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from aheadrank.indexer.build import BuildOptions, build_store
+from aheadrank.rankers import init_ranker, save_checkpoint
+from aheadrank.store import StoreReader, read_manifest, verify_store
 from conftest import random_text
 
 from aheadrank.errors import StoreError
-from indexer.build import BuildOptions, build_store
-from rankers import init_ranker, save_checkpoint
-from store import StoreReader, read_manifest, verify_store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,8 +68,8 @@ def read_all(store: Path) -> dict[str, dict[str, np.ndarray]]:
     ("name", "strategy"), [("mores", "s1"), ("mores", "s2"), ("prettr", None), ("tk", None)]
 )
 def test_store_equals_direct_encoding(collection, checkpoints, tmp_path, name, strategy):
-    from indexer.collections import Collection
-    from rankers import load_ranker
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.rankers import load_ranker
 
     summary = build_store(
         BuildOptions(
@@ -267,8 +267,7 @@ def test_refuses_a_store_of_another_checkpoint_or_options(collection, checkpoint
 def test_index_cli_reports_errors_without_traceback(collection, checkpoints, tmp_path):
     from typer.testing import CliRunner
 
-    import indexer.commands  # noqa: F401
-    from aheadrank.app import app
+    from aheadrank.cli import app
 
     runner = CliRunner()
     res = runner.invoke(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from aheadrank.indexer.collections import read_beir_split, read_qrels, read_queries
 from indexer_testkit import SAMPLE, write_lines
 
 from aheadrank.errors import CollectionError
-from indexer.collections import read_beir_split, read_qrels, read_queries
 
 
 @pytest.mark.parametrize("suffix", ["", ".gz", ".zst"])

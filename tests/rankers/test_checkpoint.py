@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 import torch
+from aheadrank.rankers import compute_fingerprint, init_ranker, load_ranker, read_fingerprint, save_checkpoint
+from aheadrank.rankers.checkpoint import REQUIRED
 from typer.testing import CliRunner
 
 from aheadrank.errors import CheckpointError
-from rankers import compute_fingerprint, init_ranker, load_ranker, read_fingerprint, save_checkpoint
-from rankers.checkpoint import REQUIRED
 
 QUERY = "insulin resistance in obesity"
 DOCS = ["insulin glucose liver obesity", "the heart and blood pressure", "a vaccine immune response study"]
@@ -99,8 +99,7 @@ def test_invalid_options_are_clear_errors(tiny_base):
 
 
 def test_init_ranker_cli(tiny_base, tmp_path):
-    import rankers.commands  # noqa: F401  (registers the command)
-    from aheadrank.app import app
+    from aheadrank.cli import app
 
     runner = CliRunner()
     out = tmp_path / "cli-ckpt"
@@ -118,6 +117,7 @@ def test_init_ranker_cli(tiny_base, tmp_path):
             "--pooling",
             "mean",
             "--tied",
+            "--sim",
             "--max-doc-len",
             "40",
         ],
@@ -125,6 +125,7 @@ def test_init_ranker_cli(tiny_base, tmp_path):
     assert res.exit_code == 0, res.output
     r = load_ranker(out)
     assert (r.config.ibs, r.config.pooling, r.config.tied, r.config.max_doc_len) == (3, "mean", True, 40)
+    assert r.config.sim and not r.head.weight.any()  # the similarity residual, its head starting at zero
     res = runner.invoke(
         app,
         ["init-ranker", "tk", "--out", str(tmp_path / "t"), "--base", str(tiny_base), "--layers", "1"],
@@ -137,5 +138,9 @@ def test_init_ranker_cli(tiny_base, tmp_path):
         app, ["init-ranker", "bert", "--out", str(tmp_path / "x"), "--base", str(tiny_base), "--ibs", "2"]
     )
     assert res.exit_code == 2 and "--ibs does not apply" in res.output
+    res = runner.invoke(
+        app, ["init-ranker", "tk", "--out", str(tmp_path / "y"), "--base", str(tiny_base), "--sim"]
+    )
+    assert res.exit_code == 2 and "--sim does not apply" in res.output
     res = runner.invoke(app, ["init-ranker", "mores", "--out", str(out), "--base", str(tiny_base)])
     assert res.exit_code == 2 and "already exists" in res.output

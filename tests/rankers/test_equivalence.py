@@ -6,10 +6,9 @@ import random
 
 import pytest
 import torch
+from aheadrank.rankers import init_ranker
 from conftest import random_text
 from scipy.stats import kendalltau
-
-from rankers import init_ranker
 
 CASES = [
     ("bert", {}),

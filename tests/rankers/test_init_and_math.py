@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from aheadrank.rankers import init_ranker
+from aheadrank.rankers.base_model import load_base
+from aheadrank.rankers.checkpoint import build_ranker
+from aheadrank.rankers.config import RankerConfig
+from aheadrank.rankers.tk import KERNEL_MU, kernel_features
 
 from aheadrank.errors import CheckpointError
-from rankers import init_ranker
-from rankers.base_model import load_base
-from rankers.checkpoint import build_ranker
-from rankers.config import RankerConfig
-from rankers.tk import KERNEL_MU, kernel_features
 
 
 def assert_copied(module: torch.nn.Module, sd: dict[str, torch.Tensor], prefix: str) -> int:

@@ -6,9 +6,8 @@ import random
 
 import pytest
 import torch
-
-from rankers import init_ranker, load_ranker
-from rankers.training import TrainConfig, TrainingData, pretrain_compressor, rerank_queries, train
+from aheadrank.rankers import init_ranker, load_ranker
+from aheadrank.rankers.training import TrainConfig, TrainingData, pretrain_compressor, rerank_queries, train
 
 TOPICS = [
     "insulin glucose",
@@ -160,7 +159,7 @@ def test_initial_weights_are_kept_when_no_step_beats_them(tiny_base, tmp_path):
 
 
 def test_listwise_kl_is_zero_at_the_teacher_and_positive_elsewhere():
-    from rankers.training import listwise_kl
+    from aheadrank.rankers.training import listwise_kl
 
     teacher = torch.tensor([[3.0, 1.0, 0.0, -1.0], [0.5, 0.2, 0.1, 0.0]])
     assert listwise_kl(teacher.clone(), teacher).item() == pytest.approx(0.0, abs=1e-6)

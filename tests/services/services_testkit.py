@@ -6,8 +6,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.process import AHEADRANK as _AHEADRANK
-from services.process import ServeProcess
+from aheadrank.services.process import AHEADRANK as _AHEADRANK
+from aheadrank.services.process import ServeProcess
 
 AHEADRANK = str(_AHEADRANK)
 
@@ -25,10 +25,9 @@ class ServiceEnv:
 
 
 def build_service_env(root: Path, tiny_base: Path) -> ServiceEnv:
-    import aheadrank.javaenv  # noqa: F401
-    from indexer.bm25 import build_bm25_index
-    from indexer.build import BuildOptions, build_store
-    from rankers import init_ranker, save_checkpoint
+    from aheadrank.indexer.bm25 import build_bm25_index
+    from aheadrank.indexer.build import BuildOptions, build_store
+    from aheadrank.rankers import init_ranker, save_checkpoint
 
     lucene = root / "lucene"
     build_bm25_index(SAMPLE, lucene, progress=False)

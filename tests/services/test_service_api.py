@@ -12,9 +12,8 @@ import time
 import httpx
 import pytest
 import torch
+from aheadrank.services import RerankBackend, ServiceSettings, create_app
 from fastapi.testclient import TestClient
-
-from services import RerankBackend, ServiceSettings, create_app
 
 QUERY = "smoking increases the risk of lung cancer"
 
@@ -75,7 +74,7 @@ def test_bm25_rerank_matches_the_batch_path(client, backend, service_env):
 
 
 def test_explicit_candidates_equal_direct_scoring(client, backend, service_env):
-    from indexer.collections import Collection
+    from aheadrank.indexer.collections import Collection
 
     texts = {d.docid: d.text for d in Collection(service_env.collection)}
     ids = sorted(texts)[:40]
@@ -273,7 +272,7 @@ def test_request_id_is_echoed_and_info_metrics_health(client, backend, service_e
     assert client.get("/health").json() == {"status": "ok"}
     assert client.get("/ready").status_code == 200
     info = client.get("/v1/info").json()
-    from rankers import read_fingerprint
+    from aheadrank.rankers import read_fingerprint
 
     assert (
         info["model"]["fingerprint"]
@@ -353,7 +352,7 @@ def test_full_queue_answers_503_instead_of_growing(backend):
 
 
 def test_no_store_or_index_configured(service_env):
-    from rankers import load_ranker
+    from aheadrank.rankers import load_ranker
 
     settings = ServiceSettings(checkpoint=service_env.checkpoint, access_log=False)
     bare = RerankBackend(settings, load_ranker(service_env.checkpoint), None, None, "cpu")
@@ -366,7 +365,7 @@ def test_no_store_or_index_configured(service_env):
 
 
 def test_latency_model_plans_within_the_budget():
-    from services.budget import LatencyModel
+    from aheadrank.services.budget import LatencyModel
 
     m = LatencyModel(batch=100, safety=1.0)
     m.reserve_s = 0.0

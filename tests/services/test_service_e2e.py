@@ -66,7 +66,7 @@ def test_server_ranking_equals_rerank_run(server, service_env, tmp_path):
 
 
 def test_compatible_endpoint_equals_scoring_the_texts(server, service_env):
-    from rankers import load_ranker
+    from aheadrank.rankers import load_ranker
 
     ranker = load_ranker(service_env.checkpoint)
     docs = [
@@ -99,7 +99,7 @@ def test_time_budgets_on_the_real_server(server):
 
 
 def test_wrong_fingerprint_store_is_refused_at_start(service_env):
-    from rankers import read_fingerprint
+    from aheadrank.rankers import read_fingerprint
 
     s = Server("--checkpoint", str(service_env.other_checkpoint), "--store", str(service_env.store))
     try:

@@ -10,9 +10,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from aheadrank.store import StoreWriter  # noqa: E402
 from store_testkit import doc_fields, make_spec  # noqa: E402
-
-from store import StoreWriter  # noqa: E402
 
 CRASH_SPEC = {"shard_size": 6, "compression": "none", "dtype": "float16"}
 

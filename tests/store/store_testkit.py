@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from store import FetchResult, StoreSpec, StoreWriter
+from aheadrank.store import FetchResult, StoreSpec, StoreWriter
 
 FIELDS = {"k1": 8, "v1": 5}
 COMBOS = [("none", "float16"), ("none", "int8"), ("zstd", "float16"), ("zstd", "int8")]

@@ -7,9 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from aheadrank.store import StoreReader
 from store_testkit import COMBOS, build, make_docs, make_spec
-
-from store import StoreReader
 
 
 @pytest.mark.parametrize(("compression", "dtype"), COMBOS)

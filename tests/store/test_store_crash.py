@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from aheadrank.store import StoreReader, StoreWriter, read_manifest, verify_store
 from store_crash_child import CRASH_SPEC
 from store_testkit import doc_fields, make_spec
 
 from aheadrank.errors import StoreError
-from store import StoreReader, StoreWriter, read_manifest, verify_store
 
 CHILD = Path(__file__).with_name("store_crash_child.py")
 ROOT = Path(__file__).resolve().parents[2]

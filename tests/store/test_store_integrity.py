@@ -6,13 +6,12 @@ import json
 
 import h5py
 import pytest
+from aheadrank.store import StoreReader, StoreWriter, read_manifest, verify_store
 from store_testkit import build, make_docs, make_spec
 from typer.testing import CliRunner
 
-import store.commands  # noqa: F401  (registers store-info and verify-store)
-from aheadrank.app import app
+from aheadrank.cli import app
 from aheadrank.errors import StoreError
-from store import StoreReader, StoreWriter, read_manifest, verify_store
 
 runner = CliRunner()
 

@@ -6,11 +6,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from aheadrank.store import StoreReader, StoreWriter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_testkit import COMBOS, check_fetch, make_spec
-
-from store import StoreReader, StoreWriter
 
 MAX_LEN = 12
 docid_text = st.text(

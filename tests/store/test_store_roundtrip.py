@@ -8,10 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from store_testkit import COMBOS, FIELDS, build, check_fetch, int8_bound, make_docs, make_spec
-
-from aheadrank.errors import StoreError
-from store import (
+from aheadrank.store import (
     StoreReader,
     StoreSpec,
     StoreWriter,
@@ -20,6 +17,9 @@ from store import (
     write_manifest,
     write_shard,
 )
+from store_testkit import COMBOS, FIELDS, build, check_fetch, int8_bound, make_docs, make_spec
+
+from aheadrank.errors import StoreError
 
 
 @pytest.mark.parametrize(("compression", "dtype"), COMBOS)
@@ -43,7 +43,7 @@ def test_round_trip_mixed_lengths(tmp_path, compression, dtype):
 
 
 def test_int8_error_is_bounded_and_small():
-    from store.quant import dequantize_int8, quantize_int8
+    from aheadrank.store.quant import dequantize_int8, quantize_int8
 
     x = np.random.default_rng(0).standard_normal((50, 64)).astype(np.float32) * 5
     x[3] = 0.0
@@ -212,23 +212,23 @@ def test_same_input_gives_same_shard_bytes(tmp_path):
 
 
 def test_int8_dequantize_numpy_fallback_equals_torch(monkeypatch):
-    import store.quant as quant
+    import aheadrank.store.quant as quant
 
     x = np.random.default_rng(1).standard_normal((3, 300, 40)).astype(np.float32)
     q, scale = quant.quantize_int8(x.reshape(-1, 40))
     q, scale = q.reshape(3, 300, 40), scale.reshape(3, 300)
     with_torch = quant.dequantize_int8(q, scale)
-    monkeypatch.setattr(quant, "_torch", lambda: None)
+    monkeypatch.setattr(quant, "load_torch", lambda: None)
     assert np.array_equal(quant.dequantize_int8(q, scale), with_torch)
     assert np.array_equal(with_torch, (q * scale[..., None]).astype(np.float16))
 
 
 @pytest.mark.parametrize(("compression", "dtype"), COMBOS)
 def test_gather_in_small_windows(tmp_path, monkeypatch, compression, dtype):
-    import store.reader
+    from aheadrank.store import reader as store_reader
 
-    monkeypatch.setattr(store.reader, "_STITCH", False)  # the per-shard path (platforms without it)
-    monkeypatch.setattr(store.reader, "_SCRATCH_BYTES", 1)  # one document per window and shard
+    monkeypatch.setattr(store_reader, "_STITCH", False)  # the per-shard path (platforms without it)
+    monkeypatch.setattr(store_reader, "_SCRATCH_BYTES", 1)  # one document per window and shard
     docs = make_docs(17)
     build(tmp_path, make_spec(compression=compression, dtype=dtype, shard_size=3), docs)
     request = ["d16", "d0", "nope", "d5", "d5", "d9", "d1", "d12"]
@@ -254,12 +254,12 @@ def test_uncompressed_shards_are_stitched_into_one_array(tmp_path):
 
 
 def test_casts_without_torch_match(monkeypatch):
-    import store.quant as quant
+    import aheadrank.store.quant as quant
 
     x = np.random.default_rng(2).standard_normal((70, 600)).astype(np.float32) * 100
     x[0, 0] = 1e6  # overflows float16
     with_torch = quant.cast(x, np.float16)
-    monkeypatch.setattr(quant, "_torch", lambda: None)
+    monkeypatch.setattr(quant, "load_torch", lambda: None)
     assert np.array_equal(quant.cast(x, np.float16), with_torch)
     assert not quant.all_finite_float16(with_torch)
     assert quant.all_finite_float16(with_torch[1:])

@@ -1,8 +1,9 @@
-"""Line-oriented reading of plain, gzip and zstandard files.
+"""The one line reader (collections, queries, qrels, run files): plain, gzip and zstandard files.
 
 Compression is recognised by the file's magic bytes (not its name), so ``corpus.jsonl`` that is really
 gzip-compressed still reads. Lines come back as raw ``bytes`` with their 1-based line number, so callers
-can report invalid UTF-8 with the exact file and line instead of failing the whole file.
+can report invalid UTF-8 with the exact file and line instead of failing the whole file; :func:`text_lines`
+decodes them. Errors are raised as the caller's error class (``error``; default :class:`CollectionError`).
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ def strip_compression_suffix(name: str) -> str:
     return name
 
 
-def open_binary(path: str | Path) -> io.BufferedIOBase:
+def open_binary(
+    path: str | Path, error: type[Exception] = CollectionError, what: str = "cannot open"
+) -> io.BufferedIOBase:
     """Open ``path`` for binary reading, transparently decompressing gzip or zstandard content."""
     path = Path(path)
     try:
         raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
     except OSError as exc:
-        raise CollectionError(f"cannot open {path}: {exc.strerror or exc}") from exc
+        raise error(f"{what} {path}: {exc.strerror or exc}") from exc
     magic = raw.peek(4)[:4] if hasattr(raw, "peek") else b""
     if magic.startswith(GZIP_MAGIC):  # buffered itself; an outer buffer would lose the lines before a cut
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
@@ -91,19 +94,22 @@ class _ZstdRawReader(io.RawIOBase):
         super().close()
 
 
-def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+def iter_lines(
+    path: str | Path, error: type[Exception] = CollectionError, what: str = "cannot open"
+) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line_number, line)`` for every line of ``path``, without the line ending.
 
     A UTF-8 byte-order mark on the first line is dropped; ``\\r\\n`` endings are accepted. A corrupt
-    compressed stream raises :class:`CollectionError` naming the file and the last good line.
+    compressed stream raises ``error`` naming the file and the last good line; ``what`` starts the message
+    when the file cannot be opened.
     """
     lineno = 0
-    with open_binary(path) as fh:
+    with open_binary(path, error, what) as fh:
         while True:
             try:
                 line = fh.readline()
             except Exception as exc:  # gzip: OSError/EOFError, zstandard: ZstdError
-                raise CollectionError(
+                raise error(
                     f"{path}:{lineno + 1}: cannot read/decompress after line {lineno:,} ({exc}); "
                     "the file is truncated or corrupt: restore it"
                 ) from exc
@@ -113,3 +119,20 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
             if lineno == 1 and line.startswith(_BOM):
                 line = line[len(_BOM) :]
             yield lineno, line.rstrip(b"\r\n")
+
+
+def text_lines(
+    path: str | Path,
+    error: type[Exception] = CollectionError,
+    skip_blank: bool = False,
+    what: str = "cannot open",
+) -> Iterator[tuple[int, str]]:
+    """:func:`iter_lines` decoded as UTF-8 (invalid UTF-8 raises ``error`` naming file and line); blank lines
+    are left out with ``skip_blank``."""
+    for lineno, raw in iter_lines(path, error, what):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise error(f"{path}:{lineno}: invalid UTF-8 ({exc.reason})") from None
+        if not skip_blank or line.strip():
+            yield lineno, line

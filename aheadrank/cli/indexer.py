@@ -6,14 +6,14 @@ from pathlib import Path
 
 import typer
 
-from aheadrank.app import app
-from aheadrank.cliutil import env, user_errors
+from aheadrank.cli.app import app
+from aheadrank.cli.options import env, opt, user_errors
 from aheadrank.errors import AheadrankError
-from indexer.collections import CollectionFormat
+from aheadrank.indexer.collections import CollectionFormat
 
 
 def _default_threads() -> int:
-    from indexer.bm25 import default_threads
+    from aheadrank.indexer.bm25 import default_threads
 
     return default_threads()
 
@@ -21,43 +21,40 @@ def _default_threads() -> int:
 @app.command("bm25-index")
 @user_errors
 def bm25_index(
-    collection: Path = typer.Option(
+    collection: Path = opt(
         ...,
         "--collection",
-        envvar=env("collection"),
         help="Collection file (BEIR/Pyserini JSONL or TSV, plain/.gz/.zst) or BEIR directory (corpus.jsonl).",
     ),
-    index: Path = typer.Option(..., "--index", envvar=env("index"), help="Lucene index directory to write."),
-    threads: int | None = typer.Option(
+    index: Path = opt(..., "--index", help="Lucene index directory to write."),
+    threads: int | None = opt(
         None,
         "--threads",
         min=1,
-        envvar=env("threads"),
         help="Indexing threads (default: the number of usable CPUs).",
     ),
     fmt: CollectionFormat = typer.Option(
         CollectionFormat.AUTO, "--format", envvar=env("collection-format"), help="Collection format."
     ),
-    strict: bool = typer.Option(
+    strict: bool = opt(
         False,
         "--strict/--no-strict",
-        envvar=env("strict"),
         help="Fail at the first malformed line, duplicate docid or empty document (default: skip and count).",
     ),
-    k1: float = typer.Option(0.9, "--k1", min=0.0, envvar=env("k1"), help="BM25 k1 recorded as default."),
-    b: float = typer.Option(
-        0.4, "--b", min=0.0, max=1.0, envvar=env("b"), help="BM25 b recorded as default."
+    k1: float = opt(0.9, "--k1", min=0.0, help="BM25 k1 recorded as default."),
+    b: float = opt(0.4, "--b", min=0.0, max=1.0, help="BM25 b recorded as default."),
+    progress: bool = opt(
+        True,
+        "--progress/--no-progress",
     ),
-    progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
-    tmp_dir: Path | None = typer.Option(
+    tmp_dir: Path | None = opt(
         None,
         "--tmp-dir",
-        envvar=env("tmp-dir"),
         help="Where the temporary JsonCollection copy goes (default: next to the index; removed after).",
     ),
 ) -> None:
     """Build the BM25 Lucene index (positions, document vectors and raw text stored) of a collection."""
-    from indexer.bm25 import build_bm25_index
+    from aheadrank.indexer.bm25 import build_bm25_index
 
     result = build_bm25_index(
         collection,
@@ -81,21 +78,15 @@ def bm25_index(
 @app.command("bm25-search")
 @user_errors
 def bm25_search(
-    index: Path = typer.Option(..., "--index", envvar=env("index"), help="Lucene index directory."),
-    query: str = typer.Option(..., "--query", "-q", envvar=env("query"), help="Query text."),
-    k: int = typer.Option(10, "-k", "--k", min=1, envvar=env("k"), help="Number of hits."),
-    k1: float | None = typer.Option(
-        None, "--k1", min=0.0, envvar=env("k1"), help="BM25 k1 (default: the index's)."
-    ),
-    b: float | None = typer.Option(
-        None, "--b", min=0.0, max=1.0, envvar=env("b"), help="BM25 b (default: the index's)."
-    ),
-    width: int = typer.Option(
-        100, "--width", min=0, envvar=env("width"), help="Characters of each document's text to show."
-    ),
+    index: Path = opt(..., "--index", help="Lucene index directory."),
+    query: str = opt(..., "--query", "-q", help="Query text."),
+    k: int = opt(10, "-k", "--k", min=1, help="Number of hits."),
+    k1: float | None = opt(None, "--k1", min=0.0, help="BM25 k1 (default: the index's)."),
+    b: float | None = opt(None, "--b", min=0.0, max=1.0, help="BM25 b (default: the index's)."),
+    width: int = opt(100, "--width", min=0, help="Characters of each document's text to show."),
 ) -> None:
     """Debug: print the BM25 top-k of one query (rank, docid, score, start of the text)."""
-    from indexer.bm25 import Bm25Searcher
+    from aheadrank.indexer.bm25 import Bm25Searcher
 
     with Bm25Searcher(index, k1=k1, b=b) as searcher:
         hits = searcher.search(query, k)
@@ -114,43 +105,50 @@ def bm25_search(
 @app.command("index")
 @user_errors
 def index_cmd(
-    checkpoint: Path = typer.Option(..., "--checkpoint", envvar=env("checkpoint"), help="Ranker checkpoint."),
-    collection: Path = typer.Option(..., "--collection", envvar=env("collection"), help="Collection path."),
-    store: Path = typer.Option(..., "--store", envvar=env("store"), help="Representation store directory."),
-    strategy: str | None = typer.Option(None, "--strategy", envvar=env("strategy"), help="MORES: s1 or s2."),
-    shard_size: int = typer.Option(10_000, "--shard-size", min=1, envvar=env("shard-size")),
-    batch_size: int = typer.Option(64, "--batch-size", min=1, envvar=env("batch-size")),
-    max_doc_len: int | None = typer.Option(None, "--max-doc-len", min=1, envvar=env("max-doc-len")),
-    device: str = typer.Option("cpu", "--device", envvar=env("device"), help="cpu or cuda."),
-    dtype: str = typer.Option("float16", "--dtype", envvar=env("dtype"), help="float16 or int8."),
-    compression: str = typer.Option("none", "--compression", envvar=env("compression"), help="none or zstd."),
-    scheduler: str | None = typer.Option(
-        None, "--scheduler", envvar=env("scheduler"), help="Dask scheduler address, tcp://HOST:PORT."
+    checkpoint: Path = opt(..., "--checkpoint", help="Ranker checkpoint."),
+    collection: Path = opt(..., "--collection", help="Collection path."),
+    store: Path = opt(..., "--store", help="Representation store directory."),
+    strategy: str | None = opt(None, "--strategy", help="MORES: s1 or s2."),
+    shard_size: int = opt(
+        10_000,
+        "--shard-size",
+        min=1,
     ),
-    workers: int | None = typer.Option(
-        None, "--workers", min=1, envvar=env("workers"), help="Run on a local Dask cluster of N workers."
+    batch_size: int = opt(
+        64,
+        "--batch-size",
+        min=1,
     ),
-    strict: bool = typer.Option(False, "--strict/--no-strict", envvar=env("strict")),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", envvar=env("overwrite"), help="Start over: delete an existing store first."
+    max_doc_len: int | None = opt(
+        None,
+        "--max-doc-len",
+        min=1,
     ),
-    progress: bool = typer.Option(True, "--progress/--no-progress", envvar=env("progress")),
-    dense: bool = typer.Option(
+    device: str = opt("cpu", "--device", help="cpu or cuda."),
+    dtype: str = opt("float16", "--dtype", help="float16 or int8."),
+    compression: str = opt("none", "--compression", help="none or zstd."),
+    scheduler: str | None = opt(None, "--scheduler", help="Dask scheduler address, tcp://HOST:PORT."),
+    workers: int | None = opt(None, "--workers", min=1, help="Run on a local Dask cluster of N workers."),
+    strict: bool = opt(
+        False,
+        "--strict/--no-strict",
+    ),
+    overwrite: bool = opt(False, "--overwrite", help="Start over: delete an existing store first."),
+    progress: bool = opt(True, "--progress/--no-progress"),
+    dense: bool = opt(
         True,
         "--dense/--no-dense",
-        envvar=env("dense"),
         help="Also write the dense prior's field (the base bi-encoder's document embedding, <store>/dense).",
     ),
-    dense_from: Path | None = typer.Option(
+    dense_from: Path | None = opt(
         None,
         "--dense-from",
-        envvar=env("dense-from"),
         help="Copy the dense field from this dense store (same base, same documents) instead of encoding.",
     ),
 ) -> None:
     """Build (or resume) the representation store: the checkpoint's document side over the collection,
     plus the dense prior's field (one embedding per document)."""
-    from indexer.build import BuildOptions, build_dense, build_store
+    from aheadrank.indexer.build import BuildOptions, build_dense, build_store
 
     if scheduler and workers:
         raise AheadrankError("give --scheduler or --workers, not both")

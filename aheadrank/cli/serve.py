@@ -14,9 +14,10 @@ from pathlib import Path
 
 import typer
 
-from aheadrank.app import app
-from aheadrank.cliutil import env, user_errors
+from aheadrank.cli.app import app
+from aheadrank.cli.options import env, opt, settings_block, user_errors, with_options
 from aheadrank.errors import AheadrankError
+from aheadrank.services.settings import ServiceSettings
 
 
 class JsonLines(logging.Formatter):
@@ -76,43 +77,20 @@ def graceful_server(config):
     return _Server(config)
 
 
+# every service setting but the keys is a flag, declared once: by its ServiceSettings field (default,
+# bounds, help) and mirrored by AHEADRANK_<FIELD>, as the settings model reads it
+SERVICE_OPTIONS = settings_block(
+    "service",
+    ServiceSettings,
+    [name for name in ServiceSettings.model_fields if name not in ("api_keys", "api_keys_file")],
+)
+
+
 @app.command("serve")
 @user_errors
+@with_options(SERVICE_OPTIONS)
 def serve(
     ctx: typer.Context,
-    checkpoint: Path = typer.Option(..., "--checkpoint", envvar=env("checkpoint"), help="ranker checkpoint"),
-    store: Path | None = typer.Option(None, "--store", envvar=env("store"), help="representation store"),
-    index: Path | None = typer.Option(None, "--index", envvar=env("index"), help="Lucene BM25 index"),
-    host: str = typer.Option("127.0.0.1", "--host", envvar=env("host")),
-    port: int = typer.Option(8080, "--port", envvar=env("port"), min=0, max=65535),
-    device: str = typer.Option("auto", "--device", envvar=env("device"), help="auto, cpu, cuda, cuda:N"),
-    threads: int | None = typer.Option(
-        None, "--threads", envvar=env("threads"), min=1, help="torch CPU threads"
-    ),
-    max_candidates: int = typer.Option(1000, "--max-candidates", envvar=env("max-candidates"), min=1),
-    max_documents: int = typer.Option(
-        10_000, "--max-documents", envvar=env("max-documents"), min=1, help="/rerank documents per request"
-    ),
-    max_query_chars: int = typer.Option(2000, "--max-query-chars", envvar=env("max-query-chars"), min=1),
-    max_document_chars: int = typer.Option(
-        100_000, "--max-document-chars", envvar=env("max-document-chars"), min=1
-    ),
-    max_body_bytes: int = typer.Option(
-        32 * 1024 * 1024, "--max-body-bytes", envvar=env("max-body-bytes"), min=1024
-    ),
-    max_queue: int = typer.Option(
-        64, "--max-queue", envvar=env("max-queue"), min=1, help="more waiting: 503"
-    ),
-    default_depth: int = typer.Option(100, "--default-depth", envvar=env("default-depth"), min=1),
-    batch_size: int = typer.Option(256, "--batch-size", envvar=env("batch-size"), min=1),
-    doc_batch_size: int = typer.Option(64, "--doc-batch-size", envvar=env("doc-batch-size"), min=1),
-    request_timeout_s: float = typer.Option(
-        30.0,
-        "--request-timeout-s",
-        envvar=env("request-timeout-s"),
-        min=0.001,
-        help="server-side deadline per request (queue included): 504 once it passes",
-    ),
     api_key: list[str] = typer.Option(
         [],
         "--api-key",
@@ -120,37 +98,24 @@ def serve(
         help="accepted Bearer key (repeat; env AHEADRANK_API_KEY or AHEADRANK_API_KEYS: space-separated). "
         "On the command line, `ps` shows it: prefer the environment or --api-keys-file",
     ),
-    api_keys_file: Path | None = typer.Option(
+    api_keys_file: Path | None = opt(
         None,
         "--api-keys-file",
-        envvar=env("api-keys-file"),
         help="file of accepted Bearer keys (one per line, '#' comments)",
     ),
-    priors: bool = typer.Option(
-        True,
-        "--priors/--no-priors",
-        envvar=env("priors"),
-        help="combine the neural score with the checkpoint's fitted BM25 and dense priors (default)",
-    ),
-    read_timeout: float = typer.Option(
-        10.0, "--read-timeout", envvar=env("read-timeout"), min=0.001, help="seconds to send a request head"
-    ),
-    max_connections: int = typer.Option(
-        1000, "--max-connections", envvar=env("max-connections"), min=1, help="more: oldest idle one closed"
-    ),
-    warmup: bool = typer.Option(True, "--warmup/--no-warmup", envvar=env("warmup")),
-    access_log: bool = typer.Option(True, "--access-log/--no-access-log", envvar=env("access-log")),
-    log_level: str = typer.Option("info", "--log-level", envvar=env("log-level")),
+    log_level: str = opt("info", "--log-level"),
+    *,
+    service: dict,
 ) -> None:
     """Serve re-ranking over HTTP: /v1/rerank (native; Cohere v1/Jina/Voyage), /v2/rerank (Cohere v2), /rerank
     (TEI, vLLM), /infinity/rerank, /health, /ready, /metrics, /v1/info."""
     import uvicorn
+    from pydantic import ValidationError
 
-    from services.app import create_app
-    from services.backend import RerankBackend
-    from services.keys import keys_from_cli
-    from services.limits import connection_cap, guarded_h11
-    from services.settings import ServiceSettings
+    from aheadrank.services.app import create_app
+    from aheadrank.services.backend import RerankBackend
+    from aheadrank.services.keys import keys_from_cli
+    from aheadrank.services.limits import connection_cap, guarded_h11
 
     configure_logging(log_level)
     log = logging.getLogger("aheadrank.service")
@@ -166,44 +131,24 @@ def serve(
         print(f"warning: {message}", file=sys.stderr)
         log.warning(message)
     if api_keys_file is not None:
-        from services.settings import read_keys_file
+        from aheadrank.services.settings import read_keys_file
 
         try:
             keys += read_keys_file(api_keys_file)
         except ValueError as exc:
             raise AheadrankError(str(exc)) from None
-    settings = ServiceSettings(
-        checkpoint=checkpoint,
-        store=store,
-        index=index,
-        host=host,
-        port=port,
-        device=device,
-        threads=threads,
-        max_candidates=max_candidates,
-        max_documents=max_documents,
-        max_query_chars=max_query_chars,
-        max_document_chars=max_document_chars,
-        max_body_bytes=max_body_bytes,
-        max_queue=max_queue,
-        default_depth=default_depth,
-        batch_size=batch_size,
-        doc_batch_size=doc_batch_size,
-        request_timeout_s=request_timeout_s,
-        api_keys=keys,
-        priors=priors,
-        read_timeout=read_timeout,
-        max_connections=max_connections,
-        warmup=warmup,
-        access_log=access_log,
-    )
+    try:
+        settings = ServiceSettings(**service, api_keys=keys)
+    except ValidationError as exc:  # a bound the flags do not check themselves (e.g. a timeout > 0)
+        raise AheadrankError(str(exc)) from None
+    host, port = settings.host, settings.port
     if not settings.api_keys and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning(json.dumps({"event": "no_auth", "message": f"serving on {host} without API keys"}))
     t0 = time.perf_counter()
     backend = RerankBackend.load(settings)
     if backend.reader is not None:
         backend.reader.watch()  # a shard truncated or rewritten while served: refused, never read (SIGBUS)
-    if warmup:
+    if settings.warmup:
         backend.warmup()
     else:
         backend.ready = True

@@ -1,4 +1,4 @@
-"""The one typer application; each part registers its commands in its own ``commands`` module."""
+"""The one typer application; each ``aheadrank.cli`` module registers its commands on it."""
 
 from __future__ import annotations
 

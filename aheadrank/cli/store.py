@@ -6,12 +6,12 @@ from pathlib import Path
 
 import typer
 
-from aheadrank.app import app
-from aheadrank.cliutil import user_errors
+from aheadrank.cli.app import app
+from aheadrank.cli.options import user_errors
 
 
 def _summary(path: Path) -> dict:
-    from store.manifest import read_manifest
+    from aheadrank.store.manifest import read_manifest
 
     manifest = read_manifest(path)
     spec = manifest.spec
@@ -81,7 +81,7 @@ def verify_store_cmd(
     path: Path = typer.Argument(..., help="Store directory to check."),
 ) -> None:
     """Check the manifest and every shard's size, sha256 and layout; exit 1 naming each bad shard."""
-    from store.verify import verify_store
+    from aheadrank.store.verify import verify_store
 
     problems = verify_store(path)
     if problems:

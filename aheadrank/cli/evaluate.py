@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
-from aheadrank.app import app
-from aheadrank.cliutil import env, user_errors
+from aheadrank.cli.app import app
+from aheadrank.cli.options import env, opt, user_errors
 from aheadrank.errors import AheadrankError
 
 _DEFAULT_METRICS = "nDCG@10,MRR@10,R@100,MAP,P@10"
@@ -50,35 +50,28 @@ def _coverage_line(label: str, path: Path, cov) -> str:
 @app.command("evaluate")
 @user_errors
 def evaluate_cmd(
-    run: Path = typer.Option(..., "--run", envvar=env("run"), help="TREC run file (A: the baseline)."),
-    qrels: Path = typer.Option(
+    run: Path = opt(..., "--run", help="TREC run file (A: the baseline)."),
+    qrels: Path = opt(
         ...,
         "--qrels",
-        envvar=env("qrels"),
         help="Qrels: TREC 'qid 0 docid rel', BEIR TSV 'query-id corpus-id score', or a BEIR directory.",
     ),
     split: str = typer.Option(
         "test", "--split", envvar=env("qrels-split"), help="With a BEIR directory: read qrels/<split>.tsv."
     ),
-    compare: Path | None = typer.Option(
-        None, "--compare", envvar=env("compare"), help="Second TREC run (B: the candidate) compared to A."
-    ),
-    metrics: str = typer.Option(
+    compare: Path | None = opt(None, "--compare", help="Second TREC run (B: the candidate) compared to A."),
+    metrics: str = opt(
         _DEFAULT_METRICS,
         "--metrics",
-        envvar=env("metrics"),
         help="Comma-separated: nDCG@k, MRR@k, R@k, P@k, MAP, MAP@k, nDCG, MRR (or trec_eval names).",
     ),
-    margins: str = typer.Option(
+    margins: str = opt(
         _DEFAULT_MARGINS,
         "--margins",
-        envvar=env("margins"),
         help="Non-inferiority margins, fractions of A's mean (0.02 or 2%).",
     ),
-    alpha: float = typer.Option(0.05, "--alpha", envvar=env("alpha"), help="Significance level."),
-    json_out: Path | None = typer.Option(
-        None, "--json", envvar=env("json"), help="Also write means, per-query values and tests as JSON."
-    ),
+    alpha: float = opt(0.05, "--alpha", help="Significance level."),
+    json_out: Path | None = opt(None, "--json", help="Also write means, per-query values and tests as JSON."),
 ) -> None:
     """Print nDCG@10, MRR@10, R@100, MAP and P@10 of a run (trec_eval conventions); with --compare, the
     paired t-test and the MORES non-inferiority tests (B vs A at each margin) per metric."""
@@ -86,7 +79,7 @@ def evaluate_cmd(
     from rich.table import Table
 
     from aheadrank.evaluation import coverage, paired_test, parse_metric, per_query, read_run
-    from indexer.topics import read_qrels
+    from aheadrank.indexer.topics import read_qrels
 
     names = _split_list(metrics)
     if not names:

@@ -1,0 +1,186 @@
+"""What the benchmark scripts under ``bench/`` share, importable and tested (tests/test_benchkit.py): JSON
+results, the machine record, CPU samples, and the stages several benchmarks cache (the BM25 index of a
+collection, a split's topics). The scripts stay thin: argument parsing, the measurement, the report.
+Ranker variants and their names come from :mod:`rankers.variants`; training from :mod:`rankers.recipe`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+# benchmarks run offline (nothing is downloaded); set before anything imports transformers
+for _name, _value in (
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+):
+    os.environ.setdefault(_name, _value)
+
+SAMPLE = Path(__file__).resolve().parent / "data" / "scifact-sample"  # the bundled SciFact sample
+_SOURCE = Path(__file__).resolve().parents[1]  # a checkout's root (for the git commit in machine records)
+log = logging.getLogger("bench")
+
+
+# ---- results --------------------------------------------------------------------------------------------
+def digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def clean(value):
+    """JSON-ready: NaN / inf as None, tuples as lists, rounded floats stay as they are."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+def write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(clean(data), indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def stage(msg: str) -> None:
+    log.info(msg)
+
+
+# ---- the machine ----------------------------------------------------------------------------------------
+def machine_info(threads: int) -> dict:
+    import torch
+
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=_SOURCE, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "git_commit": commit,
+        "load_average_start": list(os.getloadavg()),
+    }
+
+
+def machine(device: str) -> dict:
+    """:func:`machine_info` with torch's threads, the device and its GPU name."""
+    import torch
+
+    info = machine_info(torch.get_num_threads())
+    info["device"] = device
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+def cpu_sample() -> tuple[float, int, int]:
+    """(time, busy clock ticks of the whole machine, clock ticks of this process) from /proc."""
+    try:
+        busy = sum(
+            int(v)
+            for i, v in enumerate(Path("/proc/stat").read_text().split("\n")[0].split()[1:])
+            if i not in (3, 4, 8, 9)
+        )
+        own = sum(int(v) for v in Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[11:13])
+    except (OSError, ValueError):
+        busy = own = 0
+    return time.perf_counter(), busy, own
+
+
+# ---- cached stages --------------------------------------------------------------------------------------
+def bm25_index_path(collection: Path, work: Path) -> Path:
+    """Where :func:`ensure_bm25_index` keeps the collection's index (built or not)."""
+    return work / "bm25" / f"{collection.name}-{digest(str(collection))}"
+
+
+def ensure_bm25_index(collection: Path, work: Path, progress: bool) -> Path:
+    """The collection's BM25 Lucene index, built once per collection path."""
+    from aheadrank.indexer.bm25 import build_bm25_index, is_lucene_index
+
+    index = bm25_index_path(collection, work)
+    if is_lucene_index(index):
+        stage(f"bm25 index: cached {index}")
+        return index
+    t0 = time.perf_counter()
+    result = build_bm25_index(collection, index, progress=progress)
+    stage(f"bm25 index: {result.documents} documents in {time.perf_counter() - t0:.1f} s -> {index}")
+    return index
+
+
+class Bm25Hits:
+    """BM25 top-k hits of one collection, cached in ``<workdir>/bm25-hits`` under the collection's content
+    (its corpus file's sha256), the queries' texts and the depth. A run whose hits are all cached never
+    opens (or builds) the Lucene index, so the rest of a bench runs where no Java is installed (a GPU
+    machine with the hits carried from a machine that has Pyserini: bench/device/)."""
+
+    def __init__(self, collection: Path, workdir: Path, progress: bool):
+        self.collection, self.workdir, self.progress = collection, workdir, progress
+        self._index: Path | None = None
+        corpus = sorted(collection.glob("corpus.jsonl*"))
+        if not corpus:
+            raise SystemExit(f"{collection} has no corpus.jsonl")
+        sha = hashlib.sha256()
+        with corpus[0].open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                sha.update(block)
+        self.key = f"{collection.name}-{sha.hexdigest()[:12]}"
+
+    @property
+    def index(self) -> Path:
+        if self._index is None:
+            self._index = ensure_bm25_index(self.collection, self.workdir, self.progress)
+        return self._index
+
+    def hits(self, queries: dict[str, str], depth: int) -> dict[str, list]:
+        """{qid: [(docid, bm25 score), ...]} best first, as ``aheadrank.runs.bm25_candidates``."""
+        from aheadrank.runs import bm25_candidates
+
+        path = self.workdir / "bm25-hits" / f"{self.key}-{digest([sorted(queries.items()), depth])}.json"
+        cached = read_json(path)
+        if cached is not None:
+            return {q: [(d, float(s)) for d, s in hits] for q, hits in cached.items()}
+        found = bm25_candidates(self.index, queries, depth)
+        write_json(path, found)
+        return found
+
+
+def eval_topics(collection: Path, split: str, max_queries: int | None) -> tuple[dict, dict]:
+    """The split's queries (the first ``max_queries`` by qid order when given) and their qrels."""
+    from aheadrank.indexer.topics import read_beir_split
+
+    queries, qrels = read_beir_split(collection, split)
+    if max_queries:
+        keep = sorted(queries, key=lambda q: (0, int(q), q) if q.isdigit() else (1, 0, q))[:max_queries]
+        queries = {q: queries[q] for q in keep}
+    return queries, {q: j for q, j in qrels.items() if q in queries}

@@ -1,0 +1,312 @@
+"""``aheadrank train``, ``pretrain-compressor`` and ``rerank-run``: batch jobs over a collection's queries."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import typer
+
+from aheadrank.cli.app import app
+from aheadrank.cli.options import opt, user_errors, with_options
+from aheadrank.cli.rankers import RANKER_OPTIONS, Kind, init_options, ranker_options_block
+
+
+@app.command("train")
+@user_errors
+@with_options(RANKER_OPTIONS)
+def train_cmd(
+    ranker: Kind = opt(..., "--ranker", help="ranker kind"),
+    collection: Path = opt(..., "--collection", help="BEIR directory"),
+    index: Path = opt(..., "--index", help="its BM25 Lucene index (negatives)"),
+    out: Path = opt(..., "--out", help="checkpoint directory (best by validation)"),
+    split: str = opt("train", "--split"),
+    init: Path | None = opt(None, "--init", help="start from this checkpoint"),
+    base: Path | None = opt(None, "--base"),
+    steps: int = opt(1000, "--steps"),
+    group_size: int = opt(8, "--group-size"),
+    queries_per_step: int = opt(8, "--queries-per-step"),
+    grad_accum: int = opt(1, "--grad-accum"),
+    lr: float = opt(3e-5, "--lr"),
+    warmup: float = opt(0.1, "--warmup"),
+    eval_every: int = opt(200, "--eval-every"),
+    val_queries: int = opt(50, "--val-queries"),
+    seed: int = opt(0, "--seed"),
+    teacher: Path | None = opt(None, "--teacher", help="bert checkpoint to distil"),
+    distill_weight: float = opt(0.0, "--distill-weight"),
+    listwise_weight: float = opt(
+        0.0,
+        "--listwise-weight",
+        help="> 0: add listwise KL distillation from the BM25 + bi-encoder fusion (needs --dense-store)",
+    ),
+    listwise_temperature: float = opt(1.0, "--listwise-temperature"),
+    ce_weight: float = opt(1.0, "--ce-weight", help="weight of the cross-entropy on the judged positive"),
+    dense_store: Path | None = opt(
+        None,
+        "--dense-store",
+        help="the collection's dense field (a store's dense/ folder, from `aheadrank index`): the teacher's",
+    ),
+    device: str = opt("cpu", "--device"),
+    progress: bool = opt(True, "--progress/--no-progress"),
+    freeze_embeddings: bool = opt(
+        False,
+        "--freeze-embeddings/--train-embeddings",
+        help="keep the embedding tables as initialised (less memorisation on small training sets)",
+    ),
+    cpu_amp: bool = opt(
+        False,
+        "--cpu-amp/--no-cpu-amp",
+        help="bfloat16 autocast on CPU (faster steps where the CPU has AVX512-BF16 or AMX)",
+    ),
+    compressor_steps: int = opt(
+        0,
+        "--compressor-steps",
+        help="PreTTR: attention-MSE pre-training steps before fine-tuning",
+    ),
+    *,
+    ranker_options: dict,
+) -> None:
+    """Train a ranker on a BEIR collection: 1 relevant + n BM25 negatives per group, best checkpoint kept."""
+    from aheadrank.rankers import init_ranker, load_ranker
+    from aheadrank.rankers.recipe import train_recipe
+    from aheadrank.rankers.training import TrainConfig
+    from aheadrank.runs import build_training_data
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    data = build_training_data(collection, split, index)
+    if init is not None:
+        model = load_ranker(init, device=device)
+    else:
+        model = init_ranker(
+            ranker.value, base=base, seed=seed, **init_options(ranker.value, ranker_options)
+        ).to(device)
+    cfg = TrainConfig(
+        steps=steps,
+        group_size=group_size,
+        queries_per_step=queries_per_step,
+        grad_accum=grad_accum,
+        lr=lr,
+        warmup=warmup,
+        eval_every=eval_every,
+        val_queries=val_queries,
+        seed=seed,
+        distill_weight=distill_weight,
+        listwise_weight=listwise_weight,
+        listwise_temperature=listwise_temperature,
+        ce_weight=ce_weight,
+        freeze_embeddings=freeze_embeddings,
+        cpu_amp=cpu_amp,
+    )
+    if listwise_weight > 0:
+        from aheadrank.baselines import fusion_teacher
+        from aheadrank.errors import AheadrankError
+        from aheadrank.rankers.training import split_queries
+
+        if dense_store is None:
+            raise AheadrankError("--listwise-weight needs --dense-store (the collection's dense field)")
+        _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
+        from aheadrank.rankers.dense import base_of
+
+        data.teacher, weights = fusion_teacher(dense_store, index, data, val_q, base=base_of(model.config))
+        logging.getLogger("aheadrank.train").info("listwise teacher: BM25 + bi-encoder fusion %s", weights)
+    teacher_model = load_ranker(teacher, device=device) if teacher else None
+    result = train_recipe(
+        model, data, out, cfg, compressor_steps=compressor_steps, teacher=teacher_model, progress=progress
+    ).result
+    typer.echo(
+        json.dumps(
+            {
+                "out": str(out),
+                "steps": result.steps,
+                "best_val_ndcg10": result.best_metric,
+                "best_step": result.best_step,
+                "seconds": round(result.seconds, 1),
+            }
+        )
+    )
+
+
+@app.command("pretrain-compressor")
+@user_errors
+@with_options(ranker_options_block("layer", "compress", "max_query_len", "max_doc_len"))
+def pretrain_compressor_cmd(
+    collection: Path = opt(..., "--collection", help="BEIR directory"),
+    index: Path = opt(..., "--index", help="its BM25 Lucene index (pairs)"),
+    out: Path = opt(..., "--out", help="PreTTR checkpoint directory to write"),
+    split: str = opt("train", "--split", help="queries whose BM25 pairs are used"),
+    init: Path | None = opt(None, "--init", help="a PreTTR checkpoint to start from (else a fresh one)"),
+    base: Path | None = opt(None, "--base"),
+    steps: int = opt(200, "--steps"),
+    lr: float = opt(1e-3, "--lr"),
+    batch: int = opt(16, "--batch", help="(query, document) pairs per step"),
+    seed: int = opt(0, "--seed"),
+    device: str = opt("cpu", "--device"),
+    overwrite: bool = opt(False, "--overwrite"),
+    progress: bool = opt(True, "--progress/--no-progress"),
+    *,
+    ranker_options: dict,
+) -> None:
+    """PreTTR: train only the compressor on the collection's (query, BM25 candidate) pairs with the
+    attention-MSE loss; then ``train --ranker prettr --init OUT`` fine-tunes the whole ranker."""
+
+    from aheadrank.errors import AheadrankError
+    from aheadrank.rankers import init_ranker, load_ranker
+    from aheadrank.rankers.recipe import train_recipe
+    from aheadrank.rankers.training import TrainConfig, loss_ends
+    from aheadrank.runs import build_training_data
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise AheadrankError(f"{out} exists and is not empty; pass --overwrite to replace it")
+    if init is not None:
+        model = load_ranker(init, device=device)
+        if model.kind != "prettr" or not model.config.compress:
+            raise AheadrankError(
+                f"--init {init} is a {model.kind} checkpoint without a compressor; give a PreTTR one"
+            )
+    else:
+        if not ranker_options["compress"]:
+            raise AheadrankError("give --compress E > 0: PreTTR with e = 0 has no compressor to pre-train")
+        model = init_ranker(
+            "prettr",
+            base=base,
+            seed=seed,
+            **init_options("prettr", ranker_options),
+        ).to(device)
+    data = build_training_data(collection, split, index)
+    done = train_recipe(
+        model,
+        data,
+        out,
+        TrainConfig(seed=seed),
+        compressor_steps=steps,
+        compressor_lr=lr,
+        compressor_batch=batch,
+        progress=progress,
+        fine_tune=False,
+    )
+    first, last = loss_ends(done.compressor_losses)
+    seconds = done.compressor_seconds
+    typer.echo(
+        json.dumps(
+            {
+                "out": str(out),
+                "steps": steps,
+                "loss_first": first,
+                "loss_last": last,
+                "seconds": round(seconds, 1),
+            }
+        )
+    )
+
+
+@app.command("rerank-run")
+@user_errors
+def rerank_run_cmd(
+    checkpoint: Path = opt(..., "--checkpoint"),
+    store: Path = opt(..., "--store"),
+    queries: Path = opt(..., "--queries", help="queries.jsonl, TSV or BEIR dir"),
+    out: Path = opt(..., "--out", help="TREC run file to write"),
+    index: Path | None = opt(None, "--index", help="BM25 index (candidates)"),
+    candidates: Path | None = opt(
+        None, "--candidates", help="first-stage TREC run to re-rank instead of BM25"
+    ),
+    depth: int = opt(100, "--depth"),
+    split: str | None = opt(
+        None,
+        "--split",
+        help="with a BEIR dir: only the queries judged in qrels/<split>.tsv",
+    ),
+    device: str = opt("cpu", "--device"),
+    tag: str = opt("aheadrank", "--tag"),
+    pure: bool = opt(
+        False,
+        "--pure/--with-priors",
+        help="rank by the neural score alone (default: the served score, neural + the checkpoint's priors)",
+    ),
+) -> None:
+    """Re-rank BM25 top-depth (or a given first-stage run) through the stored representations; scores are
+    the served ones (the neural score combined with the BM25 and dense priors fitted into the checkpoint)
+    unless --pure."""
+    from aheadrank.errors import AheadrankError
+    from aheadrank.evaluation import write_run
+    from aheadrank.indexer.topics import read_beir_split, read_queries
+    from aheadrank.runs import bm25_candidates, read_first_stage, rerank_run
+
+    qs = read_beir_split(queries, split)[0] if split else read_queries(queries)
+    if candidates is not None:
+        cands = read_first_stage(candidates, depth)
+    elif index is not None:
+        cands = bm25_candidates(index, qs, depth)
+    else:
+        raise AheadrankError("give --index (BM25 candidates) or --candidates (a first-stage run)")
+    run, stats = rerank_run(checkpoint, store, qs, cands, device=device, pure=pure)
+    write_run(out, run, tag)
+    typer.echo(
+        json.dumps(
+            {
+                "out": str(out),
+                "pure": pure,
+                "notices": stats.notices,
+                "queries": stats.queries,
+                "candidates": stats.candidates,
+                "unknown_docids": stats.unknown,
+                "seconds": {k: round(v, 2) for k, v in stats.seconds.items()},
+            }
+        )
+    )
+
+
+@app.command("fit-priors")
+@user_errors
+def fit_priors_cmd(
+    checkpoint: Path = opt(..., "--checkpoint"),
+    store: Path = opt(..., "--store", help="its store (with the dense field)"),
+    collection: Path = opt(..., "--collection", help="BEIR directory"),
+    index: Path = opt(..., "--index", help="its BM25 index (candidates)"),
+    split: str = opt(
+        "train",
+        "--split",
+        help="qrels split of the validation queries (never the test split)",
+    ),
+    all_queries: bool = opt(
+        False,
+        "--all-queries",
+        help="use every query of --split (e.g. a dev split); default: the queries the trainer held out",
+    ),
+    depth: int = opt(100, "--depth", help="BM25 candidates per query"),
+    device: str = opt("cpu", "--device"),
+    progress: bool = opt(True, "--progress/--no-progress"),
+) -> None:
+    """Fit how the neural score is combined with the BM25 and dense priors (weights per available feature
+    set, nDCG@10 on validation queries) and save them into the checkpoint as priors.json."""
+    from aheadrank.errors import AheadrankError
+    from aheadrank.indexer.topics import read_beir_split
+    from aheadrank.rankers import load_config
+    from aheadrank.rerank import fit_checkpoint_priors
+    from aheadrank.runs import bm25_candidates
+
+    if split == "test":
+        raise AheadrankError("refusing to fit the priors on the test split: use held-out training queries")
+    queries, qrels = read_beir_split(collection, split)
+    if not all_queries:
+        held_out = load_config(checkpoint).extra.get("train", {}).get("val_qids")
+        if not held_out:
+            raise AheadrankError(
+                f"{checkpoint} records no held-out validation queries (trained before they were recorded): "
+                "give a split the ranker was not trained on with --split S --all-queries"
+            )
+        queries = {q: queries[q] for q in held_out if q in queries}
+    cands = bm25_candidates(index, queries, depth)
+    priors = fit_checkpoint_priors(
+        checkpoint,
+        store,
+        queries,
+        cands,
+        qrels,
+        {"collection": str(collection), "split": split, "depth": depth, "held_out": not all_queries},
+        device=device,
+        progress=progress,
+    )
+    typer.echo(json.dumps({"checkpoint": str(checkpoint), **priors.to_dict()}))

@@ -1,0 +1,133 @@
+"""Dependencies point one way (README "Architecture"): every import in the libraries, the CLI and the
+benchmarks, found by walking their syntax trees (imports inside functions included), goes to the same part
+or a lower one; ``rankers`` and ``store`` know nothing of each other; nothing but the CLI imports the CLI;
+nobody imports a part by a top-level name (``store``, ``rankers``, ...) instead of ``aheadrank.<part>``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDERS = {"rankers": "aheadrank.rankers", "store": "aheadrank.store", "indexer": "aheadrank.indexer"}
+FOLDERS["services"] = "aheadrank.services"
+
+# (module prefix, layer): a module may import its own layer or a lower one; the longest prefix decides
+LAYERS = {
+    # 0: what every part may use: errors, file-system faults, the line reader, run/qrels conventions
+    "aheadrank": 0,
+    "aheadrank.errors": 0,
+    "aheadrank.fsfaults": 0,
+    "aheadrank.textio": 0,
+    "aheadrank.evaluation": 0,
+    # 1: the models and the store, side by side
+    "aheadrank.rankers": 1,
+    "aheadrank.store": 1,
+    # 2: batch index builds, the BM25 part (Java, Lucene index, searcher) included
+    "aheadrank.indexer": 2,
+    # 3: the rerank core (fetch, score, priors, one order) and the batch jobs over it
+    "aheadrank.priors": 3,
+    "aheadrank.rerank": 3,
+    "aheadrank.baselines": 3,
+    "aheadrank.runs": 3,
+    # 4: the HTTP service
+    "aheadrank.services": 4,
+    # 5: applications: the CLI, the demo, the benchmarks
+    "aheadrank.cli": 5,
+    "aheadrank.demo": 5,
+    "aheadrank.benchkit": 5,
+    "bench": 5,
+}
+SIBLINGS = {("aheadrank.rankers", "aheadrank.store"), ("aheadrank.store", "aheadrank.rankers")}
+CLI = "aheadrank.cli"
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    if parts[0] in FOLDERS:
+        parts = [*FOLDERS[parts[0]].split("."), *parts[1:]]
+    return ".".join(parts)
+
+
+def part_of(module: str) -> str | None:
+    best = None
+    for prefix in LAYERS:
+        if (module == prefix or module.startswith(prefix + ".")) and (
+            best is None or len(prefix) > len(best)
+        ):
+            best = prefix
+    return best
+
+
+def sources() -> list[Path]:
+    folders = ["aheadrank", *FOLDERS, "bench"]
+    return sorted(p for f in folders for p in (REPO / f).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+            # `from aheadrank import cli` names a module too
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def violations(path: Path) -> list[str]:
+    here = module_name(path)
+    mine = part_of(here)
+    assert mine is not None, f"{path}: module {here} belongs to no layer; add it to LAYERS"
+    out = []
+    for line, target in imports(path):
+        where = f"{path.relative_to(REPO)}:{line}: {here} imports {target}"
+        if target.split(".")[0] in FOLDERS:
+            out.append(f"{where}: use aheadrank.{target} (the installed name)")
+            continue
+        theirs = part_of(target)
+        if theirs is None:
+            continue  # outside aheadrank (stdlib, third party), or a name imported from a module
+        if (theirs == CLI or target.startswith(CLI + ".")) and mine != CLI:
+            out.append(f"{where}: nothing but the CLI imports the CLI")
+        elif LAYERS[theirs] > LAYERS[mine]:
+            out.append(f"{where}: layer {LAYERS[mine]} may not import layer {LAYERS[theirs]} ({theirs})")
+        elif (mine, theirs) in SIBLINGS:
+            out.append(f"{where}: {mine} and {theirs} know nothing of each other")
+    return out
+
+
+def test_every_source_file_belongs_to_a_layer():
+    for path in sources():
+        assert part_of(module_name(path)) is not None, path
+
+
+def test_imports_point_down():
+    found = [v for path in sources() for v in violations(path)]
+    assert not found, "imports against the architecture:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("from aheadrank.services.app import create_app\n", "layer 1 may not import layer 4"),
+        ("import aheadrank.cli\n", "nothing but the CLI imports the CLI"),
+        ("from aheadrank.store import StoreReader\n", "know nothing of each other"),
+        ("from indexer.bm25 import Bm25Searcher\n", "use aheadrank.indexer.bm25"),
+        ("def f():\n    from aheadrank.runs import rerank_run\n", "layer 1 may not import layer 3"),
+    ],
+)
+def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch, source, message):
+    fake = REPO / "rankers" / "_architecture_probe.py"
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: source if self == fake else _read(self))
+    assert any(message in v for v in violations(fake)), violations(fake)
+
+
+_read = Path.read_text

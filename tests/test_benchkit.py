@@ -1,0 +1,79 @@
+"""The importable code under the benchmark scripts: the variant registry, the shared helpers, the recipe."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from aheadrank.errors import CheckpointError
+
+
+def test_every_catalogued_variant_parses_to_its_own_kind_options():
+    from aheadrank.rankers.config import KIND_OPTIONS, default_options
+    from aheadrank.rankers.variants import CATALOGUE, DEFAULTS, default_variant, parse_variant
+
+    for name in CATALOGUE:
+        v = parse_variant(name)
+        assert v.name == name and set(v.options) <= set(KIND_OPTIONS[v.kind])
+        assert (v.strategy is not None) == (v.kind == "mores")
+    # the default variant of a kind is exactly init-ranker's defaults for it
+    for kind, name in DEFAULTS.items():
+        v = default_variant(kind)
+        assert v.name == name
+        assert v.options == {k: x for k, x in default_options(kind).items() if k in v.options}
+    assert parse_variant("mores-2ib-s1").model == parse_variant("mores-2ib-s2").model == "mores-2ib"
+    with pytest.raises(CheckpointError, match="unknown ranker variant"):
+        parse_variant("tk-2")  # one naming scheme: tk-<n>l
+
+
+def test_match_variants_globs_keeps_order_and_refuses_unknown():
+    from aheadrank.rankers.variants import match_variants
+
+    assert match_variants(["tk-*", "bert", "tk-2l"]) == ["tk-1l", "tk-2l", "bert"]
+    assert match_variants(["mores-3ib-s2"]) == ["mores-3ib-s2"]  # outside the catalogue, still a name
+    with pytest.raises(CheckpointError):
+        match_variants(["nope-*"])
+    with pytest.raises(CheckpointError):
+        match_variants(["tk-2"])
+
+
+def test_options_of_another_kind_are_refused_everywhere(tiny_base):
+    from aheadrank.rankers import init_ranker
+    from aheadrank.rankers.config import foreign_options
+
+    assert foreign_options("bert", {"ibs": 2, "max_doc_len": 32, "layer": None}) == ["ibs"]
+    assert foreign_options("mores", {"ibs": 2, "pooling": "cls"}) == []
+    with pytest.raises(CheckpointError, match="tk_layers does not apply to a mores ranker"):
+        init_ranker("mores", base=tiny_base, tk_layers=2)
+
+
+def test_json_helpers_round_trip_and_clean(tmp_path):
+    from aheadrank.benchkit import clean, digest, read_json, write_json
+
+    data = {"a": (1, 2.5), "b": math.nan, 3: [math.inf, {"c": -math.inf}]}
+    assert clean(data) == {"a": [1, 2.5], "b": None, "3": [None, {"c": None}]}
+    write_json(tmp_path / "x" / "r.json", data)
+    assert read_json(tmp_path / "x" / "r.json") == clean(data)
+    assert json.loads((tmp_path / "x" / "r.json").read_text()) == clean(data)
+    assert read_json(tmp_path / "missing.json") is None
+    assert digest({"b": 1, "a": 2}) == digest({"a": 2, "b": 1}) and len(digest("x")) == 12
+
+
+def test_eval_topics_keeps_the_first_queries_by_qid(tmp_path):
+    from aheadrank.benchkit import SAMPLE, eval_topics
+
+    queries, qrels = eval_topics(SAMPLE, "test", 5)
+    assert len(queries) == 5 and set(qrels) <= set(queries)
+    all_queries, _ = eval_topics(SAMPLE, "test", None)
+    assert set(queries) <= set(all_queries)
+
+
+def test_machine_record():
+    from aheadrank.benchkit import cpu_sample, machine
+
+    info = machine("cpu")
+    assert info["device"] == "cpu" and info["threads"] >= 1 and "torch" in info
+    t, busy, own = cpu_sample()
+    assert t > 0 and busy >= 0 and own >= 0
