@@ -966,9 +966,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--sim",
-        action="store_true",
-        help="MORES and PreTTR with the similarity residual (score + α·cos of pooled query and document, "
-        "zero-initialised head: they start from the base's bi-encoder similarity)",
+        nargs="*",
+        choices=("mores", "prettr"),
+        default=None,
+        help="the kinds trained with the similarity residual (score + α·cos of pooled query and document, "
+        "zero-initialised head: they start from the base's bi-encoder similarity); default and bare --sim: "
+        "mores and prettr (init-ranker's default)",
+    )
+    ap.add_argument(
+        "--no-sim", dest="sim", action="store_const", const=["none"], help="no similarity residual"
     )
     ap.add_argument(
         "--freeze-embeddings",
@@ -1017,11 +1023,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
     variants = select_variants(args.rankers)
-    if args.sim:
-        variants = [
-            replace(v, options={**v.options, "sim": True}) if v.kind in ("mores", "prettr") else v
-            for v in variants
-        ]
+    sim_kinds = [] if args.sim == ["none"] else (args.sim or ["mores", "prettr"])
+    variants = [  # explicit either way, so that a checkpoint's cache key says which
+        replace(v, options={**v.options, "sim": v.kind in sim_kinds}) if v.kind in ("mores", "prettr") else v
+        for v in variants
+    ]
     args.workdir.mkdir(parents=True, exist_ok=True)
     stage(
         f"{len(variants)} variants on {args.collection} ({args.split}); workdir {args.workdir}; out {args.out_dir}"
@@ -1155,7 +1161,7 @@ def main(argv: list[str] | None = None) -> int:
             "eval_collections": [str(c) for c in args.eval_collections],
             "eval_rankers": args.eval_rankers,
             "freeze_embeddings": args.freeze_embeddings,
-            "sim": args.sim,
+            "sim": sim_kinds,
             "cpu_amp": args.cpu_amp,
             "seed": args.seed,
             "max_query_len": args.max_query_len,

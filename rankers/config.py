@@ -125,8 +125,10 @@ class RankerConfig:
 
 _DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
     "bert": {},
-    "mores": {"ibs": 2, "pooling": "cls", "tied": False, "sim": False},
-    "prettr": {"layer": 5, "compress": 128, "sim": False},
+    # sim (the similarity residual) is on by default for new MORES / PreTTR rankers: without it MORES barely
+    # learns from a bi-encoder base (README, "Effectiveness with more compute"); old checkpoints load as they were
+    "mores": {"ibs": 2, "pooling": "cls", "tied": False, "sim": True},
+    "prettr": {"layer": 5, "compress": 128, "sim": True},
     "tk": {"tk_layers": 2, "tk_heads": 8, "tk_ffn": 384},
 }
 KIND_OPTIONS = {kind: tuple(options) for kind, options in _DEFAULT_OPTIONS.items()}  # each kind's own options
