@@ -202,7 +202,9 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
     key = {
         "model": variant.model,
         "kind": variant.kind,
-        "options": variant.options,
+        # sim = False is how every checkpoint trained before the option existed was made: left out of the key
+        # so that their caches stay valid
+        "options": {k: v for k, v in variant.options.items() if not (k == "sim" and v is False)},
         "base": str(resolve_base(args.base).resolve()),
         "collection": str(args.collection),
         "train_split": args.train_split,
