@@ -32,8 +32,10 @@ def build_service_env(root: Path, tiny_base: Path) -> ServiceEnv:
     lucene = root / "lucene"
     build_bm25_index(SAMPLE, lucene, progress=False)
     ckpt, other = root / "ckpt", root / "ckpt-other"
-    save_checkpoint(init_ranker("mores", base=tiny_base, seed=0, ibs=2), ckpt)
-    save_checkpoint(init_ranker("mores", base=tiny_base, seed=1, ibs=2), other)
+    # without the similarity residual (on by default), whose zero head leaves nothing random at initialisation:
+    # the random score head makes the two seeds two fingerprints and exercises the interaction blocks
+    save_checkpoint(init_ranker("mores", base=tiny_base, seed=0, ibs=2, sim=False), ckpt)
+    save_checkpoint(init_ranker("mores", base=tiny_base, seed=1, ibs=2, sim=False), other)
     store = root / "store"
     build_store(BuildOptions(str(ckpt), str(SAMPLE), str(store), shard_size=400, progress=False))
     return ServiceEnv(SAMPLE, lucene, ckpt, store, other)
