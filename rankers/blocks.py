@@ -69,6 +69,18 @@ class _AddNorm(nn.Module):
         return self.LayerNorm(self.dropout(self.dense(x)) + residual)
 
 
+# Stored fields in float16/bfloat16 are widened to float32 this many values (1 MB) at a time: a block's
+# float32 copy stays in cache for the computation that reads it right away (bench/kernels.py measures it).
+STORED_BLOCK_VALUES = 1 << 18
+
+
+def stored_blocks(x: Tensor) -> list[slice]:
+    """Slices of x's first dimension (documents [B, T, dim]) of about STORED_BLOCK_VALUES values each."""
+    per_doc = max(1, x[0].numel()) if x.shape[0] else 1
+    step = max(1, STORED_BLOCK_VALUES // per_doc)
+    return [slice(lo, lo + step) for lo in range(0, x.shape[0], step)]
+
+
 class Attention(nn.Module):
     """Multi-head attention with BERT's output sub-layer: ``LN(Wo·softmax(qk/√d)v + bo + x)``.
 
@@ -99,7 +111,23 @@ class Attention(nn.Module):
         return self.self.key(x), self.self.value(x)
 
     def context(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """q [Bq, h, Tq, dh] (Bq may be 1 and is broadcast), k/v [B, T, n] -> context [B, Tq, n]."""
+        """q [Bq, h, Tq, dh] (Bq may be 1 and is broadcast), k/v [B, T, n] -> context [B, Tq, n].
+
+        k/v may be in a narrower dtype than q (float16 or bfloat16 as the store hands them over): on the CPU
+        they are then converted a few documents at a time, right before those documents' attention
+        (:func:`stored_blocks`), instead of one float32 copy of every candidate's keys and values."""
+        if k.dtype != q.dtype:
+            if k.device.type != "cpu":
+                return self.context(q, k.to(q.dtype), v.to(q.dtype), mask)
+            out = q.new_empty(k.shape[0], q.shape[2], k.shape[2])
+            for rows in stored_blocks(k):
+                out[rows] = self.context(
+                    q if q.shape[0] == 1 else q[rows],
+                    k[rows].to(q.dtype),
+                    v[rows].to(q.dtype),
+                    mask if mask is None or mask.shape[0] == 1 else mask[rows],
+                )
+            return out
         kh, vh = self.split(k), self.split(v)
         if q.shape[0] != kh.shape[0]:
             q = q.expand(kh.shape[0], -1, -1, -1)
