@@ -3,7 +3,7 @@
 Every ranker has ``encode_documents``, ``encode_query``, ``score`` and ``score_pairs`` (DESIGN.md).
 """
 
-from aheadrank.rankers.base import QueryState, Ranker
+from aheadrank.rankers.base import QuantizedField, QueryState, Ranker
 from aheadrank.rankers.checkpoint import (
     compute_fingerprint,
     init_ranker,
@@ -18,6 +18,7 @@ from aheadrank.rankers.registry import RANKERS
 __all__ = [
     "KINDS",
     "RANKERS",
+    "QuantizedField",
     "QueryState",
     "Ranker",
     "RankerConfig",

@@ -33,6 +33,45 @@ class QueryState:
         return self.tensors[name]
 
 
+class QuantizedField:
+    """A stored int8 field as the store hands it over: values [B, T, dim] int8 and one float32 scale per token
+    [B, T] (0 at padding), never dequantised whole. It answers what the scoring paths ask of a stored field
+    (``dtype``, ``shape``, ``device``, ``[rows]``, ``to(dtype)``); ``to`` dequantises ``values * scale`` straight
+    into the compute dtype in one pass, and the attention and pooling call it a block of documents at a time
+    (``blocks.stored_blocks``), so no float16 or float32 copy of every candidate's field is made."""
+
+    dtype = torch.int8
+
+    def __init__(self, values: Tensor, scale: Tensor):
+        if values.dtype != torch.int8 or scale.shape != values.shape[:-1]:
+            raise ValueError(
+                f"int8 values [B, T, dim] and scales [B, T], got {values.dtype} {tuple(scale.shape)}"
+            )
+        self.values, self.scale = values, scale
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.values.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    def __len__(self) -> int:
+        return self.values.shape[0]
+
+    def __getitem__(self, rows: slice) -> QuantizedField:
+        if not isinstance(rows, slice):
+            raise TypeError("a QuantizedField is sliced by documents (a slice of the first dimension)")
+        return QuantizedField(self.values[rows], self.scale[rows])
+
+    def to(self, dtype: torch.dtype) -> Tensor:
+        return torch.mul(self.values, self.scale.to(dtype).unsqueeze(-1))
+
+    def float(self) -> Tensor:
+        return self.to(torch.float32)
+
+
 class Ranker(nn.Module):
     kind: ClassVar[str]
     strategies: ClassVar[tuple[str, ...]] = ("default",)

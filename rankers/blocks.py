@@ -76,7 +76,7 @@ STORED_BLOCK_VALUES = 1 << 18
 
 def stored_blocks(x: Tensor) -> list[slice]:
     """Slices of x's first dimension (documents [B, T, dim]) of about STORED_BLOCK_VALUES values each."""
-    per_doc = max(1, x[0].numel()) if x.shape[0] else 1
+    per_doc = max(1, math.prod(x.shape[1:]))
     step = max(1, STORED_BLOCK_VALUES // per_doc)
     return [slice(lo, lo + step) for lo in range(0, x.shape[0], step)]
 

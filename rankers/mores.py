@@ -20,17 +20,18 @@ never multiplies D by an n×n matrix. Both are the same function.
 from __future__ import annotations
 
 import torch
-from aheadrank.rankers.base import QueryState, Ranker, masked_mean
+from aheadrank.rankers.base import QuantizedField, QueryState, Ranker, masked_mean
 from aheadrank.rankers.base_model import base_embeddings, base_layer
 from aheadrank.rankers.blocks import Encoder, SimilarityResidual, key_mask, make_interaction_block, zero_head
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
 
-def as_stored(x: Tensor, dtype: torch.dtype) -> Tensor:
-    """A stored field in a narrower float dtype than the model's (float16, bfloat16) as it is; else in ``dtype``."""
-    narrow = x.dtype in (torch.float16, torch.bfloat16) and dtype == torch.float32
-    return x if narrow else x.to(dtype)
+def as_stored(x: Tensor | QuantizedField, dtype: torch.dtype) -> Tensor | QuantizedField:
+    """A stored field narrower than the model's float32 (float16, bfloat16, int8 + scales) as it is, for the
+    attention to widen a block at a time; else in ``dtype``."""
+    narrow = isinstance(x, QuantizedField) or x.dtype in (torch.float16, torch.bfloat16)
+    return x if narrow and dtype == torch.float32 else x.to(dtype)
 
 
 class MoresRanker(Ranker):

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from aheadrank.rankers.base import QueryState, Ranker
 from aheadrank.rankers.base_model import base_embeddings
-from aheadrank.rankers.blocks import TransformerLayer, key_mask, sinusoidal_positions
+from aheadrank.rankers.blocks import TransformerLayer, key_mask, sinusoidal_positions, stored_blocks
 from torch import Tensor, nn
 
 KERNEL_MU = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1, -0.1, -0.3, -0.5, -0.7, -0.9)
@@ -78,6 +78,11 @@ def kernel_features(
     return pooled_features(per_term.permute(1, 2, 0), q_mask, d_mask)
 
 
+def cosines(q: Tensor, d: Tensor) -> Tensor:
+    """M = q̂·d̂ᵀ: q [1 or B, Tq, n], d [B, Td, n] -> [B, Tq, Td]."""
+    return q[0] @ d.transpose(1, 2) if q.shape[0] == 1 else torch.bmm(q, d.transpose(1, 2))
+
+
 class TkRanker(Ranker):
     kind = "tk"
 
@@ -131,13 +136,20 @@ class TkRanker(Ranker):
         return QueryState({"q": self.contextualize(ids, mask)}, mask)
 
     def kernel_score(self, q: Tensor, q_mask: Tensor, d: Tensor, d_mask: Tensor) -> Tensor:
-        match = q[0] @ d.transpose(1, 2) if q.shape[0] == 1 else torch.bmm(q, d.transpose(1, 2))
+        """q [1 or B, Tq, n], d [B, Td, n] -> [B]. A stored d (float16, or int8 + scales) on the CPU is widened
+        a block of documents at a time, each block's cosines computed while it is in cache."""
+        if d.dtype == q.dtype or d.device.type != "cpu":
+            match = cosines(q, d.to(q.dtype))
+        else:
+            match = q.new_empty(d.shape[0], q.shape[1], d.shape[1])
+            for rows in stored_blocks(d):
+                match[rows] = cosines(q if q.shape[0] == 1 else q[rows], d[rows].to(q.dtype))
         log_feat, len_feat = kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA)
         both = torch.cat([self.dense_log(log_feat), self.dense_len(len_feat)], -1)
         return self.dense_comb(both).squeeze(-1)
 
     def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
-        return self.kernel_score(qs["q"], qs.mask, fields["doc"].to(self.dtype), mask)
+        return self.kernel_score(qs["q"], qs.mask, fields["doc"], mask)
 
     def forward_pairs(self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor) -> Tensor:
         return self.kernel_score(

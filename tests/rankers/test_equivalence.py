@@ -6,7 +6,7 @@ import random
 
 import pytest
 import torch
-from aheadrank.rankers import init_ranker
+from aheadrank.rankers import QuantizedField, init_ranker
 from aheadrank.rankers.text import pad_fields
 from conftest import random_text
 from scipy.stats import kendalltau
@@ -170,4 +170,28 @@ def test_stored_dtype_fields_score_as_widened_ones(tiny_base, texts, kind, opts,
             qs = ranker.encode_query(queries[0])
             got, want = ranker.score_batch(qs, half, mask), ranker.score_batch(qs, widened, mask)
         assert got.dtype == torch.float32
+        assert_close_rel(got, want, 1e-5)
+
+
+def quantize(x: torch.Tensor) -> QuantizedField:
+    """int8 with one scale per token (absmax / 127), as the store quantises."""
+    scale = x.abs().amax(-1) / 127
+    return QuantizedField(torch.round(x / scale.clamp(min=1e-30)[..., None]).to(torch.int8), scale)
+
+
+@pytest.mark.parametrize(("kind", "opts"), CASES, ids=IDS)
+def test_int8_fields_score_without_a_dequantised_copy(tiny_base, texts, kind, opts, monkeypatch):
+    """int8 + scales handed to score_batch as stored (QuantizedField, widened a block at a time) give the
+    scores of the same values dequantised to float32 up front."""
+    monkeypatch.setattr("aheadrank.rankers.blocks.STORED_BLOCK_VALUES", 5000)
+    ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
+    queries, docs = texts
+    for strategy in ranker.strategies:
+        ranker.strategy = strategy
+        full, mask = pad_fields(ranker.encode_documents(docs[:37]), "cpu", torch.float32)
+        quantized = {k: quantize(v) for k, v in full.items()}
+        dequantized = {k: v.to(torch.float32) for k, v in quantized.items()}
+        with torch.inference_mode():
+            qs = ranker.encode_query(queries[0])
+            got, want = ranker.score_batch(qs, quantized, mask), ranker.score_batch(qs, dequantized, mask)
         assert_close_rel(got, want, 1e-5)
