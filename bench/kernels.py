@@ -253,7 +253,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--chunk", type=int, default=128, help="candidates per score_batch call")
     p.add_argument("--rounds", type=int, default=7, help="interleaved timed rounds per pair")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--stored-rankers", nargs="+", default=["mores-2ib-s2", "mores-1ib-s2"])
+    p.add_argument(
+        "--stored-rankers",
+        nargs="+",
+        default=["mores-2ib-s2", "mores-1ib-s2", "prettr-l5-e128", "prettr-l5-e0", "tk-2l"],
+    )
     p.add_argument("--int8-rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
     p.add_argument("--tmp", default=None, help="folder for the int8 part's temporary stores")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kernels.json")

@@ -3,7 +3,8 @@
 Every ranker has ``encode_documents``, ``encode_query``, ``score`` and ``score_pairs`` (DESIGN.md).
 """
 
-from aheadrank.rankers.base import QuantizedField, QueryState, Ranker
+from aheadrank.rankers.base import QueryState, Ranker
+from aheadrank.rankers.blocks import QuantizedField
 from aheadrank.rankers.checkpoint import (
     compute_fingerprint,
     init_ranker,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
-from aheadrank.rankers.blocks import stored_blocks
+from aheadrank.rankers.blocks import widened
 from aheadrank.rankers.config import RankerConfig
 from aheadrank.rankers.text import TextEncoder, pad, pad_fields
 from torch import Tensor, nn
@@ -31,45 +31,6 @@ class QueryState:
 
     def __getitem__(self, name: str) -> Tensor:
         return self.tensors[name]
-
-
-class QuantizedField:
-    """A stored int8 field as the store hands it over: values [B, T, dim] int8 and one float32 scale per token
-    [B, T] (0 at padding), never dequantised whole. It answers what the scoring paths ask of a stored field
-    (``dtype``, ``shape``, ``device``, ``[rows]``, ``to(dtype)``); ``to`` dequantises ``values * scale`` straight
-    into the compute dtype in one pass, and the attention and pooling call it a block of documents at a time
-    (``blocks.stored_blocks``), so no float16 or float32 copy of every candidate's field is made."""
-
-    dtype = torch.int8
-
-    def __init__(self, values: Tensor, scale: Tensor):
-        if values.dtype != torch.int8 or scale.shape != values.shape[:-1]:
-            raise ValueError(
-                f"int8 values [B, T, dim] and scales [B, T], got {values.dtype} {tuple(scale.shape)}"
-            )
-        self.values, self.scale = values, scale
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.values.shape
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    def __len__(self) -> int:
-        return self.values.shape[0]
-
-    def __getitem__(self, rows: slice) -> QuantizedField:
-        if not isinstance(rows, slice):
-            raise TypeError("a QuantizedField is sliced by documents (a slice of the first dimension)")
-        return QuantizedField(self.values[rows], self.scale[rows])
-
-    def to(self, dtype: torch.dtype) -> Tensor:
-        return torch.mul(self.values, self.scale.to(dtype).unsqueeze(-1))
-
-    def float(self) -> Tensor:
-        return self.to(torch.float32)
 
 
 class Ranker(nn.Module):
@@ -211,13 +172,11 @@ def masked_mean(x: Tensor, mask: Tensor, dtype: torch.dtype | None = None) -> Te
     """Mean of x [B, T, n] over the rows where mask [B or 1, T] is True, in ``dtype`` (default x's).
 
     A float16/bfloat16 x (stored fields) with ``dtype=float32`` is widened a block of documents at a time
-    (``blocks.stored_blocks``), not copied whole."""
+    (``blocks.widened``), not copied whole."""
     if dtype is not None and x.dtype != dtype:
         if x.device.type != "cpu" or x.shape[0] == 0:
             return masked_mean(x.to(dtype), mask)
-        parts = [
-            masked_mean(x[r].to(dtype), mask if mask.shape[0] == 1 else mask[r]) for r in stored_blocks(x)
-        ]
+        parts = [masked_mean(w, mask if mask.shape[0] == 1 else mask[r]) for r, w in widened(x, dtype)]
         return torch.cat(parts)
     m = mask[..., None].to(x.dtype)
     return (x * m).sum(1) / m.sum(1).clamp(min=1.0)

@@ -20,9 +20,16 @@ never multiplies D by an n×n matrix. Both are the same function.
 from __future__ import annotations
 
 import torch
-from aheadrank.rankers.base import QuantizedField, QueryState, Ranker, masked_mean
+from aheadrank.rankers.base import QueryState, Ranker, masked_mean
 from aheadrank.rankers.base_model import base_embeddings, base_layer
-from aheadrank.rankers.blocks import Encoder, SimilarityResidual, key_mask, make_interaction_block, zero_head
+from aheadrank.rankers.blocks import (
+    Encoder,
+    QuantizedField,
+    SimilarityResidual,
+    key_mask,
+    make_interaction_block,
+    zero_head,
+)
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 

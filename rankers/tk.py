@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from aheadrank.rankers.base import QueryState, Ranker
 from aheadrank.rankers.base_model import base_embeddings
-from aheadrank.rankers.blocks import TransformerLayer, key_mask, sinusoidal_positions, stored_blocks
+from aheadrank.rankers.blocks import TransformerLayer, key_mask, sinusoidal_positions, widened
 from torch import Tensor, nn
 
 KERNEL_MU = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1, -0.1, -0.3, -0.5, -0.7, -0.9)
@@ -142,8 +142,8 @@ class TkRanker(Ranker):
             match = cosines(q, d.to(q.dtype))
         else:
             match = q.new_empty(d.shape[0], q.shape[1], d.shape[1])
-            for rows in stored_blocks(d):
-                match[rows] = cosines(q if q.shape[0] == 1 else q[rows], d[rows].to(q.dtype))
+            for rows, block in widened(d, q.dtype):
+                match[rows] = cosines(q if q.shape[0] == 1 else q[rows], block)
         log_feat, len_feat = kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA)
         both = torch.cat([self.dense_log(log_feat), self.dense_len(len_feat)], -1)
         return self.dense_comb(both).squeeze(-1)

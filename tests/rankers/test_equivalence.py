@@ -173,12 +173,6 @@ def test_stored_dtype_fields_score_as_widened_ones(tiny_base, texts, kind, opts,
         assert_close_rel(got, want, 1e-5)
 
 
-def quantize(x: torch.Tensor) -> QuantizedField:
-    """int8 with one scale per token (absmax / 127), as the store quantises."""
-    scale = x.abs().amax(-1) / 127
-    return QuantizedField(torch.round(x / scale.clamp(min=1e-30)[..., None]).to(torch.int8), scale)
-
-
 @pytest.mark.parametrize(("kind", "opts"), CASES, ids=IDS)
 def test_int8_fields_score_without_a_dequantised_copy(tiny_base, texts, kind, opts, monkeypatch):
     """int8 + scales handed to score_batch as stored (QuantizedField, widened a block at a time) give the
@@ -189,7 +183,7 @@ def test_int8_fields_score_without_a_dequantised_copy(tiny_base, texts, kind, op
     for strategy in ranker.strategies:
         ranker.strategy = strategy
         full, mask = pad_fields(ranker.encode_documents(docs[:37]), "cpu", torch.float32)
-        quantized = {k: quantize(v) for k, v in full.items()}
+        quantized = {k: QuantizedField.quantize(v) for k, v in full.items()}
         dequantized = {k: v.to(torch.float32) for k, v in quantized.items()}
         with torch.inference_mode():
             qs = ranker.encode_query(queries[0])
