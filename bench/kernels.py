@@ -37,7 +37,7 @@ from aheadrank.store import StoreReader, StoreSpec, StoreWriter
 from rich.console import Console
 from rich.table import Table
 
-from aheadrank.benchkit import cpu_sample, machine_info, write_json
+from aheadrank.benchkit import cpu_sample, machine_info, write_record
 from aheadrank.rerank import stored_fields
 
 REPO = Path(__file__).resolve().parents[1]
@@ -317,18 +317,22 @@ def main(argv: list[str] | None = None) -> int:
     dt = busy_end[0] - busy_start[0]
     others = ((busy_end[1] - busy_start[1]) - (busy_end[2] - busy_start[2])) / os.sysconf("SC_CLK_TCK") / dt
     info["load_average_end"] = list(os.getloadavg())
-    result = {
-        "benchmark": "bench/kernels.py",
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "machine": info,
-        "other_processes_cores_mean": round(others, 2),
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "note": "speedup = old / new time; int8 rows: old = the float16 store (first) or the int8 store's"
-        " dequantised-copy path (second); within 1.2x of float16 means speedup >= 1/1.2",
-        "rows": rows,
-        "wall_s": round(time.perf_counter() - t_start, 1),
-    }
-    write_json(args.out, result)
+    note = (
+        "speedup = old / new time; int8 rows: old = the float16 store (first) or the int8 store's"
+        " dequantised-copy path (second); within 1.2x of float16 means speedup >= 1/1.2"
+    )
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    result = write_record(
+        args.out,
+        "bench/kernels.py",
+        argv,
+        info,
+        t_start,
+        other_processes_cores_mean=round(others, 2),
+        settings=settings,
+        note=note,
+        rows=rows,
+    )
     console.print(f"wrote {args.out} ({result['wall_s']} s, other processes {others:.1f} cores)")
     return 0
 

@@ -27,7 +27,7 @@ from aheadrank.store import StoreReader, StoreWriter
 from rich.console import Console
 from rich.table import Table
 
-from aheadrank.benchkit import machine_info, write_json
+from aheadrank.benchkit import machine_info, write_record
 from aheadrank.evaluation import evaluate, read_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,15 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{100 * r['rel_loss_priors']:+.2f}%",
         )
     console.print(table)
-    result = {
-        "benchmark": "bench/quant_effect.py",
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "machine": machine_info(args.threads),
-        "rows": rows,
-        "note": "rel_loss = 1 - nDCG@10(int8) / nDCG@10(float16) of the same checkpoint and candidates",
-        "wall_s": round(time.perf_counter() - t_start, 1),
-    }
-    write_json(args.out, result)
+    note = "rel_loss = 1 - nDCG@10(int8) / nDCG@10(float16) of the same checkpoint and candidates"
+    write_record(
+        args.out, "bench/quant_effect.py", argv, machine_info(args.threads), t_start, rows=rows, note=note
+    )
     console.print(f"wrote {args.out}")
     return 0
 
