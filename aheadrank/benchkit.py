@@ -52,6 +52,19 @@ def write_json(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
+def write_record(
+    path: Path, script: str, argv: list[str] | None, machine: dict, t_start: float, **fields
+) -> dict:
+    """Write a benchmark's JSON record: the script, its command line, the machine, ``fields``, the wall time."""
+    import sys
+
+    command = " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])
+    record = {"benchmark": script, "command": command, "machine": machine, **fields}
+    record["wall_s"] = round(time.perf_counter() - t_start, 1)
+    write_json(path, record)
+    return record
+
+
 def read_json(path: Path):
     try:
         return json.loads(path.read_text())

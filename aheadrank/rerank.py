@@ -135,6 +135,17 @@ class PriorScorer:
 
 
 # ---- the one scoring loop ---------------------------------------------------------------------------------
+def stored_fields(fetched) -> dict:
+    """A fetched batch's fields as the rankers take them: int8 fields (values + per-token scales, fetched
+    with ``dequantize=False``) as :class:`QuantizedField`, which the scoring paths widen a block at a time."""
+    from aheadrank.rankers import QuantizedField
+
+    return {
+        name: QuantizedField(v, fetched.scales[name]) if name in fetched.scales else v
+        for name, v in fetched.fields.items()
+    }
+
+
 def score_stored(
     ranker, reader, qs, docids: list[str], seconds: dict[str, float], batch: int = 256
 ) -> tuple[list[tuple[str, float]], list[str]]:
@@ -147,11 +158,12 @@ def score_stored(
     unknown: list[str] = []
     for start in range(0, len(docids), batch):
         t0 = time.perf_counter()
-        fetched = reader.fetch_torch(docids[start : start + batch], ranker.device)
+        fetched = reader.fetch_torch(docids[start : start + batch], ranker.device, dequantize=False)
         t1 = time.perf_counter()
         if fetched.docids:
             with torch.inference_mode():
-                scores = ranker.score_batch(qs, fetched.fields, fetched.mask).float().cpu().tolist()
+                fields = stored_fields(fetched)
+                scores = ranker.score_batch(qs, fields, fetched.mask).float().cpu().tolist()
             scored.extend(zip(fetched.docids, scores, strict=True))
         seconds["fetch"] += t1 - t0
         seconds["score"] += time.perf_counter() - t1

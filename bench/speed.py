@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from aheadrank.rankers import Ranker, init_ranker
+from aheadrank.rankers import QuantizedField, Ranker, init_ranker
 from aheadrank.rankers.blocks import key_mask
 from aheadrank.rankers.text import pad, positions
 from aheadrank.rankers.variants import CATALOGUE as VARIANTS
@@ -398,13 +398,17 @@ def top_ops(ranker, q, fields, mask, chunk: int, n: int, k: int = 8) -> dict:
     }
 
 
-def bench_row(row: Variant, d_pieces: int, builder: FieldBuilder, q_pieces: list[int], args) -> dict:
+def bench_row(
+    row: Variant, d_pieces: int, builder: FieldBuilder, q_pieces: list[int], args, int8: bool = False
+) -> dict:
     t_setup = time.perf_counter()
     ranker = row.init(seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_pieces)
     if row.strategy:
         ranker.strategy = row.strategy
     q = pad([ranker.query_ids(q_pieces)], "cpu", ranker.text.pad)
     fields, mask = builder.build(ranker)
+    if int8:  # int8 + one float32 scale per token, handed over as the store does (no dequantised copy)
+        fields = {k: QuantizedField.quantize(v) for k, v in fields.items()}
     setup_s = time.perf_counter() - t_setup
     n_docs, td = mask.shape
     tq = q[0].shape[1]
@@ -433,8 +437,10 @@ def bench_row(row: Variant, d_pieces: int, builder: FieldBuilder, q_pieces: list
         others.append(busy)
     n_chunks = -(-n_docs // chunk)
     flops = count_flops(ranker, tq, td, n_docs, n_chunks)
+    dims = ranker.field_dims()
     result = {
-        "ranker": row.name,
+        "ranker": row.name + ("+int8" if int8 else ""),
+        "stored_dtype": "int8" if int8 else "float16",
         "kind": row.kind,
         "strategy": ranker.strategy if row.kind == "mores" else None,
         "options": {k: v for k, v in ranker.describe().items() if k not in ("kind", "strategy", "fields")},
@@ -449,7 +455,8 @@ def bench_row(row: Variant, d_pieces: int, builder: FieldBuilder, q_pieces: list
         "ms_median": statistics.median(times) * 1e3,
         "ms_min": min(times) * 1e3,
         "fields": ranker.field_dims(),
-        "bytes_per_doc": 2 * td * sum(ranker.field_dims().values()),
+        # int8: one byte a value plus a float32 scale per token and field; float16: two bytes a value
+        "bytes_per_doc": td * (sum(dims.values()) + 4 * len(dims)) if int8 else 2 * td * sum(dims.values()),
         "flops": flops,
         "fp16_check": check,
         "setup_s": round(setup_s, 1),
@@ -546,6 +553,40 @@ def print_table(rows: list[dict], gflops: float) -> None:
     console.print(table)
 
 
+def markdown(result: dict) -> str:
+    """The table of a run as markdown: one line per row, the d = 128 and d = 512 columns side by side."""
+    rows, m = result["rows"], result["machine"]
+    ds = sorted({r["d_pieces"] for r in rows})
+    head = ["ranker", "stored", *(f"{c} d={d}" for d in ds for c in ("ms", "× bert", "× floor", "KB/doc"))]
+    lines = [
+        f"`{result['command']}` — {m['cpu']}, {m['threads']} threads, torch {m['torch']}, git {m.get('git_commit', '?')}; "
+        f"N = {result['settings']['n_docs']} candidates, 16-piece query; floor = analytic matmul FLOPs at "
+        f"{result['matmul']['gflops_used_for_floor']:.0f} GFLOP/s (measured in the same run).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for name in dict.fromkeys(r["ranker"] for r in rows):
+        by_d = {r["d_pieces"]: r for r in rows if r["ranker"] == name}
+        first = next(iter(by_d.values()))
+        cells = [name, first.get("stored_dtype", "float16")]
+        for d in ds:
+            r = by_d.get(d)
+            sp = r and r["speedup_vs_bert"]
+            cells += (
+                ["–"] * 4
+                if r is None
+                else [
+                    f"{r['ms_median']:.1f}",
+                    f"{sp:.1f}" if sp else "–",
+                    f"{r['x_floor']:.1f}",
+                    f"{r['bytes_per_doc'] / 1024:.0f}",
+                ]
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -596,6 +637,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=3,
         help=f"per row, how many timed runs during which other processes used > {CONTENDED:g} cores are"
         " discarded and run again",
+    )
+    p.add_argument(
+        "--int8",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="beside each row but bert, the same ranker from int8 fields + per-token scales (NAME+int8)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="smoke run: N = 48, 2 repeats, 1 for bert")
@@ -655,16 +702,18 @@ def main(argv: list[str] | None = None) -> int:
             builder = FieldBuilder(pieces, args.encode_batch, layers)
             console.rule(f"d = {d} ({d_pieces} word pieces), N = {args.n}")
             for i, row in enumerate(args.rows):
-                r = bench_row(row, d_pieces, builder, q_pieces, args)
-                r["d_nominal"] = d
-                rows.append(r)
-                gc.collect()
-                c = r["fp16_check"]
-                console.print(
-                    f"{row.name:18s} {r['ms_median']:10.1f} ms (min {r['ms_min']:.1f}, chunk {r['chunk']}, "
-                    f"{r['repeats']} runs, other processes {r['other_processes_cores']:.1f} cores)  fp16 vs fp32: same ranking "
-                    f"{c['same_ranking']}, τ = {c['kendall_tau']:.4f}, max |Δscore| {c['max_abs_score_diff']:.2e}"
-                )
+                for int8 in (False, True) if args.int8 and row.kind != "bert" else (False,):
+                    r = bench_row(row, d_pieces, builder, q_pieces, args, int8)
+                    r["d_nominal"] = d
+                    rows.append(r)
+                    gc.collect()
+                    c = r["fp16_check"]
+                    console.print(
+                        f"{r['ranker']:23s} {r['ms_median']:10.1f} ms (min {r['ms_min']:.1f}, chunk {r['chunk']}, "
+                        f"{r['repeats']} runs, other processes {r['other_processes_cores']:.1f} cores)  "
+                        f"{r['stored_dtype']} vs fp32: same ranking {c['same_ranking']}, τ = {c['kendall_tau']:.4f}, "
+                        f"max |Δscore| {c['max_abs_score_diff']:.2e}"
+                    )
                 if not any(later.kind == row.kind for later in args.rows[i + 1 :]):
                     builder.drop(row.kind)
             del builder
@@ -725,7 +774,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"wrote {args.out} ({result['wall_s']} s)")
+    args.out.with_suffix(".md").write_text(markdown(result))
+    console.print(f"wrote {args.out} and {args.out.with_suffix('.md').name} ({result['wall_s']} s)")
     return 0
 
 

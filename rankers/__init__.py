@@ -4,6 +4,7 @@ Every ranker has ``encode_documents``, ``encode_query``, ``score`` and ``score_p
 """
 
 from aheadrank.rankers.base import QueryState, Ranker
+from aheadrank.rankers.blocks import QuantizedField
 from aheadrank.rankers.checkpoint import (
     compute_fingerprint,
     init_ranker,
@@ -18,6 +19,7 @@ from aheadrank.rankers.registry import RANKERS
 __all__ = [
     "KINDS",
     "RANKERS",
+    "QuantizedField",
     "QueryState",
     "Ranker",
     "RankerConfig",

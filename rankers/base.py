@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
+from aheadrank.rankers.blocks import widened
 from aheadrank.rankers.config import RankerConfig
 from aheadrank.rankers.text import TextEncoder, pad, pad_fields
 from torch import Tensor, nn
@@ -167,7 +168,15 @@ class Ranker(nn.Module):
         }
 
 
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Mean of x [B, T, n] over the rows where mask [B or 1, T] is True."""
+def masked_mean(x: Tensor, mask: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """Mean of x [B, T, n] over the rows where mask [B or 1, T] is True, in ``dtype`` (default x's).
+
+    A float16/bfloat16 x (stored fields) with ``dtype=float32`` is widened a block of documents at a time
+    (``blocks.widened``), not copied whole."""
+    if dtype is not None and x.dtype != dtype:
+        if x.device.type != "cpu" or x.shape[0] == 0:
+            return masked_mean(x.to(dtype), mask)
+        parts = [masked_mean(w, mask if mask.shape[0] == 1 else mask[r]) for r, w in widened(x, dtype)]
+        return torch.cat(parts)
     m = mask[..., None].to(x.dtype)
     return (x * m).sum(1) / m.sum(1).clamp(min=1.0)

@@ -10,6 +10,7 @@ Masks are boolean, ``True`` = a real token. Attention masks broadcast to ``[B, h
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -69,6 +70,84 @@ class _AddNorm(nn.Module):
         return self.LayerNorm(self.dropout(self.dense(x)) + residual)
 
 
+# Stored fields in float16/bfloat16 are widened to float32 this many values (1 MB) at a time: a block's
+# float32 copy stays in cache for the computation that reads it right away (bench/kernels.py measures it).
+STORED_BLOCK_VALUES = 1 << 18
+
+
+class QuantizedField:
+    """A stored int8 field as the store hands it over: values [B, T, dim] int8 and one float32 scale per token
+    [B, T] (0 at padding), never dequantised whole. It answers what the scoring paths ask of a stored field
+    (``dtype``, ``shape``, ``device``, ``[rows]``, ``to(dtype)``); ``to`` dequantises ``values * scale`` straight
+    into the compute dtype in one pass, and the attention and pooling call it a block of documents at a time
+    (:func:`widened`), so no float16 or float32 copy of every candidate's field is made."""
+
+    dtype = torch.int8
+
+    def __init__(self, values: Tensor, scale: Tensor):
+        if values.dtype != torch.int8 or scale.shape != values.shape[:-1]:
+            raise ValueError(
+                f"int8 values [B, T, dim] and scales [B, T], got {values.dtype} {tuple(scale.shape)}"
+            )
+        self.values, self.scale = values, scale
+
+    @classmethod
+    def quantize(cls, x: Tensor) -> QuantizedField:
+        """x [B, T, dim] -> int8 with one scale per token (absmax / 127), as the store quantises."""
+        scale = x.float().abs().amax(-1) / 127
+        values = torch.round(x.float() / scale.clamp(min=1e-30).unsqueeze(-1)).clamp_(-127, 127)
+        return cls(values.to(torch.int8), scale)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.values.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    def __len__(self) -> int:
+        return self.values.shape[0]
+
+    def __getitem__(self, rows: slice) -> QuantizedField:
+        if not isinstance(rows, slice):
+            raise TypeError("a QuantizedField is sliced by documents (a slice of the first dimension)")
+        return QuantizedField(self.values[rows], self.scale[rows])
+
+    def to(self, dtype: torch.dtype) -> Tensor:
+        return self.widen_into(torch.empty(self.shape, dtype=dtype, device=self.device))
+
+    def widen_into(self, out: Tensor) -> Tensor:
+        """``values * scale`` written into ``out`` (a float tensor of this shape): two in-place passes."""
+        return out.copy_(self.values).mul_(self.scale.unsqueeze(-1))
+
+    def float(self) -> Tensor:
+        return self.to(torch.float32)
+
+
+def stored_blocks(x: Tensor | QuantizedField) -> list[slice]:
+    """Slices of x's first dimension (documents [B, T, dim]) of about STORED_BLOCK_VALUES values each."""
+    per_doc = max(1, math.prod(x.shape[1:]))
+    step = max(1, STORED_BLOCK_VALUES // per_doc)
+    return [slice(lo, lo + step) for lo in range(0, x.shape[0], step)]
+
+
+def widened(x: Tensor | QuantizedField, dtype: torch.dtype) -> Iterator[tuple[slice, Tensor]]:
+    """``(rows, x[rows] in dtype)`` for the blocks of :func:`stored_blocks`, each widened into one buffer
+    allocated once per call: a block's values are used while they are in cache, and no block allocates
+    (fresh pages cost more than the conversion: bench/kernels.py). A yielded tensor is overwritten by the
+    next block: use it before asking for the next."""
+    blocks = stored_blocks(x)
+    if not blocks:
+        return
+    step = blocks[0].stop - blocks[0].start
+    buf = torch.empty((min(step, x.shape[0]), *x.shape[1:]), dtype=dtype, device=x.device)
+    for rows in blocks:
+        part = x[rows]
+        out = buf[: part.shape[0]]
+        yield rows, part.widen_into(out) if isinstance(part, QuantizedField) else out.copy_(part)
+
+
 class Attention(nn.Module):
     """Multi-head attention with BERT's output sub-layer: ``LN(Wo·softmax(qk/√d)v + bo + x)``.
 
@@ -99,7 +178,23 @@ class Attention(nn.Module):
         return self.self.key(x), self.self.value(x)
 
     def context(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """q [Bq, h, Tq, dh] (Bq may be 1 and is broadcast), k/v [B, T, n] -> context [B, Tq, n]."""
+        """q [Bq, h, Tq, dh] (Bq may be 1 and is broadcast), k/v [B, T, n] -> context [B, Tq, n].
+
+        k/v may be in a narrower dtype than q (float16 or bfloat16 as the store hands them over): on the CPU
+        they are then converted a few documents at a time, right before those documents' attention
+        (:func:`widened`), instead of one float32 copy of every candidate's keys and values."""
+        if k.dtype != q.dtype:
+            if k.device.type != "cpu":
+                return self.context(q, k.to(q.dtype), v.to(q.dtype), mask)
+            out = q.new_empty(k.shape[0], q.shape[2], k.shape[2])
+            for (rows, kw), (_, vw) in zip(widened(k, q.dtype), widened(v, q.dtype), strict=True):
+                out[rows] = self.context(
+                    q if q.shape[0] == 1 else q[rows],
+                    kw,
+                    vw,
+                    mask if mask is None or mask.shape[0] == 1 else mask[rows],
+                )
+            return out
         kh, vh = self.split(k), self.split(v)
         if q.shape[0] != kh.shape[0]:
             q = q.expand(kh.shape[0], -1, -1, -1)

@@ -19,11 +19,26 @@ never multiplies D by an n×n matrix. Both are the same function.
 
 from __future__ import annotations
 
+import torch
 from aheadrank.rankers.base import QueryState, Ranker, masked_mean
 from aheadrank.rankers.base_model import base_embeddings, base_layer
-from aheadrank.rankers.blocks import Encoder, SimilarityResidual, key_mask, make_interaction_block, zero_head
+from aheadrank.rankers.blocks import (
+    Encoder,
+    QuantizedField,
+    SimilarityResidual,
+    key_mask,
+    make_interaction_block,
+    zero_head,
+)
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
+
+
+def as_stored(x: Tensor | QuantizedField, dtype: torch.dtype) -> Tensor | QuantizedField:
+    """A stored field narrower than the model's float32 (float16, bfloat16, int8 + scales) as it is, for the
+    attention to widen a block at a time; else in ``dtype``."""
+    narrow = isinstance(x, QuantizedField) or x.dtype in (torch.float16, torch.bfloat16)
+    return x if narrow and dtype == torch.float32 else x.to(dtype)
 
 
 class MoresRanker(Ranker):
@@ -107,13 +122,18 @@ class MoresRanker(Ranker):
         pooled = x[:, 0] if cls_pool else masked_mean(x, q_mask)
         score = self.head(pooled).squeeze(-1)
         if self.config.sim:
-            score = score + self.sim(q_sim, masked_mean(kv[-1][1], d_mask))
+            score = score + self.sim(q_sim, masked_mean(kv[-1][1], d_mask, q_sim.dtype))
         return score
 
     def stored_kv(self, fields: dict[str, Tensor]) -> list[tuple[Tensor, Tensor]]:
+        """Per IB the cross-attention keys and values. S2's stored float16/bfloat16 fields are passed on as
+        they are: the attention widens them a block of documents at a time (``Attention.context``)."""
         dt = self.dtype
         if "k1" in fields:
-            return [(fields[f"k{k}"].to(dt), fields[f"v{k}"].to(dt)) for k in range(1, self.config.ibs + 1)]
+            return [
+                (as_stored(fields[f"k{k}"], dt), as_stored(fields[f"v{k}"], dt))
+                for k in range(1, self.config.ibs + 1)
+            ]
         if "doc" in fields:
             return self.doc_kv(fields["doc"].to(dt))
         raise KeyError(

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from aheadrank.rankers.base import QueryState, Ranker, masked_mean
 from aheadrank.rankers.base_model import base_embeddings, base_layer
-from aheadrank.rankers.blocks import Encoder, SimilarityResidual, key_mask, zero_head
+from aheadrank.rankers.blocks import Encoder, SimilarityResidual, key_mask, widened, zero_head
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
@@ -90,7 +90,33 @@ class PrettrRanker(Ranker):
         return self.with_sim(self.head(x[:, 0]).squeeze(-1), q, q_mask, s, d_mask)
 
     def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
-        return self.upper(qs["q"], qs.mask, self.decompress(fields["doc"].to(self.dtype)), mask)
+        r, q = fields["doc"], qs["q"]
+        last_only = self.config.layer == self.config.n_layers - 1 and q.shape[0] == 1
+        if last_only and r.dtype != q.dtype and r.device.type == "cpu":
+            return self.upper_from_stored(q, qs.mask, r, mask)
+        return self.upper(q, qs.mask, self.decompress(r.to(self.dtype)), mask)
+
+    def upper_from_stored(self, q: Tensor, q_mask: Tensor, r: Tensor, d_mask: Tensor) -> Tensor:
+        """:meth:`upper` for l = L−1 from the stored field (float16, or int8 + scales): a block of documents
+        at a time is widened, decompressed and projected to layer L's keys/values, written straight into the
+        [query; document] key/value buffers (no float32 copy of the field, of ŝ, or a concatenation)."""
+        last = self.encoder.layer[self.config.n_layers - 1]
+        b, td = r.shape[:2]
+        tq, n = q.shape[1], q.shape[2]
+        kq, vq = last.attention.project_kv(q)
+        k, v = q.new_empty(b, tq + td, n), q.new_empty(b, tq + td, n)
+        k[:, :tq], v[:, :tq] = kq, vq
+        pooled = []
+        for rows, block in widened(r, q.dtype):
+            s = self.decompress(block)
+            k[rows, tq:], v[rows, tq:] = last.attention.project_kv(s)
+            if self.config.sim:
+                pooled.append(masked_mean(s, d_mask[rows]))
+        mask = key_mask(torch.cat([q_mask.expand(b, -1), d_mask], 1))
+        score = self.head(last.ffn(last.attention(q[:, :1], mask, kv=(k, v)))[:, 0]).squeeze(-1)
+        if not self.config.sim:
+            return score
+        return score + self.sim(masked_mean(q, q_mask), torch.cat(pooled))
 
     def joint_lower(
         self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor

@@ -3,7 +3,7 @@
 ``t`` = word embeddings (taken from the base model's table), contextualised by a few small Transformer layers
 shared by query and document over ``t + p`` (sinusoidal positions); ``t̂ = α·t + (1−α)·context(t + p)``.
 Term vectors are unit-normalised; the stored document side is those vectors (field ``doc``, no special
-tokens). ``M = q̂·d̂ᵀ``; kernel k: ``K_k(M_ij) = exp(−(M_ij − μ_k)² / 2σ²)``, σ = 0.1,
+tokens). ``M = q̂·d̂ᵀ`` (one GEMM over all candidates' terms); kernel k: ``K_k(M_ij) = exp(−(M_ij − μ_k)² / 2σ²)``, σ = 0.1,
 μ = 1, 0.9, 0.7, …, −0.9. Per kernel: ``φ_log = Σ_i log(max(Σ_j K, 1e-10))·0.01`` and
 ``φ_len = Σ_i Σ_j K / |d|``; ``s = β·(w_log·φ_log) + γ·(w_len·φ_len)``.
 """
@@ -16,25 +16,71 @@ import torch
 import torch.nn.functional as F
 from aheadrank.rankers.base import QueryState, Ranker
 from aheadrank.rankers.base_model import base_embeddings
-from aheadrank.rankers.blocks import TransformerLayer, key_mask, sinusoidal_positions
+from aheadrank.rankers.blocks import TransformerLayer, key_mask, sinusoidal_positions, widened
 from torch import Tensor, nn
 
 KERNEL_MU = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1, -0.1, -0.3, -0.5, -0.7, -0.9)
 KERNEL_SIGMA = 0.1
 
 
+def kernel_features_reference(
+    match: Tensor, q_mask: Tensor, d_mask: Tensor, mu: Tensor, sigma: float
+) -> tuple[Tensor, Tensor]:
+    """The kernel stage as the formula reads: every kernel of every (query term, document term) pair in one
+    [B, Tq, Td, K] tensor. Differentiable; used for training and as the reference of :func:`kernel_features`."""
+    k = torch.exp(-((match[..., None] - mu) ** 2) / (2 * sigma**2))  # [B, Tq, Td, K]
+    k = k * d_mask[:, None, :, None].to(k.dtype)
+    return pooled_features(k.sum(2), q_mask, d_mask)
+
+
+def pooled_features(per_term: Tensor, q_mask: Tensor, d_mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Σ_j K per (document, query term, kernel) [B, Tq, K] -> (φ_log, φ_len), each [B, K]."""
+    qm = q_mask[..., None].to(per_term.dtype)
+    log_feat = (torch.log(per_term.clamp(min=1e-10)) * 0.01 * qm).sum(1)
+    doc_len = d_mask.sum(1).to(per_term.dtype).clamp(min=1.0)[:, None, None]
+    len_feat = (per_term / doc_len * qm).sum(1)
+    return log_feat, len_feat
+
+
+# Exponents below this are raised to it: exp(-80) = 1.8e-35 is far below anything the features can see
+# (Σ_j K is clamped at 1e-10 before the log, and Td · 1.8e-35 never reaches it), and it keeps exp() and the
+# sum out of float32's subnormal range, where x86 runs 30x slower. Padding gets a cosine of 1e3: its
+# exponent is raised to the floor too, so no mask multiplication is needed.
+EXPONENT_FLOOR = -80.0
+_FAR = 1e3
+_BLOCK_VALUES = 1 << 19  # match values per block (2 MB of float32): the kernel loop stays in cache
+
+
 def kernel_features(
     match: Tensor, q_mask: Tensor, d_mask: Tensor, mu: Tensor, sigma: float
 ) -> tuple[Tensor, Tensor]:
-    """match [B, Tq, Td] cosine similarities; masks [B or 1, Tq] / [B, Td] -> (φ_log, φ_len), each [B, n_kernels]."""
-    k = torch.exp(-((match[..., None] - mu) ** 2) / (2 * sigma**2))  # [B, Tq, Td, K]
-    k = k * d_mask[:, None, :, None].to(k.dtype)
-    per_term = k.sum(2)  # [B, Tq, K]
-    qm = q_mask[..., None].to(k.dtype)
-    log_feat = (torch.log(per_term.clamp(min=1e-10)) * 0.01 * qm).sum(1)
-    doc_len = d_mask.sum(1).to(k.dtype).clamp(min=1.0)[:, None, None]
-    len_feat = (per_term / doc_len * qm).sum(1)
-    return log_feat, len_feat
+    """match [B, Tq, Td] cosine similarities; masks [B or 1, Tq] / [B, Td] -> (φ_log, φ_len), each [B, n_kernels].
+
+    Online (no gradient) the kernels are evaluated one at a time over a cache-sized block of documents,
+    in place: ``t = match − μ_k``, ``t² · (−1/2σ²)``, floor, ``exp``, ``Σ_j`` — four passes over a block that
+    stays in cache instead of seven over a [B, Tq, Td, K] tensor in memory, and no mask multiplication.
+    Same values as :func:`kernel_features_reference` up to float32 rounding and the 1.8e-35 floor
+    (``tests/rankers/test_init_and_math.py``)."""
+    if match.requires_grad or match.dtype != torch.float32:
+        return kernel_features_reference(match, q_mask, d_mask, mu, sigma)
+    b, tq, td = match.shape
+    far = match.masked_fill(~d_mask[:, None, :], _FAR)
+    per_term = torch.empty(len(mu), b, tq, dtype=match.dtype, device=match.device)
+    scale = -1.0 / (2 * sigma**2)
+    block = max(1, _BLOCK_VALUES // max(1, tq * td))
+    for lo in range(0, b, block):
+        m = far[lo : lo + block]
+        t = torch.empty_like(m)
+        for k, centre in enumerate(mu.tolist()):
+            torch.sub(m, centre, out=t)
+            t.square_().mul_(scale).clamp_(min=EXPONENT_FLOOR).exp_()
+            torch.sum(t, -1, out=per_term[k, lo : lo + block])
+    return pooled_features(per_term.permute(1, 2, 0), q_mask, d_mask)
+
+
+def cosines(q: Tensor, d: Tensor) -> Tensor:
+    """M = q̂·d̂ᵀ: q [1 or B, Tq, n], d [B, Td, n] -> [B, Tq, Td]."""
+    return q[0] @ d.transpose(1, 2) if q.shape[0] == 1 else torch.bmm(q, d.transpose(1, 2))
 
 
 class TkRanker(Ranker):
@@ -90,13 +136,20 @@ class TkRanker(Ranker):
         return QueryState({"q": self.contextualize(ids, mask)}, mask)
 
     def kernel_score(self, q: Tensor, q_mask: Tensor, d: Tensor, d_mask: Tensor) -> Tensor:
-        match = q[0] @ d.transpose(1, 2) if q.shape[0] == 1 else torch.bmm(q, d.transpose(1, 2))
+        """q [1 or B, Tq, n], d [B, Td, n] -> [B]. A stored d (float16, or int8 + scales) on the CPU is widened
+        a block of documents at a time, each block's cosines computed while it is in cache."""
+        if d.dtype == q.dtype or d.device.type != "cpu":
+            match = cosines(q, d.to(q.dtype))
+        else:
+            match = q.new_empty(d.shape[0], q.shape[1], d.shape[1])
+            for rows, block in widened(d, q.dtype):
+                match[rows] = cosines(q if q.shape[0] == 1 else q[rows], block)
         log_feat, len_feat = kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA)
         both = torch.cat([self.dense_log(log_feat), self.dense_len(len_feat)], -1)
         return self.dense_comb(both).squeeze(-1)
 
     def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
-        return self.kernel_score(qs["q"], qs.mask, fields["doc"].to(self.dtype), mask)
+        return self.kernel_score(qs["q"], qs.mask, fields["doc"], mask)
 
     def forward_pairs(self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor) -> Tensor:
         return self.kernel_score(

@@ -19,7 +19,7 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -75,6 +75,9 @@ class TorchBatch:
     lengths: torch.Tensor
     docids: list[str]
     unknown: list[str]
+    # int8 fields fetched with dequantize=False: fields[name] holds the int8 values, scales[name] the
+    # float32 scale of each token [B, T] (0 at padding)
+    scales: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.docids)
@@ -579,12 +582,18 @@ class StoreReader:
         return out
 
     def fetch_torch(
-        self, docids: Sequence[str], device: str | torch.device = "cpu", pad_to: int | None = None
+        self,
+        docids: Sequence[str],
+        device: str | torch.device = "cpu",
+        pad_to: int | None = None,
+        dequantize: bool = True,
     ) -> TorchBatch:
         """:meth:`fetch` as torch tensors on ``device``, plus the bool mask [B, T].
 
         For CUDA, host arrays are pinned and copied with ``non_blocking=True``; int8 stores travel as int8
-        plus scales (half the bytes) and are dequantized to float16 on the device.
+        plus scales (half the bytes) and are dequantized to float16 on the device. With
+        ``dequantize=False`` an int8 field comes back as stored: its int8 values in ``fields`` and its
+        per-token scales in ``scales`` (the rerank core scores from them without a dequantised copy).
         """
         import torch
 
@@ -596,17 +605,19 @@ class StoreReader:
             return tensor.pin_memory().to(target, non_blocking=True) if cuda else tensor.to(target)
 
         index, lengths, width, found, unknown = self._resolve(docids, pad_to)
-        fields = {}
+        fields, quantized = {}, {}
         for name, (values, scales) in self._gather(index, lengths, width).items():
             if scales is None:
                 fields[name] = move(values)
+            elif not dequantize:
+                fields[name], quantized[name] = move(values), move(scales)
             elif cuda:
                 fields[name] = (move(values).float() * move(scales).unsqueeze(-1)).half()
             else:
                 fields[name] = torch.from_numpy(dequantize_int8(values, scales))
         lengths_t = move(lengths)
         mask = torch.arange(width, device=target)[None, :] < lengths_t[:, None]
-        return TorchBatch(fields, mask, lengths_t, found, unknown)
+        return TorchBatch(fields, mask, lengths_t, found, unknown, quantized)
 
     # -- lifetime -----------------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ import random
 
 import pytest
 import torch
-from aheadrank.rankers import init_ranker
+from aheadrank.rankers import QuantizedField, init_ranker
+from aheadrank.rankers.text import pad_fields
 from conftest import random_text
 from scipy.stats import kendalltau
 
@@ -153,3 +154,43 @@ def test_cuda_matches_cpu(tiny_base, texts):
         ranker.to("cuda")
         gpu = ranker.score(ranker.encode_query(queries[0]), ranker.encode_documents(docs))
         assert_close_rel(gpu, cpu, 1e-3)
+
+
+@pytest.mark.parametrize(("kind", "opts"), CASES, ids=IDS)
+@pytest.mark.parametrize("block_values", [1, 5000, 1 << 30])  # one document a block, a few, all at once
+def test_stored_dtype_fields_score_as_widened_ones(tiny_base, texts, kind, opts, block_values, monkeypatch):
+    """score_batch on float16 fields as the store hands them over (computed from the stored dtype, widened
+    a block at a time) = score_batch on the same values widened to float32 up front."""
+    monkeypatch.setattr("aheadrank.rankers.blocks.STORED_BLOCK_VALUES", block_values)
+    ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
+    if opts.get("sim"):
+        torch.manual_seed(3)
+        torch.nn.init.normal_(ranker.head.weight, std=0.2)
+    queries, docs = texts
+    for strategy in ranker.strategies:
+        ranker.strategy = strategy
+        half, mask = pad_fields(ranker.encode_documents(docs[:37]), "cpu", torch.float16)
+        widened = {k: v.float() for k, v in half.items()}
+        with torch.inference_mode():
+            qs = ranker.encode_query(queries[0])
+            got, want = ranker.score_batch(qs, half, mask), ranker.score_batch(qs, widened, mask)
+        assert got.dtype == torch.float32
+        assert_close_rel(got, want, 1e-5)
+
+
+@pytest.mark.parametrize(("kind", "opts"), CASES, ids=IDS)
+def test_int8_fields_score_without_a_dequantised_copy(tiny_base, texts, kind, opts, monkeypatch):
+    """int8 + scales handed to score_batch as stored (QuantizedField, widened a block at a time) give the
+    scores of the same values dequantised to float32 up front."""
+    monkeypatch.setattr("aheadrank.rankers.blocks.STORED_BLOCK_VALUES", 5000)
+    ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
+    queries, docs = texts
+    for strategy in ranker.strategies:
+        ranker.strategy = strategy
+        full, mask = pad_fields(ranker.encode_documents(docs[:37]), "cpu", torch.float32)
+        quantized = {k: QuantizedField.quantize(v) for k, v in full.items()}
+        dequantized = {k: v.to(torch.float32) for k, v in quantized.items()}
+        with torch.inference_mode():
+            qs = ranker.encode_query(queries[0])
+            got, want = ranker.score_batch(qs, quantized, mask), ranker.score_batch(qs, dequantized, mask)
+        assert_close_rel(got, want, 1e-5)

@@ -12,7 +12,7 @@ from aheadrank.rankers import init_ranker
 from aheadrank.rankers.base_model import load_base
 from aheadrank.rankers.checkpoint import build_ranker
 from aheadrank.rankers.config import RankerConfig
-from aheadrank.rankers.tk import KERNEL_MU, kernel_features
+from aheadrank.rankers.tk import KERNEL_MU, KERNEL_SIGMA, kernel_features, kernel_features_reference
 
 from aheadrank.errors import CheckpointError
 
@@ -138,6 +138,62 @@ def test_tk_kernels_by_hand():
     # kernel mu=1.0 sees the exact match at full weight; mu=0.5 sees the 0.5 match at full weight
     assert per[0] == pytest.approx(1.0 + math.exp(-12.5))
     assert per[3] == pytest.approx(1.0 + math.exp(-12.5))
+
+
+def _adversarial_matches(b: int, tq: int, td: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cosines over [-1, 1] with exact kernel centres, ±1, 0 and values just past ±1 (float32 cosines of unit
+    vectors); documents of every length from 0 (all padding) to td, padding holding arbitrary values."""
+    g = torch.Generator().manual_seed(11)
+    match = torch.rand(b, tq, td, generator=g) * 2 - 1
+    special = torch.tensor([*KERNEL_MU, 1.0, -1.0, 0.0, 1.0000001, -1.0000001, 0.95, -0.95])
+    match.view(-1)[: special.numel() * 7] = special.repeat(7)
+    match[1] = 0.8 + 0.05 * torch.rand(tq, td, generator=g)  # one document concentrated near one kernel
+    lengths = torch.arange(b) % (td + 1)
+    d_mask = torch.arange(td)[None, :] < lengths[:, None]
+    match[~d_mask[:, None, :].expand_as(match)] = 5.0  # garbage in the padding must not count
+    q_mask = torch.ones(1, tq, dtype=torch.bool)
+    q_mask[0, -3:] = False
+    return match, q_mask, d_mask
+
+
+@pytest.mark.parametrize(
+    ("b", "tq", "td"), [(40, 18, 33), (7, 5, 300), (3000, 4, 20)]
+)  # 1 and several blocks
+def test_tk_fused_kernels_equal_the_formula(b, tq, td):
+    """The fused, blocked kernel stage against the formula (float64): every feature within 1e-4 relative to
+    the feature's scale."""
+    match, q_mask, d_mask = _adversarial_matches(b, tq, td)
+    mu = torch.tensor(KERNEL_MU)
+    with torch.inference_mode():
+        fused = kernel_features(match, q_mask, d_mask, mu, KERNEL_SIGMA)
+        ref = kernel_features_reference(match.double(), q_mask, d_mask, mu.double(), KERNEL_SIGMA)
+    for got, want in zip(fused, ref, strict=True):
+        assert got.dtype == torch.float32
+        scale = want.abs().amax(0).clamp(min=1e-6)  # per kernel feature: scores are linear in them
+        err = ((got.double() - want).abs() / scale).max().item()
+        assert err <= 1e-4, err
+
+
+def test_tk_fused_kernels_keep_scores_and_gradients(tiny_base):
+    """Scores of the fused stage equal the reference formula's within 1e-4 relative; with gradients
+    (training) the differentiable reference runs."""
+    r = init_ranker("tk", base=tiny_base, tk_heads=4)
+    torch.manual_seed(0)
+    q = torch.nn.functional.normalize(torch.randn(1, 6, r.config.hidden), dim=-1)
+    d = torch.nn.functional.normalize(torch.randn(50, 40, r.config.hidden) + q[:, :1], dim=-1)
+    d_mask = torch.arange(40)[None, :] < torch.randint(1, 41, (50,))[:, None]
+    q_mask = torch.ones(1, 6, dtype=torch.bool)
+    with torch.inference_mode():
+        fast = r.kernel_score(q, q_mask, d, d_mask)
+        match = q[0] @ d.transpose(1, 2)
+        feats = kernel_features_reference(match, q_mask, d_mask, r.mu, KERNEL_SIGMA)
+        both = torch.cat([r.dense_log(feats[0]), r.dense_len(feats[1])], -1)
+        ref = r.dense_comb(both).squeeze(-1)
+    assert ((fast - ref).abs().max() / ref.abs().max()).item() <= 1e-4
+    m = match.clone().requires_grad_(True)
+    log_feat, _ = kernel_features(m, q_mask, d_mask, r.mu, KERNEL_SIGMA)
+    log_feat.sum().backward()
+    assert m.grad is not None and m.grad.abs().sum() > 0
 
 
 def test_tk_document_vectors_are_unit_norm(tiny_base):

@@ -85,6 +85,24 @@ def test_fetch_torch_gives_tensors_and_mask(tmp_path):
         assert np.array_equal(batch.fields[name].numpy(), plain.fields[name])
 
 
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_fetch_torch_int8_as_stored(tmp_path, compression):
+    """dequantize=False: int8 values and per-token scales as stored (0 at padding); their product is the
+    dequantised field that fetch() gives (in float32, before fetch's float16 rounding)."""
+    docs = make_docs(9)
+    build(tmp_path, make_spec(dtype="int8", compression=compression), docs)
+    with StoreReader(tmp_path) as reader:
+        raw = reader.fetch_torch(["d8", "zz", "d1", "d4"], device="cpu", dequantize=False)
+        plain = reader.fetch(["d8", "zz", "d1", "d4"])
+    assert raw.docids == ["d8", "d1", "d4"] and set(raw.scales) == set(FIELDS)
+    for name in FIELDS:
+        values, scales = raw.fields[name], raw.scales[name]
+        assert values.dtype == torch.int8 and scales.dtype == torch.float32
+        assert scales.shape == values.shape[:2] and not scales[~raw.mask].any()
+        widened = values.float() * scales[..., None]
+        assert np.array_equal(widened.half().numpy(), plain.fields[name])
+
+
 def test_torch_and_bfloat16_inputs(tmp_path):
     spec = make_spec(fields={"doc": 4}, shard_size=2)
     values = torch.randn(3, 4)

@@ -1,0 +1,341 @@
+"""Old vs new online kernels, side by side in one run (issue 16): every pair is timed interleaved, round
+after round, on the same inputs, so a busy machine slows both alike; the ratio is what this reports.
+
+* ``tk``: TK's kernel stage as the formula reads (``kernel_features_reference``: one [B, Tq, Td, 11] tensor,
+  seven passes) vs the fused, blocked stage (``kernel_features``), inside the whole timed path
+  (``query_state`` + ``score_batch`` over N candidates in chunks).
+* ``stored``: MORES S2 (and PreTTR, TK) from float16 fields: widened to float32 up front (the path before
+  issue 16) vs handed over as stored (the attention widens a block of documents at a time).
+* ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
+  served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
+  the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
+
+Fields come from each ranker's own ``document_fields`` on random word pieces (untrained weights, seed 0);
+the int8 store repeats 100 distinct documents under N docids.
+
+    .venv/bin/python bench/kernels.py --threads 2                 # everything (about 10 min on 2 busy cores)
+    .venv/bin/python bench/kernels.py --threads 2 --parts tk --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from aheadrank.rankers import tk
+from aheadrank.rankers.text import pad
+from aheadrank.rankers.variants import parse_variant
+from aheadrank.store import StoreReader, StoreSpec, StoreWriter
+from rich.console import Console
+from rich.table import Table
+
+from aheadrank.benchkit import cpu_sample, machine_info, write_record
+from aheadrank.rerank import stored_fields
+
+REPO = Path(__file__).resolve().parents[1]
+QUERY_PIECES = 16
+FIRST_WORD_ID = 1000
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
+    """Each function once per round, in turn, after one warm-up each: min and median ms per function."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {
+        k: {
+            "ms_min": min(v) * 1e3,
+            "ms_median": statistics.median(v) * 1e3,
+            "ms": [round(t * 1e3, 2) for t in v],
+        }
+        for k, v in times.items()
+    }
+
+
+def make_ranker(name: str, d: int):
+    variant = parse_variant(name)
+    ranker = variant.init(seed=0, max_query_len=QUERY_PIECES, max_doc_len=d)
+    if variant.strategy:
+        ranker.strategy = variant.strategy
+    return ranker.eval()
+
+
+def inputs(ranker, n: int, d: int, seed: int = 0) -> tuple[tuple, dict[str, torch.Tensor], torch.Tensor]:
+    """(query ids + mask, float16 fields [n, T, dim], mask [n, T]) from random word pieces."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = int(ranker.config.bert["vocab_size"])
+    q = torch.randint(FIRST_WORD_ID, vocab, (QUERY_PIECES,), generator=g).tolist()
+    pieces = torch.randint(FIRST_WORD_ID, vocab, (n, d), generator=g).tolist()
+    lengths = torch.randint(d // 2, d + 1, (n,), generator=g).tolist()  # mixed lengths: padding is real
+    ids, mask = pad(
+        [ranker.doc_ids(p[:k]) for p, k in zip(pieces, lengths, strict=True)], "cpu", ranker.text.pad
+    )
+    parts: dict[str, list[torch.Tensor]] = {}
+    for s in range(0, n, 32):
+        for k, v in ranker.document_fields(ids[s : s + 32], mask[s : s + 32]).items():
+            parts.setdefault(k, []).append(v.half())
+    fields = {k: torch.cat(v) for k, v in parts.items()}
+    return pad([ranker.query_ids(q)], "cpu", ranker.text.pad), fields, mask
+
+
+def run_query(ranker, q, fields, mask, chunk: int) -> torch.Tensor:
+    qs = ranker.query_state(*q)
+    n = mask.shape[0]
+    return torch.cat(
+        [
+            ranker.score_batch(qs, {k: v[s : s + chunk] for k, v in fields.items()}, mask[s : s + chunk])
+            for s in range(0, n, chunk)
+        ]
+    )
+
+
+@contextlib.contextmanager
+def reference_tk_kernels():
+    fused = tk.kernel_features
+    tk.kernel_features = tk.kernel_features_reference
+    try:
+        yield
+    finally:
+        tk.kernel_features = fused
+
+
+def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-12)).item()
+
+
+def part_tk(args) -> list[dict]:
+    rows = []
+    for d in args.d:
+        ranker = make_ranker("tk-2l", d)
+        q, fields, mask = inputs(ranker, args.n, d)
+
+        def old(ranker=ranker, q=q, fields=fields, mask=mask):
+            with reference_tk_kernels():
+                return run_query(ranker, q, fields, mask, args.chunk)
+
+        def new(ranker=ranker, q=q, fields=fields, mask=mask):
+            return run_query(ranker, q, fields, mask, args.chunk)
+
+        diff = rel_diff(new(), old())
+        t = interleaved({"old": old, "new": new}, args.rounds)
+        rows.append(row("tk", "tk-2l", d, args.n, "kernel formula [B,Tq,Td,11]", "fused, blocked", t, diff))
+    return rows
+
+
+def part_stored(args) -> list[dict]:
+    rows = []
+    for name in args.stored_rankers:
+        for d in args.d:
+            ranker = make_ranker(name, d)
+            n = args.n if d <= 128 else max(32, args.n // 4)
+            q, fields, mask = inputs(ranker, n, d)
+
+            def old(ranker=ranker, q=q, fields=fields, mask=mask):
+                return run_query(ranker, q, {k: v.float() for k, v in fields.items()}, mask, args.chunk)
+
+            def new(ranker=ranker, q=q, fields=fields, mask=mask):
+                return run_query(ranker, q, fields, mask, args.chunk)
+
+            diff = rel_diff(new(), old())
+            t = interleaved({"old": old, "new": new}, args.rounds)
+            rows.append(row("stored", name, d, n, "float16 widened up front", "from float16", t, diff))
+    return rows
+
+
+def part_int8(args) -> list[dict]:
+    rows = []
+    for name in args.int8_rankers:
+        rows += int8_case(name, args)
+    return rows
+
+
+def int8_case(name: str, args, d: int = 128) -> list[dict]:
+    """One ranker: a float16 and an int8 store of the same N documents; fetch + score all N three ways."""
+    ranker = make_ranker(name, d)
+    q, fields, mask = inputs(ranker, 100, d)
+    lengths = mask.sum(1).tolist()
+    docids = [f"d{i}" for i in range(args.n)]
+
+    def fetch_score(reader: StoreReader, dequantize: bool) -> torch.Tensor:
+        qs = ranker.query_state(*q)
+        out = []
+        for s in range(0, len(docids), args.chunk):
+            batch = reader.fetch_torch(docids[s : s + args.chunk], dequantize=dequantize)
+            out.append(ranker.score_batch(qs, stored_fields(batch), batch.mask))
+        return torch.cat(out)
+
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        readers = {}
+        for dtype in ("float16", "int8"):
+            spec = StoreSpec(ranker.field_dims(), "bench", ranker.kind, max_doc_len=d + 2, dtype=dtype)
+            with StoreWriter(Path(tmp) / dtype, spec) as writer:
+                for i, docid in enumerate(docids):
+                    j = i % 100
+                    writer.add(docid, {k: v[j, : lengths[j]].numpy() for k, v in fields.items()})
+            readers[dtype] = StoreReader(Path(tmp) / dtype)
+        try:
+            fns = {
+                "float16": lambda: fetch_score(readers["float16"], True),
+                "int8 old": lambda: fetch_score(readers["int8"], True),
+                "int8 new": lambda: fetch_score(readers["int8"], False),
+            }
+            s16, old, new = (fn() for fn in fns.values())
+            t = interleaved(fns, args.rounds)
+        finally:
+            for r in readers.values():
+                r.close()
+    no_copy = "int8 store, no dequantised copy"
+    return [
+        row(
+            "int8",
+            name,
+            d,
+            args.n,
+            "float16 store",
+            no_copy,
+            {"old": t["float16"], "new": t["int8 new"]},
+            rel_diff(new, s16),
+        ),
+        row(
+            "int8",
+            name,
+            d,
+            args.n,
+            "int8 store, float16 copy",
+            no_copy,
+            {"old": t["int8 old"], "new": t["int8 new"]},
+            rel_diff(new, old),
+        ),
+    ]
+
+
+def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, diff: float) -> dict:
+    return {
+        "part": part,
+        "ranker": ranker,
+        "d": d,
+        "n_docs": n,
+        "old": old,
+        "new": new,
+        "old_ms_min": t["old"]["ms_min"],
+        "new_ms_min": t["new"]["ms_min"],
+        "old_ms_median": t["old"]["ms_median"],
+        "new_ms_median": t["new"]["ms_median"],
+        "speedup_min": t["old"]["ms_min"] / t["new"]["ms_min"],
+        "speedup_median": t["old"]["ms_median"] / t["new"]["ms_median"],
+        "max_rel_score_diff": diff,
+        "times_ms": {"old": t["old"]["ms"], "new": t["new"]["ms"]},
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--parts", nargs="+", default=["tk", "stored", "int8"], choices=["tk", "stored", "int8"])
+    p.add_argument(
+        "--n", type=int, default=300, help="candidates (stored part at d > 128: n / 4; int8: 1000)"
+    )
+    p.add_argument("--int8-n", type=int, default=1000, help="candidates fetched and scored in the int8 part")
+    p.add_argument("--d", type=int, nargs="+", default=[128, 493], help="document word pieces")
+    p.add_argument("--chunk", type=int, default=128, help="candidates per score_batch call")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved timed rounds per pair")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument(
+        "--stored-rankers",
+        nargs="+",
+        default=["mores-2ib-s2", "mores-1ib-s2", "prettr-l5-e128", "prettr-l5-e0", "tk-2l"],
+    )
+    p.add_argument("--int8-rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
+    p.add_argument("--tmp", default=None, help="folder for the int8 part's temporary stores")
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kernels.json")
+    args = p.parse_args(argv)
+    args.threads = args.threads or os.cpu_count() or 1
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    info = machine_info(args.threads)
+    console.print(f"[bold]{info['cpu']}[/], {args.threads} threads, torch {info['torch']}")
+    t_start, busy_start = time.perf_counter(), cpu_sample()
+    rows: list[dict] = []
+    with torch.inference_mode():
+        if "tk" in args.parts:
+            rows += part_tk(args)
+        if "stored" in args.parts:
+            rows += part_stored(args)
+        if "int8" in args.parts:
+            n = args.n
+            args.n = args.int8_n
+            rows += part_int8(args)
+            args.n = n
+    busy_end = cpu_sample()
+    table = Table(title="old vs new, interleaved (ms: min / median over the rounds)")
+    for col in (
+        "part",
+        "ranker",
+        "d",
+        "N",
+        "old",
+        "new",
+        "old ms",
+        "new ms",
+        "× (min)",
+        "× (median)",
+        "max rel Δscore",
+    ):
+        table.add_column(col, justify="left" if col in ("part", "ranker", "old", "new") else "right")
+    for r in rows:
+        table.add_row(
+            r["part"],
+            r["ranker"],
+            str(r["d"]),
+            str(r["n_docs"]),
+            r["old"],
+            r["new"],
+            f"{r['old_ms_min']:.1f} / {r['old_ms_median']:.1f}",
+            f"{r['new_ms_min']:.1f} / {r['new_ms_median']:.1f}",
+            f"{r['speedup_min']:.2f}",
+            f"{r['speedup_median']:.2f}",
+            f"{r['max_rel_score_diff']:.1e}",
+        )
+    console.print(table)
+    dt = busy_end[0] - busy_start[0]
+    others = ((busy_end[1] - busy_start[1]) - (busy_end[2] - busy_start[2])) / os.sysconf("SC_CLK_TCK") / dt
+    info["load_average_end"] = list(os.getloadavg())
+    note = (
+        "speedup = old / new time; int8 rows: old = the float16 store (first) or the int8 store's"
+        " dequantised-copy path (second); within 1.2x of float16 means speedup >= 1/1.2"
+    )
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    result = write_record(
+        args.out,
+        "bench/kernels.py",
+        argv,
+        info,
+        t_start,
+        other_processes_cores_mean=round(others, 2),
+        settings=settings,
+        note=note,
+        rows=rows,
+    )
+    console.print(f"wrote {args.out} ({result['wall_s']} s, other processes {others:.1f} cores)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

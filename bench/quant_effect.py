@@ -1,0 +1,141 @@
+"""What int8 fields cost in ranking quality: nDCG@10 on SciFact test (BM25 top-100) from a float16 store and
+from the same store requantised to int8 (one float32 scale per token), for trained checkpoints.
+
+Per (checkpoint, float16 store): the int8 store is written from the float16 one (every document fetched
+and re-added by ``StoreWriter`` with ``dtype="int8"``; the dense prior field is copied as it is), then
+``aheadrank rerank-run`` re-ranks the BM25 run of the test queries from both stores, pure and with the
+checkpoint's priors, and ``aheadrank.evaluation`` scores the runs. Bytes per token come from the manifests.
+
+    .venv/bin/python bench/quant_effect.py \\
+        --case mores-2ib-s2 CKPT_DIR STORE_DIR --case prettr-l5-e128 CKPT_DIR STORE_DIR \\
+        --collection ../shared/data/scifact --candidates bench/results/runs/bm25.trec --work /tmp/quant
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from aheadrank.indexer.topics import read_qrels
+from aheadrank.store import StoreReader, StoreWriter
+from rich.console import Console
+from rich.table import Table
+
+from aheadrank.benchkit import machine_info, write_record
+from aheadrank.evaluation import evaluate, read_run
+
+REPO = Path(__file__).resolve().parents[1]
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def requantise(src: Path, dst: Path, batch: int = 256) -> float:
+    """The int8 copy of a float16 store (dense/ copied as it is); seconds taken (0 if it exists)."""
+    if (dst / "manifest.json").exists():
+        return 0.0
+    t0 = time.perf_counter()
+    with StoreReader(src) as reader:
+        spec = dataclasses.replace(reader.spec, dtype="int8")
+        docids = reader.docids()
+        with StoreWriter(dst, spec) as writer:
+            for s in range(0, len(docids), batch):
+                got = reader.fetch(docids[s : s + batch])
+                for i, docid in enumerate(got.docids):
+                    n = int(got.lengths[i])
+                    writer.add(docid, {k: v[i, :n] for k, v in got.fields.items()})
+    if (src / "dense").is_dir():
+        shutil.copytree(src / "dense", dst / "dense")
+    return time.perf_counter() - t0
+
+
+def bytes_per_token(store: Path) -> float:
+    with StoreReader(store) as reader:
+        m = reader.manifest
+        return m.n_bytes / max(1, m.n_tokens)
+
+
+def rerank(ckpt: Path, store: Path, args, out: Path, pure: bool) -> float:
+    if not out.exists():
+        cmd = [
+            sys.executable,
+            "-m",
+            "aheadrank.cli",
+            "rerank-run",
+            "--checkpoint",
+            str(ckpt),
+            "--store",
+            str(store),
+        ]
+        cmd += ["--queries", str(args.collection), "--split", "test", "--candidates", str(args.candidates)]
+        cmd += ["--depth", str(args.depth), "--out", str(out), "--pure" if pure else "--with-priors"]
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
+        subprocess.run(cmd, check=True, env=env, cwd=REPO)
+    qrels = read_qrels(args.collection, "test")
+    return float(evaluate(read_run(out), qrels, ["ndcg_cut_10"])["ndcg_cut_10"])
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--case", nargs=3, action="append", metavar=("NAME", "CKPT", "STORE"), required=True)
+    p.add_argument("--collection", type=Path, required=True, help="BEIR folder (queries, qrels/test.tsv)")
+    p.add_argument("--candidates", type=Path, required=True, help="the BM25 run of the test queries")
+    p.add_argument("--depth", type=int, default=100)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--work", type=Path, required=True, help="int8 stores and runs go here")
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "quant_effect.json")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t_start = time.perf_counter()
+    rows = []
+    for name, ckpt, store in args.case:
+        ckpt, store = Path(ckpt), Path(store)
+        int8 = args.work / f"{name}-int8"
+        seconds = requantise(store, int8)
+        for dtype, path in (("float16", store), ("int8", int8)):
+            row = {"case": name, "dtype": dtype, "store": str(path), "bytes_per_token": bytes_per_token(path)}
+            for pure in (True, False):
+                label = "pure" if pure else "priors"
+                row[f"ndcg10_{label}"] = rerank(
+                    ckpt, path, args, args.work / f"{name}-{dtype}-{label}.trec", pure
+                )
+            if dtype == "int8":
+                row["requantise_s"] = round(seconds, 1)
+            rows.append(row)
+            console.print(row)
+    by = {(r["case"], r["dtype"]): r for r in rows}
+    for r in rows:
+        ref = by[(r["case"], "float16")]
+        for label in ("pure", "priors"):
+            r[f"rel_loss_{label}"] = 1 - r[f"ndcg10_{label}"] / ref[f"ndcg10_{label}"]
+    table = Table(title=f"SciFact test, BM25 top-{args.depth}: nDCG@10 float16 vs int8 store")
+    for col in ("case", "dtype", "B/token", "pure", "loss", "with priors", "loss"):
+        table.add_column(col, justify="left" if col in ("case", "dtype") else "right")
+    for r in rows:
+        table.add_row(
+            r["case"],
+            r["dtype"],
+            f"{r['bytes_per_token']:.0f}",
+            f"{r['ndcg10_pure']:.4f}",
+            f"{100 * r['rel_loss_pure']:+.2f}%",
+            f"{r['ndcg10_priors']:.4f}",
+            f"{100 * r['rel_loss_priors']:+.2f}%",
+        )
+    console.print(table)
+    note = "rel_loss = 1 - nDCG@10(int8) / nDCG@10(float16) of the same checkpoint and candidates"
+    write_record(
+        args.out, "bench/quant_effect.py", argv, machine_info(args.threads), t_start, rows=rows, note=note
+    )
+    console.print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
