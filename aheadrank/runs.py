@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,17 +21,17 @@ def build_training_data(
     split: str,
     index: str | Path | None,
     depth: int = 100,
-    candidates: dict[str, list] | None = None,
+    search: Callable[[dict[str, str], int], dict[str, list]] | None = None,
 ):
-    """TrainingData from a BEIR directory (corpus, queries, qrels/<split>.tsv) and its BM25 index (or the
-    split's BM25 hits ``candidates`` already searched, {qid: [(docid, score), ...]})."""
+    """TrainingData from a BEIR directory (corpus, queries, qrels/<split>.tsv) and its BM25 index, searched by
+    ``search(queries, depth)`` when given (e.g. a cache of hits: {qid: [(docid, score), ...]} best first)."""
     from aheadrank.indexer.collections import Collection
     from aheadrank.indexer.topics import read_beir_split
     from aheadrank.rankers.training import TrainingData
 
     queries, qrels = read_beir_split(collection, split)
     texts = {d.docid: d.text for d in Collection(collection)}
-    cands = candidates if candidates is not None else bm25_candidates(index, queries, depth)
+    cands = search(queries, depth) if search is not None else bm25_candidates(index, queries, depth)
     return TrainingData(texts, queries, qrels, {q: [d for d, _ in hits] for q, hits in cands.items()})
 
 

@@ -141,14 +141,10 @@ class TrainingDataCache:
 
     def get(self):
         if self._data is None:
-            from aheadrank.indexer.topics import read_beir_split
-
             from aheadrank.runs import build_training_data
 
             t0 = time.perf_counter()
-            queries, _ = read_beir_split(*self.args)
-            hits = self.bm25.hits(queries, 100)
-            self._data = build_training_data(*self.args, index=None, depth=100, candidates=hits)
+            self._data = build_training_data(*self.args, index=None, depth=100, search=self.bm25.hits)
             stage(
                 f"training data: {len(self._data.trainable())} trainable {self.args[1]} queries, "
                 f"BM25 top-100 negatives ({time.perf_counter() - t0:.1f} s)"

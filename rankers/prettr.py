@@ -65,11 +65,16 @@ class PrettrRanker(Ranker):
     def query_state(self, ids: Tensor, mask: Tensor) -> QueryState:
         return QueryState({"q": self.lower(ids, mask, 0, 0)}, mask)
 
-    def with_sim(self, score: Tensor, q: Tensor, q_mask: Tensor, s: Tensor, d_mask: Tensor) -> Tensor:
-        """The head's score plus, with ``sim``, α·cos of the mean-pooled layer-l query and document states."""
+    def with_sim(self, score: Tensor, q: Tensor, q_mask: Tensor, d_pooled: Tensor | None) -> Tensor:
+        """The head's score plus, with ``sim``, α·cos of the mean-pooled layer-l query states and ``d_pooled``,
+        the mean-pooled decompressed document states (None without ``sim``)."""
         if not self.config.sim:
             return score
-        return score + self.sim(masked_mean(q, q_mask), masked_mean(s, d_mask))
+        return score + self.sim(masked_mean(q, q_mask), d_pooled)
+
+    def pooled_docs(self, s: Tensor, d_mask: Tensor) -> Tensor | None:
+        """What :meth:`with_sim` pools of the decompressed document states (nothing without ``sim``)."""
+        return masked_mean(s, d_mask) if self.config.sim else None
 
     def upper(self, q: Tensor, q_mask: Tensor, s: Tensor, d_mask: Tensor) -> Tensor:
         """Layers l+1..L over [query states; decompressed document states]; only [CLS] in layer L."""
@@ -87,7 +92,7 @@ class PrettrRanker(Ranker):
             x = torch.cat([q.expand(b, -1, -1), s], 1)
             x = self.encoder.run(x, mask, split, L - 1)
             x = last(x, mask, rows=slice(0, 1))
-        return self.with_sim(self.head(x[:, 0]).squeeze(-1), q, q_mask, s, d_mask)
+        return self.with_sim(self.head(x[:, 0]).squeeze(-1), q, q_mask, self.pooled_docs(s, d_mask))
 
     def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
         r, q = fields["doc"], qs["q"]
@@ -110,13 +115,10 @@ class PrettrRanker(Ranker):
         for rows, block in widened(r, q.dtype):
             s = self.decompress(block)
             k[rows, tq:], v[rows, tq:] = last.attention.project_kv(s)
-            if self.config.sim:
-                pooled.append(masked_mean(s, d_mask[rows]))
+            pooled.append(self.pooled_docs(s, d_mask[rows]))
         mask = key_mask(torch.cat([q_mask.expand(b, -1), d_mask], 1))
         score = self.head(last.ffn(last.attention(q[:, :1], mask, kv=(k, v)))[:, 0]).squeeze(-1)
-        if not self.config.sim:
-            return score
-        return score + self.sim(masked_mean(q, q_mask), torch.cat(pooled))
+        return self.with_sim(score, q, q_mask, torch.cat(pooled) if self.config.sim else None)
 
     def joint_lower(
         self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor
@@ -138,7 +140,7 @@ class PrettrRanker(Ranker):
         x, valid = self.joint_lower(q_ids, q_mask, d_ids, d_mask)
         q, s = x[:, :tq], self.decompress(self.compress(x[:, tq:]))
         x = self.encoder.run(torch.cat([q, s], 1), key_mask(valid), self.config.layer)  # l+1..L, all rows
-        return self.with_sim(self.head(x[:, 0]).squeeze(-1), q, q_mask, s, d_mask)
+        return self.with_sim(self.head(x[:, 0]).squeeze(-1), q, q_mask, self.pooled_docs(s, d_mask))
 
     def attention_mse(self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor) -> Tensor:
         """Eq. 2 of the paper: mean over layers l+1..L of the MSE between the attention maps computed with
