@@ -178,6 +178,8 @@ def int8_case(name: str, args, d: int = 128) -> list[dict]:
             out.append(ranker.score_batch(qs, stored_fields(batch), batch.mask))
         return torch.cat(out)
 
+    if args.tmp:
+        Path(args.tmp).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         readers = {}
         for dtype in ("float16", "int8"):
