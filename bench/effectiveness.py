@@ -3,7 +3,9 @@
 Every variant is trained from the same base (the packaged all-MiniLM-L6-v2) on the same data (the
 collection's ``--train-split`` queries, 1 relevant + n BM25 negatives per group) with the same budget
 (``--steps`` × ``--queries-per-step`` groups of ``--group-size``; learning rate ``--lr`` unless a per-kind
-``--lr-<kind>`` is given), PreTTR's compressor pre-trained first (``--compressor-steps``), optionally
+``--lr-<kind>`` is given; every training option not given comes from the recipe, ``--recipe``:
+``rankers/recipe.py``'s ``cpu`` or, with ``--device cuda``, ``gpu``), PreTTR's compressor pre-trained first
+(``--compressor-steps``) and its pooled map fitted, optionally
 distilled from the trained ``bert`` (``--distill-weight``). Then the store of each variant is built, BM25
 top-``--depth`` of the ``--split`` queries is re-ranked through the stored representations
 (``aheadrank.runs.rerank_run``: query encoder + fetch + interaction, the serving path) and evaluated.
@@ -22,7 +24,9 @@ stores, runs), so a re-run skips what is finished and an interrupted training re
 (``rankers.training.train``'s state file). Outputs: ``<out-dir>/runs/<name>.trec`` (plus ``bm25.trec``),
 ``<out-dir>/effectiveness.json`` and ``<out-dir>/effectiveness.md``.
 
-    .venv/bin/python bench/effectiveness.py                            # full run (long on CPU: use --device cuda)
+    .venv/bin/python bench/effectiveness.py --rankers bert mores-1ib-s1 mores-1ib-s2 mores-2ib-s1 mores-2ib-s2 \
+        prettr-l5-e128 tk-2l --threads 2                              # the core set, CPU recipe (resumable)
+    .venv/bin/python bench/effectiveness.py --device cuda ...          # the same with the GPU recipe
     .venv/bin/python bench/effectiveness.py --quick --out-dir /tmp/eff  # smoke run on the bundled sample
     .venv/bin/python bench/effectiveness.py --rankers bert 'mores-2ib-*' --steps 500
 """
@@ -69,22 +73,37 @@ METRICS = ("nDCG@10", "MRR@10", "R@100", "MAP")
 PRIMARY = "nDCG@10"
 MARGINS = (0.02, 0.05)
 KINDS = ("bert", "mores", "prettr", "tk")
-DEFAULT_LR = 3e-5
-DEFAULT_KIND_LR = {"tk": 1e-4}  # TK's contextualisation layers and kernels start from scratch
 BERT_TARGET, BERT_TOLERANCE = 0.66, 0.03
 FUSION = "bm25+bi-encoder"  # the validation-tuned z-score interpolation a user would write
 ZERO_SHOT = ("vaswani", "cranfield")  # default --eval-collections (under ../shared/data, when there)
 FP16_RESOLUTION = 2e-3  # of the score scale: pairs closer than this may swap with float16 storage
-# (full, --quick) defaults of the options whose default depends on --quick
-DEFAULTS = {
-    "steps": (1000, 3),
-    "queries_per_step": (8, 2),
-    "group_size": (8, 4),
-    "compressor_steps": (200, 2),
-    "eval_every": (200, None),  # None: once, at the end
-    "val_queries": (50, 4),
-    "max_queries": (None, 20),
+# the --quick smoke budget; a full run takes what is not given from the training recipe (--recipe,
+# rankers/recipe.py), so that this bench and `aheadrank train` train the same way
+QUICK = {
+    "steps": 3,
+    "queries_per_step": 2,
+    "group_size": 4,
+    "compressor_steps": 2,
+    "eval_every": None,  # once, at the end
+    "val_queries": 4,
+    "val_depth": 50,
+    "listwise_weight": 0.0,
+    "max_doc_len": 128,
+    "cpu_amp": False,
+    "max_queries": 20,
 }
+RECIPE_OPTIONS = (
+    "steps",
+    "queries_per_step",
+    "group_size",
+    "compressor_steps",
+    "eval_every",
+    "val_queries",
+    "val_depth",
+    "listwise_weight",
+    "max_doc_len",
+    "cpu_amp",
+)
 
 log = logging.getLogger("bench.effectiveness")
 
@@ -104,7 +123,7 @@ def kind_lr(args, kind: str) -> float:
     own = getattr(args, f"lr_{kind}")
     if own is not None:
         return own
-    return args.lr if args.lr is not None else DEFAULT_KIND_LR.get(kind, DEFAULT_LR)
+    return args.lr if args.lr is not None else args.recipe.lr_for(kind)
 
 
 def train_config(args, kind: str):
@@ -187,7 +206,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
     from aheadrank.rankers import load_ranker
     from aheadrank.rankers.base_model import resolve_base
     from aheadrank.rankers.checkpoint import read_fingerprint
-    from aheadrank.rankers.recipe import train_recipe
+    from aheadrank.rankers.recipe import POOL_DOCS, train_recipe
     from aheadrank.rankers.training import loss_ends
 
     cfg = train_config(args, variant.kind)
@@ -209,6 +228,8 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         "max_doc_len": args.max_doc_len,
         "train": asdict(cfg),
         "compressor_steps": compressor_steps,
+        # PreTTR with sim: its pooled map fitted on this many documents (rankers/recipe.py)
+        **({"pool_docs": POOL_DOCS} if variant.kind == "prettr" and variant.options.get("sim") else {}),
         "teacher": teacher["fingerprint"] if distil else None,
         "listwise_teacher": (
             {"fusion": data.teacher[0], "dense": str(data.teacher[1])} if cfg.listwise_weight > 0 else None
@@ -241,6 +262,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         cfg,
         # a resumed run loads the pre-trained compressor with the state
         compressor_steps=0 if resumed else compressor_steps,
+        pool_docs=0 if resumed else POOL_DOCS,
         teacher=teacher_model,
         progress=args.progress,
         fine_tune=cfg.steps > 0,
@@ -268,6 +290,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         "loss_last": loss_last,
         "compressor_loss_first": comp_losses[0] if comp_losses else None,
         "compressor_loss_last": comp_losses[-1] if comp_losses else None,
+        "pool_map": done.pool_fit,
     }
     write_json(meta_path, meta)
     if not args.keep_train_state:
@@ -915,24 +938,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--group-size", type=int, default=None)
     ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument(
-        "--lr", type=float, default=None, help=f"every kind's learning rate (default {DEFAULT_LR:g})"
+        "--recipe",
+        default="auto",
+        choices=("auto", "cpu", "gpu"),
+        help="the training recipe whose settings fill every training option not given (rankers/recipe.py); "
+        "auto: gpu with a CUDA --device, else cpu",
+    )
+    ap.add_argument(
+        "--lr", type=float, default=None, help="every kind's learning rate (default: the recipe's)"
     )
     for kind in KINDS:
-        default = DEFAULT_KIND_LR.get(kind)
         ap.add_argument(
-            f"--lr-{kind}",
-            type=float,
-            default=None,
-            help=f"{kind}'s own learning rate (default: --lr"
-            + (f", or {default:g} when --lr is not given" if default else "")
-            + ")",
+            f"--lr-{kind}", type=float, default=None, help=f"{kind}'s own learning rate (default: --lr)"
         )
     ap.add_argument("--eval-every", type=int, default=None, help="validation every N steps (and at the end)")
     ap.add_argument("--val-queries", type=int, default=None, help="training queries held out for validation")
     ap.add_argument(
         "--val-depth",
         type=int,
-        default=50,
+        default=None,
         help="BM25 candidates per validation query re-ranked by the unsplit model during training "
         "(the priors are fitted at --depth, through the store)",
     )
@@ -941,7 +965,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--listwise-weight",
         type=float,
-        default=0.0,
+        default=None,
         help="> 0: add listwise KL distillation from the BM25 + bi-encoder fusion (the validation-tuned teacher)",
     )
     ap.add_argument("--listwise-temperature", type=float, default=1.0)
@@ -981,12 +1005,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--cpu-amp",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="bfloat16 autocast for training on CPU (evaluation and stores stay float32 / float16)",
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-query-len", type=int, default=16)
-    ap.add_argument("--max-doc-len", type=int, default=128)
+    ap.add_argument("--max-doc-len", type=int, default=None)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--workdir", type=Path, default=REPO / "work" / "bench-effectiveness")
@@ -996,9 +1021,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     ap.add_argument("--base", default=None, help=argparse.SUPPRESS)  # tests: a tiny random BERT
     args = ap.parse_args(argv)
-    for name, (full, quick) in DEFAULTS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else full)
+    from aheadrank.rankers.recipe import recipe_for
+
+    args.recipe = recipe_for(args.device, args.recipe)
+    for name, quick in QUICK.items():
+        if getattr(args, name) is None and (args.quick or name in RECIPE_OPTIONS):
+            setattr(args, name, quick if args.quick else getattr(args.recipe, name))
     if args.collection is None:
         args.collection = SAMPLE if args.quick or not SHARED_SCIFACT.is_dir() else SHARED_SCIFACT
     args.collection = args.collection.resolve()
@@ -1144,6 +1172,7 @@ def main(argv: list[str] | None = None) -> int:
             "bm25_hits": bm25_hits.key,
             "evaluated_queries": len(pq_bm25[PRIMARY]),
             "depth": args.depth,
+            "recipe": None if args.quick else args.recipe.name,
             "steps": args.steps,
             "queries_per_step": args.queries_per_step,
             "group_size": args.group_size,

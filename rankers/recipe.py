@@ -1,10 +1,13 @@
 """The one training recipe (the CLI's ``train`` and ``pretrain-compressor``, the demo and the benchmarks):
-PreTTR's compressor pre-trained alone first when asked (attention MSE, eq. 2), then the whole ranker
-fine-tuned, keeping the best checkpoint by validation; with no fine-tuning steps the model is saved as it is.
+PreTTR's compressor pre-trained alone first when asked (attention MSE, eq. 2), then (PreTTR with the
+similarity residual) its pooled map fitted to the base bi-encoder on a sample of the collection's documents,
+then the whole ranker fine-tuned, keeping the best checkpoint by validation; with no fine-tuning steps the
+model is saved as it is.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,13 +24,56 @@ from aheadrank.rankers.training import (
     train,
 )
 
+POOL_DOCS = 2048  # documents PreTTR's pooled map is fitted on
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A measured training budget and its settings (issue 14; ``bench/results/ablation.md`` has what each
+    setting did): what ``aheadrank train`` and ``bench/effectiveness.py`` use unless told otherwise."""
+
+    name: str
+    steps: int
+    queries_per_step: int
+    group_size: int
+    lr: float
+    lr_tk: float  # TK's contextualisation layers and kernels start from scratch: a larger rate
+    listwise_weight: float  # listwise KL from the BM25 + bi-encoder fusion, beside the cross-entropy
+    compressor_steps: int  # PreTTR: attention-MSE pre-training of the compressor
+    eval_every: int
+    val_queries: int
+    val_depth: int
+    max_doc_len: int
+    cpu_amp: bool  # bfloat16 autocast on CPU
+
+    def lr_for(self, kind: str) -> float:
+        return self.lr_tk if kind == "tk" else self.lr
+
+
+RECIPES = {
+    # 2 CPU cores: about 20 min (bert), 36 min (MORES 2xIB), 15 min (PreTTR), 3 min (TK) on SciFact
+    "cpu": Recipe("cpu", 120, 8, 8, 1e-4, 5e-4, 1.0, 50, 60, 100, 20, 128, True),
+    # one GPU: 8x the pairs, longer documents (SciFact abstracts are cut at 128 pieces)
+    "gpu": Recipe("gpu", 240, 16, 16, 6e-5, 5e-4, 1.0, 150, 60, 100, 50, 256, False),
+}
+
+
+def recipe_for(device: str, name: str = "auto") -> Recipe:
+    """The recipe called ``name``; ``auto``: ``gpu`` on a CUDA device, else ``cpu``."""
+    if name == "auto":
+        name = "gpu" if str(device).startswith("cuda") else "cpu"
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; expected auto or one of {', '.join(RECIPES)}")
+    return RECIPES[name]
+
 
 @dataclass
 class Trained:
     result: TrainResult | None  # None: not fine-tuned (the model was saved as it is)
     compressor_losses: list[float] = field(default_factory=list)
     compressor_seconds: float = 0.0
-    seconds: float = 0.0  # compressor and fine-tuning together
+    pool_fit: dict | None = None  # PreTTR with sim: the pooled map's fit (PrettrRanker.fit_pool_map)
+    seconds: float = 0.0  # compressor, pooled map and fine-tuning together
 
 
 def train_recipe(
@@ -43,10 +89,13 @@ def train_recipe(
     progress: bool = True,
     fine_tune: bool = True,
     extra: dict[str, Any] | None = None,
+    pool_docs: int = POOL_DOCS,
 ) -> Trained:
-    """Pre-train the compressor (``compressor_steps`` > 0), then train for ``cfg.steps`` into ``out``
-    (:func:`rankers.training.train`); without ``fine_tune`` save the model to ``out`` as it is, with ``extra``
-    (plus the compressor's record)."""
+    """Pre-train the compressor (``compressor_steps`` > 0), fit PreTTR's pooled map on ``pool_docs`` of the
+    collection's documents (with ``sim``, unless fitted before: a checkpoint given as the start; 0: not fitted,
+    e.g. when resuming), then train for ``cfg.steps`` into
+    ``out`` (:func:`rankers.training.train`); without ``fine_tune`` save the model to ``out`` as it is, with
+    ``extra`` (plus the compressor's and the map's records)."""
     t0 = time.perf_counter()
     losses: list[float] = []
     if compressor_steps:
@@ -60,6 +109,13 @@ def train_recipe(
             progress=progress,
         )
     t1 = time.perf_counter()
+    pool_fit = None
+    fitted = "pool_map" in model.config.extra and not compressor_steps  # a new compressor needs a new map
+    if pool_docs and model.kind == "prettr" and model.config.sim and not fitted:
+        docids = sorted(data.texts)
+        sample = random.Random(cfg.seed).sample(docids, min(pool_docs, len(docids)))
+        pool_fit = model.fit_pool_map([data.texts[d] for d in sample], progress=progress)
+        pool_fit["seconds"] = round(time.perf_counter() - t1, 1)
     result = None
     if fine_tune:
         result = train(model, data, out, cfg, teacher=teacher, progress=progress)
@@ -76,4 +132,6 @@ def train_recipe(
                 "loss_last": last,
             }
         save_checkpoint(model, out, overwrite=True, extra=extra)
-    return Trained(result, losses, t1 - t0, time.perf_counter() - t0)
+    return Trained(
+        result, losses, compressor_seconds=t1 - t0, pool_fit=pool_fit, seconds=time.perf_counter() - t0
+    )

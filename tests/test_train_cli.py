@@ -6,6 +6,7 @@ import json
 
 import torch
 from aheadrank.rankers import load_ranker
+from aheadrank.rankers.recipe import RECIPES
 from typer.testing import CliRunner
 
 from aheadrank.cli import app
@@ -82,15 +83,28 @@ def test_listwise_distillation_from_the_fusion_then_fit_priors(service_env, tiny
     out = tmp_path / "tk"
     train = [
         "train", "--ranker", "tk", "--base", str(tiny_base), *common, "--out", str(out), "--layers", "1",
-        "--steps", "2", "--group-size", "3", "--queries-per-step", "2", "--eval-every", "2",
-        "--val-queries", "6", "--listwise-weight", "1.0",
+        "--steps", "2", "--group-size", "3", "--queries-per-step", "2", "--eval-every", "2", "--val-queries", "6",
     ]  # fmt: skip
-    refused = invoke(*train)
-    assert refused.exit_code == 2 and "--dense-store" in refused.output
-    result = invoke(*train, "--dense-store", str(dense_host / "dense"))
+    result = invoke(*train)  # the CPU recipe: listwise KL from the fusion, its dense field built beside OUT
     assert result.exit_code == 0, result.output
     extra = load_ranker(out).config.extra["train"]
     assert extra["listwise_weight"] == 1.0 and len(extra["val_qids"]) == 6
+    cpu = RECIPES["cpu"]
+    assert (extra["lr"], extra["cpu_amp"], extra["val_depth"]) == (cpu.lr_tk, cpu.cpu_amp, cpu.val_depth)
+    assert (tmp_path / "tk.dense" / "manifest.json").is_file()
+    given = [
+        "--dense-store",
+        str(dense_host / "dense"),
+        "--lr",
+        "1e-5",
+        "--no-cpu-amp",
+        "--out",
+        str(tmp_path / "k"),
+    ]
+    result = invoke(*train, *given)  # what is given wins over the recipe
+    assert result.exit_code == 0, result.output
+    extra = load_ranker(tmp_path / "k").config.extra["train"]
+    assert (extra["lr"], extra["cpu_amp"], extra["listwise_weight"]) == (1e-5, False, 1.0)
 
     store = tmp_path / "store"
     result = invoke(

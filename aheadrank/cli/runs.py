@@ -24,28 +24,38 @@ def train_cmd(
     split: str = opt("train", "--split"),
     init: Path | None = opt(None, "--init", help="start from this checkpoint"),
     base: Path | None = opt(None, "--base"),
-    steps: int = opt(1000, "--steps"),
-    group_size: int = opt(8, "--group-size"),
-    queries_per_step: int = opt(8, "--queries-per-step"),
+    recipe: str = opt(
+        "auto",
+        "--recipe",
+        help="the measured training recipe that fills every option below not given (rankers/recipe.py): "
+        "cpu (120 steps x 8 groups of 8, lr 1e-4, TK 5e-4, listwise KL from the BM25 + bi-encoder fusion, "
+        "bfloat16 steps), gpu (240 x 16 x 16, lr 6e-5, documents of 256 pieces); auto: gpu on cuda, else cpu",
+    ),
+    steps: int | None = opt(None, "--steps"),
+    group_size: int | None = opt(None, "--group-size"),
+    queries_per_step: int | None = opt(None, "--queries-per-step"),
     grad_accum: int = opt(1, "--grad-accum"),
-    lr: float = opt(3e-5, "--lr"),
+    lr: float | None = opt(None, "--lr"),
     warmup: float = opt(0.1, "--warmup"),
-    eval_every: int = opt(200, "--eval-every"),
-    val_queries: int = opt(50, "--val-queries"),
+    eval_every: int | None = opt(None, "--eval-every"),
+    val_queries: int | None = opt(None, "--val-queries"),
+    val_depth: int | None = opt(None, "--val-depth", help="BM25 candidates re-ranked per validation query"),
     seed: int = opt(0, "--seed"),
     teacher: Path | None = opt(None, "--teacher", help="bert checkpoint to distil"),
     distill_weight: float = opt(0.0, "--distill-weight"),
-    listwise_weight: float = opt(
-        0.0,
+    listwise_weight: float | None = opt(
+        None,
         "--listwise-weight",
-        help="> 0: add listwise KL distillation from the BM25 + bi-encoder fusion (needs --dense-store)",
+        help="> 0: add listwise KL distillation from the BM25 + bi-encoder fusion (the collection's dense "
+        "field: --dense-store, else built once into OUT.dense/)",
     ),
     listwise_temperature: float = opt(1.0, "--listwise-temperature"),
     ce_weight: float = opt(1.0, "--ce-weight", help="weight of the cross-entropy on the judged positive"),
     dense_store: Path | None = opt(
         None,
         "--dense-store",
-        help="the collection's dense field (a store's dense/ folder, from `aheadrank index`): the teacher's",
+        help="the collection's dense field (a store's dense/ folder, from `aheadrank index`): the teacher's "
+        "(default: built into OUT.dense/ when the listwise weight is > 0)",
     ),
     device: str = opt("cpu", "--device"),
     progress: bool = opt(True, "--progress/--no-progress"),
@@ -54,62 +64,71 @@ def train_cmd(
         "--freeze-embeddings/--train-embeddings",
         help="keep the embedding tables as initialised (less memorisation on small training sets)",
     ),
-    cpu_amp: bool = opt(
-        False,
+    cpu_amp: bool | None = opt(
+        None,
         "--cpu-amp/--no-cpu-amp",
         help="bfloat16 autocast on CPU (faster steps where the CPU has AVX512-BF16 or AMX)",
     ),
-    compressor_steps: int = opt(
-        0,
+    compressor_steps: int | None = opt(
+        None,
         "--compressor-steps",
-        help="PreTTR: attention-MSE pre-training steps before fine-tuning",
+        help="PreTTR: attention-MSE pre-training steps before fine-tuning (not with --init)",
     ),
     *,
     ranker_options: dict,
 ) -> None:
-    """Train a ranker on a BEIR collection: 1 relevant + n BM25 negatives per group, best checkpoint kept."""
+    """Train a ranker on a BEIR collection: 1 relevant + n BM25 negatives per group, best checkpoint kept;
+    every option not given comes from the measured recipe (--recipe)."""
     from aheadrank.rankers import init_ranker, load_ranker
-    from aheadrank.rankers.recipe import train_recipe
+    from aheadrank.rankers.recipe import recipe_for, train_recipe
     from aheadrank.rankers.training import TrainConfig
     from aheadrank.runs import build_training_data
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    rec = recipe_for(device, recipe)
     data = build_training_data(collection, split, index)
     if init is not None:
         model = load_ranker(init, device=device)
     else:
-        model = init_ranker(
-            ranker.value, base=base, seed=seed, **init_options(ranker.value, ranker_options)
-        ).to(device)
+        options = init_options(ranker.value, ranker_options)
+        options.setdefault("max_doc_len", rec.max_doc_len)
+        model = init_ranker(ranker.value, base=base, seed=seed, **options).to(device)
+    if compressor_steps is None:
+        pretrain = model.kind == "prettr" and model.config.compress and init is None
+        compressor_steps = rec.compressor_steps if pretrain else 0
+    listwise_weight = rec.listwise_weight if listwise_weight is None else listwise_weight
     cfg = TrainConfig(
-        steps=steps,
-        group_size=group_size,
-        queries_per_step=queries_per_step,
+        steps=rec.steps if steps is None else steps,
+        group_size=group_size or rec.group_size,
+        queries_per_step=queries_per_step or rec.queries_per_step,
         grad_accum=grad_accum,
-        lr=lr,
+        lr=rec.lr_for(model.kind) if lr is None else lr,
         warmup=warmup,
-        eval_every=eval_every,
-        val_queries=val_queries,
+        eval_every=eval_every or rec.eval_every,
+        val_queries=rec.val_queries if val_queries is None else val_queries,
+        val_depth=val_depth or rec.val_depth,
         seed=seed,
         distill_weight=distill_weight,
         listwise_weight=listwise_weight,
         listwise_temperature=listwise_temperature,
         ce_weight=ce_weight,
         freeze_embeddings=freeze_embeddings,
-        cpu_amp=cpu_amp,
+        cpu_amp=rec.cpu_amp if cpu_amp is None else cpu_amp,
     )
+    log = logging.getLogger("aheadrank.train")
+    log.info("recipe %s: %s, compressor steps %d", rec.name, cfg, compressor_steps)
     if listwise_weight > 0:
         from aheadrank.baselines import fusion_teacher
-        from aheadrank.errors import AheadrankError
+        from aheadrank.rankers.dense import base_of
         from aheadrank.rankers.training import split_queries
 
+        model_base = base_of(model.config)
         if dense_store is None:
-            raise AheadrankError("--listwise-weight needs --dense-store (the collection's dense field)")
+            dense = out.parent / f"{out.name}.dense"
+            dense_store = ensure_dense_field(collection, dense, model_base, device, progress)
         _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
-        from aheadrank.rankers.dense import base_of
-
-        data.teacher, weights = fusion_teacher(dense_store, index, data, val_q, base=base_of(model.config))
-        logging.getLogger("aheadrank.train").info("listwise teacher: BM25 + bi-encoder fusion %s", weights)
+        data.teacher, weights = fusion_teacher(dense_store, index, data, val_q, base=model_base)
+        log.info("listwise teacher: BM25 + bi-encoder fusion %s", weights)
     teacher_model = load_ranker(teacher, device=device) if teacher else None
     result = train_recipe(
         model, data, out, cfg, compressor_steps=compressor_steps, teacher=teacher_model, progress=progress
@@ -125,6 +144,22 @@ def train_cmd(
             }
         )
     )
+
+
+def ensure_dense_field(collection: Path, path: Path, base: str | None, device: str, progress: bool) -> Path:
+    """The collection's dense field (the base bi-encoder's document embeddings) at ``path``, built once."""
+    import aheadrank.indexer.build as build
+    from aheadrank.store import read_manifest
+
+    if (path / "manifest.json").is_file() and read_manifest(path).complete:
+        return path
+    logging.getLogger("aheadrank.train").info("building the dense field of %s into %s", collection, path)
+    build.build_store(
+        build.BuildOptions(
+            str(base or ""), str(collection), str(path), device=device, progress=progress, encoder="dense"
+        )
+    )
+    return path
 
 
 @app.command("pretrain-compressor")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import numpy as np
 import pytest
@@ -229,3 +230,45 @@ def test_similarity_residual_is_for_split_rankers_and_off_in_older_configs(tiny_
     del data["sim"]  # a config.json written before the option existed
     old = RankerConfig.from_dict(data)
     assert not old.sim and not hasattr(build_ranker(old, None), "sim")
+
+
+def test_prettr_pool_map_is_fitted_to_the_bi_encoder_embedding(tiny_base):
+    """fit_pool_map maps the mean of the decompressed layer-l states to the base bi-encoder's document embedding
+    (least squares): after the fit the mapped vectors are closer to that embedding than before, the reported
+    R² is the fit's, and the fitted map is what the split and unsplit scores use."""
+    from aheadrank.rankers.base import masked_mean
+    from aheadrank.rankers.blocks import key_mask
+    from aheadrank.rankers.text import pad, positions
+
+    rng = random.Random(5)
+    docs = [
+        " ".join(
+            rng.choice(["insulin", "liver", "yeast", "protein", "fold", "bank", "rate", "heart"])
+            for _ in range(rng.randint(3, 30))
+        )
+        for _ in range(200)
+    ]
+    r = init_ranker("prettr", base=tiny_base, layer=1, compress=8, max_doc_len=32, sim=True)
+
+    def mapped_and_target():
+        with torch.no_grad():
+            toks = r.tokenize_documents(docs)
+            ids, mask = pad(toks, "cpu")
+            s = r.decompress(r.compress(r.lower(ids, mask, 1, r.doc_offset)))
+            ids, mask = pad([[r._text().cls, *t] for t in toks], "cpu")
+            y = r.encoder.run(r.encoder.embeddings(ids, 0, positions(mask)), key_mask(mask), 0, None)
+            return r.pool_map(masked_mean(s, mask[:, 1:])).double(), masked_mean(y, mask).double()
+
+    before, target = mapped_and_target()
+    record = r.fit_pool_map(docs)
+    after, _ = mapped_and_target()
+    err = lambda p: float(((p - target) ** 2).sum() / ((target - target.mean(0)) ** 2).sum())  # noqa: E731
+    assert record["documents"] == 200 and record["r2"] == pytest.approx(1 - err(after), abs=1e-3)
+    assert err(after) < 0.5 * err(before)
+    assert r.pool_map.weight.requires_grad  # fine-tuned with the rest afterwards
+    torch.nn.init.normal_(r.head.weight, std=0.2)
+    with torch.no_grad():
+        split = r.score(r.encode_query("insulin liver"), r.encode_documents(docs[:20]))
+        np.testing.assert_allclose(
+            split.numpy(), r.score_pairs("insulin liver", docs[:20]).numpy(), rtol=1e-4, atol=1e-5
+        )
