@@ -10,6 +10,7 @@ Masks are boolean, ``True`` = a real token. Attention masks broadcast to ``[B, h
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 
 import torch
@@ -73,6 +74,9 @@ class _AddNorm(nn.Module):
 # Stored fields in float16/bfloat16 are widened to float32 this many values (1 MB) at a time: a block's
 # float32 copy stays in cache for the computation that reads it right away (bench/kernels.py measures it).
 STORED_BLOCK_VALUES = 1 << 18
+# ... but never fewer documents than this: below it the per-call cost of the attention on one long document
+# (d = 493: one document per 1 MB block) outweighs what the cache saves (bench/kernels.py, MORES 1xIB S2)
+STORED_BLOCK_MIN_DOCS = int(os.environ.get("AHEADRANK_STORED_BLOCK_MIN_DOCS", "8"))
 
 
 class QuantizedField:
@@ -128,7 +132,7 @@ class QuantizedField:
 def stored_blocks(x: Tensor | QuantizedField) -> list[slice]:
     """Slices of x's first dimension (documents [B, T, dim]) of about STORED_BLOCK_VALUES values each."""
     per_doc = max(1, math.prod(x.shape[1:]))
-    step = max(1, STORED_BLOCK_VALUES // per_doc)
+    step = max(STORED_BLOCK_MIN_DOCS, STORED_BLOCK_VALUES // per_doc)
     return [slice(lo, lo + step) for lo in range(0, x.shape[0], step)]
 
 

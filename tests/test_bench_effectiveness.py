@@ -206,3 +206,24 @@ def test_effectiveness_quick(tmp_path, tiny_base):
         for b in row["budgets"]:
             if b["depth"] == 0:  # nothing re-ranked: BM25's own order
                 assert b["nDCG@10"] == pytest.approx(tb["bm25"]["nDCG@10"]), name
+
+
+@pytest.mark.slow  # Java (BM25)
+def test_pooled_similarity_bench(tmp_path, tiny_base):
+    """bench/pooled_similarity.py on a slice: the three orderings are scored, the map's fit is recorded, and the
+    step-0 ranker's ordering is the store path's (not the layer-l pooling the map replaces)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import pooled_similarity
+
+    collection = small_collection(tmp_path / "slice", n_docs=120)
+    out = tmp_path / "pooled.json"
+    args = ["--base", str(tiny_base), "--collection", str(collection), "--layers", "1", "2", "--max-queries", "10",
+            "--fit-docs", "60", "--workdir", str(tmp_path / "work"), "--out", str(out), "--no-progress"]  # fmt: skip
+    assert pooled_similarity.main(args) == 0
+    record = json.loads(out.read_text())
+    assert [r["layer"] for r in record["rows"]] == [1, 2]
+    for r in record["rows"]:
+        assert r["fit"]["documents"] == 60 and r["fit"]["r2"] <= 1.0
+        for name in ("layer_l_pooled", "mapped_step0", "bi_encoder"):
+            assert 0.0 <= r[name] <= 1.0
+    assert 0.0 <= record["bm25"] <= 1.0
