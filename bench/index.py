@@ -8,6 +8,7 @@ Optionally (``--bm25``) the time of the BM25 Lucene index of the whole collectio
 
     .venv/bin/python bench/index.py --docs 2000                 # MS MARCO prefix (../shared/data)
     .venv/bin/python bench/index.py --docs 300 --rankers tk-2l  # quick
+    .venv/bin/python bench/index.py --docs 2000 --rankers mores-2ib-s2 --dask-workers 1 2 --out bench/results/index-dask.json
 """
 
 from __future__ import annotations
@@ -79,6 +80,14 @@ def main() -> None:
     ap.add_argument("--max-doc-len", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2, help="forward/build rounds per ranker (medians)")
     ap.add_argument("--bm25", action="store_true", help="also time the BM25 index of the whole collection")
+    ap.add_argument(
+        "--dask-workers",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also build on a local Dask cluster of each of these many workers (1 process each, cores / N "
+        "torch threads; wall time includes the cluster's start), shards of docs / (4 × the largest N)",
+    )
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "index.json")
     args = ap.parse_args()
@@ -126,6 +135,24 @@ def main() -> None:
                 )
             )
         forwards.append(forward_rate(ranker, texts, args.batch_size)["docs_s"])
+        dask = {}
+        for workers in args.dask_workers:
+            t0 = time.perf_counter()
+            done = build_store(
+                BuildOptions(
+                    str(ckpt),
+                    str(prefix),
+                    str(work / f"store-{name}-dask{workers}"),
+                    strategy=strategy,
+                    shard_size=max(1, n // (4 * max(args.dask_workers))),
+                    batch_size=args.batch_size,
+                    overwrite=True,
+                    progress=False,
+                    workers=workers,
+                )
+            )
+            wall = time.perf_counter() - t0
+            dask[workers] = {"wall_s": wall, "docs_s": done.documents / wall, "build_seconds": done.seconds}
         fwd = statistics.median(forwards)
         build = sorted(builds, key=lambda b: b.docs_per_s)[len(builds) // 2]
         manifest = read_manifest(store)
@@ -149,6 +176,7 @@ def main() -> None:
                 "target_met": build.docs_per_s / fwd >= 0.85,
                 "store_bytes_per_doc": manifest.n_bytes / build.documents,
                 "fields": manifest.spec.fields,
+                "dask": dask,
             }
         )
     bm25 = None
@@ -174,6 +202,7 @@ def main() -> None:
         "build/forward",
         "≥85%",
         "bytes/doc",
+        *(f"dask {w}w docs/s" for w in args.dask_workers),
     ):
         table.add_column(col, justify="right")
     for r in rows:
@@ -185,6 +214,7 @@ def main() -> None:
             f"{r['efficiency']:.1%}",
             "yes" if r["target_met"] else "NO",
             f"{r['store_bytes_per_doc']:,.0f}",
+            *(f"{r['dask'][w]['docs_s']:.1f}" for w in args.dask_workers),
         )
     console = Console()
     console.print(table)
@@ -205,6 +235,7 @@ def main() -> None:
         "batch_size": args.batch_size,
         "shard_size": args.shard_size,
         "max_doc_len": args.max_doc_len,
+        "dask_workers": args.dask_workers,
         "rows": rows,
         "bm25": bm25,
     }
