@@ -228,6 +228,11 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         "max_doc_len": args.max_doc_len,
         "train": asdict(cfg),
         "compressor_steps": compressor_steps,
+        **(
+            {"compressor_init": args.compressor_init}
+            if variant.kind == "prettr" and variant.options["compress"] and args.compressor_init != "random"
+            else {}
+        ),
         # PreTTR with sim: its pooled map fitted on this many documents (rankers/recipe.py)
         **({"pool_docs": POOL_DOCS} if variant.kind == "prettr" and variant.options.get("sim") else {}),
         "teacher": teacher["fingerprint"] if distil else None,
@@ -263,6 +268,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         # a resumed run loads the pre-trained compressor with the state
         compressor_steps=0 if resumed else compressor_steps,
         pool_docs=0 if resumed else POOL_DOCS,
+        compressor_init="random" if resumed else args.compressor_init,
         teacher=teacher_model,
         progress=args.progress,
         fine_tune=cfg.steps > 0,
@@ -961,6 +967,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(the priors are fitted at --depth, through the store)",
     )
     ap.add_argument("--compressor-steps", type=int, default=None, help="PreTTR compressor pre-training steps")
+    ap.add_argument(
+        "--compressor-init",
+        choices=("random", "pca"),
+        default="random",
+        help="PreTTR's compressor before its pre-training: random, or a PCA of the documents' layer-l states",
+    )
     ap.add_argument("--distill-weight", type=float, default=0.0, help="> 0: distil every non-bert from bert")
     ap.add_argument(
         "--listwise-weight",
@@ -1181,6 +1193,7 @@ def main(argv: list[str] | None = None) -> int:
             "eval_every": args.eval_every,
             "val_queries": args.val_queries,
             "compressor_steps": args.compressor_steps,
+            "compressor_init": args.compressor_init,
             "distill_weight": args.distill_weight,
             "listwise_weight": args.listwise_weight,
             "listwise_temperature": args.listwise_temperature,

@@ -181,6 +181,50 @@ class PrettrRanker(Ranker):
         return torch.stack(losses).mean()
 
     @torch.no_grad()
+    def init_compressor_pca(self, texts: list[str], batch: int = 32, progress: bool = False) -> dict:
+        """Initialise the compressor / decompressor from a PCA of the documents' layer-l states, so that
+        ``decompress(compress(s)) ≈ s`` before any training: with γ, β layer l's output LayerNorm and u = (s − β)/γ
+        (each token's normalised state), P the top-e principal directions of u and c a shift that keeps GELU in
+        its linear range, ``r = GELU(Pᵀ(u − ū) + c)`` and ``ŝ = LN(P(r − c) + ū)`` with the LayerNorm's γ, β.
+        Returns the record (documents, tokens, variance explained), also kept in ``config.extra``."""
+        from aheadrank.rankers.text import pad
+        from tqdm.auto import tqdm
+
+        e = self.config.compress
+        if not e:
+            raise ValueError("init_compressor_pca needs a PreTTR ranker with a compressor (compress > 0)")
+        was_training = self.training
+        self.eval()
+        norm = self.encoder.layer[self.config.layer - 1].output.LayerNorm
+        gamma = torch.where(
+            norm.weight.abs() < 1e-3, torch.full_like(norm.weight, 1e-3), norm.weight
+        ).double()
+        beta = norm.bias.double()
+        us = []
+        for i in tqdm(range(0, len(texts), batch), desc="compressor PCA", disable=not progress):
+            ids, mask = pad(self.tokenize_documents(texts[i : i + batch]), self.device)
+            s = self.lower(ids, mask, 1, self.doc_offset)
+            us.append((s[mask].double() - beta) / gamma)
+        u = torch.cat(us)
+        mean = u.mean(0)
+        cov = (u - mean).T @ (u - mean) / max(1, len(u) - 1)
+        evals, evecs = torch.linalg.eigh(cov)  # ascending
+        p = evecs[:, -e:].flip(-1)  # [n, e], the top e directions
+        z_std = evals[-e:].flip(-1).clamp(min=0).sqrt()
+        shift = 4 * z_std + 3  # GELU(x) = x·Φ(x) is within 0.2 % of x for x ≥ 3
+        self.compressor.weight.copy_((p.T / gamma).to(self.compressor.weight.dtype))
+        self.compressor.bias.copy_((shift - p.T @ (beta / gamma + mean)).to(self.compressor.bias.dtype))
+        self.decompressor.weight.copy_(p.to(self.decompressor.weight.dtype))
+        self.decompressor.bias.copy_((mean - p @ shift).to(self.decompressor.bias.dtype))
+        self.decompressor_norm.weight.copy_(norm.weight)
+        self.decompressor_norm.bias.copy_(norm.bias)
+        self.train(was_training)
+        explained = float(evals[-e:].sum() / evals.sum().clamp(min=1e-12))
+        record = {"kind": "pca", "documents": len(texts), "tokens": len(u), "explained": round(explained, 4)}
+        self.config.extra = {**self.config.extra, "compressor_init": record}
+        return record
+
+    @torch.no_grad()
     def fit_pool_map(
         self, texts: list[str], ridge: float = 1e-3, batch: int = 32, progress: bool = False
     ) -> dict:

@@ -25,6 +25,7 @@ from aheadrank.rankers.training import (
 )
 
 POOL_DOCS = 2048  # documents PreTTR's pooled map is fitted on
+PCA_DOCS = 512  # documents whose layer-l token states PreTTR's compressor PCA is taken over (compressor_init)
 
 
 @dataclass(frozen=True)
@@ -90,14 +91,22 @@ def train_recipe(
     fine_tune: bool = True,
     extra: dict[str, Any] | None = None,
     pool_docs: int = POOL_DOCS,
+    compressor_init: str = "random",
 ) -> Trained:
-    """Pre-train the compressor (``compressor_steps`` > 0), fit PreTTR's pooled map on ``pool_docs`` of the
+    """Initialise PreTTR's compressor from a PCA of the documents' layer-l states (``compressor_init="pca"``),
+    pre-train it (``compressor_steps`` > 0), fit PreTTR's pooled map on ``pool_docs`` of the
     collection's documents (with ``sim``, unless fitted before: a checkpoint given as the start; 0: not fitted,
     e.g. when resuming), then train for ``cfg.steps`` into
     ``out`` (:func:`rankers.training.train`); without ``fine_tune`` save the model to ``out`` as it is, with
     ``extra`` (plus the compressor's and the map's records)."""
     t0 = time.perf_counter()
     losses: list[float] = []
+    if compressor_init == "pca" and model.kind == "prettr" and model.config.compress:
+        docids = sorted(data.texts)
+        sample = random.Random(cfg.seed).sample(docids, min(PCA_DOCS, len(docids)))
+        model.init_compressor_pca([data.texts[d] for d in sample], progress=progress)
+    elif compressor_init != "random":
+        raise ValueError(f"compressor_init is random or pca, not {compressor_init!r}")
     if compressor_steps:
         losses = pretrain_compressor(
             model,

@@ -272,3 +272,29 @@ def test_prettr_pool_map_is_fitted_to_the_bi_encoder_embedding(tiny_base):
         np.testing.assert_allclose(
             split.numpy(), r.score_pairs("insulin liver", docs[:20]).numpy(), rtol=1e-4, atol=1e-5
         )
+
+
+def test_prettr_compressor_pca_init_reconstructs_the_states(tiny_base):
+    """After init_compressor_pca, decompress(compress(s)) is close to s (GELU kept in its linear range), far
+    closer than a random compressor; with e = n the reconstruction is near exact."""
+    from aheadrank.rankers.text import pad
+
+    rng = random.Random(2)
+    words = ["insulin", "liver", "yeast", "protein", "fold", "bank", "rate", "heart", "cell", "acid"]
+    docs = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 30))) for _ in range(80)]
+    n = init_ranker("prettr", base=tiny_base, layer=1, compress=8).config.hidden
+
+    def rel_error(r) -> float:
+        with torch.no_grad():
+            ids, mask = pad(r.tokenize_documents(docs), "cpu")
+            s = r.lower(ids, mask, 1, r.doc_offset)[mask]
+            return float((r.decompress(r.compress(s)) - s).norm() / s.norm())
+
+    for e, bound in ((n // 2, 0.5), (n, 0.02)):
+        r = init_ranker("prettr", base=tiny_base, layer=1, compress=e, max_doc_len=32)
+        before = rel_error(r)
+        record = r.init_compressor_pca(docs)
+        after = rel_error(r)
+        assert after < bound and after < 0.5 * before, (e, before, after)
+        assert record["kind"] == "pca" and 0 < record["explained"] <= 1.0 + 1e-9
+        assert r.config.extra["compressor_init"] == record
