@@ -84,6 +84,7 @@ QUICK = {
     "queries_per_step": 2,
     "group_size": 4,
     "compressor_steps": 2,
+    "compressor_init": "pca",
     "eval_every": None,  # once, at the end
     "val_queries": 4,
     "val_depth": 50,
@@ -93,6 +94,7 @@ QUICK = {
     "max_queries": 20,
 }
 RECIPE_OPTIONS = (
+    "compressor_init",
     "steps",
     "queries_per_step",
     "group_size",
@@ -970,7 +972,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--compressor-init",
         choices=("random", "pca"),
-        default="random",
+        default=None,
         help="PreTTR's compressor before its pre-training: random, or a PCA of the documents' layer-l states",
     )
     ap.add_argument("--distill-weight", type=float, default=0.0, help="> 0: distil every non-bert from bert")

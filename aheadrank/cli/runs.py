@@ -74,6 +74,12 @@ def train_cmd(
         "--compressor-steps",
         help="PreTTR: attention-MSE pre-training steps before fine-tuning (not with --init)",
     ),
+    compressor_init: str | None = opt(
+        None,
+        "--compressor-init",
+        help="PreTTR: the compressor's start, pca (a PCA of the documents' layer-l states) or random (not with "
+        "--init)",
+    ),
     *,
     ranker_options: dict,
 ) -> None:
@@ -93,9 +99,11 @@ def train_cmd(
         options = init_options(ranker.value, ranker_options)
         options.setdefault("max_doc_len", rec.max_doc_len)
         model = init_ranker(ranker.value, base=base, seed=seed, **options).to(device)
+    fresh_compressor = model.kind == "prettr" and model.config.compress and init is None
     if compressor_steps is None:
-        pretrain = model.kind == "prettr" and model.config.compress and init is None
-        compressor_steps = rec.compressor_steps if pretrain else 0
+        compressor_steps = rec.compressor_steps if fresh_compressor else 0
+    if compressor_init is None:
+        compressor_init = rec.compressor_init if fresh_compressor else "random"
     listwise_weight = rec.listwise_weight if listwise_weight is None else listwise_weight
     cfg = TrainConfig(
         steps=rec.steps if steps is None else steps,
@@ -116,7 +124,7 @@ def train_cmd(
         cpu_amp=rec.cpu_amp if cpu_amp is None else cpu_amp,
     )
     log = logging.getLogger("aheadrank.train")
-    log.info("recipe %s: %s, compressor steps %d", rec.name, cfg, compressor_steps)
+    log.info("recipe %s: %s, compressor %s + %d steps", rec.name, cfg, compressor_init, compressor_steps)
     if listwise_weight > 0:
         from aheadrank.baselines import fusion_teacher
         from aheadrank.rankers.dense import base_of
@@ -131,7 +139,14 @@ def train_cmd(
         log.info("listwise teacher: BM25 + bi-encoder fusion %s", weights)
     teacher_model = load_ranker(teacher, device=device) if teacher else None
     result = train_recipe(
-        model, data, out, cfg, compressor_steps=compressor_steps, teacher=teacher_model, progress=progress
+        model,
+        data,
+        out,
+        cfg,
+        compressor_steps=compressor_steps,
+        compressor_init=compressor_init,
+        teacher=teacher_model,
+        progress=progress,
     ).result
     typer.echo(
         json.dumps(
