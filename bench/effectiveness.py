@@ -93,19 +93,6 @@ QUICK = {
     "cpu_amp": False,
     "max_queries": 20,
 }
-RECIPE_OPTIONS = (
-    "compressor_init",
-    "steps",
-    "queries_per_step",
-    "group_size",
-    "compressor_steps",
-    "eval_every",
-    "val_queries",
-    "val_depth",
-    "listwise_weight",
-    "max_doc_len",
-    "cpu_amp",
-)
 
 log = logging.getLogger("bench.effectiveness")
 
@@ -370,25 +357,15 @@ def ensure_store(
 def ensure_dense_store(collection: Path, checkpoint: str, args) -> Path:
     """The collection's dense field (the base bi-encoder, one embedding per document), built once and
     copied into every variant's store; also what the bi-encoder baselines read."""
-    import aheadrank.indexer.build as build
-    from aheadrank.store import read_manifest
+    from aheadrank.indexer.build import ensure_dense_field
 
     path = args.workdir / "dense" / f"{collection.name}-{digest(str(collection))}"
-    if (path / "manifest.json").is_file() and read_manifest(path).complete:
-        stage(f"dense field {collection.name}: cached {path}")
-        return path
-    stage(f"dense field {collection.name}: building {path}")
-    summary = build.build_store(
-        build.BuildOptions(
-            checkpoint,
-            str(collection),
-            str(path),
-            device=args.device,
-            progress=args.progress,
-            encoder="dense",
-        )
-    )
-    stage(f"dense field {collection.name}: {summary.documents} documents in {summary.seconds:.1f} s")
+    stage(f"dense field {collection.name}: {path}")
+    summary = ensure_dense_field(collection, path, checkpoint, args.device, args.progress)
+    if summary is None:
+        stage(f"dense field {collection.name}: cached")
+    else:
+        stage(f"dense field {collection.name}: {summary.documents} documents in {summary.seconds:.1f} s")
     return path
 
 
@@ -1038,8 +1015,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from aheadrank.rankers.recipe import recipe_for
 
     args.recipe = recipe_for(args.device, args.recipe)
-    for name, quick in QUICK.items():
-        if getattr(args, name) is None and (args.quick or name in RECIPE_OPTIONS):
+    for name, quick in QUICK.items():  # a full run: what the recipe has (max_queries stays None)
+        if getattr(args, name) is None and (args.quick or hasattr(args.recipe, name)):
             setattr(args, name, quick if args.quick else getattr(args.recipe, name))
     if args.collection is None:
         args.collection = SAMPLE if args.quick or not SHARED_SCIFACT.is_dir() else SHARED_SCIFACT

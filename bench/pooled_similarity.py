@@ -18,7 +18,6 @@ candidates, all from the base all-MiniLM-L6-v2 weights:
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from pathlib import Path
@@ -47,26 +46,19 @@ def ndcg10(scores: dict[str, torch.Tensor], candidates: dict[str, list[str]], qr
 def measure(layer: int, args, queries: dict, candidates: dict, qrels: dict, texts: dict) -> dict:
     from aheadrank.rankers import init_ranker
     from aheadrank.rankers.base import masked_mean
-    from aheadrank.rankers.blocks import key_mask
-    from aheadrank.rankers.recipe import POOL_DOCS
-    from aheadrank.rankers.text import pad, pad_fields, positions
+    from aheadrank.rankers.recipe import POOL_DOCS, sample_texts
+    from aheadrank.rankers.text import pad_fields
 
     r = init_ranker("prettr", base=args.base, layer=layer, compress=0, max_doc_len=args.max_doc_len, sim=True)
     t0 = time.perf_counter()
-    sample = random.Random(args.seed).sample(sorted(texts), min(args.fit_docs or POOL_DOCS, len(texts)))
-    fit = r.fit_pool_map([texts[d] for d in sample], progress=args.progress)
+    fit = r.fit_pool_map(sample_texts(texts, args.fit_docs or POOL_DOCS, args.seed), progress=args.progress)
     fit_s = time.perf_counter() - t0
     docs = sorted({d for c in candidates.values() for d in c})
     index = {d: i for i, d in enumerate(docs)}
     stored = r.encode_documents([texts[d] for d in docs])  # the store's fields (float32 here)
     layer_l = torch.stack([f["doc"].float().mean(0) for f in stored])
     toks = r.tokenize_documents([texts[d] for d in docs])
-    bi = []
-    for i in range(0, len(toks), 64):
-        ids, mask = pad([[r._text().cls, *t] for t in toks[i : i + 64]], "cpu")
-        y = r.encoder.run(r.encoder.embeddings(ids, 0, positions(mask)), key_mask(mask), 0, None)
-        bi.append(masked_mean(y, mask))
-    bi = torch.cat(bi)
+    bi = torch.cat([r.bi_encoder_embedding(toks[i : i + 64]) for i in range(0, len(toks), 64)])
     rows: dict[str, dict[str, torch.Tensor]] = {"layer_l_pooled": {}, "mapped_step0": {}, "bi_encoder": {}}
     for q, cands in candidates.items():
         qs = r.encode_query(queries[q])

@@ -446,6 +446,22 @@ def _build_dask(opts: BuildOptions, spec, todo: Iterator, finished) -> None:
             cluster.close()
 
 
+def ensure_dense_field(
+    collection: str | Path, path: str | Path, base: str | None, device: str = "cpu", progress: bool = True
+) -> BuildSummary | None:
+    """The collection's dense field (the base bi-encoder's document embeddings, ``base`` None or "" for the
+    packaged one) as a store of its own at ``path``, built once: None when a complete one is there already."""
+    from aheadrank.store import read_manifest
+
+    if (Path(path) / "manifest.json").is_file() and read_manifest(path).complete:
+        return None
+    return build_store(
+        BuildOptions(
+            str(base or ""), str(collection), str(path), device=device, progress=progress, encoder="dense"
+        )
+    )
+
+
 def build_dense(opts: BuildOptions, reuse: str | Path | None = None) -> BuildSummary | None:
     """The dense prior's field for ``opts.store``, written as the sub-store ``<store>/dense``.
 

@@ -224,6 +224,16 @@ class PrettrRanker(Ranker):
         self.config.extra = {**self.config.extra, "compressor_init": record}
         return record
 
+    def bi_encoder_embedding(self, doc_tokens: list[list[int]]) -> Tensor:
+        """What :meth:`fit_pool_map` fits P to: tokenised documents (:meth:`tokenize_documents`) as the base
+        bi-encoder reads them, ``[CLS] d [SEP]`` alone through all L layers, positions from 0, mean-pooled ->
+        [B, n]."""
+        from aheadrank.rankers.text import pad
+
+        ids, mask = pad([[self._text().cls, *t] for t in doc_tokens], self.device)
+        y = self.encoder.run(self.encoder.embeddings(ids, 0, positions(mask)), key_mask(mask), 0, None)
+        return masked_mean(y, mask)
+
     @torch.no_grad()
     def fit_pool_map(
         self, texts: list[str], ridge: float = 1e-3, batch: int = 32, progress: bool = False
@@ -240,7 +250,6 @@ class PrettrRanker(Ranker):
         was_training = self.training
         self.eval()
         xs, ys = [], []
-        cls = self._text().cls
         for i in tqdm(range(0, len(texts), batch), desc="pool map", disable=not progress):
             toks = self.tokenize_documents(texts[i : i + batch])
             ids, mask = pad(toks, self.device)
@@ -249,9 +258,7 @@ class PrettrRanker(Ranker):
                     self.decompress(self.compress(self.lower(ids, mask, 1, self.doc_offset))), mask
                 )
             )
-            ids, mask = pad([[cls, *t] for t in toks], self.device)
-            y = self.encoder.run(self.encoder.embeddings(ids, 0, positions(mask)), key_mask(mask), 0, None)
-            ys.append(masked_mean(y, mask))
+            ys.append(self.bi_encoder_embedding(toks))
         x, y = torch.cat(xs).double(), torch.cat(ys).double()
         xa = torch.cat([x, torch.ones_like(x[:, :1])], 1)
         gram = xa.T @ xa

@@ -71,6 +71,12 @@ def recipe_for(device: str, name: str = "auto") -> Recipe:
     return RECIPES[name]
 
 
+def sample_texts(texts: dict[str, str], n: int, seed: int) -> list[str]:
+    """``n`` of the collection's document texts (all when fewer), the same ones for the same seed."""
+    docids = sorted(texts)
+    return [texts[d] for d in random.Random(seed).sample(docids, min(n, len(docids)))]
+
+
 @dataclass
 class Trained:
     result: TrainResult | None  # None: not fine-tuned (the model was saved as it is)
@@ -107,9 +113,7 @@ def train_recipe(
     if compressor_init not in ("random", "pca"):
         raise ValueError(f"compressor_init is random or pca, not {compressor_init!r}")
     if compressor_init == "pca" and model.kind == "prettr" and model.config.compress:
-        docids = sorted(data.texts)
-        sample = random.Random(cfg.seed).sample(docids, min(PCA_DOCS, len(docids)))
-        model.init_compressor_pca([data.texts[d] for d in sample], progress=progress)
+        model.init_compressor_pca(sample_texts(data.texts, PCA_DOCS, cfg.seed), progress=progress)
     if compressor_steps:
         losses = pretrain_compressor(
             model,
@@ -124,9 +128,7 @@ def train_recipe(
     pool_fit = None
     fitted = "pool_map" in model.config.extra and not compressor_steps  # a new compressor needs a new map
     if pool_docs and model.kind == "prettr" and model.config.sim and not fitted:
-        docids = sorted(data.texts)
-        sample = random.Random(cfg.seed).sample(docids, min(pool_docs, len(docids)))
-        pool_fit = model.fit_pool_map([data.texts[d] for d in sample], progress=progress)
+        pool_fit = model.fit_pool_map(sample_texts(data.texts, pool_docs, cfg.seed), progress=progress)
         pool_fit["seconds"] = round(time.perf_counter() - t1, 1)
     result = None
     if fine_tune:

@@ -132,8 +132,11 @@ def train_cmd(
 
         model_base = base_of(model.config)
         if dense_store is None:
-            dense = out.parent / f"{out.name}.dense"
-            dense_store = ensure_dense_field(collection, dense, model_base, device, progress)
+            from aheadrank.indexer.build import ensure_dense_field
+
+            dense_store = out.parent / f"{out.name}.dense"
+            if ensure_dense_field(collection, dense_store, model_base, device, progress) is not None:
+                log.info("built the dense field of %s into %s", collection, dense_store)
         _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
         data.teacher, weights = fusion_teacher(dense_store, index, data, val_q, base=model_base)
         log.info("listwise teacher: BM25 + bi-encoder fusion %s", weights)
@@ -159,22 +162,6 @@ def train_cmd(
             }
         )
     )
-
-
-def ensure_dense_field(collection: Path, path: Path, base: str | None, device: str, progress: bool) -> Path:
-    """The collection's dense field (the base bi-encoder's document embeddings) at ``path``, built once."""
-    import aheadrank.indexer.build as build
-    from aheadrank.store import read_manifest
-
-    if (path / "manifest.json").is_file() and read_manifest(path).complete:
-        return path
-    logging.getLogger("aheadrank.train").info("building the dense field of %s into %s", collection, path)
-    build.build_store(
-        build.BuildOptions(
-            str(base or ""), str(collection), str(path), device=device, progress=progress, encoder="dense"
-        )
-    )
-    return path
 
 
 @app.command("pretrain-compressor")
