@@ -24,6 +24,9 @@ from aheadrank.rankers.training import (
     train,
 )
 
+from aheadrank.errors import AheadrankError
+
+COMPRESSOR_INITS = ("random", "pca")  # PreTTR's compressor before training (PrettrRanker.init_compressor_pca)
 POOL_DOCS = 2048  # documents PreTTR's pooled map is fitted on
 PCA_DOCS = 512  # documents whose layer-l token states PreTTR's compressor PCA is taken over (compressor_init)
 
@@ -67,8 +70,13 @@ def recipe_for(device: str, name: str = "auto") -> Recipe:
     if name == "auto":
         name = "gpu" if str(device).startswith("cuda") else "cpu"
     if name not in RECIPES:
-        raise ValueError(f"unknown recipe {name!r}; expected auto or one of {', '.join(RECIPES)}")
+        raise AheadrankError(f"unknown recipe {name!r}; expected auto or one of {', '.join(RECIPES)}")
     return RECIPES[name]
+
+
+def check_compressor_init(name: str) -> None:
+    if name not in COMPRESSOR_INITS:
+        raise AheadrankError(f"compressor init is {' or '.join(COMPRESSOR_INITS)}, not {name!r}")
 
 
 def sample_texts(texts: dict[str, str], n: int, seed: int) -> list[str]:
@@ -110,8 +118,7 @@ def train_recipe(
     ``extra`` (plus the compressor's and the map's records)."""
     t0 = time.perf_counter()
     losses: list[float] = []
-    if compressor_init not in ("random", "pca"):
-        raise ValueError(f"compressor_init is random or pca, not {compressor_init!r}")
+    check_compressor_init(compressor_init)
     if compressor_init == "pca" and model.kind == "prettr" and model.config.compress:
         model.init_compressor_pca(sample_texts(data.texts, PCA_DOCS, cfg.seed), progress=progress)
     if compressor_steps:

@@ -85,6 +85,13 @@ def test_listwise_distillation_from_the_fusion_then_fit_priors(service_env, tiny
         "train", "--ranker", "tk", "--base", str(tiny_base), *common, "--out", str(out), "--layers", "1",
         "--steps", "2", "--group-size", "3", "--queries-per-step", "2", "--eval-every", "2", "--val-queries", "6",
     ]  # fmt: skip
+    for bad, said in (
+        (["--recipe", "tpu"], "unknown recipe 'tpu'"),
+        (["--compressor-init", "svd"], "not 'svd'"),
+    ):
+        refused = invoke(*train, *bad)
+        assert refused.exit_code == 2 and said in refused.output, refused.output
+        assert not out.exists() and not (tmp_path / "tk.dense").exists()  # refused before anything is written
     result = invoke(*train)  # the CPU recipe: listwise KL from the fusion, its dense field built beside OUT
     assert result.exit_code == 0, result.output
     extra = load_ranker(out).config.extra["train"]

@@ -86,12 +86,14 @@ def train_cmd(
     """Train a ranker on a BEIR collection: 1 relevant + n BM25 negatives per group, best checkpoint kept;
     every option not given comes from the measured recipe (--recipe)."""
     from aheadrank.rankers import init_ranker, load_ranker
-    from aheadrank.rankers.recipe import recipe_for, train_recipe
+    from aheadrank.rankers.recipe import check_compressor_init, recipe_for, train_recipe
     from aheadrank.rankers.training import TrainConfig
     from aheadrank.runs import build_training_data
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     rec = recipe_for(device, recipe)
+    if compressor_init is not None:
+        check_compressor_init(compressor_init)  # before any data is read
     data = build_training_data(collection, split, index)
     if init is not None:
         model = load_ranker(init, device=device)
