@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from aheadrank.rankers.base import Ranker
 from aheadrank.rankers.base_model import TOKENIZER_FILES, load_base, resolve_base
-from aheadrank.rankers.config import RankerConfig, check_options, default_options
+from aheadrank.rankers.config import RankerConfig, check_options, resolve_options
 from aheadrank.rankers.registry import RANKERS
 from aheadrank.rankers.text import TextEncoder
 from safetensors.torch import load_model, save_model
@@ -119,7 +119,7 @@ def init_ranker(kind: str, base: str | os.PathLike | None = None, seed: int = 0,
     base_dir = resolve_base(base)
     bert_cfg, sd = load_base(base_dir)
     check_options(kind, options)
-    opts = {**default_options(kind), **{k: v for k, v in options.items() if v is not None}}
+    opts = resolve_options(kind, options, bert_cfg)
     config = RankerConfig(kind=kind, bert=bert_cfg, base=str(base_dir), **opts).validate()
     torch.manual_seed(seed)
     ranker = build_ranker(config, base_dir)

@@ -51,6 +51,9 @@ class RankerConfig:
     tk_layers: int | None = None
     tk_heads: int | None = None
     tk_ffn: int | None = None
+    # TK's contextualisation starts from the base's first tk_layers layers and its embedding (word + learned
+    # positions, LayerNorm) instead of small random layers over word embeddings + sinusoids (None/False: the latter)
+    tk_base: bool | None = None
     # provenance (not a hyper-parameter of the math)
     base: str = ""
     format: int = CONFIG_FORMAT
@@ -107,6 +110,14 @@ class RankerConfig:
                 raise bad(f"tk_layers must be >= 1, got {self.tk_layers}")
             if not self.tk_heads or self.hidden % self.tk_heads:
                 raise bad(f"tk_heads must divide the embedding size {self.hidden}, got {self.tk_heads}")
+            if self.tk_base:
+                shape = (int(self.bert["num_attention_heads"]), int(self.bert["intermediate_size"]))
+                if self.tk_layers > L:
+                    raise bad(
+                        f"tk_base takes the base's first tk_layers layers; it has {L}, not {self.tk_layers}"
+                    )
+                if (self.tk_heads, self.tk_ffn) != shape:
+                    raise bad(f"tk_base takes the base's layers: tk_heads and tk_ffn must be {shape}")
         return self
 
     def to_json(self) -> str:
@@ -129,7 +140,7 @@ _DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
     # learns from a bi-encoder base (README, "Effectiveness with more compute"); old checkpoints load as they were
     "mores": {"ibs": 2, "pooling": "cls", "tied": False, "sim": True},
     "prettr": {"layer": 5, "compress": 128, "sim": True},
-    "tk": {"tk_layers": 2, "tk_heads": 8, "tk_ffn": 384},
+    "tk": {"tk_layers": 2, "tk_heads": 8, "tk_ffn": 384, "tk_base": False},
 }
 KIND_OPTIONS = {kind: tuple(options) for kind, options in _DEFAULT_OPTIONS.items()}  # each kind's own options
 
@@ -137,6 +148,19 @@ KIND_OPTIONS = {kind: tuple(options) for kind, options in _DEFAULT_OPTIONS.items
 def default_options(kind: str) -> dict[str, Any]:
     """The defaults ``init-ranker`` uses for a kind's own options."""
     return dict(_DEFAULT_OPTIONS[kind])
+
+
+def resolve_options(kind: str, options: dict[str, Any], bert: dict[str, Any]) -> dict[str, Any]:
+    """The kind's defaults overridden by the ``options`` given (None: not given); TK with ``tk_base`` takes
+    the base's head count and FFN width unless they are given."""
+    given = {k: v for k, v in options.items() if v is not None}
+    opts = {**default_options(kind), **given}
+    if kind == "tk" and opts.get("tk_base"):
+        if "tk_heads" not in given:
+            opts["tk_heads"] = int(bert["num_attention_heads"])
+        if "tk_ffn" not in given:
+            opts["tk_ffn"] = int(bert["intermediate_size"])
+    return opts
 
 
 def foreign_options(kind: str, options: dict[str, Any]) -> list[str]:

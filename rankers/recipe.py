@@ -50,6 +50,7 @@ class Recipe:
     val_depth: int
     max_doc_len: int
     cpu_amp: bool  # bfloat16 autocast on CPU
+    train_doc_len: int | None = None  # pieces per document while training (None: max_doc_len, what is read)
 
     def lr_for(self, kind: str) -> float:
         return self.lr_tk if kind == "tk" else self.lr

@@ -6,6 +6,10 @@ Term vectors are unit-normalised; the stored document side is those vectors (fie
 tokens). ``M = q̂·d̂ᵀ`` (one GEMM over all candidates' terms); kernel k: ``K_k(M_ij) = exp(−(M_ij − μ_k)² / 2σ²)``, σ = 0.1,
 μ = 1, 0.9, 0.7, …, −0.9. Per kernel: ``φ_log = Σ_i log(max(Σ_j K, 1e-10))·0.01`` and
 ``φ_len = Σ_i Σ_j K / |d|``; ``s = β·(w_log·φ_log) + γ·(w_len·φ_len)``.
+
+With ``tk_base`` (variant ``tk-<n>l-base``) the contextualisation starts from the base instead of from scratch:
+``t`` = the base's embedding (word + learned position, LayerNorm) and the layers are its first n, so the
+term vectors start as the base's own layer-n token states mixed with its embedding (``rankers/config.py``).
 """
 
 from __future__ import annotations
@@ -15,8 +19,16 @@ import math
 import torch
 import torch.nn.functional as F
 from aheadrank.rankers.base import QueryState, Ranker
-from aheadrank.rankers.base_model import base_embeddings
-from aheadrank.rankers.blocks import TransformerLayer, key_mask, sinusoidal_positions, widened
+from aheadrank.rankers.base_model import base_embeddings, base_layer
+from aheadrank.rankers.blocks import (
+    Embeddings,
+    TransformerLayer,
+    key_mask,
+    make_layer,
+    sinusoidal_positions,
+    widened,
+)
+from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
 KERNEL_MU = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1, -0.1, -0.3, -0.5, -0.7, -0.9)
@@ -89,18 +101,29 @@ class TkRanker(Ranker):
     def __init__(self, config, text=None, strategy=None):
         super().__init__(config, text, strategy)
         b, n = config.bert, config.hidden
-        self.embeddings = nn.Embedding(b["vocab_size"], n, padding_idx=0)
-        self.layers = nn.ModuleList(
-            TransformerLayer(
+        if config.tk_base:  # the base's embedding and first layers (init_from_base loads them)
+            self.embeddings = Embeddings(
+                b["vocab_size"],
                 n,
-                config.tk_heads,
-                config.tk_ffn or n,
+                b["max_position_embeddings"],
+                b["type_vocab_size"],
                 b["layer_norm_eps"],
                 b["hidden_dropout_prob"],
-                b["attention_probs_dropout_prob"],
             )
-            for _ in range(config.tk_layers)
-        )
+            self.layers = nn.ModuleList(make_layer(b) for _ in range(config.tk_layers))
+        else:
+            self.embeddings = nn.Embedding(b["vocab_size"], n, padding_idx=0)
+            self.layers = nn.ModuleList(
+                TransformerLayer(
+                    n,
+                    config.tk_heads,
+                    config.tk_ffn or n,
+                    b["layer_norm_eps"],
+                    b["hidden_dropout_prob"],
+                    b["attention_probs_dropout_prob"],
+                )
+                for _ in range(config.tk_layers)
+            )
         self.mixer = nn.Parameter(torch.tensor(0.5))
         self.register_buffer("mu", torch.tensor(KERNEL_MU), persistent=False)
         self.dense_log = nn.Linear(len(KERNEL_MU), 1, bias=False)
@@ -122,8 +145,12 @@ class TkRanker(Ranker):
         return list(pieces)
 
     def contextualize(self, ids: Tensor, mask: Tensor) -> Tensor:
-        t = self.embeddings(ids)
-        x = t + sinusoidal_positions(ids.shape[1], t.shape[-1], t.device)
+        if self.config.tk_base:  # t = LayerNorm(word + learned position + type 0): what base layer 1 reads
+            t = self.embeddings(ids, 0, positions(mask))
+            x = t
+        else:
+            t = self.embeddings(ids)
+            x = t + sinusoidal_positions(ids.shape[1], t.shape[-1], t.device)
         for layer in self.layers:
             x = layer(x, key_mask(mask))
         h = self.mixer * t + (1 - self.mixer) * x
@@ -157,9 +184,14 @@ class TkRanker(Ranker):
         )
 
     def init_from_base(self, sd: dict[str, Tensor]) -> None:
-        """The base's word embeddings, rescaled to a mean norm of √n: the scale of the sinusoidal positions
+        """``tk_base``: the base's embedding and first layers as they are. Else the base's word embeddings, rescaled to a mean norm of √n: the scale of the sinusoidal positions
         and of the post-LN context layers. Cosine matching is scale-free, but at BERT's scale (norm ≈ 1) the
         position term drowns ``t + p`` and the context term drowns the α-mix, and training stalls."""
+        if self.config.tk_base:
+            self.embeddings.load_state_dict(base_embeddings(sd))
+            for i, layer in enumerate(self.layers):
+                layer.load_state_dict(base_layer(sd, i))
+            return
         table = base_embeddings(sd)["word_embeddings.weight"]
         scale = math.sqrt(table.shape[1]) / table.norm(dim=1).mean()
         self.embeddings.weight.data.copy_(table * scale)

@@ -14,7 +14,8 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -52,6 +53,9 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     validate_initial: bool = True  # validate the initial weights first; they are kept if no step beats them
     freeze_embeddings: bool = False  # keep every *embeddings* parameter (word, position, type) as initialised
+    # word pieces per document while training and validating (None: the model's max_doc_len). Shorter than
+    # the model reads: cheaper steps, and the checkpoint still reads (is evaluated and indexed at) its full length
+    doc_len: int | None = None
 
 
 @dataclass
@@ -183,6 +187,19 @@ def autocast_context(device: torch.device, cfg: TrainConfig) -> Callable[[], tor
     )
 
 
+@contextmanager
+def doc_len_limited(ranker: Ranker, doc_len: int | None) -> Iterator[None]:
+    """``ranker`` reads documents up to ``doc_len`` word pieces inside (``None``: unchanged), its own after."""
+    text = ranker._text()
+    before = text.max_doc_len
+    if doc_len is not None:
+        ranker.limit_doc_len(min(doc_len, ranker.config.max_doc_len))
+    try:
+        yield
+    finally:
+        text.max_doc_len = before
+
+
 def train(
     ranker: Ranker,
     data: TrainingData,
@@ -195,7 +212,23 @@ def train(
 ) -> TrainResult:
     """Train ``ranker`` in place; the best checkpoint (by validation nDCG@10) is written to ``out``.
 
-    ``stop_after`` ends this invocation after that many steps (the state is saved; a later call resumes)."""
+    ``stop_after`` ends this invocation after that many steps (the state is saved; a later call resumes).
+    With ``cfg.doc_len`` documents are cut shorter while training and validating; the checkpoint keeps the
+    model's own ``max_doc_len``."""
+    with doc_len_limited(ranker, cfg.doc_len):
+        return _train(ranker, data, out, cfg, teacher, resume, progress, stop_after)
+
+
+def _train(
+    ranker: Ranker,
+    data: TrainingData,
+    out: str | Path,
+    cfg: TrainConfig,
+    teacher: Ranker | None,
+    resume: bool,
+    progress: bool,
+    stop_after: int | None,
+) -> TrainResult:
     from tqdm.auto import tqdm
 
     out = Path(out)

@@ -1,7 +1,7 @@
 """The one registry of ranker variants and their names, used by the CLI's demo and every benchmark.
 
 Names: ``bert``; ``mores-<K>ib-s1`` / ``-s2`` (MORES, ClsPool, Reuse-S1 / S2: one checkpoint, two stores),
-``mores-<K>ib-mean`` (EARL AvePool), ``mores-<K>ib-tied`` (EARL Tied); ``prettr-l<l>-e<e>``; ``tk-<n>l``.
+``mores-<K>ib-mean`` (EARL AvePool), ``mores-<K>ib-tied`` (EARL Tied); ``prettr-l<l>-e<e>``; ``tk-<n>l`` (``-base`` / ``-scratch``: TK's contextualisation from the base's layers or from scratch).
 A variant's options are its kind's own (:data:`rankers.config.KIND_OPTIONS`); the rest are the defaults of
 :func:`rankers.config.default_options`, and :data:`DEFAULTS` names the variant those defaults make.
 """
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from aheadrank.rankers.config import KINDS
+from aheadrank.rankers.config import KINDS, default_options
 
 from aheadrank.errors import CheckpointError
 
@@ -65,10 +65,13 @@ def parse_variant(name: str) -> Variant:
         return Variant(name, model, "mores", options, what if what in ("s1", "s2") else "s2")
     if m := re.fullmatch(r"prettr-l(\d+)-e(\d+)", name):
         return Variant(name, name, "prettr", {"layer": int(m.group(1)), "compress": int(m.group(2))})
-    if m := re.fullmatch(r"tk-(\d+)l", name):
-        return Variant(name, name, "tk", {"tk_layers": int(m.group(1))})
+    if m := re.fullmatch(r"tk-(\d+)l(-base|-scratch)?", name):
+        # -base / -scratch: the contextualisation from the base's layers or from small random ones; neither:
+        # the default (rankers.config), written out so that the two never share a cache key
+        base = m.group(2) == "-base" if m.group(2) else default_options("tk")["tk_base"]
+        return Variant(name, name, "tk", {"tk_layers": int(m.group(1)), "tk_base": base})
     raise CheckpointError(
-        f"unknown ranker variant {name!r}: use bert, mores-<K>ib-s1|s2|mean|tied, prettr-l<l>-e<e> or tk-<n>l"
+        f"unknown ranker variant {name!r}: use bert, mores-<K>ib-s1|s2|mean|tied, prettr-l<l>-e<e> or tk-<n>l[-base|-scratch]"
     )
 
 

@@ -64,6 +64,12 @@ def train_cmd(
         "--freeze-embeddings/--train-embeddings",
         help="keep the embedding tables as initialised (less memorisation on small training sets)",
     ),
+    train_doc_len: int | None = opt(
+        None,
+        "--train-doc-len",
+        help="word pieces per document while training (default: the recipe's; the checkpoint still reads "
+        "--max-doc-len)",
+    ),
     cpu_amp: bool | None = opt(
         None,
         "--cpu-amp/--no-cpu-amp",
@@ -124,6 +130,7 @@ def train_cmd(
         ce_weight=ce_weight,
         freeze_embeddings=freeze_embeddings,
         cpu_amp=rec.cpu_amp if cpu_amp is None else cpu_amp,
+        doc_len=rec.train_doc_len if train_doc_len is None else train_doc_len,
     )
     log = logging.getLogger("aheadrank.train")
     log.info("recipe %s: %s, compressor %s + %d steps", rec.name, cfg, compressor_init, compressor_steps)

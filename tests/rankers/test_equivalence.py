@@ -28,6 +28,7 @@ CASES = [
     ("prettr", {"layer": 1, "compress": 0, "sim": True}),
     ("tk", {"tk_layers": 1, "tk_heads": 4}),
     ("tk", {"tk_layers": 2, "tk_heads": 2}),
+    ("tk", {"tk_layers": 2, "tk_base": True}),  # the contextualisation from the base's layers
 ]
 IDS = [f"{k}-" + "-".join(f"{a}{b}" for a, b in o.items()) for k, o in CASES]
 

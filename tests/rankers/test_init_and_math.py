@@ -64,6 +64,19 @@ def test_other_rankers_initialisation(tiny_base):
     scale = tk.embeddings.weight.norm(dim=1).mean() / table.norm(dim=1).mean()
     torch.testing.assert_close(tk.embeddings.weight, table * scale)  # the same table, rescaled to norm √n
     assert tk.embeddings.weight.norm(dim=1).mean().item() == pytest.approx(32**0.5, rel=1e-4)
+    tk = init_ranker(
+        "tk", base=tiny_base, tk_layers=2, tk_base=True
+    )  # the base's own shape, embedding, layers
+    bert_cfg, _ = load_base(tiny_base)
+    assert (tk.config.tk_heads, tk.config.tk_ffn) == (
+        bert_cfg["num_attention_heads"],
+        bert_cfg["intermediate_size"],
+    )
+    assert_copied(tk.embeddings, emb, "embeddings.")
+    for i, layer in enumerate(tk.layers):
+        assert_copied(layer, sd, f"encoder.layer.{i}.")
+    with pytest.raises(CheckpointError, match="tk_base takes the base's layers"):
+        init_ranker("tk", base=tiny_base, tk_base=True, tk_heads=2)
 
 
 def test_mores_on_real_minilm_depth(minilm_dir):

@@ -186,3 +186,32 @@ def test_listwise_distillation_alone_teaches_the_teachers_order(tiny_base, tmp_p
     with pytest.raises(ValueError, match="teacher"):
         bare = planted_data()
         train(ranker, bare, tmp_path / "other", cfg, progress=False)
+
+
+def test_doc_len_cuts_training_documents_and_the_checkpoint_reads_its_full_length(tiny_base, tmp_path):
+    """TrainConfig.doc_len: every document the steps and validation see has at most doc_len pieces; the ranker
+    reads its own max_doc_len again afterwards, and so does the checkpoint."""
+    import aheadrank.rankers.training as training
+
+    data = planted_data(4)
+    ranker = init_ranker("bert", base=tiny_base, max_doc_len=32)
+    seen: list[int] = []
+    real = training.group_scores
+
+    def spy(r, queries, groups, texts):
+        seen.append(r._text().max_doc_len)
+        return real(r, queries, groups, texts)
+
+    cfg = TrainConfig(steps=2, group_size=3, queries_per_step=2, lr=1e-3, eval_every=2, val_queries=4, doc_len=5)
+    training.group_scores = spy
+    try:
+        train(ranker, data, tmp_path / "ckpt", cfg, progress=False)
+    finally:
+        training.group_scores = real
+    assert seen and set(seen) == {5}
+    assert ranker._text().max_doc_len == 32
+    assert load_ranker(tmp_path / "ckpt")._text().max_doc_len == 32
+    # the documents really are cut: a 20-word document becomes 5 pieces + [SEP] while training
+    with training.doc_len_limited(ranker, 5):
+        assert len(ranker.tokenize_documents([" ".join(FILLER)])[0]) == 6
+    assert len(ranker.tokenize_documents([" ".join(FILLER)])[0]) > 6
