@@ -90,6 +90,7 @@ QUICK = {
     "listwise_weight": 0.0,
     "max_doc_len": 128,
     "train_doc_len": None,
+    "fresh_lr": None,
     "cpu_amp": False,
     "max_queries": 20,
 }
@@ -134,6 +135,7 @@ def train_config(args, kind: str):
         ce_weight=args.ce_weight,
         freeze_embeddings=args.freeze_embeddings,
         doc_len=args.train_doc_len,
+        fresh_lr=args.fresh_lr,
         cpu_amp=args.cpu_amp,
     )
 
@@ -216,7 +218,8 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         "negatives": "bm25-top100",
         "max_query_len": args.max_query_len,
         "max_doc_len": args.max_doc_len,
-        "train": asdict(cfg),
+        # fresh_lr = None is how every checkpoint before the option was trained: left out, their caches stay valid
+        "train": {k: v for k, v in asdict(cfg).items() if not (k == "fresh_lr" and v is None)},
         "compressor_steps": compressor_steps,
         **(
             {"compressor_init": args.compressor_init}
@@ -1021,6 +1024,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-query-len", type=int, default=16)
     ap.add_argument("--max-doc-len", type=int, default=None, help="word pieces per document read")
+    ap.add_argument(
+        "--fresh-lr",
+        type=float,
+        default=None,
+        help="learning rate of the parameters that start from scratch (heads, TK's kernel weights, PreTTR's "
+        "compressor; default: the recipe's, none: the kind's lr)",
+    )
     ap.add_argument(
         "--train-doc-len",
         type=int,

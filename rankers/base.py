@@ -49,6 +49,13 @@ class Ranker(nn.Module):
         self.strategy = strategy
 
     # ---- what each ranker defines -------------------------------------------------------------
+    # the submodules that start from scratch rather than from the base's weights (TrainConfig.fresh_lr)
+    fresh_modules: ClassVar[tuple[str, ...]] = ("head", "sim")
+
+    def fresh_parameter_names(self) -> list[str]:
+        """Names of the parameters in :attr:`fresh_modules` (those this ranker has)."""
+        return [n for n, _ in self.named_parameters() if n.split(".")[0] in self.fresh_modules]
+
     def field_dims(self) -> dict[str, int]:
         """Stored field name -> dim for the current strategy."""
         raise NotImplementedError

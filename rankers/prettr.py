@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 class PrettrRanker(Ranker):
     kind = "prettr"
+    fresh_modules = ("head", "sim", "compressor", "decompressor", "decompressor_norm", "pool_map")
 
     def __init__(self, config, text=None, strategy=None):
         super().__init__(config, text, strategy)

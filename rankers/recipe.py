@@ -51,6 +51,7 @@ class Recipe:
     max_doc_len: int
     cpu_amp: bool  # bfloat16 autocast on CPU
     train_doc_len: int | None = None  # pieces per document while training (None: max_doc_len, what is read)
+    fresh_lr: float | None = None  # lr of the parameters that start from scratch (None: the kind's lr)
 
     def lr_for(self, kind: str) -> float:
         return self.lr_tk if kind == "tk" else self.lr

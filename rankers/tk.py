@@ -15,6 +15,8 @@ term vectors start as the base's own layer-n token states mixed with its embeddi
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +63,44 @@ def pooled_features(per_term: Tensor, q_mask: Tensor, d_mask: Tensor) -> tuple[T
 EXPONENT_FLOOR = -80.0
 _FAR = 1e3
 _BLOCK_VALUES = 1 << 19  # match values per block (2 MB of float32): the kernel loop stays in cache
+# The chained stage's per-value floor: 1e-30 (e^-69), still far below what the features see, above subnormals
+_CHAIN_FLOOR = -69.0
+_COSINE_RANGE = 1.0 + 1e-3  # cosines of unit vectors in float32 stay within this
+
+
+@dataclass(frozen=True)
+class KernelChain:
+    """How the chained stage reaches every kernel from one: ``anchor`` (the centre nearest 0, evaluated with
+    ``exp``), then ``steps`` of (kernel, previous kernel, Δ = μ_k − μ_prev, log s_k): ``K̃_k = K̃_prev · e^{Δ·m/σ²}``
+    with ``K̃ = K / s`` (the constant factor e^{−(μ_k² − μ_prev²)/2σ²} of each step is gathered in ``s`` and
+    applied to the [B, Tq] sums, not to the [B, Tq, Td] values)."""
+
+    anchor: int
+    steps: tuple[tuple[int, int, float, float], ...]
+
+
+@lru_cache(maxsize=8)
+def kernel_chain(mu: tuple[float, ...], sigma: float) -> KernelChain | None:
+    """The chain for these centres, or None where it is not exact in float32: the anchor kernel must stay far
+    above the floor over every cosine (so no chain starts from a floored value and grows), and no scaled
+    value may overflow."""
+    anchor = min(range(len(mu)), key=lambda k: (abs(mu[k]), k))
+    two_s2 = 2 * sigma**2
+    if (_COSINE_RANGE + abs(mu[anchor])) ** 2 / two_s2 > -_CHAIN_FLOOR - 5:
+        return None
+    steps = []
+    for side in (1, -1):  # outward from the anchor: up the centres, then down
+        chain = sorted(
+            (k for k in range(len(mu)) if side * (mu[k] - mu[anchor]) > 0), key=lambda k: side * mu[k]
+        )
+        prev, log_s = anchor, 0.0
+        for k in chain:
+            log_s += -(mu[k] ** 2 - mu[prev] ** 2) / two_s2
+            if abs(log_s) > 80 or abs(mu[k] - mu[prev]) * _COSINE_RANGE / sigma**2 > 80:
+                return None
+            steps.append((k, prev, mu[k] - mu[prev], log_s))
+            prev = k
+    return KernelChain(anchor, tuple(steps))
 
 
 def kernel_features(
@@ -68,13 +108,54 @@ def kernel_features(
 ) -> tuple[Tensor, Tensor]:
     """match [B, Tq, Td] cosine similarities; masks [B or 1, Tq] / [B, Td] -> (φ_log, φ_len), each [B, n_kernels].
 
-    Online (no gradient) the kernels are evaluated one at a time over a cache-sized block of documents,
-    in place: ``t = match − μ_k``, ``t² · (−1/2σ²)``, floor, ``exp``, ``Σ_j`` — four passes over a block that
-    stays in cache instead of seven over a [B, Tq, Td, K] tensor in memory, and no mask multiplication.
-    Same values as :func:`kernel_features_reference` up to float32 rounding and the 1.8e-35 floor
-    (``tests/rankers/test_init_and_math.py``)."""
+    Online (no gradient) the kernels are evaluated over a cache-sized block of documents at a time, chained
+    (:class:`KernelChain`): the Gaussians share σ, so a kernel is its neighbour times ``e^{Δ·m/σ²}`` and a
+    constant. TK's 11 kernels take 3 ``exp`` passes (the anchor, ``e^{0.2·m/σ²}``, ``e^{0.1·m/σ²}``) and one
+    reciprocal instead of 11 ``exp``; each kernel is then a multiply, a floor and ``Σ_j``. Same values as
+    :func:`kernel_features_reference` up to float32 rounding and a 1e-30 floor per value
+    (``tests/rankers/test_init_and_math.py``); centres the chain cannot reach exactly are evaluated one
+    ``exp`` each (:func:`kernel_features_direct`)."""
     if match.requires_grad or match.dtype != torch.float32:
         return kernel_features_reference(match, q_mask, d_mask, mu, sigma)
+    chain = kernel_chain(tuple(mu.tolist()), float(sigma))
+    if chain is None:
+        return kernel_features_direct(match, q_mask, d_mask, mu, sigma)
+    b, tq, td = match.shape
+    centres = mu.tolist()
+    pad = ~d_mask[:, None, :]
+    # padding sits at the anchor's centre with the anchor's value zeroed: every chained value of it only
+    # shrinks from the floor, as for a real cosine far from a kernel
+    at = match.masked_fill(pad, centres[chain.anchor])
+    per_term = torch.empty(len(centres), b, tq, dtype=match.dtype, device=match.device)
+    inv = 1.0 / sigma**2
+    block = max(1, _BLOCK_VALUES // max(1, tq * td))
+    floor = math.exp(_CHAIN_FLOOR)
+    for lo in range(0, b, block):
+        m = at[lo : lo + block]
+        rows = slice(lo, lo + block)
+        first = torch.sub(m, centres[chain.anchor])
+        first.square_().mul_(-0.5 * inv).exp_().masked_fill_(pad[rows], 0.0)
+        torch.sum(first, -1, out=per_term[chain.anchor, rows])
+        ratios: dict[float, Tensor] = {}
+        bufs, cur = (torch.empty_like(m), torch.empty_like(m)), first
+        for i, (kern, prev, delta, log_s) in enumerate(chain.steps):
+            key, back = round(delta, 12), round(-delta, 12)
+            if key not in ratios:
+                ratios[key] = torch.reciprocal(ratios[back]) if back in ratios else m.mul(delta * inv).exp_()
+            src = first if prev == chain.anchor else cur
+            cur = torch.mul(src, ratios[key], out=bufs[i % 2])
+            cur.clamp_(min=floor * math.exp(-log_s))
+            torch.sum(cur, -1, out=per_term[kern, rows])
+            per_term[kern, rows].mul_(math.exp(log_s))
+    return pooled_features(per_term.permute(1, 2, 0), q_mask, d_mask)
+
+
+def kernel_features_direct(
+    match: Tensor, q_mask: Tensor, d_mask: Tensor, mu: Tensor, sigma: float
+) -> tuple[Tensor, Tensor]:
+    """The kernels one ``exp`` each over a cache-sized block of documents, in place: ``t = match − μ_k``,
+    ``t² · (−1/2σ²)``, floor, ``exp``, ``Σ_j`` (no mask multiplication: padding is a far cosine). The stage
+    before the chain (kept for centres the chain cannot reach exactly, and as its benchmark reference)."""
     b, tq, td = match.shape
     far = match.masked_fill(~d_mask[:, None, :], _FAR)
     per_term = torch.empty(len(mu), b, tq, dtype=match.dtype, device=match.device)
@@ -97,6 +178,12 @@ def cosines(q: Tensor, d: Tensor) -> Tensor:
 
 class TkRanker(Ranker):
     kind = "tk"
+    fresh_modules = ("dense_log", "dense_len", "dense_comb", "mixer")
+
+    def fresh_parameter_names(self) -> list[str]:
+        """The kernel weights and the mix; the contextualisation layers too unless they come from the base."""
+        fresh = self.fresh_modules if self.config.tk_base else (*self.fresh_modules, "layers")
+        return [n for n, _ in self.named_parameters() if n.split(".")[0] in fresh]
 
     def __init__(self, config, text=None, strategy=None):
         super().__init__(config, text, strategy)

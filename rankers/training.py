@@ -56,6 +56,9 @@ class TrainConfig:
     # word pieces per document while training and validating (None: the model's max_doc_len). Shorter than
     # the model reads: cheaper steps, and the checkpoint still reads (is evaluated and indexed at) its full length
     doc_len: int | None = None
+    # learning rate of the parameters that start from scratch (Ranker.fresh_parameter_names: heads, TK's
+    # kernel weights, PreTTR's compressor); None: lr, like the rest
+    fresh_lr: float | None = None
 
 
 @dataclass
@@ -246,8 +249,13 @@ def _train(
     frozen = [p for n, p in ranker.named_parameters() if cfg.freeze_embeddings and "embeddings" in n]
     for p in frozen:
         p.requires_grad_(False)
-    params = [p for p in ranker.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    fresh = set(ranker.fresh_parameter_names()) if cfg.fresh_lr is not None else set()
+    named = [(n, p) for n, p in ranker.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for n, p in named if n not in fresh]},
+        {"params": [p for n, p in named if n in fresh], "lr": cfg.fresh_lr},
+    ]
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(int(cfg.warmup * cfg.steps), cfg.steps))
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
     step, best, best_step, history = 0, -math.inf, -1, []

@@ -37,6 +37,16 @@ _RANKER_OPTIONS: dict[str, tuple[str, Any, Any]] = {
         opt(None, "--compress", help="PreTTR: compressed dims e (0 = none)"),
     ),
     "layers": ("tk_layers", int | None, opt(None, "--layers", help="TK: contextualisation layers")),
+    "tk_base": (
+        "tk_base",
+        bool | None,
+        opt(
+            None,
+            "--tk-base/--tk-scratch",
+            help="TK: the contextualisation starts from the base's embedding and first --layers layers, or "
+            "from small random layers over its word embeddings",
+        ),
+    ),
     "sim": (
         "sim",
         bool | None,

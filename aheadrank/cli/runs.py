@@ -64,6 +64,12 @@ def train_cmd(
         "--freeze-embeddings/--train-embeddings",
         help="keep the embedding tables as initialised (less memorisation on small training sets)",
     ),
+    fresh_lr: float | None = opt(
+        None,
+        "--fresh-lr",
+        help="learning rate of the parameters that start from scratch (heads, TK's kernel weights, PreTTR's "
+        "compressor; default: the recipe's, else --lr)",
+    ),
     train_doc_len: int | None = opt(
         None,
         "--train-doc-len",
@@ -131,6 +137,7 @@ def train_cmd(
         freeze_embeddings=freeze_embeddings,
         cpu_amp=rec.cpu_amp if cpu_amp is None else cpu_amp,
         doc_len=rec.train_doc_len if train_doc_len is None else train_doc_len,
+        fresh_lr=rec.fresh_lr if fresh_lr is None else fresh_lr,
     )
     log = logging.getLogger("aheadrank.train")
     log.info("recipe %s: %s, compressor %s + %d steps", rec.name, cfg, compressor_init, compressor_steps)

@@ -202,7 +202,9 @@ def test_doc_len_cuts_training_documents_and_the_checkpoint_reads_its_full_lengt
         seen.append(r._text().max_doc_len)
         return real(r, queries, groups, texts)
 
-    cfg = TrainConfig(steps=2, group_size=3, queries_per_step=2, lr=1e-3, eval_every=2, val_queries=4, doc_len=5)
+    cfg = TrainConfig(
+        steps=2, group_size=3, queries_per_step=2, lr=1e-3, eval_every=2, val_queries=4, doc_len=5
+    )
     training.group_scores = spy
     try:
         train(ranker, data, tmp_path / "ckpt", cfg, progress=False)
@@ -215,3 +217,28 @@ def test_doc_len_cuts_training_documents_and_the_checkpoint_reads_its_full_lengt
     with training.doc_len_limited(ranker, 5):
         assert len(ranker.tokenize_documents([" ".join(FILLER)])[0]) == 6
     assert len(ranker.tokenize_documents([" ".join(FILLER)])[0]) > 6
+
+
+@pytest.mark.parametrize(
+    ("kind", "opts"), [("tk", {"tk_base": True, "tk_layers": 1}), ("tk", {"tk_heads": 4}), ("bert", {})]
+)
+def test_fresh_lr_trains_the_fresh_parameters_at_their_own_rate(tiny_base, tmp_path, kind, opts):
+    """lr 0 with fresh_lr > 0: exactly the parameters that start from scratch move (TK's kernel weights and
+    mix, plus its layers when they are not the base's; bert's head), the base's weights stay."""
+    data = planted_data(5)
+    ranker = init_ranker(kind, base=tiny_base, max_doc_len=32, **opts)
+    fresh = set(ranker.fresh_parameter_names())
+    expected = {"dense_log", "dense_len", "dense_comb", "mixer"} if kind == "tk" else {"head"}
+    if kind == "tk" and not opts.get("tk_base"):
+        expected.add("layers")
+    assert {n.split(".")[0] for n in fresh} == expected
+    before = {n: p.detach().clone() for n, p in ranker.named_parameters()}
+    cfg = TrainConfig(
+        steps=3, group_size=3, queries_per_step=2, lr=0.0, fresh_lr=1e-2, eval_every=3, val_queries=0,
+        validate_initial=False, warmup=0.0,
+    )  # fmt: skip
+    train(ranker, data, tmp_path / "ckpt", cfg, progress=False)
+    after = dict(ranker.named_parameters())
+    moved = {n for n in before if not torch.equal(before[n], after[n])}
+    assert moved and moved <= fresh, moved - fresh
+    assert {n.split(".")[0] for n in moved} == expected
