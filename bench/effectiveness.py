@@ -135,7 +135,7 @@ def train_config(args, kind: str):
         ce_weight=args.ce_weight,
         freeze_embeddings=args.freeze_embeddings,
         doc_len=args.train_doc_len,
-        fresh_lr=args.fresh_lr,
+        fresh_lr=own if (own := getattr(args, f"fresh_lr_{kind}")) is not None else args.fresh_lr,
         cpu_amp=args.cpu_amp,
     )
 
@@ -956,6 +956,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for kind in KINDS:
         ap.add_argument(
             f"--lr-{kind}", type=float, default=None, help=f"{kind}'s own learning rate (default: --lr)"
+        )
+        ap.add_argument(
+            f"--fresh-lr-{kind}",
+            type=float,
+            default=None,
+            help=f"{kind}'s learning rate of the parameters that start from scratch (default: --fresh-lr)",
         )
     ap.add_argument("--eval-every", type=int, default=None, help="validation every N steps (and at the end)")
     ap.add_argument("--val-queries", type=int, default=None, help="training queries held out for validation")
