@@ -29,6 +29,7 @@ stores, runs), so a re-run skips what is finished and an interrupted training re
     .venv/bin/python bench/effectiveness.py --device cuda ...          # the same with the GPU recipe
     .venv/bin/python bench/effectiveness.py --quick --out-dir /tmp/eff  # smoke run on the bundled sample
     .venv/bin/python bench/effectiveness.py --rankers bert 'mores-2ib-*' --steps 500
+    .venv/bin/python bench/effectiveness.py --rejudge bench/results/effectiveness.json  # goals by the current rules
 """
 
 from __future__ import annotations
@@ -1048,6 +1049,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--workdir", type=Path, default=REPO / "work" / "bench-effectiveness")
     ap.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--quick", action="store_true", help="smoke run: bundled sample, tiny budget, 5 variants")
+    ap.add_argument(
+        "--rejudge",
+        type=Path,
+        default=None,
+        help="only rewrite this effectiveness.json (and its .md) with the goals judged by the current rules",
+    )
     ap.add_argument("--keep-train-state", action="store_true", help="keep the optimizer state after training")
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     ap.add_argument("--base", default=None, help=argparse.SUPPRESS)  # tests: a tiny random BERT
@@ -1070,10 +1077,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def judge(result: dict) -> dict:
+    """(Re)judge a result's goals by the current rules, from the numbers it holds."""
+    rows, bm25, baselines = result["rankers"], result["bm25"], result["baselines"]
+    result["goals"] = goal_verdicts(rows, bm25, baselines) + prior_goals(
+        rows, bm25, baselines, result.get("zero_shot") or []
+    )
+    result["goal_rules"] = GOAL_RULES
+    return result
+
+
+def rejudge(path: Path) -> int:
+    """Rewrite an effectiveness.json (and the .md beside it) with its goals judged by the current rules; the
+    measurements are not touched."""
+    result = judge(read_json(path))
+    write_json(path, result)
+    write_markdown(path.with_suffix(".md"), clean(result))
+    for goal in result["goals"]:
+        print(f"goal: {goal['goal']}: {status_text(goal['status'])} — {goal['detail']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("aheadrank.train").setLevel(logging.WARNING)  # one line per stage is ours
     args = parse_args(argv)
+    if args.rejudge:
+        return rejudge(args.rejudge)
     import torch
 
     if args.threads:
@@ -1242,10 +1272,7 @@ def main(argv: list[str] | None = None) -> int:
         "zero_shot": zero_shot,
         "wall_s": time.perf_counter() - t_start,
     }
-    result["goals"] = goal_verdicts(rows, bm25, baseline_rows) + prior_goals(
-        rows, bm25, baseline_rows, zero_shot
-    )
-    result["goal_rules"] = GOAL_RULES
+    judge(result)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     write_json(args.out_dir / "effectiveness.json", result)
     write_markdown(args.out_dir / "effectiveness.md", clean(result))
