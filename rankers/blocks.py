@@ -315,15 +315,7 @@ class Encoder(nn.Module):
 
     def __init__(self, cfg: dict, n_layers: int):
         super().__init__()
-        n = cfg["hidden_size"]
-        self.embeddings = Embeddings(
-            cfg["vocab_size"],
-            n,
-            cfg["max_position_embeddings"],
-            cfg["type_vocab_size"],
-            cfg["layer_norm_eps"],
-            cfg["hidden_dropout_prob"],
-        )
+        self.embeddings = make_embeddings(cfg)
         self.layer = nn.ModuleList(make_layer(cfg) for _ in range(n_layers))
 
     def run(self, x: Tensor, mask: Tensor | None, start: int = 0, stop: int | None = None) -> Tensor:
@@ -344,6 +336,18 @@ def _bert_shape(cfg: dict) -> tuple:
         "attention_probs_dropout_prob",
     )
     return tuple(cfg[k] for k in keys)
+
+
+def make_embeddings(cfg: dict) -> Embeddings:
+    """The base's embedding module (word + position + token type, LayerNorm) for a BERT config."""
+    return Embeddings(
+        cfg["vocab_size"],
+        cfg["hidden_size"],
+        cfg["max_position_embeddings"],
+        cfg["type_vocab_size"],
+        cfg["layer_norm_eps"],
+        cfg["hidden_dropout_prob"],
+    )
 
 
 def make_layer(cfg: dict) -> TransformerLayer:

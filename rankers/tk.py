@@ -23,10 +23,9 @@ import torch.nn.functional as F
 from aheadrank.rankers.base import QueryState, Ranker
 from aheadrank.rankers.base_model import base_embeddings, base_layer
 from aheadrank.rankers.blocks import (
-    Embeddings,
     TransformerLayer,
     key_mask,
-    make_layer,
+    make_embeddings,
     sinusoidal_positions,
     widened,
 )
@@ -146,7 +145,8 @@ def kernel_features(
             cur = torch.mul(src, ratios[key], out=bufs[i % 2])
             cur.clamp_(min=floor * math.exp(-log_s))
             torch.sum(cur, -1, out=per_term[kern, rows])
-            per_term[kern, rows].mul_(math.exp(log_s))
+    for kern, _, _, log_s in chain.steps:  # K = K̃ · s, once over all documents' sums
+        per_term[kern].mul_(math.exp(log_s))
     return pooled_features(per_term.permute(1, 2, 0), q_mask, d_mask)
 
 
@@ -178,39 +178,33 @@ def cosines(q: Tensor, d: Tensor) -> Tensor:
 
 class TkRanker(Ranker):
     kind = "tk"
-    fresh_modules = ("dense_log", "dense_len", "dense_comb", "mixer")
 
-    def fresh_parameter_names(self) -> list[str]:
+    @property
+    def fresh_modules(self) -> tuple[str, ...]:  # type: ignore[override]
         """The kernel weights and the mix; the contextualisation layers too unless they come from the base."""
-        fresh = self.fresh_modules if self.config.tk_base else (*self.fresh_modules, "layers")
-        return [n for n, _ in self.named_parameters() if n.split(".")[0] in fresh]
+        kernels = ("dense_log", "dense_len", "dense_comb", "mixer")
+        return kernels if self.config.tk_base else (*kernels, "layers")
 
     def __init__(self, config, text=None, strategy=None):
         super().__init__(config, text, strategy)
         b, n = config.bert, config.hidden
-        if config.tk_base:  # the base's embedding and first layers (init_from_base loads them)
-            self.embeddings = Embeddings(
-                b["vocab_size"],
-                n,
-                b["max_position_embeddings"],
-                b["type_vocab_size"],
-                b["layer_norm_eps"],
-                b["hidden_dropout_prob"],
-            )
-            self.layers = nn.ModuleList(make_layer(b) for _ in range(config.tk_layers))
+        # tk_base: the base's embedding (init_from_base loads it and the layers, whose shape config.validate
+        # checked is the base's); else a word table, sinusoids added in contextualize
+        if config.tk_base:
+            self.embeddings = make_embeddings(b)
         else:
             self.embeddings = nn.Embedding(b["vocab_size"], n, padding_idx=0)
-            self.layers = nn.ModuleList(
-                TransformerLayer(
-                    n,
-                    config.tk_heads,
-                    config.tk_ffn or n,
-                    b["layer_norm_eps"],
-                    b["hidden_dropout_prob"],
-                    b["attention_probs_dropout_prob"],
-                )
-                for _ in range(config.tk_layers)
+        self.layers = nn.ModuleList(
+            TransformerLayer(
+                n,
+                config.tk_heads,
+                config.tk_ffn or n,
+                b["layer_norm_eps"],
+                b["hidden_dropout_prob"],
+                b["attention_probs_dropout_prob"],
             )
+            for _ in range(config.tk_layers)
+        )
         self.mixer = nn.Parameter(torch.tensor(0.5))
         self.register_buffer("mu", torch.tensor(KERNEL_MU), persistent=False)
         self.dense_log = nn.Linear(len(KERNEL_MU), 1, bias=False)
