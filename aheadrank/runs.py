@@ -35,6 +35,32 @@ def build_training_data(
     return TrainingData(texts, queries, qrels, {q: [d for d, _ in hits] for q, hits in cands.items()})
 
 
+def build_pseudo_training_data(
+    collection: str | Path,
+    index: str | Path | None,
+    kind: str = "title",
+    depth: int = 100,
+    max_queries: int | None = None,
+    seed: int = 0,
+    search: Callable[[dict[str, str], int], dict[str, list]] | None = None,
+):
+    """TrainingData of pseudo-queries from the collection itself (``indexer/pseudo_queries.py``): titles as
+    queries for their bodies, negatives from the BM25 top-``depth`` of each title."""
+    from aheadrank.errors import AheadrankError
+    from aheadrank.indexer.pseudo_queries import PSEUDO_KINDS, title_queries
+    from aheadrank.rankers.training import TrainingData
+
+    if kind not in PSEUDO_KINDS:
+        raise AheadrankError(f"pseudo-queries are {' or '.join(PSEUDO_KINDS)}, not {kind!r}")
+    pq = title_queries(collection, max_queries=max_queries, seed=seed)
+    if not pq.queries:
+        raise AheadrankError(f"{collection}: no document has a title of 3 words or more to use as a query")
+    cands = search(pq.queries, depth) if search is not None else bm25_candidates(index, pq.queries, depth)
+    return TrainingData(
+        pq.texts, pq.queries, pq.qrels, {q: [d for d, _ in hits] for q, hits in cands.items()}
+    )
+
+
 def read_first_stage(path: str | Path, depth: int) -> dict[str, list]:
     """A first-stage TREC run as {qid: [(docid, score), ...]} best first, cut at depth."""
     from aheadrank.evaluation import ranking, read_run

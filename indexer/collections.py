@@ -196,24 +196,25 @@ def _load_json(line: str) -> dict:
     return record
 
 
-def _parse_beir(line: str) -> tuple[str, str]:
+# every parser returns (docid, title, body); formats without a title give "" (the text is the body)
+def _parse_beir(line: str) -> tuple[str, str, str]:
     record = _load_json(line)
     docid = _as_id(record.get("_id"), "_id")
     text = _as_text(record, "text", required=True)
-    return docid, join_title_text(_as_text(record, "title", required=False), text)
+    return docid, _as_text(record, "title", required=False).strip(), text.strip()
 
 
-def _parse_pyserini(line: str) -> tuple[str, str]:
+def _parse_pyserini(line: str) -> tuple[str, str, str]:
     record = _load_json(line)
     docid = _as_id(record.get("id"), "id")
-    return docid, _as_text(record, "contents", required=True).strip()
+    return docid, "", _as_text(record, "contents", required=True).strip()
 
 
 def _columns(n: int) -> str:
     return f"{n} tab-separated column" + ("" if n == 1 else "s")
 
 
-def _parse_tsv(line: str) -> tuple[str, str]:
+def _parse_tsv(line: str) -> tuple[str, str, str]:
     columns = line.split("\t")
     if len(columns) != 2:
         raise _Skip(ProblemKind.BAD_COLUMNS, f"{_columns(len(columns))}, expected 2 (docid, text)")
@@ -222,7 +223,7 @@ def _parse_tsv(line: str) -> tuple[str, str]:
         raise _Skip(ProblemKind.MISSING_ID, "empty docid column")
     if "\x00" in docid:
         raise _Skip(ProblemKind.INVALID_ID, f"docid {docid!r} contains a NUL character")
-    return docid, columns[1].strip()
+    return docid, "", columns[1].strip()
 
 
 _PARSERS = {
@@ -329,6 +330,13 @@ class Collection:
         return f"Collection({str(self.path)!r}, fmt={self.format.value!r}, strict={self.strict})"
 
     def __iter__(self) -> Iterator[Document]:
+        for docid, title, body in self.titled():
+            yield Document(docid, join_title_text(title, body))
+
+    def titled(self) -> Iterator[tuple[str, str, str]]:
+        """``(docid, title, body)`` of each valid document, before :func:`join_title_text` makes its one text
+        (formats without titles give ``""``): the same records, checks and report as iterating the collection.
+        """
         report = self.report = CollectionReport(
             max_examples=self.max_examples, files=[str(f) for f in self.files]
         )
@@ -358,11 +366,11 @@ class Collection:
                     problem(ProblemKind.BLANK_LINE, file, lineno, "blank line")
                     continue
                 try:
-                    docid, text = parse(line)
+                    docid, title, body = parse(line)
                 except _Skip as skip:
                     problem(skip.kind, file, lineno, str(skip))
                     continue
-                if is_blank(text):
+                if is_blank(join_title_text(title, body)):
                     problem(ProblemKind.EMPTY_DOCUMENT, file, lineno, f"document {docid!r} has no text")
                     continue
                 if self.check_duplicates:
@@ -376,7 +384,7 @@ class Collection:
                         continue
                     seen.add(docid)
                 report.documents += 1
-                yield Document(docid, text)
+                yield docid, title, body
         report.log()
 
 

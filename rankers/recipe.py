@@ -7,6 +7,7 @@ model is saved as it is.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ class Recipe:
     cpu_amp: bool  # bfloat16 autocast on CPU
     train_doc_len: int | None = None  # pieces per document while training (None: max_doc_len, what is read)
     fresh_lr: float | None = None  # lr of the parameters that start from scratch (None: the kind's lr)
+    pseudo_steps: int = 0  # steps on title pseudo-queries before the judged ones (0: none)
 
     def lr_for(self, kind: str) -> float:
         return self.lr_tk if kind == "tk" else self.lr
@@ -74,6 +76,21 @@ def recipe_for(device: str, name: str = "auto") -> Recipe:
     if name not in RECIPES:
         raise AheadrankError(f"unknown recipe {name!r}; expected auto or one of {', '.join(RECIPES)}")
     return RECIPES[name]
+
+
+def pseudo_config(cfg: TrainConfig, steps: int) -> TrainConfig:
+    """The pseudo-query stage: ``cfg``'s groups and rates for ``steps`` steps, cross-entropy on the document
+    whose title is the query (no teacher scores exist for titles), no validation."""
+    return dataclasses.replace(
+        cfg,
+        steps=steps,
+        eval_every=steps,
+        val_queries=0,
+        validate_initial=False,
+        listwise_weight=0.0,
+        distill_weight=0.0,
+        ce_weight=1.0,
+    )
 
 
 def check_compressor_init(name: str) -> None:
@@ -111,6 +128,8 @@ def train_recipe(
     extra: dict[str, Any] | None = None,
     pool_docs: int = POOL_DOCS,
     compressor_init: str = "random",
+    pseudo: TrainingData | None = None,
+    pseudo_steps: int = 0,
 ) -> Trained:
     """Initialise PreTTR's compressor from a PCA of the documents' layer-l states (``compressor_init="pca"``),
     pre-train it (``compressor_steps`` > 0), fit PreTTR's pooled map on ``pool_docs`` of the
@@ -140,10 +159,28 @@ def train_recipe(
         pool_fit = model.fit_pool_map(sample_texts(data.texts, pool_docs, cfg.seed), progress=progress)
         pool_fit["seconds"] = round(time.perf_counter() - t1, 1)
     result = None
+    record: dict[str, Any] = {}
+    if pseudo_steps < 0:
+        raise AheadrankError(f"pseudo_steps must be 0 or more, got {pseudo_steps}")
+    if pseudo_steps:
+        if pseudo is None:
+            raise AheadrankError("pseudo_steps > 0 needs the pseudo-query training data")
+        pre = pseudo_config(cfg, pseudo_steps)
+        out = Path(out)
+        done = train(model, pseudo, out.parent / f"{out.name}.pseudo", pre, progress=progress)
+        first, last = loss_ends([h["loss"] for h in done.history])
+        record["pseudo"] = {
+            "kind": "title",
+            "queries": len(pseudo.queries),
+            "steps": pseudo_steps,
+            "loss_first": first,
+            "loss_last": last,
+            "seconds": round(done.seconds, 1),
+        }
     if fine_tune:
-        result = train(model, data, out, cfg, teacher=teacher, progress=progress)
+        result = train(model, data, out, cfg, teacher=teacher, progress=progress, record=record)
     else:
-        extra = dict(extra or {})
+        extra = {**(extra or {}), **record}
         if compressor_steps:
             first, last = loss_ends(losses)
             extra["compressor"] = {

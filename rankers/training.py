@@ -212,14 +212,16 @@ def train(
     resume: bool = True,
     progress: bool = True,
     stop_after: int | None = None,
+    record: dict | None = None,
 ) -> TrainResult:
-    """Train ``ranker`` in place; the best checkpoint (by validation nDCG@10) is written to ``out``.
+    """Train ``ranker`` in place; the best checkpoint (by validation nDCG@10) is written to ``out``, with
+    ``record`` (e.g. the stages before this one) beside the training config in its ``extra``.
 
     ``stop_after`` ends this invocation after that many steps (the state is saved; a later call resumes).
     With ``cfg.doc_len`` documents are cut shorter while training and validating; the checkpoint keeps the
     model's own ``max_doc_len``."""
     with doc_len_limited(ranker, cfg.doc_len):
-        return _train(ranker, data, out, cfg, teacher, resume, progress, stop_after)
+        return _train(ranker, data, out, cfg, teacher, resume, progress, stop_after, record or {})
 
 
 def _train(
@@ -231,6 +233,7 @@ def _train(
     resume: bool,
     progress: bool,
     stop_after: int | None,
+    record: dict,
 ) -> TrainResult:
     from tqdm.auto import tqdm
 
@@ -282,7 +285,7 @@ def _train(
             ranker,
             out,
             overwrite=True,
-            extra={"train": {**asdict(cfg), "best_step": 0, "val_ndcg10": best, "val_qids": val_q}},
+            extra={**record, "train": {**asdict(cfg), "best_step": 0, "val_ndcg10": best, "val_qids": val_q}},
         )
     ranker.train()
     bar = tqdm(total=cfg.steps, initial=step, desc=f"train {ranker.kind}", unit="step", disable=not progress)
@@ -335,7 +338,8 @@ def _train(
                     out,
                     overwrite=True,
                     extra={
-                        "train": {**asdict(cfg), "best_step": step, "val_ndcg10": metric, "val_qids": val_q}
+                        **record,
+                        "train": {**asdict(cfg), "best_step": step, "val_ndcg10": metric, "val_qids": val_q},
                     },
                 )
             torch.save(

@@ -11,6 +11,7 @@ import typer
 from aheadrank.cli.app import app
 from aheadrank.cli.options import opt, user_errors, with_options
 from aheadrank.cli.rankers import RANKER_OPTIONS, Kind, init_options, ranker_options_block
+from aheadrank.errors import AheadrankError
 
 
 @app.command("train")
@@ -76,6 +77,12 @@ def train_cmd(
         help="word pieces per document while training (default: the recipe's; the checkpoint still reads "
         "--max-doc-len)",
     ),
+    pseudo_steps: int | None = opt(
+        None,
+        "--pseudo-steps",
+        help="steps on pseudo-queries from the collection itself (each document's title as the query for its "
+        "body, BM25 negatives, cross-entropy) before the judged queries; 0: none (default: the recipe's)",
+    ),
     cpu_amp: bool | None = opt(
         None,
         "--cpu-amp/--no-cpu-amp",
@@ -100,13 +107,17 @@ def train_cmd(
     from aheadrank.rankers import init_ranker, load_ranker
     from aheadrank.rankers.recipe import check_compressor_init, recipe_for, train_recipe
     from aheadrank.rankers.training import TrainConfig
-    from aheadrank.runs import build_training_data
+    from aheadrank.runs import build_pseudo_training_data, build_training_data
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     rec = recipe_for(device, recipe)
     if compressor_init is not None:
         check_compressor_init(compressor_init)  # before any data is read
+    pseudo_steps = rec.pseudo_steps if pseudo_steps is None else pseudo_steps
+    if pseudo_steps < 0:
+        raise AheadrankError(f"pseudo_steps must be 0 or more, got {pseudo_steps}")
     data = build_training_data(collection, split, index)
+    pseudo = build_pseudo_training_data(collection, index, seed=seed) if pseudo_steps > 0 else None
     if init is not None:
         model = load_ranker(init, device=device)
     else:
@@ -166,6 +177,8 @@ def train_cmd(
         compressor_init=compressor_init,
         teacher=teacher_model,
         progress=progress,
+        pseudo=pseudo,
+        pseudo_steps=pseudo_steps,
     ).result
     typer.echo(
         json.dumps(

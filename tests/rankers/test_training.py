@@ -242,3 +242,27 @@ def test_fresh_lr_trains_the_fresh_parameters_at_their_own_rate(tiny_base, tmp_p
     moved = {n for n in before if not torch.equal(before[n], after[n])}
     assert moved and moved <= fresh, moved - fresh
     assert {n.split(".")[0] for n in moved} == expected
+
+
+def test_pseudo_stage_trains_first_and_is_recorded(tiny_base, tmp_path):
+    from aheadrank.rankers.recipe import train_recipe
+
+    pseudo, data = planted_data(5), planted_data(6)
+    ranker = init_ranker("tk", base=tiny_base, tk_heads=4, max_doc_len=32)
+    start = {n: p.detach().clone() for n, p in ranker.state_dict().items()}
+    cfg = TrainConfig(steps=4, group_size=3, queries_per_step=2, lr=1e-2, eval_every=2, val_queries=4, seed=2)
+    out = tmp_path / "ckpt"
+    # no fine-tuning: what is saved is the model as the pseudo stage left it
+    train_recipe(ranker, data, out, cfg, progress=False, fine_tune=False, pseudo=pseudo, pseudo_steps=6)
+    stage = load_ranker(tmp_path / "ckpt.pseudo")
+    saved = load_ranker(out)
+    assert stage.config.extra["train"]["steps"] == 6
+    assert stage.config.extra["train"]["listwise_weight"] == 0.0  # titles have no teacher scores
+    assert saved.config.extra["pseudo"]["steps"] == 6 and saved.config.extra["pseudo"]["queries"] == 36
+    moved = [n for n, p in saved.state_dict().items() if not torch.equal(p, start[n])]
+    assert moved  # the pseudo stage trained the model ...
+    for n, p in saved.state_dict().items():  # ... and the fine-tuning starts from exactly where it ended
+        assert torch.equal(p, stage.state_dict()[n]), n
+
+    with pytest.raises(Exception, match="pseudo_steps must be 0 or more"):
+        train_recipe(ranker, data, out, cfg, progress=False, pseudo=pseudo, pseudo_steps=-1)
