@@ -31,6 +31,7 @@ from aheadrank.benchkit import machine_info, write_record
 from aheadrank.evaluation import evaluate, read_run
 
 REPO = Path(__file__).resolve().parents[1]
+MAX_LOSS = 0.01  # issue 16: the smallest store that keeps nDCG@10 within 1 % (relative) of the reference
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
@@ -111,12 +112,16 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             console.print(row)
     by = {(r["case"], r["dtype"]): r for r in rows}
+    first = rows[0]  # the first case's float16 store: the reference of a smaller setting's total loss
     for r in rows:
         ref = by[(r["case"], "float16")]
         for label in ("pure", "priors"):
             r[f"rel_loss_{label}"] = 1 - r[f"ndcg10_{label}"] / ref[f"ndcg10_{label}"]
+            r[f"rel_loss_vs_first_{label}"] = 1 - r[f"ndcg10_{label}"] / first[f"ndcg10_{label}"]
+    within = [r for r in rows if r["rel_loss_vs_first_pure"] <= MAX_LOSS]
+    smallest = min(within, key=lambda r: r["bytes_per_token"])
     table = Table(title=f"SciFact test, BM25 top-{args.depth}: nDCG@10 float16 vs int8 store")
-    for col in ("case", "dtype", "B/token", "pure", "loss", "with priors", "loss"):
+    for col in ("case", "dtype", "B/token", "pure", "loss", f"vs {first['case']}", "with priors", "loss"):
         table.add_column(col, justify="left" if col in ("case", "dtype") else "right")
     for r in rows:
         table.add_row(
@@ -125,13 +130,33 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['bytes_per_token']:.0f}",
             f"{r['ndcg10_pure']:.4f}",
             f"{100 * r['rel_loss_pure']:+.2f}%",
+            f"{100 * r['rel_loss_vs_first_pure']:+.2f}%",
             f"{r['ndcg10_priors']:.4f}",
             f"{100 * r['rel_loss_priors']:+.2f}%",
         )
     console.print(table)
-    note = "rel_loss = 1 - nDCG@10(int8) / nDCG@10(float16) of the same checkpoint and candidates"
+    console.print(
+        f"smallest store within {100 * MAX_LOSS:.0f}% of {first['case']} float16 (pure): {smallest['case']} "
+        f"{smallest['dtype']}, {smallest['bytes_per_token']:.0f} B/token"
+    )
+    note = (
+        "rel_loss = 1 - nDCG@10(int8) / nDCG@10(float16) of the same checkpoint and candidates; "
+        "rel_loss_vs_first = the same against the first case's float16 store"
+    )
     write_record(
-        args.out, "bench/quant_effect.py", argv, machine_info(args.threads), t_start, rows=rows, note=note
+        args.out,
+        "bench/quant_effect.py",
+        argv,
+        machine_info(args.threads),
+        t_start,
+        rows=rows,
+        note=note,
+        smallest_within={
+            "max_rel_loss": MAX_LOSS,
+            "case": smallest["case"],
+            "dtype": smallest["dtype"],
+            "bytes_per_token": smallest["bytes_per_token"],
+        },
     )
     console.print(f"wrote {args.out}")
     return 0
