@@ -329,8 +329,11 @@ def _train(
                 if val_q
                 else -total
             )
-            history[-1]["val_ndcg10"] = metric
-            log.info("step %d loss %.4f val nDCG@10 %.4f", step, total, metric)
+            if val_q:
+                history[-1]["val_ndcg10"] = metric
+                log.info("step %d loss %.4f val nDCG@10 %.4f", step, total, metric)
+            else:  # no held-out queries (e.g. the pseudo-query stage): the last step is kept
+                log.info("step %d loss %.4f (no validation)", step, total)
             if metric > best:
                 best, best_step = metric, step
                 save_checkpoint(
@@ -339,7 +342,12 @@ def _train(
                     overwrite=True,
                     extra={
                         **record,
-                        "train": {**asdict(cfg), "best_step": step, "val_ndcg10": metric, "val_qids": val_q},
+                        "train": {
+                            **asdict(cfg),
+                            "best_step": step,
+                            "val_ndcg10": metric if val_q else None,
+                            "val_qids": val_q,
+                        },
                     },
                 )
             torch.save(

@@ -144,7 +144,7 @@ def test_train_with_title_pseudo_queries_first(service_env, tiny_base, tmp_path)
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     stage = load_ranker(tmp_path / "tk.pseudo").config.extra["train"]
-    assert stage["steps"] == 3 and stage["val_queries"] == 0
+    assert stage["steps"] == 3 and stage["val_queries"] == 0 and stage["val_ndcg10"] is None
     record = load_ranker(out).config.extra["pseudo"]
     sample_titles = sum(
         1 for line in (service_env.collection / "corpus.jsonl").open() if '"title": "' in line
