@@ -97,6 +97,7 @@ QUICK = {
 }
 
 log = logging.getLogger("bench.effectiveness")
+LATER_OPTIONS = {"fresh_lr": None, "negatives": "uniform"}  # TrainConfig fields newer than the bench's cache
 
 
 # ---- variants ---------------------------------------------------------------------------------------------
@@ -138,6 +139,7 @@ def train_config(args, kind: str):
         doc_len=args.train_doc_len,
         fresh_lr=own if (own := getattr(args, f"fresh_lr_{kind}")) is not None else args.fresh_lr,
         cpu_amp=args.cpu_amp,
+        negatives=args.negatives,
     )
 
 
@@ -219,8 +221,9 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         "negatives": "bm25-top100",
         "max_query_len": args.max_query_len,
         "max_doc_len": args.max_doc_len,
-        # fresh_lr = None is how every checkpoint before the option was trained: left out, their caches stay valid
-        "train": {k: v for k, v in asdict(cfg).items() if not (k == "fresh_lr" and v is None)},
+        # options added later, at the value every checkpoint before them was trained with, are left out: their
+        # caches stay valid
+        "train": {k: v for k, v in asdict(cfg).items() if not (k in LATER_OPTIONS and v == LATER_OPTIONS[k])},
         "compressor_steps": compressor_steps,
         **(
             {"compressor_init": args.compressor_init}
@@ -1016,6 +1019,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--no-sim", dest="sim", action="store_const", const=["none"], help="no similarity residual"
+    )
+    ap.add_argument(
+        "--negatives",
+        choices=("uniform", "spread"),
+        default="uniform",
+        help="negative sampling: uniform over the BM25 top 100, or spread (weight 1 / how many training queries "
+        "have the document as a candidate)",
     )
     ap.add_argument(
         "--freeze-embeddings",

@@ -41,6 +41,10 @@ class TrainConfig:
     val_queries: int = 50  # held out from the training queries
     val_depth: int = 50
     neg_depth: int = 100  # negatives come from the top neg_depth candidates
+    # "uniform": any of them equally; "spread": a document drawn with weight 1 / (how many training queries
+    # have it among their candidates), so that the few documents near many queries do not recur as negatives
+    # so often that the model learns them instead of relevance
+    negatives: str = "uniform"
     seed: int = 0
     amp: bool = True  # float16 autocast on CUDA
     cpu_amp: bool = False  # bfloat16 autocast on CPU (faster steps on AVX512-BF16 / AMX cores)
@@ -100,10 +104,36 @@ def split_queries(data: TrainingData, n_val: int, seed: int) -> tuple[list[str],
     return sorted(qids[n_val:]), sorted(qids[:n_val])
 
 
-def sample_group(data: TrainingData, qid: str, size: int, depth: int, rng: random.Random) -> list[str]:
+NEGATIVE_SAMPLING = ("uniform", "spread")
+
+
+def candidate_counts(data: TrainingData, qids: list[str], depth: int) -> dict[str, int]:
+    """How many of ``qids`` have each document among their first ``depth`` candidates."""
+    counts: dict[str, int] = {}
+    for q in qids:
+        for d in set(data.candidates.get(q, [])[:depth]):
+            counts[d] = counts.get(d, 0) + 1
+    return counts
+
+
+def sample_group(
+    data: TrainingData,
+    qid: str,
+    size: int,
+    depth: int,
+    rng: random.Random,
+    counts: dict[str, int] | None = None,
+) -> list[str]:
+    """[a judged-relevant document, size − 1 negatives from the first ``depth`` candidates]: drawn uniformly, or
+    with ``counts`` (:func:`candidate_counts`) each with weight 1 / its count, without replacement (keys
+    u^(1/w), Efraimidis–Spirakis)."""
     rel = [d for d, r in data.qrels[qid].items() if r > 0 and d in data.texts]
     negs = [d for d in data.candidates[qid][:depth] if d not in data.qrels[qid] or data.qrels[qid][d] <= 0]
-    picked = rng.sample(negs, min(size - 1, len(negs)))
+    if counts is None:
+        picked = rng.sample(negs, min(size - 1, len(negs)))
+    else:
+        keys = [rng.random() ** counts.get(d, 1) for d in negs]  # u^(1/w) with w = 1 / count
+        picked = [negs[i] for i in sorted(range(len(negs)), key=lambda i: -keys[i])[: size - 1]]
     while len(picked) < size - 1:  # few candidates: repeat negatives rather than change the group shape
         picked.append(rng.choice(negs))
     return [rng.choice(rel), *picked]
@@ -244,6 +274,9 @@ def _train(
     train_q, val_q = split_queries(data, cfg.val_queries, cfg.seed)
     if not train_q:
         raise ValueError("no trainable queries: none has a judged-relevant document and a BM25 negative")
+    if cfg.negatives not in NEGATIVE_SAMPLING:
+        raise ValueError(f"negatives are sampled {' or '.join(NEGATIVE_SAMPLING)}, not {cfg.negatives!r}")
+    counts = candidate_counts(data, train_q, cfg.neg_depth) if cfg.negatives == "spread" else None
     if cfg.listwise_weight > 0 and (data.teacher is None or any(q not in data.teacher for q in train_q)):
         raise ValueError("listwise distillation needs teacher scores for every training query")
     device = ranker.device
@@ -296,7 +329,7 @@ def _train(
         total = 0.0
         for _ in range(cfg.grad_accum):
             qids = [rng.choice(train_q) for _ in range(cfg.queries_per_step)]
-            groups = [sample_group(data, q, cfg.group_size, cfg.neg_depth, rng) for q in qids]
+            groups = [sample_group(data, q, cfg.group_size, cfg.neg_depth, rng, counts) for q in qids]
             queries = [data.queries[q] for q in qids]
             with autocast():
                 scores = group_scores(ranker, queries, groups, data.texts)

@@ -77,6 +77,12 @@ def train_cmd(
         help="word pieces per document while training (default: the recipe's; the checkpoint still reads "
         "--max-doc-len)",
     ),
+    negatives: str = opt(
+        "uniform",
+        "--negatives",
+        help="negative sampling: uniform over the BM25 candidates, or spread (each drawn with weight 1 / how "
+        "many training queries have it as a candidate: documents near many queries recur less)",
+    ),
     pseudo_steps: int | None = opt(
         None,
         "--pseudo-steps",
@@ -106,7 +112,7 @@ def train_cmd(
     every option not given comes from the measured recipe (--recipe)."""
     from aheadrank.rankers import init_ranker, load_ranker
     from aheadrank.rankers.recipe import check_compressor_init, recipe_for, train_recipe
-    from aheadrank.rankers.training import TrainConfig
+    from aheadrank.rankers.training import NEGATIVE_SAMPLING, TrainConfig
     from aheadrank.runs import build_pseudo_training_data, build_training_data
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -116,6 +122,8 @@ def train_cmd(
     pseudo_steps = rec.pseudo_steps if pseudo_steps is None else pseudo_steps
     if pseudo_steps < 0:
         raise AheadrankError(f"pseudo_steps must be 0 or more, got {pseudo_steps}")
+    if negatives not in NEGATIVE_SAMPLING:
+        raise AheadrankError(f"--negatives is {' or '.join(NEGATIVE_SAMPLING)}, not {negatives!r}")
     data = build_training_data(collection, split, index)
     pseudo = build_pseudo_training_data(collection, index, seed=seed) if pseudo_steps > 0 else None
     if init is not None:
@@ -149,6 +157,7 @@ def train_cmd(
         cpu_amp=rec.cpu_amp if cpu_amp is None else cpu_amp,
         doc_len=rec.train_doc_len if train_doc_len is None else train_doc_len,
         fresh_lr=rec.fresh_lr if fresh_lr is None else fresh_lr,
+        negatives=negatives,
     )
     log = logging.getLogger("aheadrank.train")
     log.info("recipe %s: %s, compressor %s + %d steps", rec.name, cfg, compressor_init, compressor_steps)

@@ -266,3 +266,33 @@ def test_pseudo_stage_trains_first_and_is_recorded(tiny_base, tmp_path):
 
     with pytest.raises(Exception, match="pseudo_steps must be 0 or more"):
         train_recipe(ranker, data, out, cfg, progress=False, pseudo=pseudo, pseudo_steps=-1)
+
+
+def test_spread_negatives_draw_documents_near_many_queries_less():
+    from aheadrank.rankers.training import candidate_counts, sample_group
+
+    texts = {"hub": "x"} | {f"d{q}-{j}": "x" for q in range(50) for j in range(10)}
+    queries = {f"q{q}": "x" for q in range(50)}
+    qrels = {f"q{q}": {f"d{q}-0": 1} for q in range(50)}
+    candidates = {f"q{q}": ["hub", *(f"d{q}-{j}" for j in range(10))] for q in range(50)}  # hub: near every query
+    data = TrainingData(texts, queries, qrels, candidates)
+    counts = candidate_counts(data, sorted(queries), depth=100)
+    assert counts["hub"] == 50 and counts["d3-4"] == 1
+
+    def hub_share(counts):
+        rng = random.Random(0)
+        groups = [sample_group(data, f"q{i % 50}", 4, 100, rng, counts) for i in range(2000)]
+        assert all(len(set(g)) == 4 and g[0] == f"q{i % 50}".replace("q", "d") + "-0" for i, g in enumerate(groups))
+        return sum("hub" in g for g in groups) / len(groups)
+
+    uniform, spread = hub_share(None), hub_share(counts)
+    assert 0.25 < uniform < 0.42  # 3 of 10 negatives: 0.3
+    assert spread < uniform / 5  # weight 1/50 against 1
+
+
+def test_unknown_negative_sampling_is_refused(tiny_base, tmp_path):
+    ranker = init_ranker("tk", base=tiny_base, tk_heads=4, max_doc_len=32)
+    cfg = TrainConfig(steps=1, group_size=3, queries_per_step=2, val_queries=0, negatives="hardest")
+    with pytest.raises(ValueError, match="not 'hardest'"):
+        train(ranker, planted_data(), tmp_path / "x", cfg, progress=False)
+    assert not (tmp_path / "x").exists()
