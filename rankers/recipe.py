@@ -29,6 +29,8 @@ from aheadrank.errors import AheadrankError
 
 COMPRESSOR_INITS = ("random", "pca")  # PreTTR's compressor before training (PrettrRanker.init_compressor_pca)
 POOL_DOCS = 2048  # documents PreTTR's pooled map is fitted on
+KERNEL_FIT_QUERIES = 200  # training queries (never validation ones) TK's kernel weights are fitted on ...
+KERNEL_FIT_DEPTH = 30  # ... over their first candidates
 PCA_DOCS = 512  # documents whose layer-l token states PreTTR's compressor PCA is taken over (compressor_init)
 
 
@@ -54,6 +56,7 @@ class Recipe:
     train_doc_len: int | None = None  # pieces per document while training (None: max_doc_len, what is read)
     fresh_lr: float | None = None  # lr of the parameters that start from scratch (None: the kind's lr)
     pseudo_steps: int = 0  # steps on title pseudo-queries before the judged ones (0: none)
+    fit_kernels: bool = False  # TK: kernel weights ridge-fitted to the teacher before training
 
     def lr_for(self, kind: str) -> float:
         return self.lr_tk if kind == "tk" else self.lr
@@ -110,6 +113,7 @@ class Trained:
     compressor_losses: list[float] = field(default_factory=list)
     compressor_seconds: float = 0.0
     pool_fit: dict | None = None  # PreTTR with sim: the pooled map's fit (PrettrRanker.fit_pool_map)
+    kernel_fit: dict | None = None  # TK: the kernel weights' fit (TkRanker.fit_kernel_weights)
     seconds: float = 0.0  # compressor, pooled map and fine-tuning together
 
 
@@ -130,6 +134,7 @@ def train_recipe(
     compressor_init: str = "random",
     pseudo: TrainingData | None = None,
     pseudo_steps: int = 0,
+    fit_kernels: bool = False,
 ) -> Trained:
     """Initialise PreTTR's compressor from a PCA of the documents' layer-l states (``compressor_init="pca"``),
     pre-train it (``compressor_steps`` > 0), fit PreTTR's pooled map on ``pool_docs`` of the
@@ -158,6 +163,11 @@ def train_recipe(
     if pool_docs and model.kind == "prettr" and model.config.sim and not fitted:
         pool_fit = model.fit_pool_map(sample_texts(data.texts, pool_docs, cfg.seed), progress=progress)
         pool_fit["seconds"] = round(time.perf_counter() - t1, 1)
+    kernel_fit = None
+    if fit_kernels and model.kind == "tk":
+        t2 = time.perf_counter()
+        kernel_fit = model.fit_kernel_weights(kernel_fit_lists(data, cfg))
+        kernel_fit["seconds"] = round(time.perf_counter() - t2, 1)
     result = None
     record: dict[str, Any] = {}
     if pseudo_steps < 0:
@@ -193,5 +203,30 @@ def train_recipe(
             }
         save_checkpoint(model, out, overwrite=True, extra=extra)
     return Trained(
-        result, losses, compressor_seconds=t1 - t0, pool_fit=pool_fit, seconds=time.perf_counter() - t0
+        result,
+        losses,
+        compressor_seconds=t1 - t0,
+        pool_fit=pool_fit,
+        kernel_fit=kernel_fit,
+        seconds=time.perf_counter() - t0,
     )
+
+
+def kernel_fit_lists(data: TrainingData, cfg: TrainConfig) -> list[tuple[str, list[str], list[float]]]:
+    """What TK's kernel weights are fitted to: for :data:`KERNEL_FIT_QUERIES` training queries (the validation
+    ones of ``cfg`` left out) their first :data:`KERNEL_FIT_DEPTH` candidates, scored by the listwise teacher
+    when there is one, else 1 for a judged-relevant document and 0 for the rest."""
+    from aheadrank.rankers.training import split_queries
+
+    train_q, _ = split_queries(data, cfg.val_queries, cfg.seed)
+    chosen = sorted(random.Random(cfg.seed).sample(train_q, min(KERNEL_FIT_QUERIES, len(train_q))))
+    lists = []
+    for q in chosen:
+        docs = data.candidates[q][:KERNEL_FIT_DEPTH]
+        if data.teacher is not None:
+            floor = min(data.teacher[q].values())
+            target = [data.teacher[q].get(d, floor) for d in docs]
+        else:
+            target = [float(data.qrels[q].get(d, 0) > 0) for d in docs]
+        lists.append((data.queries[q], [data.texts[d] for d in docs], target))
+    return lists

@@ -131,15 +131,16 @@ def test_listwise_distillation_from_the_fusion_then_fit_priors(service_env, tiny
     assert set(priors["weights"]) == {"neural", "neural+bm25", "neural+dense", "neural+bm25+dense"}
 
 
-def test_train_with_title_pseudo_queries_first(service_env, tiny_base, tmp_path):
+def test_train_with_title_pseudo_queries_first_and_fitted_kernels(service_env, tiny_base, tmp_path):
     """`train --pseudo-steps N`: N steps on the collection's titles as queries, then the judged queries; the
-    stage is its own resumable checkpoint (OUT.pseudo) and the final checkpoint records it."""
+    stage is its own resumable checkpoint (OUT.pseudo) and the final checkpoint records it. `--fit-kernels`:
+    TK's kernel weights start from a ridge fit, recorded in the checkpoint."""
     common = data_args(service_env)
     out = tmp_path / "tk"
     args = [
         "train", "--ranker", "tk", "--base", str(tiny_base), *common, "--out", str(out), "--layers", "1",
         "--steps", "2", "--group-size", "3", "--queries-per-step", "2", "--eval-every", "2", "--val-queries", "4",
-        "--listwise-weight", "0", "--pseudo-steps", "3",
+        "--listwise-weight", "0", "--fit-kernels", "--pseudo-steps", "3",
     ]  # fmt: skip
     result = invoke(*args)
     assert result.exit_code == 0, result.output
@@ -150,5 +151,6 @@ def test_train_with_title_pseudo_queries_first(service_env, tiny_base, tmp_path)
         1 for line in (service_env.collection / "corpus.jsonl").open() if '"title": "' in line
     )
     assert record["steps"] == 3 and 0 < record["queries"] <= sample_titles
+    assert load_ranker(out).config.extra["kernel_fit"]["pairs"] > 0
     refused = invoke(*args[:-1], "-1")
     assert refused.exit_code == 2 and "pseudo_steps must be 0 or more" in refused.output

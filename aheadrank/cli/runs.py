@@ -83,6 +83,12 @@ def train_cmd(
         help="negative sampling: uniform over the BM25 candidates, or spread (each drawn with weight 1 / how "
         "many training queries have it as a candidate: documents near many queries recur less)",
     ),
+    fit_kernels: bool | None = opt(
+        None,
+        "--fit-kernels/--no-fit-kernels",
+        help="TK: start the kernel weights from a ridge fit to the listwise teacher's scores (else the relevant "
+        "documents) over training queries' candidates (default: the recipe's)",
+    ),
     pseudo_steps: int | None = opt(
         None,
         "--pseudo-steps",
@@ -188,6 +194,7 @@ def train_cmd(
         progress=progress,
         pseudo=pseudo,
         pseudo_steps=pseudo_steps,
+        fit_kernels=rec.fit_kernels if fit_kernels is None else fit_kernels,
     ).result
     typer.echo(
         json.dumps(

@@ -274,7 +274,9 @@ def test_spread_negatives_draw_documents_near_many_queries_less():
     texts = {"hub": "x"} | {f"d{q}-{j}": "x" for q in range(50) for j in range(10)}
     queries = {f"q{q}": "x" for q in range(50)}
     qrels = {f"q{q}": {f"d{q}-0": 1} for q in range(50)}
-    candidates = {f"q{q}": ["hub", *(f"d{q}-{j}" for j in range(10))] for q in range(50)}  # hub: near every query
+    candidates = {
+        f"q{q}": ["hub", *(f"d{q}-{j}" for j in range(10))] for q in range(50)
+    }  # hub: near every query
     data = TrainingData(texts, queries, qrels, candidates)
     counts = candidate_counts(data, sorted(queries), depth=100)
     assert counts["hub"] == 50 and counts["d3-4"] == 1
@@ -282,7 +284,9 @@ def test_spread_negatives_draw_documents_near_many_queries_less():
     def hub_share(counts):
         rng = random.Random(0)
         groups = [sample_group(data, f"q{i % 50}", 4, 100, rng, counts) for i in range(2000)]
-        assert all(len(set(g)) == 4 and g[0] == f"q{i % 50}".replace("q", "d") + "-0" for i, g in enumerate(groups))
+        assert all(
+            len(set(g)) == 4 and g[0] == f"q{i % 50}".replace("q", "d") + "-0" for i, g in enumerate(groups)
+        )
         return sum("hub" in g for g in groups) / len(groups)
 
     uniform, spread = hub_share(None), hub_share(counts)
@@ -296,3 +300,29 @@ def test_unknown_negative_sampling_is_refused(tiny_base, tmp_path):
     with pytest.raises(ValueError, match="not 'hardest'"):
         train(ranker, planted_data(), tmp_path / "x", cfg, progress=False)
     assert not (tmp_path / "x").exists()
+
+
+def test_kernel_weights_fitted_to_the_judgments_rank_the_planted_relevant_first(tiny_base, tmp_path):
+    from aheadrank.rankers.recipe import kernel_fit_lists, train_recipe
+
+    data = planted_data(7)
+    ranker = init_ranker("tk", base=tiny_base, tk_heads=4, max_doc_len=32)
+    layers = {n: p.detach().clone() for n, p in ranker.state_dict().items() if not n.startswith("dense")}
+    before = mean_rank_of_relevant(ranker, data)
+    cfg = TrainConfig(steps=0, val_queries=6, seed=1)
+    lists = kernel_fit_lists(data, cfg)
+    assert len(lists) == len(data.queries) - 6  # the held-out queries are not fitted on
+    assert all(t == [float(d.endswith("-rel")) for d in data.candidates[q][:30]] for (_, _, t), q in
+               zip(lists, sorted(set(data.queries) - set(split_val(data, cfg))), strict=True))  # fmt: skip
+    trained = train_recipe(ranker, data, tmp_path / "tk", cfg, progress=False, fine_tune=False, fit_kernels=True)
+    assert trained.kernel_fit["r2"] > 0.2 and trained.kernel_fit["queries"] == len(lists)
+    after = mean_rank_of_relevant(ranker, data)
+    assert after < 1.5 < before, (before, after)  # exact matches of the query's words, found by the fit alone
+    assert all(torch.equal(p, layers[n]) for n, p in ranker.state_dict().items() if n in layers)
+    assert load_ranker(tmp_path / "tk").config.extra["kernel_fit"] == trained.kernel_fit
+
+
+def split_val(data, cfg):
+    from aheadrank.rankers.training import split_queries
+
+    return split_queries(data, cfg.val_queries, cfg.seed)[1]
