@@ -8,6 +8,7 @@ model is saved as it is.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from aheadrank.rankers.training import (
 
 from aheadrank.errors import AheadrankError
 
+log = logging.getLogger("aheadrank.train")
 COMPRESSOR_INITS = ("random", "pca")  # PreTTR's compressor before training (PrettrRanker.init_compressor_pca)
 POOL_DOCS = 2048  # documents PreTTR's pooled map is fitted on
 KERNEL_FIT_QUERIES = 200  # training queries (never validation ones) TK's kernel weights are fitted on ...
@@ -163,11 +165,13 @@ def train_recipe(
     if pool_docs and model.kind == "prettr" and model.config.sim and not fitted:
         pool_fit = model.fit_pool_map(sample_texts(data.texts, pool_docs, cfg.seed), progress=progress)
         pool_fit["seconds"] = round(time.perf_counter() - t1, 1)
+        log.info("PreTTR pooled map fitted: %s", pool_fit)
     kernel_fit = None
     if fit_kernels and model.kind == "tk":
         t2 = time.perf_counter()
         kernel_fit = model.fit_kernel_weights(kernel_fit_lists(data, cfg))
         kernel_fit["seconds"] = round(time.perf_counter() - t2, 1)
+        log.info("TK kernel weights fitted: %s", kernel_fit)
     result = None
     record: dict[str, Any] = {}
     if pseudo_steps < 0:
