@@ -46,6 +46,7 @@ from scipy.stats import kendalltau
 from torch import Tensor
 
 from aheadrank.benchkit import cpu_sample, machine_info
+from aheadrank.errors import CheckpointError
 
 REPO = Path(__file__).resolve().parents[1]
 QUERY_PIECES = 16
@@ -665,6 +666,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if pats == ["all"]:
         pats = ["*"]
     args.rows = [r for r in CATALOGUE if any(fnmatch.fnmatchcase(r.name, p) for p in pats)]
+    for pat in pats:  # any other variant named exactly (e.g. tk-6l-base), after the catalogue's rows
+        if not any(c in pat for c in "*?[") and pat not in {r.name for r in args.rows}:
+            try:
+                args.rows.append(parse_variant(pat))
+            except CheckpointError as exc:
+                p.error(str(exc))
     if not args.rows:
         p.error(f"no row matches {pats}; rows: {', '.join(r.name for r in CATALOGUE)}")
     return args
