@@ -209,6 +209,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
     compressor_steps = (
         args.compressor_steps if variant.kind == "prettr" and variant.options["compress"] else 0
     )
+    fit_kernels = args.recipe.fits_kernels(variant.kind, variant.options.get("tk_base"))
     key = {
         "model": variant.model,
         "kind": variant.kind,
@@ -230,6 +231,8 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
             if variant.kind == "prettr" and variant.options["compress"] and args.compressor_init != "random"
             else {}
         ),
+        # TK from the base: its kernel weights ridge-fitted before training (the recipe's default)
+        **({"fit_kernels": True} if fit_kernels else {}),
         # PreTTR with sim: its pooled map fitted on this many documents (rankers/recipe.py)
         **({"pool_docs": POOL_DOCS} if variant.kind == "prettr" and variant.options.get("sim") else {}),
         "teacher": teacher["fingerprint"] if distil else None,
@@ -269,6 +272,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         teacher=teacher_model,
         progress=args.progress,
         fine_tune=cfg.steps > 0,
+        fit_kernels=fit_kernels and not resumed,  # a resumed run loads the fitted weights with the state
         extra={"train": {"steps": 0}},
     )
     result, comp_losses = done.result, done.compressor_losses

@@ -58,7 +58,15 @@ class Recipe:
     train_doc_len: int | None = None  # pieces per document while training (None: max_doc_len, what is read)
     fresh_lr: float | None = None  # lr of the parameters that start from scratch (None: the kind's lr)
     pseudo_steps: int = 0  # steps on title pseudo-queries before the judged ones (0: none)
-    fit_kernels: bool = False  # TK: kernel weights ridge-fitted to the teacher before training
+    # TK: kernel weights ridge-fitted to the teacher before training; None: for TK from the base only (ablation
+    # rows 13-14: over the base's 6 layers training from random kernel weights only hurt, the fit gives 0.627)
+    fit_kernels: bool | None = None
+
+    def fits_kernels(self, kind: str, tk_base: bool | None) -> bool:
+        """Whether a ranker of ``kind`` (TK: from the base or not) gets its kernel weights fitted."""
+        if kind != "tk":
+            return False
+        return self.fit_kernels if self.fit_kernels is not None else bool(tk_base)
 
     def lr_for(self, kind: str) -> float:
         return self.lr_tk if kind == "tk" else self.lr

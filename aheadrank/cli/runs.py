@@ -87,7 +87,7 @@ def train_cmd(
         None,
         "--fit-kernels/--no-fit-kernels",
         help="TK: start the kernel weights from a ridge fit to the listwise teacher's scores (else the relevant "
-        "documents) over training queries' candidates (default: the recipe's)",
+        "documents) over training queries' candidates (default: on for TK from the base, --tk-base)",
     ),
     pseudo_steps: int | None = opt(
         None,
@@ -194,7 +194,9 @@ def train_cmd(
         progress=progress,
         pseudo=pseudo,
         pseudo_steps=pseudo_steps,
-        fit_kernels=rec.fit_kernels if fit_kernels is None else fit_kernels,
+        fit_kernels=rec.fits_kernels(model.kind, model.config.tk_base)
+        if fit_kernels is None
+        else fit_kernels,
     ).result
     typer.echo(
         json.dumps(

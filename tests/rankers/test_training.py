@@ -314,7 +314,9 @@ def test_kernel_weights_fitted_to_the_judgments_rank_the_planted_relevant_first(
     assert len(lists) == len(data.queries) - 6  # the held-out queries are not fitted on
     assert all(t == [float(d.endswith("-rel")) for d in data.candidates[q][:30]] for (_, _, t), q in
                zip(lists, sorted(set(data.queries) - set(split_val(data, cfg))), strict=True))  # fmt: skip
-    trained = train_recipe(ranker, data, tmp_path / "tk", cfg, progress=False, fine_tune=False, fit_kernels=True)
+    trained = train_recipe(
+        ranker, data, tmp_path / "tk", cfg, progress=False, fine_tune=False, fit_kernels=True
+    )
     assert trained.kernel_fit["r2"] > 0.2 and trained.kernel_fit["queries"] == len(lists)
     after = mean_rank_of_relevant(ranker, data)
     assert after < 1.5 < before, (before, after)  # exact matches of the query's words, found by the fit alone
@@ -326,3 +328,18 @@ def split_val(data, cfg):
     from aheadrank.rankers.training import split_queries
 
     return split_queries(data, cfg.val_queries, cfg.seed)[1]
+
+
+def test_recipe_fits_tk_kernels_by_default_only_for_tk_from_the_base(tiny_base):
+    import dataclasses
+
+    from aheadrank.rankers.recipe import RECIPES
+
+    cpu = RECIPES["cpu"]
+    base_tk = init_ranker("tk", base=tiny_base, tk_layers=1, tk_base=True, max_doc_len=32)
+    scratch_tk = init_ranker("tk", base=tiny_base, tk_heads=4, max_doc_len=32)
+    mores = init_ranker("mores", base=tiny_base, ibs=1, max_doc_len=32)
+    fits = [cpu.fits_kernels(m.kind, m.config.tk_base) for m in (base_tk, scratch_tk, mores)]
+    assert fits == [True, False, False]
+    assert not dataclasses.replace(cpu, fit_kernels=False).fits_kernels("tk", True)
+    assert not dataclasses.replace(cpu, fit_kernels=True).fits_kernels("mores", None)
