@@ -202,7 +202,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
     from aheadrank.rankers.base_model import resolve_base
     from aheadrank.rankers.checkpoint import read_fingerprint
     from aheadrank.rankers.recipe import POOL_DOCS, train_recipe
-    from aheadrank.rankers.training import loss_ends
+    from aheadrank.rankers.training import loss_ends, state_file
 
     cfg = train_config(args, variant.kind)
     distil = teacher is not None and cfg.distill_weight > 0
@@ -246,7 +246,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
     if meta and meta.get("key") == key and (ckpt / "fingerprint.json").is_file():
         stage(f"train {variant.model}: cached {ckpt} ({meta['train_seconds']:.1f} s when trained)")
         return {**meta, "cached": True}
-    state = ckpt.parent / f"{ckpt.name}.train-state.pt"
+    state = state_file(ckpt)
     resumed = state.is_file()
     stage(
         f"train {variant.model}: {cfg.steps} steps × {cfg.queries_per_step} groups of {cfg.group_size}, "

@@ -233,6 +233,12 @@ def doc_len_limited(ranker: Ranker, doc_len: int | None) -> Iterator[None]:
         text.max_doc_len = before
 
 
+def state_file(out: str | Path) -> Path:
+    """Where a run into checkpoint ``out`` keeps its resumable state (``OUT.train-state.pt``, beside it)."""
+    out = Path(out)
+    return out.parent / f"{out.name}.train-state.pt"
+
+
 def train(
     ranker: Ranker,
     data: TrainingData,
@@ -268,7 +274,7 @@ def _train(
     from tqdm.auto import tqdm
 
     out = Path(out)
-    state_path = out.parent / f"{out.name}.train-state.pt"
+    state_path = state_file(out)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     train_q, val_q = split_queries(data, cfg.val_queries, cfg.seed)
