@@ -52,6 +52,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from aheadrank.rankers.training import NEGATIVE_SAMPLING  # noqa: E402
 from aheadrank.rankers.variants import CATALOGUE as ALL_RANKERS  # noqa: E402  (the one registry; was defined here)
 from aheadrank.rankers.variants import Variant, match_variants, parse_variant  # noqa: E402
 
@@ -272,7 +273,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         teacher=teacher_model,
         progress=args.progress,
         fine_tune=cfg.steps > 0,
-        fit_kernels=fit_kernels and not resumed,  # a resumed run loads the fitted weights with the state
+        fit_kernels=fit_kernels,
         extra={"train": {"steps": 0}},
     )
     result, comp_losses = done.result, done.compressor_losses
@@ -1026,7 +1027,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--negatives",
-        choices=("uniform", "spread"),
+        choices=NEGATIVE_SAMPLING,
         default="uniform",
         help="negative sampling: uniform over the BM25 top 100, or spread (weight 1 / how many training queries "
         "have the document as a candidate)",

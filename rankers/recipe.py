@@ -23,6 +23,7 @@ from aheadrank.rankers.training import (
     TrainResult,
     loss_ends,
     pretrain_compressor,
+    state_file,
     train,
 )
 
@@ -175,7 +176,8 @@ def train_recipe(
         pool_fit["seconds"] = round(time.perf_counter() - t1, 1)
         log.info("PreTTR pooled map fitted: %s", pool_fit)
     kernel_fit = None
-    if fit_kernels and model.kind == "tk":
+    # a resumed run loads the fitted weights with its state: no second fit
+    if fit_kernels and model.kind == "tk" and not state_file(out).is_file():
         t2 = time.perf_counter()
         kernel_fit = model.fit_kernel_weights(kernel_fit_lists(data, cfg))
         kernel_fit["seconds"] = round(time.perf_counter() - t2, 1)

@@ -118,7 +118,7 @@ def train_cmd(
     every option not given comes from the measured recipe (--recipe)."""
     from aheadrank.rankers import init_ranker, load_ranker
     from aheadrank.rankers.recipe import check_compressor_init, recipe_for, train_recipe
-    from aheadrank.rankers.training import NEGATIVE_SAMPLING, TrainConfig, state_file
+    from aheadrank.rankers.training import NEGATIVE_SAMPLING, TrainConfig
     from aheadrank.runs import build_pseudo_training_data, build_training_data
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -194,11 +194,9 @@ def train_cmd(
         progress=progress,
         pseudo=pseudo,
         pseudo_steps=pseudo_steps,
-        # a resumed run loads the fitted weights with its state: no second fit
-        fit_kernels=(
-            rec.fits_kernels(model.kind, model.config.tk_base) if fit_kernels is None else fit_kernels
-        )
-        and not state_file(out).is_file(),
+        fit_kernels=rec.fits_kernels(model.kind, model.config.tk_base)
+        if fit_kernels is None
+        else fit_kernels,
     ).result
     typer.echo(
         json.dumps(
