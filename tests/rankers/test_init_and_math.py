@@ -13,7 +13,13 @@ from aheadrank.rankers import init_ranker
 from aheadrank.rankers.base_model import load_base
 from aheadrank.rankers.checkpoint import build_ranker
 from aheadrank.rankers.config import RankerConfig
-from aheadrank.rankers.tk import KERNEL_MU, KERNEL_SIGMA, kernel_features, kernel_features_reference
+from aheadrank.rankers.tk import (
+    KERNEL_MU,
+    KERNEL_SIGMA,
+    cosines,
+    kernel_features,
+    kernel_features_reference,
+)
 
 from aheadrank.errors import CheckpointError
 
@@ -210,6 +216,29 @@ def test_tk_fused_kernels_keep_scores_and_gradients(tiny_base):
     log_feat, _ = kernel_features(m, q_mask, d_mask, r.mu, KERNEL_SIGMA)
     log_feat.sum().backward()
     assert m.grad is not None and m.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("bq", [1, 5])
+def test_tk_cosines_layout_and_out(bq):
+    """``cosines`` is q·dᵀ as [B, Tq, Td] (a view of [B, Td, Tq] storage), for one query broadcast over the
+    documents and for one query per document, into a given buffer or a new one, with gradients when no
+    buffer is given; the kernel features of that view equal those of a contiguous copy."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.nn.functional.normalize(torch.randn(bq, 7, 24, generator=g), dim=-1)
+    d = torch.nn.functional.normalize(torch.randn(5, 11, 24, generator=g), dim=-1)
+    want = torch.einsum("bqn,btn->bqt", q.expand(5, -1, -1), d)
+    buf = torch.empty(5, 11, 7)
+    for got in (cosines(q, d), cosines(q, d, out=buf)):
+        assert got.shape == (5, 7, 11) and got.stride() == (77, 1, 7)
+        torch.testing.assert_close(got, want)
+    assert cosines(q.clone().requires_grad_(True), d).requires_grad
+    d_mask = torch.arange(11)[None, :] < torch.tensor([11, 3, 7, 1, 9])[:, None]
+    q_mask = torch.ones(1, 7, dtype=torch.bool)
+    mu = torch.tensor(KERNEL_MU)
+    view = kernel_features(buf.transpose(1, 2), q_mask, d_mask, mu, KERNEL_SIGMA)
+    dense = kernel_features(want.contiguous(), q_mask, d_mask, mu, KERNEL_SIGMA)
+    for a, b in zip(view, dense, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_tk_document_vectors_are_unit_norm(tiny_base):
