@@ -188,14 +188,11 @@ def cosines(q: Tensor, d: Tensor, out: Tensor | None = None) -> Tensor:
     of B small ones (2.5x faster at Td = 128); the kernel stage's element-wise passes keep that layout and its
     ``Σ_j`` reduces over the strided axis."""
     b, td, tq = d.shape[0], d.shape[1], q.shape[1]
-    if out is not None and q.shape[0] == 1:
-        torch.mm(d.reshape(-1, d.shape[-1]), q[0].T, out=out.view(-1, tq))
-    elif out is not None:
-        torch.bmm(d, q.transpose(1, 2), out=out)
-    elif q.shape[0] == 1:  # no out=: autograd (training) goes through here
-        out = (d.reshape(-1, d.shape[-1]) @ q[0].T).view(b, td, tq)
+    if q.shape[0] == 1:  # out=None allocates (and keeps autograd: training goes through here)
+        flat = None if out is None else out.view(-1, tq)
+        out = torch.mm(d.reshape(-1, d.shape[-1]), q[0].T, out=flat).view(b, td, tq)
     else:
-        out = torch.bmm(d, q.transpose(1, 2))
+        out = torch.bmm(d, q.transpose(1, 2), out=out)
     return out.transpose(1, 2)
 
 
