@@ -87,7 +87,7 @@ TK_FLOOR_TARGET = 4.0
 
 
 def floor_target(row: dict) -> float:
-    return TK_FLOOR_TARGET if row["ranker"].startswith("tk-") else FLOOR_TARGET
+    return TK_FLOOR_TARGET if row["kind"] == "tk" else FLOOR_TARGET
 
 
 # ---- analytic FLOPs (matmuls only, 2·m·k·n each) ------------------------------------------------------------
