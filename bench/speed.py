@@ -105,20 +105,32 @@ def layer_flops(t: int, n: int, f: int) -> int:
     return 4 * lin(t, n, n) + attend(t, t, n) + lin(t, n, f) + lin(t, f, n)
 
 
-def cls_layer_flops(t: int, n: int, f: int) -> int:
-    """A BERT layer computing only the [CLS] row: K, V over all t tokens; Q, attention, O, FFN for one row."""
-    return 2 * lin(t, n, n) + 2 * lin(1, n, n) + attend(1, t, n) + lin(1, n, f) + lin(1, f, n)
+def one_row_query(n: int) -> int:
+    """[CLS]'s query and, per head, the key map folded into it (u_h = W_khᵀ·q_h): ``Attention.one_row_context``."""
+    return 2 * lin(1, n, n)
+
+
+def one_row_rest(t: int, n: int, f: int, heads: int) -> int:
+    """The rest of a [CLS]-only layer over t tokens: per head the scores u_h·x_j and the weighted sum Σ_j p_j·x_j
+    (2·heads·t·n each), the value map after the sum, O, FFN for one row. No token is projected to a key or value."""
+    return 4 * heads * t * n + 2 * lin(1, n, n) + lin(1, n, f) + lin(1, f, n)
+
+
+def cls_layer_flops(t: int, n: int, f: int, heads: int) -> int:
+    """A BERT layer computing only the [CLS] row, as ``Attention.one_row_context`` does it."""
+    return one_row_query(n) + one_row_rest(t, n, f, heads)
 
 
 def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) -> dict:
     """FLOPs of one timed query: ``query_state`` once, per-chunk work, per-document ``score_batch`` work."""
     c = ranker.config
     n, f, L = c.hidden, int(c.bert["intermediate_size"]), c.n_layers
+    heads = int(c.bert["num_attention_heads"])
     query = per_chunk = per_doc = exps = 0
     head = lin(1, n, 1)
     if ranker.kind == "bert":
         t = tq + td
-        per_doc = (L - 1) * layer_flops(t, n, f) + cls_layer_flops(t, n, f) + head
+        per_doc = (L - 1) * layer_flops(t, n, f) + cls_layer_flops(t, n, f, heads) + head
     elif ranker.kind == "mores":
         K = c.ibs
         query = (L - K) * layer_flops(tq, n, f) + lin(tq, n, n)  # query module + IB 1's cross-attention Q
@@ -129,18 +141,18 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
                 per_doc += lin(tq, n, n)  # cross-attention Q of IB k (depends on the document)
             per_doc += attend(tq, td, n) + lin(tq, n, n)  # cross-attention + output projection
             last_cls = k == K - 1 and c.pooling == "cls"
-            per_doc += cls_layer_flops(tq, n, f) if last_cls else layer_flops(tq, n, f)
+            per_doc += cls_layer_flops(tq, n, f, heads) if last_cls else layer_flops(tq, n, f)
         per_doc += head
     elif ranker.kind == "prettr":
         split, e = c.layer, c.compress
         query = split * layer_flops(tq, n, f)
         per_doc = lin(td, e, n) if e else 0  # decompression
         if split == L - 1:
-            per_chunk = 2 * lin(tq, n, n) + lin(1, n, n)  # the query's K, V and [CLS]'s Q, once per batch
-            per_doc += 2 * lin(td, n, n) + attend(1, tq + td, n) + lin(1, n, n) + lin(1, n, f) + lin(1, f, n)
+            per_chunk = one_row_query(n)  # [CLS] is the query's: its folded query once per batch
+            per_doc += one_row_rest(tq + td, n, f, heads)
         else:
             t = tq + td
-            per_doc += (L - 1 - split) * layer_flops(t, n, f) + cls_layer_flops(t, n, f)
+            per_doc += (L - 1 - split) * layer_flops(t, n, f) + cls_layer_flops(t, n, f, heads)
         per_doc += head
     elif ranker.kind == "tk":
         f_tk = c.tk_ffn or n

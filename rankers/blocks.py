@@ -207,6 +207,48 @@ class Attention(nn.Module):
         b, _, tq, _ = ctx.shape
         return ctx.transpose(1, 2).reshape(b, tq, -1)
 
+    def context_and_mean(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """:meth:`context` [B, Tq, n] and the mean of v over the unmasked keys [B, n], in one pass: one zero
+        query row more, whose scores are all 0 and whose weights are therefore uniform over the unmasked
+        keys. The mean is read from the block of keys and values the attention widens anyway, instead of a
+        second pass over every candidate's stored values (MORES' similarity residual: ``mean_d V``)."""
+        if mask is not None and mask.shape[-2] != 1:
+            raise ValueError("context_and_mean needs a key mask that is the same for every query row")
+        ctx = self.context(torch.cat([q, q.new_zeros(*q.shape[:2], 1, q.shape[3])], 2), k, v, mask)
+        return ctx[:, :-1], ctx[:, -1]
+
+    def one_row_context(self, x_row: Tensor, x: Tensor, mask: Tensor | None) -> Tensor:
+        """softmax(q·Kᵀ/√dh)·V for one query row per sequence, without projecting x [B, T, n] to keys and
+        values: q = Wq·x_row + bq (x_row [Bq, 1, n], Bq = 1 broadcasts), mask [B or 1, 1, 1, T] -> [B, 1, n].
+
+        Per head the key map is folded into the query, u_h = W_khᵀ·q_h / √dh (:meth:`folded_query`:
+        q_h·(W_kh·x_j + b_kh) is u_h·x_j plus a constant over j, which the softmax drops), and the value map is
+        applied after the weighted sum (:meth:`folded_values`: Σ_j p_j·(W_vh·x_j + b_vh) = W_vh·Σ_j p_j·x_j +
+        b_vh). That is 4·H·T·n multiply-adds per sequence for the scores and the sum instead of the 4·T·n² of
+        projecting every token's key and value: the [CLS]-only last layer of bert, PreTTR and MORES' last
+        interaction block."""
+        scores = self.folded_query(x_row) @ x.transpose(1, 2)  # [B, H, T]; Bq = 1 broadcasts
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, :, 0], float("-inf"))
+        return self.folded_values(torch.bmm(self.attention_dropout(scores.softmax(-1)), x))
+
+    def folded_query(self, x_row: Tensor) -> Tensor:
+        """x_row [Bq, 1, n] -> u [Bq, H, n], u_h = W_khᵀ·(W_qh·x_row + b_qh) / √dh: a token's score under head h
+        is u_h·x_j (up to a constant over the tokens)."""
+        h, dh, n = self.heads, self.head_dim, x_row.shape[-1]
+        q = self.self.query(x_row[:, 0]).view(-1, h, dh)
+        return torch.einsum("bhd,hdn->bhn", q, self.self.key.weight.view(h, dh, n)) * dh**-0.5
+
+    def folded_values(self, weighted: Tensor) -> Tensor:
+        """Per head the probability-weighted sum of the tokens' states [B, H, n] -> the context [B, 1, n]
+        (W_vh·Σ_j p_j·x_j + b_vh)."""
+        h, dh = self.heads, self.head_dim
+        ctx = torch.einsum("bhn,hdn->bhd", weighted, self.self.value.weight.view(h, dh, weighted.shape[-1]))
+        return (ctx + self.self.value.bias.view(h, dh)).reshape(weighted.shape[0], 1, h * dh)
+
+    def attention_dropout(self, p: Tensor) -> Tensor:
+        return F.dropout(p, self.attn_dropout, self.training)
+
     def probs(self, q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
         """Attention probabilities [B, h, Tq, Tk] (for PreTTR's attention-MSE loss)."""
         kh = self.split(k)
@@ -229,12 +271,16 @@ class Attention(nn.Module):
         ``q`` is an already-projected query (e.g. computed once per request and broadcast over documents).
         """
         xq = x if rows is None else x[:, rows]
-        if kv is None:
-            kv = self.project_kv(x if source is None else source)
-        if q is None:
-            q = self.project_q(xq)
         if mask is not None and rows is not None and mask.shape[-2] != 1:
             mask = mask[..., rows, :]
+        src = x if source is None else source
+        if kv is None and q is None and xq.shape[1] == 1 and xq.shape[0] in (1, src.shape[0]):
+            # one row ([CLS] only): keys and values folded away (one_row_context)
+            return self.output(self.one_row_context(xq, src, mask), xq)
+        if kv is None:
+            kv = self.project_kv(src)
+        if q is None:
+            q = self.project_q(xq)
         ctx = self.context(q, kv[0], kv[1], mask)
         return self.output(ctx, xq)
 
@@ -282,11 +328,21 @@ class InteractionBlock(nn.Module):
         d_mask: Tensor,
         q_proj: Tensor | None = None,
         cls_only: bool = False,
-    ) -> Tensor:
+        mean_values: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """q_states [Bq, Tq, n] (Bq = 1 broadcasts over the B documents), doc_kv [B, Td, n] each,
-        masks [Bq, Tq] / [B, Td]. Returns [B, Tq, n], or [B, 1, n] with ``cls_only``."""
-        qx = self.cross(q_states, key_mask(d_mask), kv=doc_kv, q=q_proj)
-        return self.layer(qx, key_mask(q_mask), rows=slice(0, 1) if cls_only else None)
+        masks [Bq, Tq] / [B, Td]. Returns [B, Tq, n], or [B, 1, n] with ``cls_only``; with ``mean_values`` also
+        the mean of the stored values over each document's tokens [B, n], computed by the cross-attention's own
+        pass (:meth:`Attention.context_and_mean`)."""
+        cross, mean_v = self.cross, None
+        if mean_values:
+            q = cross.project_q(q_states) if q_proj is None else q_proj
+            ctx, mean_v = cross.context_and_mean(q, doc_kv[0], doc_kv[1], key_mask(d_mask))
+            qx = cross.output(ctx, q_states)
+        else:
+            qx = cross(q_states, key_mask(d_mask), kv=doc_kv, q=q_proj)
+        out = self.layer(qx, key_mask(q_mask), rows=slice(0, 1) if cls_only else None)
+        return (out, mean_v) if mean_values else out
 
 
 class SimilarityResidual(nn.Module):

@@ -11,6 +11,8 @@
   document (D·Wv + bv, what S2 stores), q̄ = the query states carried through the IBs' own layers without
   the cross-attention (query-only, once per query), mean-pooled, and A the same value map. mean_d V =
   A(mean_d D), so before training (w = 0) the score is the base bi-encoder's similarity seen through A.
+  mean_d V is read off the last IB's cross-attention pass itself (one zero query row more, whose weights
+  are uniform over the document's tokens: ``InteractionBlock(mean_values=True)``), not a second pass over V.
 
 Strategies (what the store keeps): ``s1`` the document states D (field ``doc``); ``s2`` per IB k the
 cross-attention projections D·Wk+bk and D·Wv+bv (fields ``k{k}``, ``v{k}``, k from 1), so the online path
@@ -115,14 +117,18 @@ class MoresRanker(Ranker):
         q_sim: Tensor | None = None,
     ) -> Tensor:
         cls_pool = self.config.pooling == "cls"
-        x = q
+        x, mean_v = q, None
         for k, ib in enumerate(self.ibs):
             last = k == len(self.ibs) - 1
-            x = ib(x, q_mask, kv[k], d_mask, q_proj=q_proj if k == 0 else None, cls_only=last and cls_pool)
+            how = {"q_proj": q_proj if k == 0 else None, "cls_only": last and cls_pool}
+            if last and self.config.sim:  # the residual's mean_d V, from the last IB's cross-attention pass
+                x, mean_v = ib(x, q_mask, kv[k], d_mask, mean_values=True, **how)
+            else:
+                x = ib(x, q_mask, kv[k], d_mask, **how)
         pooled = x[:, 0] if cls_pool else masked_mean(x, q_mask)
         score = self.head(pooled).squeeze(-1)
         if self.config.sim:
-            score = score + self.sim(q_sim, masked_mean(kv[-1][1], d_mask, q_sim.dtype))
+            score = score + self.sim(q_sim, mean_v)
         return score
 
     def stored_kv(self, fields: dict[str, Tensor]) -> list[tuple[Tensor, Tensor]]:

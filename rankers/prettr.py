@@ -98,11 +98,9 @@ class PrettrRanker(Ranker):
         mask = key_mask(torch.cat([q_mask.expand(b, -1), d_mask], 1))
         last = self.encoder.layer[L - 1]
         if split == L - 1 and q.shape[0] == 1:
-            # the query half is the same for every document: its keys/values and the [CLS] row are computed once
-            kq, vq = last.attention.project_kv(q)
-            kd, vd = last.attention.project_kv(s)
-            kv = (torch.cat([kq.expand(b, -1, -1), kd], 1), torch.cat([vq.expand(b, -1, -1), vd], 1))
-            x = last.ffn(last.attention(q[:, :1], mask, kv=kv))
+            # [CLS] is the query's own row, the same for every document: its query, with layer L's key map
+            # folded into it (Attention.one_row_context), is computed once; no token is projected to a key or value
+            x = last.ffn(last.attention(q[:, :1], mask, source=torch.cat([q.expand(b, -1, -1), s], 1)))
         else:
             x = torch.cat([q.expand(b, -1, -1), s], 1)
             x = self.encoder.run(x, mask, split, L - 1)
@@ -120,22 +118,34 @@ class PrettrRanker(Ranker):
     def upper_from_stored(
         self, q: Tensor, q_mask: Tensor, r: Tensor, d_mask: Tensor, q_pool: Tensor | None
     ) -> Tensor:
-        """:meth:`upper` for l = L−1 from the stored field (float16, or int8 + scales): a block of documents
-        at a time is widened, decompressed and projected to layer L's keys/values, written straight into the
-        [query; document] key/value buffers (no float32 copy of the field, of ŝ, or a concatenation)."""
+        """:meth:`upper` for l = L−1 from the stored field (float16, or int8 + scales), a block of documents at
+        a time while it is in cache: widened, decompressed, scored by [CLS]'s folded query and summed
+        (``Attention.one_row_context``, written out here so that the query tokens' part, the same for every
+        document, is computed once and never copied beside each document's; the residual's mean of ŝ is one
+        more row of the same sum). No float32 copy of every candidate's field, of ŝ or of a [query; document]
+        concatenation, and no keys or values."""
         last = self.encoder.layer[self.config.n_layers - 1]
-        b, td = r.shape[:2]
-        tq, n = q.shape[1], q.shape[2]
-        kq, vq = last.attention.project_kv(q)
-        k, v = q.new_empty(b, tq + td, n), q.new_empty(b, tq + td, n)
-        k[:, :tq], v[:, :tq] = kq, vq
+        att = last.attention
+        b, tq = r.shape[0], q.shape[1]
+        u = att.folded_query(q[:, :1])[0]  # [H, n]
+        q_scores = (q[0] @ u.T).T.masked_fill(~q_mask[0], float("-inf"))  # [H, tq], every document's
+        weighted = q.new_empty(b, u.shape[0], q.shape[2])
         pooled = []
         for rows, block in widened(r, q.dtype):
-            s = self.decompress(block)
-            k[rows, tq:], v[rows, tq:] = last.attention.project_kv(s)
-            pooled.append(self.pooled_docs(s, d_mask[rows]))
-        mask = key_mask(torch.cat([q_mask.expand(b, -1), d_mask], 1))
-        score = self.head(last.ffn(last.attention(q[:, :1], mask, kv=(k, v)))[:, 0]).squeeze(-1)
+            s = self.decompress(block)  # [nb, td, n]
+            nb = s.shape[0]
+            d_scores = u @ s.transpose(1, 2)  # [nb, H, td]
+            d_scores = d_scores.masked_fill(~d_mask[rows, None, :], float("-inf"))
+            p = att.attention_dropout(torch.cat([q_scores.expand(nb, -1, -1), d_scores], -1).softmax(-1))
+            p_d = p[..., tq:]
+            if self.config.sim:  # pooled_docs as one more row of the same sum: 1/|d| on each document token
+                keep = d_mask[rows, None, :].to(p.dtype)
+                p_d = torch.cat([p_d, keep / keep.sum(-1, keepdim=True).clamp(min=1.0)], 1)
+            summed = torch.bmm(p_d, s)  # [nb, H (+1), n]
+            weighted[rows] = summed[:, : u.shape[0]] + p[..., :tq] @ q[0]
+            if self.config.sim:
+                pooled.append(summed[:, -1])
+        score = self.head(last.ffn(att.output(att.folded_values(weighted), q[:, :1]))[:, 0]).squeeze(-1)
         return self.with_sim(score, q_pool, torch.cat(pooled) if self.config.sim else None)
 
     def joint_lower(

@@ -339,3 +339,51 @@ def test_prettr_compressor_pca_init_reconstructs_the_states(tiny_base):
         assert after < bound and after < 0.5 * before, (e, before, after)
         assert record["kind"] == "pca" and 0 < record["explained"] <= 1.0 + 1e-9
         assert r.config.extra["compressor_init"] == record
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_attention_reads_the_mean_of_the_values_off_its_own_pass(dtype, monkeypatch):
+    """context_and_mean = (context, masked mean of v): the zero query row weighs every unmasked key alike and
+    no padded one, also from float16 values widened a few documents at a time and with garbage in the padding."""
+    from aheadrank.rankers import blocks
+    from aheadrank.rankers.base import masked_mean
+
+    monkeypatch.setattr(blocks, "STORED_BLOCK_MIN_DOCS", 2)
+    monkeypatch.setattr(blocks, "STORED_BLOCK_VALUES", 1)
+    torch.manual_seed(0)
+    attn = blocks.Attention(32, 4, 1e-12, 0.0, 0.0).eval()
+    b, tq, td = 5, 3, 7
+    mask = torch.arange(td)[None, :] < torch.tensor([7, 1, 4, 6, 2])[:, None]
+    k, v = torch.randn(b, td, 32), torch.randn(b, td, 32)
+    k[~mask], v[~mask] = 1e3, -1e3  # padding the mean must not see
+    k, v = k.to(dtype), v.to(dtype)
+    q = attn.project_q(torch.randn(1, tq, 32))
+    with torch.no_grad():
+        ctx, mean_v = attn.context_and_mean(q, k, v, blocks.key_mask(mask))
+        want_ctx = attn.context(q, k, v, blocks.key_mask(mask))
+    assert ctx.shape == (b, tq, 32) and mean_v.shape == (b, 32)
+    torch.testing.assert_close(ctx, want_ctx, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mean_v, masked_mean(v.float(), mask), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="same for every query row"):
+        attn.context_and_mean(q, k, v, torch.ones(b, 1, tq, td, dtype=torch.bool))
+
+
+def test_one_row_attention_folds_the_projections_exactly():
+    """A layer's [CLS]-only pass (keys and values folded into the query: Attention.one_row_context) = row 0 of
+    the full layer, with padding, one query row per sequence or one broadcast over all, and the same gradients."""
+    from aheadrank.rankers import blocks
+
+    torch.manual_seed(0)
+    layer = blocks.TransformerLayer(32, 4, 64, 1e-12, 0.0, 0.0).double().eval()
+    x = torch.randn(3, 6, 32, dtype=torch.float64, requires_grad=True)
+    mask = blocks.key_mask(torch.arange(6)[None, :] < torch.tensor([6, 2, 4])[:, None])
+    full = layer(x, mask)[:, :1]
+    one = layer(x, mask, rows=slice(0, 1))
+    torch.testing.assert_close(one, full, rtol=1e-10, atol=1e-10)
+    (g_full,) = torch.autograd.grad(full.square().sum(), x)
+    (g_one,) = torch.autograd.grad(one.square().sum(), x)
+    torch.testing.assert_close(g_one, g_full, rtol=1e-10, atol=1e-10)
+    att = layer.attention
+    row = torch.randn(1, 1, 32, dtype=torch.float64)  # one query row broadcast over the three sequences
+    want = att.context(att.project_q(row), *att.project_kv(x), mask)
+    torch.testing.assert_close(att.one_row_context(row, x, mask), want, rtol=1e-10, atol=1e-10)
