@@ -343,7 +343,7 @@ def test_prettr_compressor_pca_init_reconstructs_the_states(tiny_base):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_attention_reads_the_mean_of_the_values_off_its_own_pass(dtype, monkeypatch):
-    """context_and_mean = (context, masked mean of v): the zero query row weighs every unmasked key alike and
+    """context_and_mean = [context; masked mean of v]: the zero query row weighs every unmasked key alike and
     no padded one, also from float16 values widened a few documents at a time and with garbage in the padding."""
     from aheadrank.rankers import blocks
     from aheadrank.rankers.base import masked_mean
@@ -359,7 +359,8 @@ def test_attention_reads_the_mean_of_the_values_off_its_own_pass(dtype, monkeypa
     k, v = k.to(dtype), v.to(dtype)
     q = attn.project_q(torch.randn(1, tq, 32))
     with torch.no_grad():
-        ctx, mean_v = attn.context_and_mean(q, k, v, blocks.key_mask(mask))
+        both = attn.context_and_mean(q, k, v, blocks.key_mask(mask))
+        ctx, mean_v = both[:, :-1], both[:, -1]
         want_ctx = attn.context(q, k, v, blocks.key_mask(mask))
     assert ctx.shape == (b, tq, 32) and mean_v.shape == (b, 32)
     torch.testing.assert_close(ctx, want_ctx, rtol=1e-5, atol=1e-5)
