@@ -134,12 +134,24 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
     elif ranker.kind == "mores":
         K = c.ibs
         query = (L - K) * layer_flops(tq, n, f) + lin(tq, n, n)  # query module + IB 1's cross-attention Q
+        # S1 online: D's key and value maps folded into the queries where h·Tq < n (Attention.context_of)
+        folded = ranker.strategy == "s1" and heads * tq < n
+        if folded:
+            per_chunk += lin(
+                tq, n, n
+            )  # IB 1's key map folded into its (query-only) rows, once per score_batch
         for k in range(K):
-            if ranker.strategy == "s1":
-                per_doc += 2 * lin(td, n, n)  # D -> K, V online
             if k > 0:
                 per_doc += lin(tq, n, n)  # cross-attention Q of IB k (depends on the document)
-            per_doc += attend(tq, td, n) + lin(tq, n, n)  # cross-attention + output projection
+            if folded:
+                if k > 0:
+                    per_doc += lin(tq, n, n)  # IB k's key map folded into its rows
+                per_doc += 2 * lin(heads * tq, n, td) + lin(tq, n, n)  # per head and row: scores, sums; V map
+            else:
+                if ranker.strategy == "s1":
+                    per_doc += 2 * lin(td, n, n)  # D -> K, V online
+                per_doc += attend(tq, td, n)
+            per_doc += lin(tq, n, n)  # cross-attention output projection
             last_cls = k == K - 1 and c.pooling == "cls"
             per_doc += cls_layer_flops(tq, n, f, heads) if last_cls else layer_flops(tq, n, f)
         per_doc += head

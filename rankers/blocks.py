@@ -211,7 +211,20 @@ class Attention(nn.Module):
         b, _, tq, _ = ctx.shape
         return ctx.transpose(1, 2).reshape(b, tq, -1)
 
-    def context_and_mean(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    def context_of(self, q: Tensor, source: tuple[Tensor, Tensor] | Tensor, mask: Tensor | None) -> Tensor:
+        """:meth:`context` from given keys and values ``(k, v)`` (Reuse-S2), or from the states ``x`` [B, T, n]
+        they are projected from (Reuse-S1): folded (:meth:`folded_context`) where that is fewer multiply-adds,
+        heads·Tq < n, else x projected to keys and values."""
+        if isinstance(source, tuple):
+            return self.context(q, *source, mask)
+        if self.heads * q.shape[2] < source.shape[-1]:
+            return self.folded_context(q, source, mask)
+        x = source.to(q.dtype)
+        return self.context(q, *self.project_kv(x), mask)
+
+    def context_and_mean(
+        self, q: Tensor, source: tuple[Tensor, Tensor] | Tensor, mask: Tensor | None
+    ) -> Tensor:
         """[B, Tq + 1, n]: :meth:`context` of the Tq query rows, then the mean of v over the unmasked keys, in
         one pass: one zero query row more, whose scores are all 0 and whose weights are therefore uniform over
         the unmasked keys. The mean is read from the block of keys and values the attention widens anyway,
@@ -220,7 +233,36 @@ class Attention(nn.Module):
         GEMM (:meth:`InteractionBlock.forward`)."""
         if mask is not None and mask.shape[-2] != 1:
             raise ValueError("context_and_mean needs a key mask that is the same for every query row")
-        return self.context(torch.cat([q, q.new_zeros(*q.shape[:2], 1, q.shape[3])], 2), k, v, mask)
+        return self.context_of(torch.cat([q, q.new_zeros(*q.shape[:2], 1, q.shape[3])], 2), source, mask)
+
+    def folded_context(self, q: Tensor, x: Tensor, mask: Tensor | None) -> Tensor:
+        """:meth:`context` from the states x [B, T, n] the keys and values would be projected from, without
+        projecting them: q [Bq, h, Tq, dh] (Bq = 1 broadcasts), mask [B, 1, 1, T] -> [B, Tq, n]. Per head and
+        query row the key map is folded into the query (:meth:`fold_keys`) and the value map applied after the
+        weighted sum (:meth:`folded_values`): 4·h·Tq·T·n multiply-adds for the scores and sums plus Tq·n² for
+        the value map, against 4·T·n² + 4·Tq·T·n, fewer whenever h·Tq < n and T > 2·Tq (MORES S1's
+        cross-attention: 12 heads × 19 rows = 228 < 384). A float16/bfloat16/int8 x is widened a block of
+        documents at a time (:func:`widened`), as :meth:`context` widens stored keys and values."""
+        bq, h, tq, _ = q.shape
+        u = self.fold_keys(q).reshape(bq, h * tq, -1)  # once per call, not per block
+        if x.dtype == q.dtype or x.device.type != "cpu":
+            return self._folded_block(u, x.to(q.dtype), mask, h)
+        out = q.new_empty(x.shape[0], tq, x.shape[2])
+        for rows, block in widened(x, q.dtype):
+            part = None if mask is None else mask[rows]
+            out[rows] = self._folded_block(u if bq == 1 else u[rows], block, part, h)
+        return out
+
+    def _folded_block(self, u: Tensor, x: Tensor, mask: Tensor | None, h: int) -> Tensor:
+        """:meth:`folded_context` of documents x [B, T, n] for folded queries u [Bq, h·Tq, n]."""
+        b, t, n = x.shape
+        scores = u @ x.transpose(1, 2)  # [B, h·Tq, T]; Bq = 1 broadcasts
+        if mask is not None:  # an additive [B, 1, T] bias (a masked_fill over a broadcast mask is far slower)
+            scores = scores + torch.zeros(b, 1, t, dtype=scores.dtype, device=x.device).masked_fill_(
+                ~mask[:, 0], float("-inf")
+            )
+        weighted = torch.bmm(self.attention_dropout(scores.softmax(-1)), x)  # [B, h·Tq, n]
+        return self.folded_values(weighted.view(b, h, -1, n))
 
     def one_row_context(self, x_row: Tensor, x: Tensor, mask: Tensor | None) -> Tensor:
         """softmax(q·Kᵀ/√dh)·V for one query row per sequence, without projecting x [B, T, n] to keys and
@@ -240,16 +282,25 @@ class Attention(nn.Module):
     def folded_query(self, x_row: Tensor) -> Tensor:
         """x_row [Bq, 1, n] -> u [Bq, H, n], u_h = W_khᵀ·(W_qh·x_row + b_qh) / √dh: a token's score under head h
         is u_h·x_j (up to a constant over the tokens)."""
-        h, dh, n = self.heads, self.head_dim, x_row.shape[-1]
-        q = self.self.query(x_row[:, 0]).view(-1, h, dh)
-        return torch.einsum("bhd,hdn->bhn", q, self.self.key.weight.view(h, dh, n)) * dh**-0.5
+        q = self.self.query(x_row[:, 0]).view(-1, self.heads, 1, self.head_dim)
+        return self.fold_keys(q)[:, :, 0]
+
+    def fold_keys(self, q: Tensor) -> Tensor:
+        """Projected queries q [Bq, H, Tq, dh] -> u [Bq, H, Tq, n], u = W_khᵀ·q_h / √dh per head:
+        q_h·(W_kh·x_j + b_kh) / √dh is u·x_j plus a constant over the tokens j, which the softmax drops."""
+        h, dh = self.heads, self.head_dim
+        w = self.self.key.weight
+        return torch.einsum("bhtd,hdn->bhtn", q, w.view(h, dh, w.shape[1])) * dh**-0.5
 
     def folded_values(self, weighted: Tensor) -> Tensor:
-        """Per head the probability-weighted sum of the tokens' states [B, H, n] -> the context [B, 1, n]
-        (W_vh·Σ_j p_j·x_j + b_vh)."""
-        h, dh = self.heads, self.head_dim
-        ctx = torch.einsum("bhn,hdn->bhd", weighted, self.self.value.weight.view(h, dh, weighted.shape[-1]))
-        return (ctx + self.self.value.bias.view(h, dh)).reshape(weighted.shape[0], 1, h * dh)
+        """Per head (and query row) the probability-weighted sum of the tokens' states, [B, H, n] or
+        [B, H, Tq, n] -> the context [B, 1 or Tq, n] (W_vh·Σ_j p_j·x_j + b_vh)."""
+        if weighted.dim() == 3:
+            weighted = weighted[:, :, None]
+        b, h, tq, n = weighted.shape
+        dh = self.head_dim
+        ctx = torch.einsum("bhtn,hdn->bthd", weighted, self.self.value.weight.view(h, dh, n))
+        return (ctx + self.self.value.bias.view(h, dh)).reshape(b, tq, h * dh)
 
     def attention_dropout(self, p: Tensor) -> Tensor:
         return F.dropout(p, self.attn_dropout, self.training)
@@ -329,26 +380,28 @@ class InteractionBlock(nn.Module):
         self,
         q_states: Tensor,
         q_mask: Tensor,
-        doc_kv: tuple[Tensor, Tensor],
+        doc: tuple[Tensor, Tensor] | Tensor,
         d_mask: Tensor,
         q_proj: Tensor | None = None,
         cls_only: bool = False,
         mean_values: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """q_states [Bq, Tq, n] (Bq = 1 broadcasts over the B documents), doc_kv [B, Td, n] each,
-        masks [Bq, Tq] / [B, Td]. Returns [B, Tq, n], or [B, 1, n] with ``cls_only``; with ``mean_values`` also
-        the mean of the stored values over each document's tokens [B, n], computed by the cross-attention's own
-        pass (:meth:`Attention.context_and_mean`)."""
+        """q_states [Bq, Tq, n] (Bq = 1 broadcasts over the B documents); doc the cross-attention's keys and
+        values (K, V) [B, Td, n] each (Reuse-S2), or the document states D [B, Td, n] they are projected from
+        (Reuse-S1: :meth:`Attention.context_of` folds the projections away where that is cheaper); masks
+        [Bq, Tq] / [B, Td]. Returns [B, Tq, n], or [B, 1, n] with ``cls_only``; with ``mean_values`` also the
+        mean of the values over each document's tokens [B, n], computed by the cross-attention's own pass
+        (:meth:`Attention.context_and_mean`)."""
         cross, mean_v = self.cross, None
+        q = cross.project_q(q_states) if q_proj is None else q_proj
         if mean_values:
-            q = cross.project_q(q_states) if q_proj is None else q_proj
-            both = cross.context_and_mean(q, doc_kv[0], doc_kv[1], key_mask(d_mask))
+            both = cross.context_and_mean(q, doc, key_mask(d_mask))
             mean_v = both[:, -1]
             # the output projection over all Tq + 1 rows, the mean's dropped after it: one GEMM over contiguous
             # rows (the [B, Tq] slice alone goes through a batched matmul per document, ~1.4x slower)
             qx = cross.output.finish(cross.output.dense(both)[:, :-1], q_states)
         else:
-            qx = cross(q_states, key_mask(d_mask), kv=doc_kv, q=q_proj)
+            qx = cross.output(cross.context_of(q, doc, key_mask(d_mask)), q_states)
         out = self.layer(qx, key_mask(q_mask), rows=slice(0, 1) if cls_only else None)
         return (out, mean_v) if mean_values else out
 

@@ -359,14 +359,14 @@ def test_attention_reads_the_mean_of_the_values_off_its_own_pass(dtype, monkeypa
     k, v = k.to(dtype), v.to(dtype)
     q = attn.project_q(torch.randn(1, tq, 32))
     with torch.no_grad():
-        both = attn.context_and_mean(q, k, v, blocks.key_mask(mask))
+        both = attn.context_and_mean(q, (k, v), blocks.key_mask(mask))
         ctx, mean_v = both[:, :-1], both[:, -1]
         want_ctx = attn.context(q, k, v, blocks.key_mask(mask))
     assert ctx.shape == (b, tq, 32) and mean_v.shape == (b, 32)
     torch.testing.assert_close(ctx, want_ctx, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(mean_v, masked_mean(v.float(), mask), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="same for every query row"):
-        attn.context_and_mean(q, k, v, torch.ones(b, 1, tq, td, dtype=torch.bool))
+        attn.context_and_mean(q, (k, v), torch.ones(b, 1, tq, td, dtype=torch.bool))
 
 
 def test_one_row_attention_folds_the_projections_exactly():
@@ -388,3 +388,34 @@ def test_one_row_attention_folds_the_projections_exactly():
     row = torch.randn(1, 1, 32, dtype=torch.float64)  # one query row broadcast over the three sequences
     want = att.context(att.project_q(row), *att.project_kv(x), mask)
     torch.testing.assert_close(att.one_row_context(row, x, mask), want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("broadcast", [True, False])
+def test_cross_attention_from_states_folds_the_projections_exactly(broadcast, monkeypatch):
+    """MORES S1's cross-attention from the document states (Attention.folded_context: the key map folded into
+    each query row, the value map after the weighted sum) = the attention over D projected to keys and values:
+    several query rows, one query broadcast over all documents or one per document, padding holding garbage;
+    also from float16 states widened two documents at a time, and through context_of, which projects instead
+    when heads·Tq ≥ n."""
+    from aheadrank.rankers import blocks
+
+    monkeypatch.setattr(blocks, "STORED_BLOCK_MIN_DOCS", 2)
+    monkeypatch.setattr(blocks, "STORED_BLOCK_VALUES", 1)
+    torch.manual_seed(0)
+    att = blocks.Attention(32, 4, 1e-12, 0.0, 0.0).double().eval()
+    b, tq, td = 5, 3, 7
+    lengths = torch.tensor([7, 1, 4, 6, 2])
+    mask = blocks.key_mask(torch.arange(td)[None, :] < lengths[:, None])
+    x = torch.randn(b, td, 32, dtype=torch.float64)
+    x[~mask[:, 0, 0]] = 1e3  # padding the context must not see
+    q = att.project_q(torch.randn(1 if broadcast else b, tq, 32, dtype=torch.float64))
+    want = att.context(q, *att.project_kv(x), mask)
+    torch.testing.assert_close(att.folded_context(q, x, mask), want, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(att.context_of(q, x, mask), want, rtol=1e-10, atol=1e-10)  # 4·3 < 32: folded
+    long_q = att.project_q(torch.randn(1, 9, 32, dtype=torch.float64))  # 4·9 ≥ 32: projected
+    torch.testing.assert_close(
+        att.context_of(long_q, x, mask), att.context(long_q, *att.project_kv(x), mask), rtol=1e-10, atol=1e-10
+    )
+    att32, x16 = att.float(), x.half()
+    want16 = att32.context(q.float(), *att32.project_kv(x16.float()), mask)
+    torch.testing.assert_close(att32.folded_context(q.float(), x16, mask), want16, rtol=1e-5, atol=1e-5)
