@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from aheadrank.rankers import QuantizedField, Ranker, init_ranker
+from aheadrank.rankers import QuantizedField, Ranker, blocks, init_ranker
 from aheadrank.rankers.blocks import key_mask
 from aheadrank.rankers.text import pad, positions
 from aheadrank.rankers.variants import CATALOGUE as VARIANTS
@@ -197,17 +197,30 @@ def best_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
 
 
 def measure_matmul(repeats: int = 10) -> dict:
-    """Best float32 torch.matmul GFLOP/s over shapes like the workload's (FFN in/out, attention projections)."""
+    """Best float32 GFLOP/s over shapes like the workload's (FFN in/out, attention projections), of torch.matmul
+    (the default BLAS) and of the rankers' linear layers (``blocks.Linear``: oneDNN over a packed weight, where
+    available); the floor uses the best of all, the fastest float32 matmul this machine was seen to run."""
     shapes = [(2048, 384, 1536), (2048, 1536, 384), (18432, 384, 384)]
-    per_shape = {}
+    per_shape, per_shape_linear = {}, {}
     g = torch.Generator().manual_seed(0)
     for m, k, n in shapes:
         a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
         per_shape[f"{m}x{k}x{n}"] = lin(m, k, n) / best_time(lambda a=a, b=b: a @ b, repeats) / 1e9
+        layer = blocks.Linear(k, n, bias=False)
+        with torch.inference_mode():  # as the timed paths call it
+            per_shape_linear[f"{m}x{k}x{n}"] = (
+                lin(m, k, n) / best_time(lambda a=a, f=layer: f(a), repeats) / 1e9
+            )
     # exp() on arguments in [-80, 0] (arguments below -87.3 give subnormal or zero results and run ~30x slower)
     args, out = torch.rand(1000 * 16 * 128 * 11, generator=g) * -80.0, torch.empty(1000 * 16 * 128 * 11)
     exp_rate = args.numel() / best_time(lambda: torch.exp(args, out=out), repeats) / 1e9
-    return {"gflops": max(per_shape.values()), "per_shape": per_shape, "exp_g_per_s": exp_rate}
+    return {
+        "gflops": max(*per_shape.values(), *per_shape_linear.values()),
+        "per_shape": per_shape,
+        "per_shape_linear": per_shape_linear,
+        "linear_backend": "oneDNN, packed weight" if blocks.ONEDNN_LINEAR else "torch.nn.functional.linear",
+        "exp_g_per_s": exp_rate,
+    }
 
 
 # ---- documents and fields ---------------------------------------------------------------------------------
@@ -434,7 +447,10 @@ def bench_row(
     row: Variant, d_pieces: int, builder: FieldBuilder, q_pieces: list[int], args, int8: bool = False
 ) -> dict:
     t_setup = time.perf_counter()
-    ranker = row.init(seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_pieces)
+    with torch.inference_mode(
+        False
+    ):  # weights as a loaded checkpoint's (blocks.Linear packs those, not inference tensors)
+        ranker = row.init(seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_pieces)
     if row.strategy:
         ranker.strategy = row.strategy
     q = pad([ranker.query_ids(q_pieces)], "cpu", ranker.text.pad)
@@ -467,6 +483,9 @@ def bench_row(
             continue
         times.append(t)
         others.append(busy)
+    # the query side alone (query_state: the same for any N), to split the path's time into the fixed part
+    # and the per-candidate part (finish_rows: x_floor_docs)
+    query_times = [timed(lambda: ranker.query_state(*q)) for _ in range(max(10, repeats))]
     n_chunks = -(-n_docs // chunk)
     flops = count_flops(ranker, tq, td, n_docs, n_chunks)
     dims = ranker.field_dims()
@@ -486,6 +505,7 @@ def bench_row(
         "times_ms": [round(t * 1e3, 3) for t in times],
         "ms_median": statistics.median(times) * 1e3,
         "ms_min": min(times) * 1e3,
+        "query_ms_median": statistics.median(query_times) * 1e3,
         "fields": ranker.field_dims(),
         # int8: one byte a value plus a float32 scale per token and field; float16: two bytes a value
         "bytes_per_doc": td * (sum(dims.values()) + 4 * len(dims)) if int8 else 2 * td * sum(dims.values()),
@@ -515,6 +535,13 @@ def finish_rows(rows: list[dict], gflops: float, exp_rate: float) -> None:
         r["achieved_gflops"] = total / (r["ms_median"] / 1e3) / 1e9
         r["floor_ms"] = total / (gflops * 1e9) * 1e3
         r["x_floor"] = r["ms_median"] / r["floor_ms"]
+        # split: the query side (fixed per request) and the rest (candidates), each against its own floor
+        query_flops = r["flops"]["query_side"]
+        r["query_floor_ms"] = query_flops / (gflops * 1e9) * 1e3
+        r["docs_ms"] = r["ms_median"] - r["query_ms_median"]
+        r["docs_floor_ms"] = r["floor_ms"] - r["query_floor_ms"]
+        r["x_floor_query"] = r["query_ms_median"] / r["query_floor_ms"] if query_flops else None
+        r["x_floor_docs"] = r["docs_ms"] / r["docs_floor_ms"]
         if r["flops"]["exp_per_query"]:
             r["floor_ms_incl_exp"] = r["floor_ms"] + r["flops"]["exp_per_query"] / (exp_rate * 1e9) * 1e3
             r["x_floor_incl_exp"] = r["ms_median"] / r["floor_ms_incl_exp"]
@@ -564,6 +591,8 @@ def print_table(rows: list[dict], gflops: float) -> None:
         "GFLOP/s",
         "floor ms",
         "× floor",
+        "query ms",
+        "× floor q / docs",
         "fp16 τ",
     ):
         table.add_column(col, justify="left" if col == "ranker" else "right")
@@ -581,6 +610,9 @@ def print_table(rows: list[dict], gflops: float) -> None:
             f"{r['achieved_gflops']:.1f}",
             f"{r['floor_ms']:.1f}",
             f"{r['x_floor']:.1f}",
+            f"{r['query_ms_median']:.1f}",
+            ("—" if r["x_floor_query"] is None else f"{r['x_floor_query']:.1f}")
+            + f" / {r['x_floor_docs']:.1f}",
             f"{r['fp16_check']['kendall_tau']:.3f}",
         )
     console.print(table)
@@ -720,6 +752,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         f"float32 matmul: best {mm['gflops']:.0f} GFLOP/s ("
         + ", ".join(f"{k}: {v:.0f}" for k, v in mm["per_shape"].items())
+        + f"; the rankers' linear layers ({mm['linear_backend']}): "
+        + ", ".join(f"{v:.0f}" for v in mm["per_shape_linear"].values())
         + f"); exp: {mm['exp_g_per_s']:.2f} G/s"
     )
 
@@ -799,7 +833,15 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "warmup": "one untimed pass before the chunk-size trials (slow rows: one chunk), then the trials",
             "timed": "query_state + score_batch over all N documents, float16 fields in memory, inference_mode",
-            "floor": "analytic matmul FLOPs / best measured float32 matmul GFLOP/s (start or end of the run)",
+            "floor": (
+                "analytic matmul FLOPs / best measured float32 matmul GFLOP/s (start or end of the run; torch.matmul"
+                " and the rankers' linear layers, blocks.Linear, measured at the same shapes: matmul.*.per_shape*)"
+            ),
+            "split": (
+                "query_ms_median: query_state alone, timed after the row (max(10, repeats) runs); docs_ms ="
+                " ms_median - query_ms_median; x_floor_query / x_floor_docs: each part against its own share of"
+                " the floor (query_side FLOPs / the rest)"
+            ),
             "flops_note": (
                 "matmuls only (2·m·k·n); LayerNorm, GELU, softmax, float16->float32 conversion are not counted;"
                 " TK's 11 RBF kernels are exp() calls, counted in flops.exp_per_query and not in floor_ms;"

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from aheadrank.rankers.base import QueryState, Ranker, masked_mean
 from aheadrank.rankers.base_model import base_embeddings, base_layer
-from aheadrank.rankers.blocks import Encoder, SimilarityResidual, key_mask, widened, zero_head
+from aheadrank.rankers.blocks import Encoder, Linear, SimilarityResidual, key_mask, widened, zero_head
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
@@ -36,12 +36,12 @@ class PrettrRanker(Ranker):
         self.encoder = Encoder(config.bert, config.n_layers)
         self.head = nn.Linear(n, 1)
         if e:
-            self.compressor = nn.Linear(n, e)
-            self.decompressor = nn.Linear(e, n)
+            self.compressor = Linear(n, e)
+            self.decompressor = Linear(e, n)
             self.decompressor_norm = nn.LayerNorm(n, eps=config.bert["layer_norm_eps"])
         if config.sim:
             self.sim = SimilarityResidual()
-            self.pool_map = nn.Linear(n, n)  # identity until fit_pool_map
+            self.pool_map = Linear(n, n)  # identity until fit_pool_map
             nn.init.eye_(self.pool_map.weight)
             nn.init.zeros_(self.pool_map.bias)
             zero_head(self.head)

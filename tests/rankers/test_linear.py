@@ -1,0 +1,84 @@
+"""blocks.Linear: oneDNN over a packed weight for CPU float32 inference, F.linear for everything else."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+from aheadrank.rankers import blocks
+
+needs_onednn = pytest.mark.skipif(not blocks.ONEDNN_LINEAR, reason="oneDNN linear not available")
+
+
+def close(a, b):
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_inference_runs_packed_and_follows_every_change_of_the_weight():
+    torch.manual_seed(0)
+    lin = blocks.Linear(64, 48)
+    x = torch.randn(3, 5, 64)
+    with torch.no_grad():
+        close(lin(x), F.linear(x, lin.weight, lin.bias))
+        assert lin._packed is not None
+        lin.weight.mul_(-2.0)  # an in-place fit
+        close(lin(x), F.linear(x, lin.weight, lin.bias))
+    fresh = blocks.Linear(64, 48).state_dict()
+    lin.load_state_dict(fresh)
+    with torch.inference_mode():
+        close(lin(x), F.linear(x, fresh["weight"], fresh["bias"]))
+    opt = torch.optim.SGD(lin.parameters(), lr=0.5)
+    lin(x).square().sum().backward()
+    opt.step()  # an optimiser step
+    with torch.no_grad():
+        close(lin(x), F.linear(x, lin.weight, lin.bias))
+
+
+def test_training_autocast_and_small_layers_stay_plain():
+    torch.manual_seed(0)
+    lin = blocks.Linear(64, 48)
+    x = torch.randn(4, 64, requires_grad=True)
+    (gx,) = torch.autograd.grad(lin(x).sum(), x)
+    (want,) = torch.autograd.grad(F.linear(x, lin.weight, lin.bias).sum(), x)
+    close(gx, want)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert lin(x).dtype == torch.bfloat16
+    head = blocks.Linear(64, 1)
+    with torch.no_grad():
+        close(head(x), F.linear(x, head.weight, head.bias))
+        assert head._packed is None
+        close(lin.double()(x.double()), F.linear(x.double(), lin.weight, lin.bias))  # float64: plain
+    assert lin._packed is None
+
+
+def test_weights_made_in_inference_mode_stay_plain():
+    with torch.inference_mode():
+        lin = blocks.Linear(64, 48)
+        x = torch.randn(2, 64)
+        close(lin(x), F.linear(x, lin.weight, lin.bias))
+    assert lin._packed is None
+
+
+@needs_onednn
+def test_pickles_and_copies_without_the_packed_weight():
+    lin = blocks.Linear(64, 48)
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        y = lin(x)
+        for other in (pickle.loads(pickle.dumps(lin)), copy.deepcopy(lin)):
+            assert other._packed is None
+            close(other(x), y)
+
+
+def test_the_environment_turns_it_off(monkeypatch):
+    monkeypatch.setenv("AHEADRANK_ONEDNN_LINEAR", "0")
+    assert blocks._onednn_linear_available() is False
+    monkeypatch.setattr(blocks, "ONEDNN_LINEAR", False)
+    lin = blocks.Linear(64, 48)
+    with torch.no_grad():
+        lin(torch.randn(2, 64))
+    assert lin._packed is None
