@@ -65,6 +65,9 @@ def _onednn_linear_available() -> bool:
 # AHEADRANK_ONEDNN_LINEAR=0 turns it off.
 ONEDNN_LINEAR = _onednn_linear_available()
 _MIN_PACKED_FEATURES = 16  # score heads and TK's kernel weights (n -> 1, 11 -> 1) stay plain
+_MIN_SHARED_ROWS = (
+    8  # x @ wᵀ with fewer rows in w is no faster through oneDNN (scratch timing, 1024 x 384 x 4)
+)
 
 
 class Linear(nn.Linear):
@@ -105,6 +108,30 @@ class Linear(nn.Linear):
             and min(self.in_features, self.out_features) >= _MIN_PACKED_FEATURES
             and not w.is_inference()
         )
+
+
+def matmul_t(x: Tensor, w: Tensor, packed: Tensor | None = None) -> Tensor:
+    """``x @ wᵀ`` for x [..., k] and w [N, k]: through oneDNN over ``packed`` (:func:`pack_weight` of w) when
+    given, else a plain matmul. For a right-hand side shared by many calls (a query's vectors against every
+    candidate block: TK's cosines, PreTTR's and MORES S1's folded scores)."""
+    if packed is not None:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    return x @ w.T
+
+
+def pack_weight(w: Tensor, x_like: Tensor) -> Tensor | None:
+    """w [N, k] packed for :func:`matmul_t` where that runs through oneDNN (CPU float32 inference, as
+    :class:`Linear`), else None. Packing costs ~80 µs: worth it once per query, not once per block."""
+    usable = (
+        ONEDNN_LINEAR
+        and w.device.type == x_like.device.type == "cpu"
+        and w.dtype == x_like.dtype == torch.float32
+        and w.dim() == 2
+        and not torch.is_grad_enabled()
+        and not torch.is_autocast_enabled("cpu")
+        and w.shape[0] >= _MIN_SHARED_ROWS
+    )
+    return torch.ops.mkldnn._reorder_linear_weight(w.detach().contiguous(), 64) if usable else None
 
 
 class _QKV(nn.Module):
@@ -302,18 +329,25 @@ class Attention(nn.Module):
         documents at a time (:func:`widened`), as :meth:`context` widens stored keys and values."""
         bq, h, tq, _ = q.shape
         u = self.fold_keys(q).reshape(bq, h * tq, -1)  # once per call, not per block
+        packed = pack_weight(u[0], u) if bq == 1 else None  # the same rows against every block: oneDNN
         if x.dtype == q.dtype or x.device.type != "cpu":
-            return self._folded_block(u, x.to(q.dtype), mask, h)
+            return self._folded_block(u, x.to(q.dtype), mask, h, packed)
         out = q.new_empty(x.shape[0], tq, x.shape[2])
         for rows, block in widened(x, q.dtype):
             part = None if mask is None else mask[rows]
-            out[rows] = self._folded_block(u if bq == 1 else u[rows], block, part, h)
+            out[rows] = self._folded_block(u if bq == 1 else u[rows], block, part, h, packed)
         return out
 
-    def _folded_block(self, u: Tensor, x: Tensor, mask: Tensor | None, h: int) -> Tensor:
-        """:meth:`folded_context` of documents x [B, T, n] for folded queries u [Bq, h·Tq, n]."""
+    def _folded_block(
+        self, u: Tensor, x: Tensor, mask: Tensor | None, h: int, packed: Tensor | None
+    ) -> Tensor:
+        """:meth:`folded_context` of documents x [B, T, n] for folded queries u [Bq, h·Tq, n] (``packed``: u[0]
+        packed for oneDNN, :func:`pack_weight`)."""
         b, t, n = x.shape
-        scores = u @ x.transpose(1, 2)  # [B, h·Tq, T]; Bq = 1 broadcasts
+        if packed is not None:  # one GEMM over the block's tokens, [B·T, n] x [n, h·Tq], seen as [B, h·Tq, T]
+            scores = matmul_t(x, u[0], packed).transpose(1, 2)
+        else:
+            scores = u @ x.transpose(1, 2)  # [B, h·Tq, T]; Bq = 1 broadcasts
         if mask is not None:  # an additive [B, 1, T] bias (a masked_fill over a broadcast mask is far slower)
             scores = scores + torch.zeros(b, 1, t, dtype=scores.dtype, device=x.device).masked_fill_(
                 ~mask[:, 0], float("-inf")

@@ -21,7 +21,16 @@ import torch
 import torch.nn.functional as F
 from aheadrank.rankers.base import QueryState, Ranker, masked_mean
 from aheadrank.rankers.base_model import base_embeddings, base_layer
-from aheadrank.rankers.blocks import Encoder, Linear, SimilarityResidual, key_mask, widened, zero_head
+from aheadrank.rankers.blocks import (
+    Encoder,
+    Linear,
+    SimilarityResidual,
+    key_mask,
+    matmul_t,
+    pack_weight,
+    widened,
+    zero_head,
+)
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
@@ -128,13 +137,19 @@ class PrettrRanker(Ranker):
         att = last.attention
         b, tq = r.shape[0], q.shape[1]
         u = att.folded_query(q[:, :1])[0]  # [H, n]
+        packed_u = pack_weight(u, u)  # the same rows against every block: oneDNN where available
         q_scores = (q[0] @ u.T).T.masked_fill(~q_mask[0], float("-inf"))  # [H, tq], every document's
         weighted = q.new_empty(b, u.shape[0], q.shape[2])
         pooled = []
         for rows, block in widened(r, q.dtype):
             s = self.decompress(block)  # [nb, td, n]
             nb = s.shape[0]
-            d_scores = u @ s.transpose(1, 2)  # [nb, H, td]
+            if (
+                packed_u is not None
+            ):  # one GEMM over the block's tokens, [nb·td, n] x [n, H], seen as [nb, H, td]
+                d_scores = matmul_t(s, u, packed_u).transpose(1, 2)
+            else:
+                d_scores = u @ s.transpose(1, 2)  # [nb, H, td] (1.6x faster than [nb·td, n] x [n, H] in MKL)
             d_scores = d_scores.masked_fill(~d_mask[rows, None, :], float("-inf"))
             p = att.attention_dropout(torch.cat([q_scores.expand(nb, -1, -1), d_scores], -1).softmax(-1))
             p_d = p[..., tq:]

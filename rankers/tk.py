@@ -26,6 +26,8 @@ from aheadrank.rankers.blocks import (
     TransformerLayer,
     key_mask,
     make_embeddings,
+    matmul_t,
+    pack_weight,
     sinusoidal_positions,
     widened,
 )
@@ -182,13 +184,16 @@ def kernel_features_direct(
     return pooled_features(per_term.permute(1, 2, 0), q_mask, d_mask)
 
 
-def cosines(q: Tensor, d: Tensor, out: Tensor | None = None) -> Tensor:
+def cosines(q: Tensor, d: Tensor, out: Tensor | None = None, packed_q: Tensor | None = None) -> Tensor:
     """M = q̂·d̂ᵀ: q [1 or B, Tq, n], d [B, Td, n] -> [B, Tq, Td], a view of [B, Td, Tq] storage (``out``, when
     given). With one query that is one GEMM of every candidate term against the query's few terms, not a batch
     of B small ones (2.5x faster at Td = 128); the kernel stage's element-wise passes keep that layout and its
     ``Σ_j`` reduces over the strided axis."""
     b, td, tq = d.shape[0], d.shape[1], q.shape[1]
-    if q.shape[0] == 1:  # out=None allocates (and keeps autograd: training goes through here)
+    if packed_q is not None:  # q[0] packed for oneDNN (blocks.pack_weight): inference on the CPU
+        m = matmul_t(d.reshape(-1, d.shape[-1]), q[0], packed_q).view(b, td, tq)
+        out = m if out is None else out.copy_(m)
+    elif q.shape[0] == 1:  # out=None allocates (and keeps autograd: training goes through here)
         flat = None if out is None else out.view(-1, tq)
         out = torch.mm(d.reshape(-1, d.shape[-1]), q[0].T, out=flat).view(b, td, tq)
     else:
@@ -266,12 +271,13 @@ class TkRanker(Ranker):
     def kernel_score(self, q: Tensor, q_mask: Tensor, d: Tensor, d_mask: Tensor) -> Tensor:
         """q [1 or B, Tq, n], d [B, Td, n] -> [B]. A stored d (float16, or int8 + scales) on the CPU is widened
         a block of documents at a time, each block's cosines computed while it is in cache."""
+        packed = pack_weight(q[0], q) if q.shape[0] == 1 else None  # once per query, for every block
         if d.dtype == q.dtype or d.device.type != "cpu":
-            match = cosines(q, d.to(q.dtype))
+            match = cosines(q, d.to(q.dtype), packed_q=packed)
         else:
             terms = q.new_empty(d.shape[0], d.shape[1], q.shape[1])
             for rows, block in widened(d, q.dtype):
-                cosines(q if q.shape[0] == 1 else q[rows], block, out=terms[rows])
+                cosines(q if q.shape[0] == 1 else q[rows], block, out=terms[rows], packed_q=packed)
             match = terms.transpose(1, 2)
         log_feat, len_feat = kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA)
         both = torch.cat([self.dense_log(log_feat), self.dense_len(len_feat)], -1)

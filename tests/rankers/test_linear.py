@@ -82,3 +82,34 @@ def test_the_environment_turns_it_off(monkeypatch):
     with torch.no_grad():
         lin(torch.randn(2, 64))
     assert lin._packed is None
+
+
+@needs_onednn
+def test_shared_right_hand_sides_run_packed_and_equal_the_plain_products(monkeypatch):
+    """pack_weight + matmul_t (a query's rows against every candidate block) = x @ wᵀ; and the paths that use
+    it — MORES S1's folded cross-attention and TK's cosines — give the same values packed as plain."""
+    from aheadrank.rankers.tk import cosines
+
+    torch.manual_seed(0)
+    x, w = torch.randn(6, 7, 64), torch.randn(12, 64)
+    with torch.no_grad():
+        packed = blocks.pack_weight(w, x)
+        assert packed is not None
+        close(blocks.matmul_t(x, w, packed), x @ w.T)
+        assert blocks.pack_weight(w[:4], x) is None  # too few rows to gain
+    assert blocks.pack_weight(w, x) is None  # gradients on: plain
+
+    monkeypatch.setattr(blocks, "STORED_BLOCK_MIN_DOCS", 2)
+    monkeypatch.setattr(blocks, "STORED_BLOCK_VALUES", 1)
+    att = blocks.Attention(64, 4, 1e-12, 0.0, 0.0).eval()
+    mask = blocks.key_mask(torch.arange(7)[None, :] < torch.tensor([7, 1, 4, 6, 2, 5])[:, None])
+    q = att.project_q(torch.randn(1, 3, 64)).detach()
+    with torch.no_grad():
+        packed_ctx = att.folded_context(q, x.half(), mask)
+        monkeypatch.setattr(blocks, "ONEDNN_LINEAR", False)
+        close(packed_ctx, att.folded_context(q, x.half(), mask))
+        close(packed_ctx, att.context(q, *att.project_kv(x.half().float()), mask))
+        qt = torch.nn.functional.normalize(torch.randn(1, 16, 64), dim=-1)
+        plain = cosines(qt, x)
+        monkeypatch.setattr(blocks, "ONEDNN_LINEAR", True)
+        close(cosines(qt, x, packed_q=blocks.pack_weight(qt[0], qt)), plain)
