@@ -65,9 +65,8 @@ def _onednn_linear_available() -> bool:
 # AHEADRANK_ONEDNN_LINEAR=0 turns it off.
 ONEDNN_LINEAR = _onednn_linear_available()
 _MIN_PACKED_FEATURES = 16  # score heads and TK's kernel weights (n -> 1, 11 -> 1) stay plain
-_MIN_SHARED_ROWS = (
-    8  # x @ wᵀ with fewer rows in w is no faster through oneDNN (scratch timing, 1024 x 384 x 4)
-)
+# x @ wᵀ with fewer rows in w is no faster through oneDNN (scratch timing, 1024 x 384 x 4)
+_MIN_SHARED_ROWS = 8
 
 
 class Linear(nn.Linear):
