@@ -96,7 +96,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=None, help="concurrent closed-loop clients (default 8)")
     p.add_argument("--seconds", type=float, default=None, help="measured window per depth (default 60)")
     p.add_argument("--warmup", type=int, default=3, help="sequential requests per depth before the window")
-    p.add_argument("--request-timeout", type=float, default=600.0, help="per request; a timeout is an error")
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        help="per request, the client's and the server's deadline (--request-timeout-s); a timeout is an error",
+    )
     p.add_argument("--ready-timeout", type=float, default=300.0, help="server start-up until /ready")
     p.add_argument("--sample-interval", type=float, default=0.5, help="seconds between RSS samples")
     p.add_argument("--threads", type=int, default=None, help="server torch threads (default: torch's choice)")
@@ -287,6 +292,9 @@ class BenchServer(ServeProcess):
                 "--store", target["store"],
                 "--index", str(lucene),
                 "--max-candidates", str(max(1000, *args.depths)),
+                # the server's own deadline (default 30 s) as long as the client's: a closed-loop load test
+                # measures throughput, and 8 clients queued behind bert at depth 1000 wait minutes by design
+                "--request-timeout-s", str(args.request_timeout),
                 "--no-access-log",
                 *(["--threads", str(args.threads)] if args.threads else []),
                 *args.serve_arg,
