@@ -96,17 +96,23 @@ class Linear(nn.Linear):
         return state
 
     def _use_packed(self, x: Tensor) -> bool:
-        w = self.weight
         return (
-            ONEDNN_LINEAR
-            and x.device.type == "cpu"
-            and x.dtype == torch.float32
-            and w.dtype == torch.float32
-            and not torch.is_grad_enabled()
-            and not torch.is_autocast_enabled("cpu")
+            _onednn_inference(x, self.weight)
             and min(self.in_features, self.out_features) >= _MIN_PACKED_FEATURES
-            and not w.is_inference()
+            and not self.weight.is_inference()
         )
+
+
+def _onednn_inference(x: Tensor, w: Tensor) -> bool:
+    """Whether ``x @ wᵀ`` may run through oneDNN's packed linear: enabled, CPU float32 both, and inference (no
+    gradients, no autocast, which would have run it in another dtype)."""
+    return (
+        ONEDNN_LINEAR
+        and x.device.type == w.device.type == "cpu"
+        and x.dtype == w.dtype == torch.float32
+        and not torch.is_grad_enabled()
+        and not torch.is_autocast_enabled("cpu")
+    )
 
 
 def matmul_t(x: Tensor, w: Tensor, packed: Tensor | None = None) -> Tensor:
@@ -121,15 +127,7 @@ def matmul_t(x: Tensor, w: Tensor, packed: Tensor | None = None) -> Tensor:
 def pack_weight(w: Tensor, x_like: Tensor) -> Tensor | None:
     """w [N, k] packed for :func:`matmul_t` where that runs through oneDNN (CPU float32 inference, as
     :class:`Linear`), else None. Packing costs ~80 µs: worth it once per query, not once per block."""
-    usable = (
-        ONEDNN_LINEAR
-        and w.device.type == x_like.device.type == "cpu"
-        and w.dtype == x_like.dtype == torch.float32
-        and w.dim() == 2
-        and not torch.is_grad_enabled()
-        and not torch.is_autocast_enabled("cpu")
-        and w.shape[0] >= _MIN_SHARED_ROWS
-    )
+    usable = _onednn_inference(x_like, w) and w.dim() == 2 and w.shape[0] >= _MIN_SHARED_ROWS
     return torch.ops.mkldnn._reorder_linear_weight(w.detach().contiguous(), 64) if usable else None
 
 
