@@ -136,10 +136,8 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
         query = (L - K) * layer_flops(tq, n, f) + lin(tq, n, n)  # query module + IB 1's cross-attention Q
         # S1 online: D's key and value maps folded into the queries where h·Tq < n (Attention.context_of)
         folded = ranker.strategy == "s1" and heads * tq < n
-        if folded:
-            per_chunk += lin(
-                tq, n, n
-            )  # IB 1's key map folded into its (query-only) rows, once per score_batch
+        if folded:  # IB 1's key map folded into its (query-only) rows, once per score_batch
+            per_chunk += lin(tq, n, n)
         for k in range(K):
             if k > 0:
                 per_doc += lin(tq, n, n)  # cross-attention Q of IB k (depends on the document)
@@ -447,9 +445,8 @@ def bench_row(
     row: Variant, d_pieces: int, builder: FieldBuilder, q_pieces: list[int], args, int8: bool = False
 ) -> dict:
     t_setup = time.perf_counter()
-    with torch.inference_mode(
-        False
-    ):  # weights as a loaded checkpoint's (blocks.Linear packs those, not inference tensors)
+    # weights as a loaded checkpoint's: blocks.Linear packs those, not inference tensors
+    with torch.inference_mode(False):
         ranker = row.init(seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_pieces)
     if row.strategy:
         ranker.strategy = row.strategy

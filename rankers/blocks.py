@@ -124,6 +124,15 @@ def matmul_t(x: Tensor, w: Tensor, packed: Tensor | None = None) -> Tensor:
     return x @ w.T
 
 
+def token_scores(u: Tensor, x: Tensor, packed: Tensor | None = None) -> Tensor:
+    """Rows u [R, n] (or [Bq, R, n], Bq = 1 broadcasting) against every token of x [B, T, n] -> [B, R, T]. With
+    ``packed`` (:func:`pack_weight` of the R rows) one oneDNN GEMM over the block's tokens, [B·T, n] × [n, R],
+    seen as [B, R, T]; else a broadcast matmul (1.6x faster than [B·T, n] × [n, R] through MKL)."""
+    if packed is not None:
+        return matmul_t(x, u.reshape(-1, u.shape[-1]), packed).transpose(1, 2)
+    return u @ x.transpose(1, 2)
+
+
 def pack_weight(w: Tensor, x_like: Tensor) -> Tensor | None:
     """w [N, k] packed for :func:`matmul_t` where that runs through oneDNN (CPU float32 inference, as
     :class:`Linear`), else None. Packing costs ~80 µs: worth it once per query, not once per block."""
@@ -341,10 +350,7 @@ class Attention(nn.Module):
         """:meth:`folded_context` of documents x [B, T, n] for folded queries u [Bq, h·Tq, n] (``packed``: u[0]
         packed for oneDNN, :func:`pack_weight`)."""
         b, t, n = x.shape
-        if packed is not None:  # one GEMM over the block's tokens, [B·T, n] x [n, h·Tq], seen as [B, h·Tq, T]
-            scores = matmul_t(x, u[0], packed).transpose(1, 2)
-        else:
-            scores = u @ x.transpose(1, 2)  # [B, h·Tq, T]; Bq = 1 broadcasts
+        scores = token_scores(u, x, packed)  # [B, h·Tq, T]
         if mask is not None:  # an additive [B, 1, T] bias (a masked_fill over a broadcast mask is far slower)
             scores = scores + torch.zeros(b, 1, t, dtype=scores.dtype, device=x.device).masked_fill_(
                 ~mask[:, 0], float("-inf")

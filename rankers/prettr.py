@@ -26,8 +26,8 @@ from aheadrank.rankers.blocks import (
     Linear,
     SimilarityResidual,
     key_mask,
-    matmul_t,
     pack_weight,
+    token_scores,
     widened,
     zero_head,
 )
@@ -144,13 +144,7 @@ class PrettrRanker(Ranker):
         for rows, block in widened(r, q.dtype):
             s = self.decompress(block)  # [nb, td, n]
             nb = s.shape[0]
-            if (
-                packed_u is not None
-            ):  # one GEMM over the block's tokens, [nb·td, n] x [n, H], seen as [nb, H, td]
-                d_scores = matmul_t(s, u, packed_u).transpose(1, 2)
-            else:
-                d_scores = u @ s.transpose(1, 2)  # [nb, H, td] (1.6x faster than [nb·td, n] x [n, H] in MKL)
-            d_scores = d_scores.masked_fill(~d_mask[rows, None, :], float("-inf"))
+            d_scores = token_scores(u, s, packed_u).masked_fill(~d_mask[rows, None, :], float("-inf"))
             p = att.attention_dropout(torch.cat([q_scores.expand(nb, -1, -1), d_scores], -1).softmax(-1))
             p_d = p[..., tq:]
             if self.config.sim:  # pooled_docs as one more row of the same sum: 1/|d| on each document token
