@@ -15,11 +15,13 @@ term vectors start as the base's own layer-n token states mixed with its embeddi
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
+from aheadrank.rankers import native
 from aheadrank.rankers.base import QueryState, Ranker
 from aheadrank.rankers.base_model import base_embeddings, base_layer
 from aheadrank.rankers.blocks import (
@@ -118,11 +120,16 @@ def kernel_features(
     ``exp`` each (:func:`kernel_features_direct`)."""
     if match.requires_grad or match.dtype != torch.float32:
         return kernel_features_reference(match, q_mask, d_mask, mu, sigma)
-    chain = kernel_chain(tuple(mu.tolist()), float(sigma))
+    # the centres as the decimals they stand for: a float32 buffer's 0.9 is 0.89999998, and its unrounded
+    # differences (0.19999999, 0.20000001, ...) would each need a ratio pass of their own
+    centres = tuple(round(x, 6) for x in mu.tolist())
+    chain = kernel_chain(centres, float(sigma))
     if chain is None:
         return kernel_features_direct(match, q_mask, d_mask, mu, sigma)
+    per_term = kernel_sums_native(match, d_mask, centres, float(sigma))
+    if per_term is not None:
+        return pooled_features(per_term, q_mask, d_mask)
     b, tq, td = match.shape
-    centres = mu.tolist()
     # Padding: its cosines are clamped into the cosine range (any value a padding slot holds stays finite
     # through the chain; real cosines are inside it already) and its anchor value is zeroed by a multiply
     # with the [B, 1, Td] mask (masked_fill over a broadcast mask runs ~8x slower), so every chained value of
@@ -161,6 +168,107 @@ def kernel_features(
     for kern, _, _, log_s in chain.steps:  # K = K̃ · s, once over all documents' sums
         per_term[kern].mul_(math.exp(log_s))
     return pooled_features(per_term.permute(1, 2, 0), q_mask, d_mask)
+
+
+@dataclass(frozen=True)
+class _NativeChain:
+    """:class:`KernelChain` as the C stage takes it (``native_kernels.c``: tk_kernel_sums)."""
+
+    anchor: int
+    mu_anchor: float
+    c: float
+    rdelta: Tensor  # [R] float32: Δ/σ² of each distinct ratio
+    rop: Tensor  # [R] int64: 0 exp, 1 square of ratio rsrc, 2 reciprocal of ratio rsrc
+    rsrc: Tensor
+    kern: Tensor  # [S] int64
+    prev: Tensor
+    ridx: Tensor
+    lo: Tensor  # [S] float32: the per-value floor of each chained kernel (1e-30 / s_k)
+    gain: Tensor  # [K] float32: s_k, 1 for the anchor
+
+
+@lru_cache(maxsize=8)
+def _native_chain(mu: tuple[float, ...], sigma: float) -> _NativeChain | None:
+    chain = kernel_chain(mu, sigma)
+    if chain is None:
+        return None
+    inv = 1.0 / sigma**2
+    # the ratios e^{Δ·m/σ²}: by exp where they must be, else as the square or the reciprocal of one before
+    # (TK: e^{10m} by exp, e^{20m} its square, e^{-20m} that one's reciprocal: one exp pass instead of three)
+    deltas = sorted({round(d, 12) for _, _, d, _ in chain.steps}, key=lambda d: (abs(d), -d))
+    rop, rsrc = [], []
+    for q, d in enumerate(deltas):
+        how = [(1, p) for p in range(q) if abs(2 * deltas[p] - d) < 1e-9]
+        how += [(2, p) for p in range(q) if abs(deltas[p] + d) < 1e-9]
+        op, src = how[0] if how else (0, q)
+        rop.append(op)
+        rsrc.append(src)
+    gain = [1.0] * len(mu)
+    for k, _, _, log_s in chain.steps:
+        gain[k] = math.exp(log_s)
+    if len(mu) > native.MAX_KERNELS or len(deltas) > native.MAX_RATIOS:
+        return None
+    return _NativeChain(
+        anchor=chain.anchor,
+        mu_anchor=mu[chain.anchor],
+        c=-0.5 * inv,
+        rdelta=torch.tensor([d * inv for d in deltas], dtype=torch.float32),
+        rop=torch.tensor(rop, dtype=torch.int64),
+        rsrc=torch.tensor(rsrc, dtype=torch.int64),
+        kern=torch.tensor([s[0] for s in chain.steps], dtype=torch.int64),
+        prev=torch.tensor([s[1] for s in chain.steps], dtype=torch.int64),
+        ridx=torch.tensor([deltas.index(round(s[2], 12)) for s in chain.steps], dtype=torch.int64),
+        lo=torch.tensor([math.exp(_CHAIN_FLOOR - s[3]) for s in chain.steps], dtype=torch.float32),
+        gain=torch.tensor(gain, dtype=torch.float32),
+    )
+
+
+def _chain_args(nc: _NativeChain, k: int) -> tuple:
+    """The chain's arguments of the C stages (``native_kernels.c``: struct chain's order)."""
+    return (
+        k, nc.anchor, nc.mu_anchor, nc.c, _COSINE_RANGE, len(nc.rdelta), nc.rdelta.data_ptr(),
+        nc.rop.data_ptr(), nc.rsrc.data_ptr(), len(nc.kern), nc.kern.data_ptr(), nc.prev.data_ptr(),
+        nc.ridx.data_ptr(), nc.lo.data_ptr(), nc.gain.data_ptr(),
+    )  # fmt: skip
+
+
+def _native_for(mu: tuple[float, ...], sigma: float, tq: int, *xs: Tensor):
+    """(library, chain) where the compiled stages apply to these CPU inputs, else None."""
+    if tq > native.MAX_QUERY_TERMS or any(x.device.type != "cpu" for x in xs):
+        return None
+    if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
+        return None
+    nc = _native_chain(mu, sigma)
+    lib = native.library() if nc is not None else None
+    return None if lib is None else (lib, nc)
+
+
+def kernel_sums_native(match: Tensor, d_mask: Tensor, mu: tuple[float, ...], sigma: float) -> Tensor | None:
+    """Σ_j K per (document, query term, kernel) [B, Tq, K] by the compiled chained stage (``rankers/native.py``):
+    one pass over each document's cosines, the kernels' values kept in cache, padding skipped; the documents
+    split over torch's thread count. None where it does not apply (no compiled library, not a float32 CPU
+    tensor, more than 64 query terms, a chain it cannot take): the caller runs the PyTorch stage. Same sums as
+    that stage within float32 rounding."""
+    b, tq, td = match.shape
+    usable = (
+        match.dtype == torch.float32 and b and tq and td
+    )  # an empty query or batch: nothing to compile for
+    found = _native_for(mu, sigma, tq, match) if usable else None
+    if found is None:
+        return None
+    lib, nc = found
+    m = match.transpose(1, 2).contiguous()  # [B, Td, Tq]: the storage ``cosines`` writes, so no copy
+    keep = d_mask.expand(b, td).to(torch.uint8).contiguous()
+    out = torch.empty(b, len(mu), tq, dtype=torch.float32)
+    chain = _chain_args(nc, len(mu))
+
+    def part(lo: int, hi: int) -> None:
+        lib.tk_kernel_sums(
+            native.ptr(m[lo:hi]), native.ptr(keep[lo:hi]), hi - lo, td, tq, *chain, native.ptr(out[lo:hi])
+        )
+
+    native.run_parts(part, b)
+    return out.transpose(1, 2)
 
 
 def kernel_features_direct(
@@ -271,7 +379,7 @@ class TkRanker(Ranker):
     def kernel_score(self, q: Tensor, q_mask: Tensor, d: Tensor, d_mask: Tensor) -> Tensor:
         """q [1 or B, Tq, n], d [B, Td, n] -> [B]. A stored d (float16, or int8 + scales) on the CPU is widened
         a block of documents at a time, each block's cosines computed while it is in cache."""
-        packed = pack_weight(q[0], q) if q.shape[0] == 1 else None  # once per query, for every block
+        packed = self._query_packed(q) if q.shape[0] == 1 else None  # once per query, for every block
         if d.dtype == q.dtype or d.device.type != "cpu":
             match = cosines(q, d.to(q.dtype), packed_q=packed)
         else:
@@ -279,7 +387,25 @@ class TkRanker(Ranker):
             for rows, block in widened(d, q.dtype):
                 cosines(q if q.shape[0] == 1 else q[rows], block, out=terms[rows], packed_q=packed)
             match = terms.transpose(1, 2)
-        log_feat, len_feat = kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA)
+        return self.score_features(*kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA))
+
+    def _query_packed(self, q: Tensor) -> Tensor | None:
+        """q[0] packed for oneDNN (:func:`pack_weight`, ~0.2 ms), kept for the next call with the same query
+        tensor: a request scores its candidates in several chunks, each a call with the query state's q."""
+        cached = self.__dict__.get("_q_pack")
+        if cached is not None and cached[0]() is q:
+            return cached[1]
+        packed = pack_weight(q[0], q)
+        self.__dict__["_q_pack"] = (weakref.ref(q), packed)
+        return packed
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_q_pack", None)  # a weak reference and an opaque oneDNN tensor: neither pickles
+        return state
+
+    def score_features(self, log_feat: Tensor, len_feat: Tensor) -> Tensor:
+        """s = β·(w_log·φ_log) + γ·(w_len·φ_len) -> [B]."""
         both = torch.cat([self.dense_log(log_feat), self.dense_len(len_feat)], -1)
         return self.dense_comb(both).squeeze(-1)
 

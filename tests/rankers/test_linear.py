@@ -113,3 +113,30 @@ def test_shared_right_hand_sides_run_packed_and_equal_the_plain_products(monkeyp
         plain = cosines(qt, x)
         monkeypatch.setattr(blocks, "ONEDNN_LINEAR", True)
         close(cosines(qt, x, packed_q=blocks.pack_weight(qt[0], qt)), plain)
+
+
+@needs_onednn
+def test_tk_packs_a_query_once_and_never_pickles_the_pack(tiny_base):
+    """TK's scoring reuses the packed query for every chunk of one query state's candidates, packs a new query
+    tensor afresh (never another query's pack), and a ranker holding a pack pickles and deep-copies without
+    it."""
+    from aheadrank.rankers import init_ranker
+
+    r = init_ranker("tk", base=tiny_base, tk_heads=4).eval()
+    n = r.config.hidden
+    q1, q2 = (F.normalize(torch.randn(1, 16, n), dim=-1) for _ in range(2))
+    d = F.normalize(torch.randn(12, 9, n), dim=-1).half()
+    qm, dm = torch.ones(1, 16, dtype=torch.bool), torch.ones(12, 9, dtype=torch.bool)
+    with torch.no_grad():
+        first = r.kernel_score(q1, qm, d, dm)
+        pack = r._q_pack[1]
+        assert pack is not None
+        torch.testing.assert_close(r.kernel_score(q1, qm, d[:5], dm[:5]), first[:5])
+        assert r._q_pack[1] is pack
+        other = r.kernel_score(q2, qm, d, dm)
+        assert r._q_pack[1] is not pack
+    fresh = copy.deepcopy(r)
+    assert "_q_pack" not in fresh.__dict__
+    pickle.loads(pickle.dumps(r))
+    with torch.no_grad():
+        torch.testing.assert_close(fresh.kernel_score(q2, qm, d, dm), other)

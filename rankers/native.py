@@ -1,0 +1,175 @@
+"""Optional C kernels for element-wise stages PyTorch runs as many passes, compiled on first use.
+
+The C source (``native_kernels.c``, shipped with the package) is compiled with the machine's C compiler
+(``$CC``, else ``cc``/``gcc``) for this CPU (``-O3 -march=native -ffast-math -fopenmp-simd``: GCC vectorises
+``expf`` through glibc's libmvec), then linked without ``-ffast-math``, so that loading it leaves the process's
+floating-point mode alone. The shared library goes under ``$AHEADRANK_NATIVE_CACHE`` (default
+``$XDG_CACHE_HOME/aheadrank/native``), named by a hash of the source, the compiler, the flags and the CPU's
+model and feature flags, so a cache shared between machines never hands one CPU another's build. It is
+loaded with :mod:`ctypes` (calls release the GIL, so a stage splits its rows over ``torch.get_num_threads()``
+Python threads).
+
+Nothing depends on it: with ``AHEADRANK_NATIVE=0``, without a compiler, or when compiling fails (logged once),
+:func:`library` returns None and the callers run their PyTorch code. Results agree with those paths within
+float32 rounding (``tests/rankers/test_native.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+log = logging.getLogger("aheadrank.native")
+
+SOURCE = Path(__file__).with_name("native_kernels.c")
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-fPIC")
+# Linked in a second step without -ffast-math: GCC (before 13) links crtfastmath.o into a -ffast-math shared
+# library, whose constructor turns on flush-to-zero / denormals-are-zero for the whole process when it loads
+LINK_FLAGS = ("-shared",)
+MAX_QUERY_TERMS = 64  # the kernels' per-row scratch (native_kernels.c: MAXQ, MAXK, MAXR)
+MAX_KERNELS = 32
+MAX_RATIOS = 4
+
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+_CHAIN = [
+    _I,
+    _I,
+    _F,
+    _F,
+    _F,
+    _I,
+    _P,
+    _P,
+    _P,
+    _I,
+    _P,
+    _P,
+    _P,
+    _P,
+    _P,
+]  # K, anchor, mu_a, c, mlim, R, ..., gain
+_SIGNATURES = {
+    "tk_kernel_sums": [_P, _P, _I, _I, _I, *_CHAIN, _P],
+}
+_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    return os.environ.get("AHEADRANK_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _cpu_signature() -> str:
+    """The CPU's model and feature flags (what -march=native compiles for)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.machine() + platform.processor()
+    keep = [ln for ln in lines if ln.startswith(("model name", "flags", "Features", "CPU part"))]
+    return platform.machine() + "\n" + "\n".join(dict.fromkeys(keep))
+
+
+def _compiler() -> str | None:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    return cc if cc and shutil.which(cc) else None
+
+
+def cache_dir() -> Path:
+    if os.environ.get("AHEADRANK_NATIVE_CACHE"):
+        return Path(os.environ["AHEADRANK_NATIVE_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "aheadrank" / "native"
+
+
+def _build(cc: str) -> Path:
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    key = hashlib.sha256(
+        "\0".join([SOURCE.read_text(), cc, version, " ".join(FLAGS + LINK_FLAGS), _cpu_signature()]).encode()
+    ).hexdigest()[:20]
+    target = cache_dir() / f"kernels-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # compiled beside the target and renamed into place: concurrent builders never load a half-written file
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        obj = tmp[:-3] + ".o"
+        for cmd in ([cc, *FLAGS, "-c", str(SOURCE), "-o", obj], [cc, *LINK_FLAGS, obj, "-o", tmp, "-lm"]):
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"{' '.join(cmd)} exited with {done.returncode}: {done.stderr.strip()[-2000:]}"
+                )
+        os.replace(tmp, target)
+    finally:
+        for path in (tmp, tmp[:-3] + ".o"):
+            if os.path.exists(path):
+                os.unlink(path)
+    log.info("compiled %s -> %s", SOURCE.name, target)
+    return target
+
+
+@lru_cache(maxsize=1)
+def _load() -> ctypes.CDLL | None:
+    cc = _compiler()
+    if cc is None:
+        log.warning("no C compiler found ($CC, cc, gcc): the native kernels are off, PyTorch's code runs")
+        return None
+    try:
+        lib = ctypes.CDLL(str(_build(cc)))
+        for name, args in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, None
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        log.warning("native kernels unavailable, PyTorch's code runs instead: %s", e)
+        return None
+    return lib
+
+
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels, or None (switched off, no compiler, or a failed build: logged once)."""
+    if not enabled():
+        return None
+    with _lock:
+        return _load()
+
+
+@lru_cache(maxsize=1)
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(workers, thread_name_prefix="aheadrank-native")
+
+
+def row_parts(rows: int, min_rows: int = 8) -> list[tuple[int, int]]:
+    """``rows`` split into up to ``torch.get_num_threads()`` contiguous parts of at least ``min_rows``."""
+    n = max(1, min(torch.get_num_threads(), rows // max(1, min_rows)))
+    step = max(1, -(-rows // n))
+    return [(lo, min(rows, lo + step)) for lo in range(0, rows, step)]
+
+
+def run_parts(fn, rows: int) -> None:
+    """``fn(lo, hi)`` over :func:`row_parts`, in parallel threads (a ctypes call releases the GIL)."""
+    parts = row_parts(rows)
+    if len(parts) == 1:
+        fn(*parts[0])
+        return
+    for f in [_pool(torch.get_num_threads()).submit(fn, lo, hi) for lo, hi in parts]:
+        f.result()
+
+
+def ptr(x: Tensor) -> int:
+    if not x.is_contiguous():
+        raise ValueError("native kernels take contiguous tensors")
+    return x.data_ptr()

@@ -1,0 +1,163 @@
+"""rankers/native.py: the optional compiled kernels — built once per machine, equal to the PyTorch stages,
+and never required (switched off, no compiler, a failed build: the PyTorch code runs)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pytest
+import torch
+from aheadrank.rankers import native, tk
+from test_init_and_math import _adversarial_matches
+
+needs_cc = pytest.mark.skipif(native._compiler() is None, reason="no C compiler")
+MU = tk.KERNEL_MU
+
+
+@pytest.fixture
+def fresh_native(monkeypatch, tmp_path):
+    """native's loader with an empty cache of its own; the process-wide loader is restored afterwards."""
+    monkeypatch.setenv("AHEADRANK_NATIVE_CACHE", str(tmp_path / "native"))
+    native._load.cache_clear()
+    yield tmp_path / "native"
+    native._load.cache_clear()
+
+
+def _sums_reference(match: torch.Tensor, d_mask: torch.Tensor) -> torch.Tensor:
+    """Σ_j K [B, Tq, K] in float64, straight from the formula."""
+    mu = torch.tensor(MU, dtype=torch.float64)
+    k = torch.exp(-((match.double()[..., None] - mu) ** 2) / (2 * tk.KERNEL_SIGMA**2))
+    return (k * d_mask[:, None, :, None]).sum(2)
+
+
+@needs_cc
+@pytest.mark.parametrize(
+    ("b", "tq", "td"), [(40, 18, 33), (7, 5, 300), (9, 1, 17), (5, 64, 12), (3, 16, 128)]
+)
+def test_native_sums_equal_the_formula(b, tq, td):
+    """Per (document, query term, kernel), the compiled stage's Σ_j K within 1e-4 of the float64 formula,
+    relative to that kernel's largest sum (scores are linear in the features), with garbage in the padding,
+    padding inside a document too, documents of every length down to 0 and query-term counts that are no
+    multiple of the vector width."""
+    match, _, d_mask = _adversarial_matches(b, tq, td)
+    d_mask[:, ::5] = False  # holes inside documents, not only trailing padding
+    match[~d_mask[:, None, :].expand_as(match)] = 5.0
+    with torch.inference_mode():
+        got = tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA)
+    assert got is not None and got.shape == (b, tq, len(MU)) and got.dtype == torch.float32
+    want = _sums_reference(match, d_mask)
+    scale = want.abs().amax((0, 1)).clamp(min=1e-6)
+    assert ((got.double() - want).abs() / scale).max().item() <= 1e-4
+    # the 1e-30 floor per value is all that separates padding from an exact 0
+    empty = d_mask.sum(1) == 0
+    if empty.any():
+        assert got[empty].max().item() < 1e-20
+
+
+@needs_cc
+def test_kernel_features_native_equal_the_pytorch_stage(monkeypatch):
+    """The features TK scores with are the same whether the compiled stage or the PyTorch chain computes
+    them, for the transposed-storage view ``cosines`` hands over."""
+    match, q_mask, d_mask = _adversarial_matches(60, 12, 70)
+    view = match.transpose(1, 2).contiguous().transpose(1, 2)
+    mu = torch.tensor(MU)
+    with torch.inference_mode():
+        fast = tk.kernel_features(view, q_mask, d_mask, mu, tk.KERNEL_SIGMA)
+        monkeypatch.setenv("AHEADRANK_NATIVE", "0")
+        assert tk.kernel_sums_native(view, d_mask, MU, tk.KERNEL_SIGMA) is None
+        slow = tk.kernel_features(view, q_mask, d_mask, mu, tk.KERNEL_SIGMA)
+    for a, b in zip(fast, slow, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@needs_cc
+def test_library_is_built_once_per_machine_and_reused(fresh_native):
+    lib = native.library()
+    assert lib is not None
+    (built,) = fresh_native.glob("kernels-*.so")
+    stamp = built.stat().st_mtime_ns
+    native._load.cache_clear()  # a new process: finds the build, does not compile again
+    assert native.library() is not None
+    assert [p.name for p in fresh_native.iterdir()] == [built.name]  # no temporary file left behind
+    assert built.stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("cc", ["/nonexistent/cc", "false"])
+def test_no_compiler_or_a_failed_build_falls_back(fresh_native, monkeypatch, caplog, cc):
+    """Without a working compiler the loader says so once and returns None; TK's features still come out,
+    from the PyTorch stage."""
+    if cc == "false" and shutil.which("false") is None:
+        pytest.skip("no `false` command")
+    monkeypatch.setenv("CC", cc)
+    if cc.startswith("/nonexistent"):
+        monkeypatch.setattr(shutil, "which", lambda name: None)
+    with caplog.at_level(logging.WARNING, logger="aheadrank.native"):
+        assert native.library() is None
+        assert native.library() is None
+    assert len([r for r in caplog.records if r.name == "aheadrank.native"]) == 1
+    assert not list(fresh_native.glob("*.so")) if fresh_native.exists() else True
+    match, q_mask, d_mask = _adversarial_matches(10, 6, 20)
+    with torch.inference_mode():
+        assert tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA) is None
+        feats = tk.kernel_features(match, q_mask, d_mask, torch.tensor(MU), tk.KERNEL_SIGMA)
+    assert all(torch.isfinite(f).all() for f in feats)
+
+
+def test_switched_off_by_environment(monkeypatch):
+    monkeypatch.setenv("AHEADRANK_NATIVE", "0")
+    assert not native.enabled() and native.library() is None
+    monkeypatch.setenv("AHEADRANK_NATIVE", "1")
+    assert native.enabled()
+
+
+@needs_cc
+def test_outside_the_kernels_limits_the_pytorch_stage_runs():
+    """More query terms than the compiled stage takes, float64, or gradients: None from the compiled stage,
+    and kernel_features still equals the formula."""
+    match, q_mask, d_mask = _adversarial_matches(4, native.MAX_QUERY_TERMS + 1, 10)
+    assert tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA) is None
+    assert tk.kernel_sums_native(match.double(), d_mask, MU, tk.KERNEL_SIGMA) is None
+    mu = torch.tensor(MU)
+    with torch.inference_mode():
+        got = tk.kernel_features(match, q_mask, d_mask, mu, tk.KERNEL_SIGMA)
+    want = tk.kernel_features_reference(match.double(), q_mask, d_mask, mu.double(), tk.KERNEL_SIGMA)
+    for a, b in zip(got, want, strict=True):
+        scale = b.abs().amax(0).clamp(min=1e-6)
+        assert ((a.double() - b).abs() / scale).max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_row_parts_cover_every_row_once(monkeypatch, threads):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    for rows in (0, 1, 7, 8, 17, 300):
+        parts = native.row_parts(rows)
+        assert [i for lo, hi in parts for i in range(lo, hi)] == list(range(rows))
+        assert len(parts) <= threads
+
+
+@pytest.mark.parametrize(("b", "tq", "td"), [(3, 0, 5), (0, 4, 5), (2, 4, 0)])
+def test_empty_queries_and_batches_take_the_pytorch_stage(b, tq, td):
+    """A query that tokenises to nothing (the service can be sent one), no candidates or no document terms:
+    the compiled stage declines (it divides by the query length), the PyTorch stage returns empty or zero
+    features, and nothing crashes."""
+    match = torch.rand(b, tq, td)
+    d_mask = torch.ones(b, td, dtype=torch.bool)
+    with torch.inference_mode():
+        assert tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA) is None
+        log_feat, len_feat = tk.kernel_features(
+            match, torch.ones(1, tq, dtype=torch.bool), d_mask, torch.tensor(MU), tk.KERNEL_SIGMA
+        )
+    assert log_feat.shape == len_feat.shape == (b, len(MU))
+    assert torch.isfinite(log_feat).all() and torch.isfinite(len_feat).all()
+
+
+@needs_cc
+def test_loading_the_library_keeps_subnormal_floats(fresh_native):
+    """A -ffast-math shared library built in one step by GCC < 13 carries crtfastmath.o, whose constructor sets
+    flush-to-zero / denormals-are-zero for the whole process (every later torch and numpy computation, and
+    hypothesis refuses to run). Ours is linked without it: subnormals survive loading it."""
+    assert native.library() is not None
+    tiny = torch.tensor([1e-38], dtype=torch.float32)
+    assert (tiny / 1e3).item() > 0.0  # 1e-41: subnormal in float32
+    assert (torch.tensor([1e-41], dtype=torch.float32) * 2).item() > 0.0
