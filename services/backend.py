@@ -164,8 +164,9 @@ class RerankBackend:
             reader.check_fingerprint(ranker.fingerprint)
         searcher = None
         if settings.index is not None:
-            from aheadrank.indexer.bm25 import Bm25Searcher
+            from aheadrank.indexer.bm25 import Bm25Searcher, set_java_heap
 
+            set_java_heap(settings.java_heap)  # before the JVM starts: bounded, not a quarter of the machine
             searcher = Bm25Searcher(settings.index)
         from aheadrank.rerank import PriorScorer
 

@@ -52,6 +52,12 @@ class ServiceSettings(BaseSettings):
     max_connections: int = Field(
         1000, ge=1, description="open connections; beyond it the oldest idle or half-sent one is closed"
     )
+    java_heap: str = Field(
+        "512m",
+        pattern=r"^[1-9][0-9]*[kKmMgG]?$",
+        description="maximum heap of the in-process JVM that runs BM25 (Pyserini), as -Xmx (e.g. 512m, 2g): "
+        "Java's default, a quarter of the machine's memory, lets it grow for minutes under load",
+    )
     warmup: bool = True
     access_log: bool = True
 

@@ -237,3 +237,30 @@ def test_bundled_sample_test_queries(tmp_path):
     queries, qrels = read_beir_split(SAMPLE, "test")
     with Bm25Searcher(result.index_dir) as searcher:
         assert recall_at(searcher, queries, qrels, 100) > 0.85
+
+
+def test_java_heap_bounds_the_jvm_a_process_starts(planted, tmp_path):
+    """set_java_heap before the JVM starts gives it that -Xmx (the service's --java-heap: without it the JVM
+    may grow to a quarter of the machine's memory); a malformed size is refused; once the JVM runs, another
+    size is logged and ignored, never an error for the process that already searches."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        f"""
+        from aheadrank.indexer.bm25 import Bm25Searcher, set_java_heap
+        set_java_heap("200m")
+        s = Bm25Searcher({str(planted[1].index_dir)!r})
+        from jnius import autoclass
+        print(autoclass("java.lang.Runtime").getRuntime().maxMemory() // 2**20)
+        set_java_heap("1g")  # too late: logged, the search goes on
+        print(len(s.search("insulin", 3)))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    max_mb, hits = (int(x) for x in out.stdout.split())
+    assert 150 <= max_mb <= 200 and hits >= 0
+    with pytest.raises(AheadrankError, match="512m or 2g"):
+        bm25.set_java_heap("lots")

@@ -315,6 +315,12 @@ def test_env_settings_mirror_flags(monkeypatch, service_env):
     monkeypatch.setenv("AHEADRANK_MAX_QUEUE", "7")
     s = ServiceSettings()
     assert s.api_keys == ["a", "b", "c"] and s.max_queue == 7 and s.checkpoint == service_env.checkpoint
+    assert s.java_heap == "512m"  # the JVM's bound by default, not a quarter of the machine
+    monkeypatch.setenv("AHEADRANK_JAVA_HEAP", "2g")
+    assert ServiceSettings().java_heap == "2g"
+    monkeypatch.setenv("AHEADRANK_JAVA_HEAP", "-Xmx2g")
+    with pytest.raises(ValueError, match="java_heap"):
+        ServiceSettings()
 
 
 def test_full_queue_answers_503_instead_of_growing(backend):
