@@ -149,3 +149,27 @@ def test_schemathesis_finds_no_server_errors(server):
     assert seen["cases"] >= 50
     errors = [line for line in server.output().splitlines() if '"level": "error"' in line]
     assert not errors, errors[:3]  # nothing went wrong behind a 4xx either
+
+
+def test_memory_bench_drives_the_app_in_process(service_env, tmp_path):
+    """bench/memory.py: the app in-process under concurrent clients, anonymous memory sampled, tracemalloc's
+    live allocations reported, JSON written (a smoke run: 20 requests, depth 20)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "memory.json"
+    bench = Path(__file__).resolve().parents[2] / "bench" / "memory.py"
+    cmd = [
+        sys.executable, str(bench), "--checkpoint", str(service_env.checkpoint), "--store", str(service_env.store),
+        "--index", str(service_env.lucene), "--queries", str(service_env.collection / "queries.jsonl"),
+        "--requests", "20", "--warmup", "4", "--clients", "4", "--depth", "20", "--every", "10", "--trace",
+        "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert [s["requests"] for s in result["samples"]] == [0, 10, 20]
+    assert all(s["anon_mb"] > 0 for s in result["samples"])
+    assert result["tracemalloc_top_live"] and result["mb_per_request_least_squares"] is not None

@@ -1,0 +1,155 @@
+"""The service's memory under load without the HTTP server: the app in this process, driven through httpx's ASGI
+transport by N concurrent closed-loop clients, its anonymous memory (heap) sampled every ``--every`` requests.
+
+What `bench/serve.py`'s soak measures from outside (a real `aheadrank serve`), this measures inside, so that the
+server (uvicorn, h11, sockets) can be ruled in or out, and so that Python-level growth can be traced
+(``--trace``: tracemalloc, the largest growths between the first sample and the last, with their tracebacks).
+
+    .venv/bin/python bench/memory.py --checkpoint CKPT --store STORE --index LUCENE --requests 1200 --clients 8 \
+        --out /tmp/memory.json
+
+Prints one line per sample and writes JSON (samples, slope, the tracemalloc top when asked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import re
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def anon_mb() -> float:
+    """RssAnon of this process (heap, thread stacks, the JVM's heap), MB."""
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(r"RssAnon:\s+(\d+)", status).group(1)) / 1024
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--store", required=True)
+    p.add_argument("--index", required=True)
+    p.add_argument("--queries", default="/work/shared/data/scifact/queries.jsonl", help="BEIR queries.jsonl")
+    p.add_argument("--requests", type=int, default=1200, help="measured requests (after --warmup)")
+    p.add_argument("--warmup", type=int, default=40)
+    p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--depth", type=int, default=1000)
+    p.add_argument("--every", type=int, default=50, help="requests between samples")
+    p.add_argument(
+        "--trace", action="store_true", help="tracemalloc: Python allocations that grew, with tracebacks"
+    )
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    if min(args.requests, args.clients, args.every, args.depth) < 1:
+        p.error("--requests, --clients, --every and --depth must be positive")
+    return args
+
+
+async def drive(app, queries: list[str], args: argparse.Namespace, samples: list) -> None:
+    import httpx
+
+    transport = httpx.ASGITransport(app=app)
+    sent = {"n": 0}
+    total = args.warmup + args.requests
+    t0 = [time.perf_counter()]
+    base = [0.0]
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=600) as http:
+
+        async def client() -> None:
+            while sent["n"] < total:
+                i = sent["n"]
+                sent["n"] += 1
+                body = {"query": queries[i % len(queries)], "depth": args.depth}
+                r = await http.post("/v1/rerank", json=body)
+                if r.status_code != 200:
+                    raise RuntimeError(f"request {i}: {r.status_code} {r.text[:300]}")
+                done = i + 1 - args.warmup
+                if done == 0:
+                    gc.collect()
+                    if args.trace:
+                        tracemalloc.start(25)
+                    base[0] = anon_mb()
+                    t0[0] = time.perf_counter()
+                    samples.append({"requests": 0, "anon_mb": round(base[0], 1), "s": 0.0})
+                elif done > 0 and done % args.every == 0:
+                    a = anon_mb()
+                    samples.append(
+                        {"requests": done, "anon_mb": round(a, 1), "s": round(time.perf_counter() - t0[0], 1)}
+                    )
+                    print(f"{done:6d} requests  anon {a:8.1f} MB  ({a - base[0]:+.1f})", flush=True)
+
+        await asyncio.gather(*[client() for _ in range(args.clients)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from aheadrank.services.app import create_app
+    from aheadrank.services.backend import RerankBackend
+    from aheadrank.services.settings import ServiceSettings
+
+    settings = ServiceSettings(
+        checkpoint=args.checkpoint,
+        store=args.store,
+        index=args.index,
+        max_candidates=max(1000, args.depth),
+        request_timeout_s=600,
+        max_queue=max(64, args.clients),
+    )
+    backend = RerankBackend.load(settings)
+    backend.warmup()
+    app = create_app(backend)
+    queries = [json.loads(line)["text"] for line in open(args.queries, encoding="utf-8") if line.strip()]
+    samples: list[dict] = []
+
+    async def run() -> None:
+        async with app.router.lifespan_context(app):
+            await drive(app, queries, args, samples)
+
+    t = time.perf_counter()
+    asyncio.run(run())
+    gc.collect()
+    top = []
+    if args.trace:
+        snap = tracemalloc.take_snapshot()  # what was allocated since the first sample and is still alive
+        stats = snap.statistics("traceback")[:8]
+        top = [
+            {"size_mb": round(s.size / 2**20, 2), "count": s.count, "traceback": s.traceback.format()[-10:]}
+            for s in stats
+        ]
+        for s in top:
+            print(f"{s['size_mb']:.2f} MB in {s['count']} blocks:\n    " + "\n    ".join(s["traceback"]))
+    xs = [s["requests"] for s in samples]
+    ys = [s["anon_mb"] for s in samples]
+    slope = None
+    if len(xs) > 1:
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        den = sum((x - mx) ** 2 for x in xs)
+        slope = round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den, 4) if den else None
+    result = {
+        "benchmark": "bench/memory.py",
+        "command": "bench/memory.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "samples": samples,
+        "anon_growth_mb": round(ys[-1] - ys[0], 1) if ys else None,
+        "mb_per_request_least_squares": slope,
+        "tracemalloc_top_live": top,
+        "wall_s": round(time.perf_counter() - t, 1),
+    }
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
