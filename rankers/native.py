@@ -44,23 +44,11 @@ MAX_KERNELS = 32
 MAX_RATIOS = 4
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
-_CHAIN = [
-    _I,
-    _I,
-    _F,
-    _F,
-    _F,
-    _I,
-    _P,
-    _P,
-    _P,
-    _I,
-    _P,
-    _P,
-    _P,
-    _P,
-    _P,
-]  # K, anchor, mu_a, c, mlim, R, ..., gain
+_CHAIN = [  # the chain's arguments, in native_kernels.c's order
+    _I, _I, _F, _F, _F,  # K, anchor, mu_a, c, mlim
+    _I, _P, _P, _P,  # R, rdelta, rop, rsrc
+    _I, _P, _P, _P, _P, _P,  # S, kern, prev, ridx, lo, gain
+]  # fmt: skip
 _SIGNATURES = {
     "tk_kernel_sums": [_P, _P, _I, _I, _I, *_CHAIN, _P],
 }
@@ -132,7 +120,7 @@ def _load() -> ctypes.CDLL | None:
         lib = ctypes.CDLL(str(_build(cc)))
         for name, args in _SIGNATURES.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, None
+            fn.argtypes, fn.restype = args, ctypes.c_int
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         log.warning("native kernels unavailable, PyTorch's code runs instead: %s", e)
         return None

@@ -1,5 +1,6 @@
 /* aheadrank's native kernels (rankers/native.py compiles this file on first use; -O3 -march=native -ffast-math).
-   Callers check the limits below; every array is contiguous. */
+   Callers check the limits below (an entry point returns -1, writing nothing, for arguments outside them); every
+   array is contiguous. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -102,11 +103,12 @@ static void doc_kernel_sums(const struct chain *ch, const float *m, const uint8_
     }
 }
 
-void tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, int64_t Tq, int64_t K,
+int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, int64_t Tq, int64_t K,
                     int64_t anchor, float mu_a, float c, float mlim, int64_t R, const float *rdelta,
                     const int64_t *rop, const int64_t *rsrc, int64_t S, const int64_t *kern,
                     const int64_t *prev, const int64_t *ridx, const float *lo, const float *gain, float *out) {
     const struct chain ch = {K, anchor, R, S, mu_a, c, mlim, rdelta, lo, gain, rop, rsrc, kern, prev, ridx};
-    if (Tq < 1 || Tq > MAXQ || K > MAXK || R > MAXR) return; /* the caller checks; never divide by 0 */
+    if (Tq < 1 || Tq > MAXQ || K > MAXK || R > MAXR) return -1; /* the caller checks; never divide by 0 */
     for (int64_t b = 0; b < B; b++) doc_kernel_sums(&ch, m + b * Td * Tq, mask + b * Td, Td, Tq, Tq, out + b * K * Tq);
+    return 0;
 }

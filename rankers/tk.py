@@ -263,9 +263,11 @@ def kernel_sums_native(match: Tensor, d_mask: Tensor, mu: tuple[float, ...], sig
     chain = _chain_args(nc, len(mu))
 
     def part(lo: int, hi: int) -> None:
-        lib.tk_kernel_sums(
+        status = lib.tk_kernel_sums(
             native.ptr(m[lo:hi]), native.ptr(keep[lo:hi]), hi - lo, td, tq, *chain, native.ptr(out[lo:hi])
         )
+        if status != 0:  # outside the C stage's limits, which _native_for checked: never a silent garbage sum
+            raise RuntimeError(f"tk_kernel_sums refused its arguments (Tq={tq}, K={len(mu)})")
 
     native.run_parts(part, b)
     return out.transpose(1, 2)

@@ -161,3 +161,20 @@ def test_loading_the_library_keeps_subnormal_floats(fresh_native):
     tiny = torch.tensor([1e-38], dtype=torch.float32)
     assert (tiny / 1e3).item() > 0.0  # 1e-41: subnormal in float32
     assert (torch.tensor([1e-41], dtype=torch.float32) * 2).item() > 0.0
+
+
+@needs_cc
+@pytest.mark.parametrize("tq", [0, native.MAX_QUERY_TERMS + 1])
+def test_the_c_stage_refuses_arguments_outside_its_limits(tq):
+    """Called directly with a query length it cannot take (0 would divide by zero, more than 64 would overrun its
+    scratch), the C entry point returns -1 and writes nothing; the Python side raises on any non-zero status."""
+    lib = native.library()
+    nc = tk._native_chain(MU, tk.KERNEL_SIGMA)
+    m = torch.rand(2, 3, max(tq, 1))
+    keep = torch.ones(2, 3, dtype=torch.uint8)
+    out = torch.full((2, len(MU), max(tq, 1)), -7.0)
+    status = lib.tk_kernel_sums(
+        m.data_ptr(), keep.data_ptr(), 2, 3, tq, *tk._chain_args(nc, len(MU)), out.data_ptr()
+    )
+    assert status == -1
+    assert (out == -7.0).all()
