@@ -118,9 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     asyncio.run(run())
     gc.collect()
-    top = []
+    top, live_total = [], None
     if args.trace:
         snap = tracemalloc.take_snapshot()  # what was allocated since the first sample and is still alive
+        live_total = sum(st.size for st in snap.statistics("filename")) / 2**20
+        print(f"tracemalloc: {live_total:.2f} MB of Python allocations made since the first sample are alive")
         stats = snap.statistics("traceback")[:8]
         top = [
             {"size_mb": round(s.size / 2**20, 2), "count": s.count, "traceback": s.traceback.format()[-10:]}
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         "samples": samples,
         "anon_growth_mb": round(ys[-1] - ys[0], 1) if ys else None,
         "mb_per_request_least_squares": slope,
+        "tracemalloc_live_mb": None if live_total is None else round(live_total, 3),
         "tracemalloc_top_live": top,
         "wall_s": round(time.perf_counter() - t, 1),
     }

@@ -173,3 +173,4 @@ def test_memory_bench_drives_the_app_in_process(service_env, tmp_path):
     assert [s["requests"] for s in result["samples"]] == [0, 10, 20]
     assert all(s["anon_mb"] > 0 for s in result["samples"])
     assert result["tracemalloc_top_live"] and result["mb_per_request_least_squares"] is not None
+    assert result["tracemalloc_live_mb"] is not None and result["tracemalloc_live_mb"] >= 0
