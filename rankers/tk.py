@@ -117,7 +117,8 @@ def kernel_features(
     reciprocal instead of 11 ``exp``; each kernel is then a multiply, a floor and ``Σ_j``. Same values as
     :func:`kernel_features_reference` up to float32 rounding and a 1e-30 floor per value
     (``tests/rankers/test_init_and_math.py``); centres the chain cannot reach exactly are evaluated one
-    ``exp`` each (:func:`kernel_features_direct`)."""
+    ``exp`` each (:func:`kernel_features_direct`). Where the compiled stage is available the same chain runs
+    there, one pass per document (:func:`kernel_sums_native`)."""
     if match.requires_grad or match.dtype != torch.float32:
         return kernel_features_reference(match, q_mask, d_mask, mu, sigma)
     # the centres as the decimals they stand for: a float32 buffer's 0.9 is 0.89999998, and its unrounded
@@ -232,11 +233,14 @@ def _chain_args(nc: _NativeChain, k: int) -> tuple:
     )  # fmt: skip
 
 
-def _native_for(mu: tuple[float, ...], sigma: float, tq: int, *xs: Tensor):
-    """(library, chain) where the compiled stages apply to these CPU inputs, else None."""
-    if tq > native.MAX_QUERY_TERMS or any(x.device.type != "cpu" for x in xs):
+def _native_for(mu: tuple[float, ...], sigma: float, match: Tensor):
+    """(library, chain) where the compiled stage applies to these cosines, else None."""
+    b, tq, td = match.shape
+    if (
+        not (b and tq and td) or tq > native.MAX_QUERY_TERMS
+    ):  # an empty query or batch: the C code divides by Tq
         return None
-    if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
+    if match.device.type != "cpu" or match.dtype != torch.float32 or match.requires_grad:
         return None
     nc = _native_chain(mu, sigma)
     lib = native.library() if nc is not None else None
@@ -250,10 +254,7 @@ def kernel_sums_native(match: Tensor, d_mask: Tensor, mu: tuple[float, ...], sig
     tensor, more than 64 query terms, a chain it cannot take): the caller runs the PyTorch stage. Same sums as
     that stage within float32 rounding."""
     b, tq, td = match.shape
-    usable = (
-        match.dtype == torch.float32 and b and tq and td
-    )  # an empty query or batch: nothing to compile for
-    found = _native_for(mu, sigma, tq, match) if usable else None
+    found = _native_for(mu, sigma, match)
     if found is None:
         return None
     lib, nc = found
@@ -389,7 +390,9 @@ class TkRanker(Ranker):
             for rows, block in widened(d, q.dtype):
                 cosines(q if q.shape[0] == 1 else q[rows], block, out=terms[rows], packed_q=packed)
             match = terms.transpose(1, 2)
-        return self.score_features(*kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA))
+        log_feat, len_feat = kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA)
+        both = torch.cat([self.dense_log(log_feat), self.dense_len(len_feat)], -1)
+        return self.dense_comb(both).squeeze(-1)
 
     def _query_packed(self, q: Tensor) -> Tensor | None:
         """q[0] packed for oneDNN (:func:`pack_weight`, ~0.2 ms), kept for the next call with the same query
@@ -405,11 +408,6 @@ class TkRanker(Ranker):
         state = super().__getstate__()
         state.pop("_q_pack", None)  # a weak reference and an opaque oneDNN tensor: neither pickles
         return state
-
-    def score_features(self, log_feat: Tensor, len_feat: Tensor) -> Tensor:
-        """s = β·(w_log·φ_log) + γ·(w_len·φ_len) -> [B]."""
-        both = torch.cat([self.dense_log(log_feat), self.dense_len(len_feat)], -1)
-        return self.dense_comb(both).squeeze(-1)
 
     def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
         return self.kernel_score(qs["q"], qs.mask, fields["doc"], mask)
