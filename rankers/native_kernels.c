@@ -31,10 +31,9 @@ struct chain {
     const int64_t *rop, *rsrc, *kern, *prev, *ridx;
 };
 
-/* One document's kernel sums: m [Td, Tq] (row j contiguous), mb [Td] mask -> out [K, Tq_out] (the first
-   Tq_out of the Tq columns; the rest are padding lanes). */
+/* One document's kernel sums: m [Td, Tq] (row j contiguous), mb [Td] mask -> out [K, Tq]. */
 static void doc_kernel_sums(const struct chain *ch, const float *m, const uint8_t *mb, int64_t Td, int64_t Tq,
-                            int64_t Tq_out, float *out) {
+                            float *out) {
     float val[MAXK][LANES] __attribute__((aligned(64)));
     float r[MAXR][LANES] __attribute__((aligned(64)));
     float acc[MAXK][LANES] __attribute__((aligned(64)));
@@ -95,10 +94,10 @@ static void doc_kernel_sums(const struct chain *ch, const float *m, const uint8_
         }
     }
     for (int64_t k = 0; k < ch->K; k++) {
-        for (int64_t i = 0; i < Tq_out; i++) {
+        for (int64_t i = 0; i < Tq; i++) {
             float sum = 0.0f;
             for (int64_t l = i; l < width; l += Tq) sum += acc[k][l];
-            out[k * Tq_out + i] = sum * ch->gain[k];
+            out[k * Tq + i] = sum * ch->gain[k];
         }
     }
 }
@@ -109,6 +108,6 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
                     const int64_t *prev, const int64_t *ridx, const float *lo, const float *gain, float *out) {
     const struct chain ch = {K, anchor, R, S, mu_a, c, mlim, rdelta, lo, gain, rop, rsrc, kern, prev, ridx};
     if (Tq < 1 || Tq > MAXQ || K > MAXK || R > MAXR) return -1; /* the caller checks; never divide by 0 */
-    for (int64_t b = 0; b < B; b++) doc_kernel_sums(&ch, m + b * Td * Tq, mask + b * Td, Td, Tq, Tq, out + b * K * Tq);
+    for (int64_t b = 0; b < B; b++) doc_kernel_sums(&ch, m + b * Td * Tq, mask + b * Td, Td, Tq, out + b * K * Tq);
     return 0;
 }
