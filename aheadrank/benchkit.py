@@ -131,6 +131,29 @@ def cpu_sample() -> tuple[float, int, int]:
     return time.perf_counter(), busy, own
 
 
+def proc_status(pid: int | str = "self") -> dict[str, int] | None:
+    """VmRSS, VmHWM, RssAnon, RssFile, RssShmem (kB) of a process from /proc; None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
+            out[name] = int(value.split()[0])
+    return out
+
+
+def least_squares_slope(xs: list[float], ys: list[float]) -> float | None:
+    """The slope of the least-squares line through (xs, ys); None for fewer than 2 distinct xs."""
+    if len(xs) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else None
+
+
 # ---- cached stages --------------------------------------------------------------------------------------
 def bm25_index_path(collection: Path, work: Path) -> Path:
     """Where :func:`ensure_bm25_index` keeps the collection's index (built or not)."""

@@ -17,21 +17,17 @@ import argparse
 import asyncio
 import gc
 import json
-import os
-import re
 import sys
 import time
 import tracemalloc
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from aheadrank.benchkit import least_squares_slope, proc_status, write_json  # sets the offline variables
 
 
 def anon_mb() -> float:
     """RssAnon of this process (heap, thread stacks, the JVM's heap), MB."""
-    status = Path("/proc/self/status").read_text()
-    return int(re.search(r"RssAnon:\s+(\d+)", status).group(1)) / 1024
+    return proc_status()["RssAnon"] / 1024
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -132,24 +128,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{s['size_mb']:.2f} MB in {s['count']} blocks:\n    " + "\n    ".join(s["traceback"]))
     xs = [s["requests"] for s in samples]
     ys = [s["anon_mb"] for s in samples]
-    slope = None
-    if len(xs) > 1:
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        den = sum((x - mx) ** 2 for x in xs)
-        slope = round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den, 4) if den else None
+    slope = least_squares_slope(xs, ys)
     result = {
         "benchmark": "bench/memory.py",
         "command": "bench/memory.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "samples": samples,
         "anon_growth_mb": round(ys[-1] - ys[0], 1) if ys else None,
-        "mb_per_request_least_squares": slope,
+        "mb_per_request_least_squares": None if slope is None else round(slope, 4),
         "tracemalloc_live_mb": None if live_total is None else round(live_total, 3),
         "tracemalloc_top_live": top,
         "wall_s": round(time.perf_counter() - t, 1),
     }
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1))
+        write_json(args.out, result)
         print(f"wrote {args.out}")
     return 0
 

@@ -52,7 +52,13 @@ from aheadrank.services.process import AHEADRANK, ServeProcess  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from aheadrank.benchkit import SAMPLE, cpu_sample, machine_info  # noqa: E402
+from aheadrank.benchkit import (  # noqa: E402
+    SAMPLE,
+    cpu_sample,
+    least_squares_slope,
+    machine_info,
+    proc_status,
+)
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 SHARED_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
@@ -260,20 +266,6 @@ def load_queries(args: argparse.Namespace) -> list[str]:
 
 
 # ---- the server --------------------------------------------------------------------------------------------------
-def proc_status(pid: int) -> dict[str, int] | None:
-    """VmRSS, VmHWM, RssAnon, RssFile (kB) of a process; None once it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    out = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
-            out[name] = int(value.split()[0])
-    return out
-
-
 def proc_cpu_ticks(pid: int) -> int:
     try:
         return sum(int(v) for v in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13])
@@ -504,7 +496,8 @@ def pct(values: list[float]) -> dict | None:
 def slope_mb_min(t: list[float], mb: list[float]) -> float | None:
     if len(t) < 3 or t[-1] - t[0] <= 0:
         return None
-    return round(float(np.polyfit(np.asarray(t), np.asarray(mb), 1)[0] * 60.0), 2)
+    per_s = least_squares_slope(t, mb)
+    return None if per_s is None else round(per_s * 60.0, 2)
 
 
 def late(t: list[float], values: list[float]) -> tuple[list[float], list[float]]:

@@ -77,3 +77,16 @@ def test_machine_record():
     assert info["device"] == "cpu" and info["threads"] >= 1 and "torch" in info
     t, busy, own = cpu_sample()
     assert t > 0 and busy >= 0 and own >= 0
+
+
+def test_proc_status_and_least_squares_slope():
+    """The memory record the serve and memory benches share: this process's /proc status in kB (None for a
+    process that is gone), and the least-squares slope of a series."""
+    from aheadrank.benchkit import least_squares_slope, proc_status
+
+    own = proc_status()
+    assert own is not None and own["VmRSS"] > 0 and own["RssAnon"] > 0
+    assert proc_status(2**31) is None
+    assert least_squares_slope([0, 1, 2, 3], [1.0, 3.0, 5.0, 7.0]) == pytest.approx(2.0)
+    assert least_squares_slope([0, 1, 2], [5.0, 4.0, 6.0]) == pytest.approx(0.5)
+    assert least_squares_slope([1], [1.0]) is None and least_squares_slope([2, 2], [1.0, 3.0]) is None
