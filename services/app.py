@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
 from aheadrank.services.backend import Cancelled, RequestError, RerankBackend, StageClock, Work
+from aheadrank.services.memory import HeapTrimmer
 from aheadrank.services.metrics import ServiceMetrics
 from aheadrank.services.schemas import (
     BudgetReport,
@@ -324,6 +325,22 @@ class ModelThread:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aheadrank-model")
         self.pending = [0]
         self.pending_lock = threading.Lock()
+        self.trimmer = HeapTrimmer(settings.malloc_trim_interval_s)
+
+    def _trim_heap(self) -> None:
+        spent = self.trimmer.maybe_trim()
+        if spent is not None:
+            self.metrics.malloc_trim.observe(spent)
+
+    def after_request(self) -> None:
+        """On the model thread, after a request's work: a heap trim, when due, queued behind the requests
+        already waiting (so it never adds to the latency of the request that triggered it)."""
+        if not self.trimmer.due():
+            return
+        try:
+            self.executor.submit(self._trim_heap)
+        except RuntimeError:  # shutting down: no new work
+            pass
 
     def close(self, jvm: bool) -> None:
         """Finish the running request; with ``jvm``, detach the model thread from the JVM first (it called
@@ -388,6 +405,7 @@ class ModelThread:
                     self.pending[0] -= 1
                     self.metrics.queue.set(self.pending[0])
                 self.metrics.chunks.labels(endpoint, "scored").inc(work.chunks_done)
+                self.after_request()
                 if work.reason is not None:
                     stage = "running" if work.started else "queued"
                     self.metrics.cancelled.labels(endpoint, work.reason, stage).inc()

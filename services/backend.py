@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aheadrank.services.budget import LatencyModel
+from aheadrank.services.memory import bound_onednn_cache
 from aheadrank.services.settings import ServiceSettings
 
 from aheadrank.errors import AheadrankError, CheckpointError, StoreError
@@ -135,6 +136,7 @@ class RerankBackend:
         ranker on the device, open the Lucene searcher. Raises AheadrankError with a clear message."""
         from aheadrank.rankers import load_ranker, read_fingerprint
 
+        bound_onednn_cache(settings.onednn_cache_capacity)  # before the model creates its first primitive
         if settings.threads:
             import torch
 

@@ -65,6 +65,12 @@ class ServiceMetrics:
             "store shards refused since they changed or broke under the server (see /ready and the log)",
             registry=r,
         )
+        self.malloc_trim = Histogram(
+            "aheadrank_malloc_trim_seconds",
+            "time of each malloc_trim on the model thread (--malloc-trim-interval-s)",
+            buckets=STAGE_BUCKETS,
+            registry=r,
+        )
         self.info = Gauge(
             "aheadrank_model_info", "the model served", ["model", "kind", "fingerprint", "device"], registry=r
         )

@@ -58,6 +58,18 @@ class ServiceSettings(BaseSettings):
         description="maximum heap of the in-process JVM that runs BM25 (Pyserini), as -Xmx (e.g. 512m, 2g): "
         "Java's default, a quarter of the machine's memory, lets it grow for minutes under load",
     )
+    onednn_cache_capacity: int = Field(
+        8,
+        ge=0,
+        description="oneDNN primitive cache entries (ONEDNN_PRIMITIVE_CACHE_CAPACITY, set before the model "
+        "runs); oneDNN's own default, 1024, keeps one compiled primitive per input shape seen and grows the heap",
+    )
+    malloc_trim_interval_s: float = Field(
+        10.0,
+        ge=0,
+        description="give freed heap pages back to the system (glibc malloc_trim, on the model thread between "
+        "requests) at most this often; 0: never",
+    )
     warmup: bool = True
     access_log: bool = True
 

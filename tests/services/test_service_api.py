@@ -318,9 +318,41 @@ def test_env_settings_mirror_flags(monkeypatch, service_env):
     assert s.java_heap == "512m"  # the JVM's bound by default, not a quarter of the machine
     monkeypatch.setenv("AHEADRANK_JAVA_HEAP", "2g")
     assert ServiceSettings().java_heap == "2g"
+    assert s.onednn_cache_capacity == 8 and s.malloc_trim_interval_s == 10.0
+    monkeypatch.setenv("AHEADRANK_MALLOC_TRIM_INTERVAL_S", "0")
+    monkeypatch.setenv("AHEADRANK_ONEDNN_CACHE_CAPACITY", "32")
+    assert ServiceSettings().malloc_trim_interval_s == 0 and ServiceSettings().onednn_cache_capacity == 32
     monkeypatch.setenv("AHEADRANK_JAVA_HEAP", "-Xmx2g")
     with pytest.raises(ValueError, match="java_heap"):
         ServiceSettings()
+
+
+def test_heap_trim_runs_on_the_model_thread_and_is_counted(backend, monkeypatch):
+    from aheadrank.services import memory
+
+    assert os.environ[memory.ONEDNN_CACHE_VARIABLE] == str(
+        backend.settings.onednn_cache_capacity
+    )  # set by load
+    threads = []
+    monkeypatch.setattr(
+        memory, "_glibc_trim", lambda: lambda pad: threads.append(threading.current_thread().name)
+    )
+    settings = backend.settings.model_copy(update={"malloc_trim_interval_s": 1e-6})
+    trimmed = RerankBackend(settings, backend.ranker, backend.reader, backend.searcher, "cpu")
+    trimmed.ready = True
+    with TestClient(create_app(trimmed)) as c:
+        for _ in range(2):
+            assert rerank(c, depth=5).status_code == 200
+        count = 0.0
+        for _ in range(50):  # the trim is queued behind the request on the model thread
+            lines = c.get("/metrics").text.splitlines()
+            count = next(
+                float(x.split()[1]) for x in lines if x.startswith("aheadrank_malloc_trim_seconds_count")
+            )
+            if count >= 2:
+                break
+            time.sleep(0.05)
+    assert count >= 2 and threads and all(name.startswith("aheadrank-model") for name in threads)
 
 
 def test_full_queue_answers_503_instead_of_growing(backend):
