@@ -154,6 +154,21 @@ def least_squares_slope(xs: list[float], ys: list[float]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else None
 
 
+def lower_envelope(t: list[float], values: list[float], window: float) -> tuple[list[float], list[float]]:
+    """The minimum of ``values`` in each ``window``-long stretch of ``t`` (from t[0]), at the time it was seen.
+    For memory sampled between periodic trims, the minima are what a trim leaves: their slope is growth that
+    trimming does not give back, where the raw samples' slope mostly follows when the last trim happened."""
+    if window <= 0:
+        raise ValueError(f"window must be > 0, got {window}")
+    best: dict[int, tuple[float, float]] = {}
+    for x, y in zip(t, values, strict=True):
+        k = int((x - t[0]) // window)
+        if k not in best or y < best[k][1]:
+            best[k] = (x, y)
+    picked = [best[k] for k in sorted(best)]
+    return [x for x, _ in picked], [y for _, y in picked]
+
+
 # ---- cached stages --------------------------------------------------------------------------------------
 def bm25_index_path(collection: Path, work: Path) -> Path:
     """Where :func:`ensure_bm25_index` keeps the collection's index (built or not)."""

@@ -56,6 +56,7 @@ from aheadrank.benchkit import (  # noqa: E402
     SAMPLE,
     cpu_sample,
     least_squares_slope,
+    lower_envelope,
     machine_info,
     proc_status,
 )
@@ -507,6 +508,9 @@ def late(t: list[float], values: list[float]) -> tuple[list[float], list[float]]
     return [t[i] for i in keep], [values[i] for i in keep]
 
 
+FLOOR_WINDOW_S = 60.0  # windows of the anonymous-memory floor (the service trims every 10 s by default)
+
+
 def memory_summary(samples: list) -> dict:
     if not samples:
         return {"samples": 0}
@@ -525,6 +529,8 @@ def memory_summary(samples: list) -> dict:
         "anon_end_mb": round(anon[-1], 1),
         "anon_slope_mb_min": slope_mb_min(t, anon),
         "anon_slope_late_mb_min": slope_mb_min(*late(t, anon)),
+        # the per-minute minima (what the service's periodic malloc_trim leaves): growth a trim does not return
+        "anon_floor_slope_mb_min": slope_mb_min(*lower_envelope(t, anon, FLOOR_WINDOW_S)),
         "file_start_mb": round(file[0], 1),
         "file_end_mb": round(file[-1], 1),
         "series": {
@@ -617,7 +623,7 @@ def print_tables(cells: list[dict], args: argparse.Namespace, n_docs: int | None
         "latency ms p50 / p95 / p99",
         "RSS MB start → end",
         "peak",
-        "MB/min RSS · anon · anon late",
+        "MB/min RSS · anon · anon late · anon floor",
         "cores srv/cli/other",
     ):
         t.add_column(col, justify="right")
@@ -639,7 +645,13 @@ def print_tables(cells: list[dict], args: argparse.Namespace, n_docs: int | None
             f"{m['rss_start_mb']:,.0f} → {m['rss_end_mb']:,.0f}" if m["samples"] else "—",
             f"{m['rss_peak_mb']:,.0f}" if m["samples"] else "—",
             " · ".join(
-                num(m.get(k)) for k in ("rss_slope_mb_min", "anon_slope_mb_min", "anon_slope_late_mb_min")
+                num(m.get(k))
+                for k in (
+                    "rss_slope_mb_min",
+                    "anon_slope_mb_min",
+                    "anon_slope_late_mb_min",
+                    "anon_floor_slope_mb_min",
+                )
             ),
             "/".join(num(cpu[k], "{:.1f}") for k in ("server_cores", "client_cores", "other_cores")),
         )

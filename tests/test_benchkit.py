@@ -90,3 +90,18 @@ def test_proc_status_and_least_squares_slope():
     assert least_squares_slope([0, 1, 2, 3], [1.0, 3.0, 5.0, 7.0]) == pytest.approx(2.0)
     assert least_squares_slope([0, 1, 2], [5.0, 4.0, 6.0]) == pytest.approx(0.5)
     assert least_squares_slope([1], [1.0]) is None and least_squares_slope([2, 2], [1.0, 3.0]) is None
+
+
+def test_lower_envelope_keeps_each_windows_minimum():
+    from aheadrank.benchkit import least_squares_slope, lower_envelope
+
+    # a sawtooth (growth, then a trim back to a flat floor) every 10 s over 60 s
+    t = [float(x) for x in range(60)]
+    saw = [100.0 + 5.0 * (x % 10) for x in range(60)]
+    ft, fy = lower_envelope(t, saw, 10.0)
+    assert ft == [0.0, 10.0, 20.0, 30.0, 40.0, 50.0] and fy == [100.0] * 6
+    assert least_squares_slope(ft, fy) == 0.0 and least_squares_slope(t, saw) > 0  # the raw slope misleads
+    rising = [y + 2.0 * x for x, y in zip(t, saw, strict=True)]  # a floor that does rise, 2 MB/s
+    assert least_squares_slope(*lower_envelope(t, rising, 10.0)) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="window"):
+        lower_envelope(t, saw, 0)
