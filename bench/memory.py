@@ -131,15 +131,11 @@ async def drive(
 async def trim_metrics(app) -> dict[str, float]:
     """The service's malloc_trim count and total seconds, from its /metrics."""
     import httpx
+    from aheadrank.services.metrics import sample_sum
 
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http:
         text = (await http.get("/metrics")).text
-    out = {}
-    for line in text.splitlines():
-        for key in ("count", "sum"):
-            if line.startswith(f"aheadrank_malloc_trim_seconds_{key} "):
-                out[key] = float(line.split()[1])
-    return out
+    return {key: sample_sum(text, f"aheadrank_malloc_trim_seconds_{key}") for key in ("count", "sum")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,7 +107,6 @@ class HeapTrimmer:
         self._lock = threading.Lock()
         self._last = clock()
         self.trims = 0
-        self.seconds = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -119,8 +118,6 @@ class HeapTrimmer:
 
     def maybe_trim(self) -> float | None:
         """Trim if the interval has passed since the last trim; the seconds it took, or None if it did not."""
-        if self._trim is None:
-            return None
         with self._lock:
             if not self.due():
                 return None
@@ -129,6 +126,5 @@ class HeapTrimmer:
             spent = time.perf_counter() - t
             self._last = self.clock()
             self.trims += 1
-            self.seconds += spent
         log.debug("malloc_trim took %.1f ms", spent * 1e3)
         return spent

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -82,3 +84,14 @@ class ServiceMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def sample_sum(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` in Prometheus text (what :meth:`ServiceMetrics.render` writes) whose
+    labels include ``labels``; 0 when there are none."""
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(rf"^{re.escape(name)}(?:{{(.*)}})? (\S+)$", line)
+        if m and all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
+            total += float(m.group(2))
+    return total

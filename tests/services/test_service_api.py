@@ -13,6 +13,7 @@ import httpx
 import pytest
 import torch
 from aheadrank.services import RerankBackend, ServiceSettings, create_app
+from aheadrank.services.metrics import sample_sum
 from fastapi.testclient import TestClient
 
 QUERY = "smoking increases the risk of lung cancer"
@@ -345,10 +346,7 @@ def test_heap_trim_runs_on_the_model_thread_and_is_counted(backend, monkeypatch)
             assert rerank(c, depth=5).status_code == 200
         count = 0.0
         for _ in range(50):  # the trim is queued behind the request on the model thread
-            lines = c.get("/metrics").text.splitlines()
-            count = next(
-                float(x.split()[1]) for x in lines if x.startswith("aheadrank_malloc_trim_seconds_count")
-            )
+            count = sample_sum(c.get("/metrics").text, "aheadrank_malloc_trim_seconds_count")
             if count >= 2:
                 break
             time.sleep(0.05)
@@ -421,15 +419,6 @@ def test_latency_model_plans_within_the_budget():
     assert torch.get_num_threads() >= 1
 
 
-def _metric(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def test_deadline_answers_504_and_stops_the_work(service_env):
     """A server-side deadline of 0.2 s and requests that sleep at least 1 ms (/v1/rerank) or 10 ms (/rerank) per
     candidate, so that they cannot finish in it on any machine: 504 with a body that names the deadline, and
@@ -460,14 +449,14 @@ def test_deadline_answers_504_and_stops_the_work(service_env):
                 assert "request-timeout-s" in err["error"] and err["message"] == err["error"]
                 for _ in range(3000):  # bounded: wait for the model thread to let go
                     text = c.get("/metrics").text
-                    if _metric(text, "aheadrank_queue_depth") == 0:
+                    if sample_sum(text, "aheadrank_queue_depth") == 0:
                         break
                     time.sleep(0.01)
-                assert _metric(text, "aheadrank_cancelled_total", endpoint=path, reason="deadline") == 1
-                scored = _metric(text, "aheadrank_chunks_total", endpoint=path, outcome="scored")
-                skipped = _metric(text, "aheadrank_chunks_total", endpoint=path, outcome="skipped")
+                assert sample_sum(text, "aheadrank_cancelled_total", endpoint=path, reason="deadline") == 1
+                scored = sample_sum(text, "aheadrank_chunks_total", endpoint=path, outcome="scored")
+                skipped = sample_sum(text, "aheadrank_chunks_total", endpoint=path, outcome="skipped")
                 assert scored < chunks and scored + skipped == chunks, (scored, skipped)
-                assert _metric(text, "aheadrank_errors_total", kind="deadline_exceeded") >= 1
+                assert sample_sum(text, "aheadrank_errors_total", kind="deadline_exceeded") >= 1
             assert c.get("/v1/info").json()["limits"]["request_timeout_s"] == 0.2
     finally:
         backend.close()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import time
 
 import httpx
 import pytest
+from aheadrank.services.metrics import sample_sum
 from services_testkit import Server
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network on import
@@ -156,16 +156,6 @@ def test_tei_truncate_false_refuses_overlong_texts(server):
 # ---- a client that gives up ------------------------------------------------------------------------------
 
 
-def metric(text: str, name: str, **labels: str) -> float:
-    """The sum of the samples of `name` whose labels include `labels`."""
-    total = 0.0
-    for line in text.splitlines():
-        m = re.match(rf"^{name}(?:{{(.*)}})? (\S+)$", line)
-        if m and all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
-
-
 def test_an_abandoned_request_frees_the_model_thread(server):
     """A request of CHUNKS scoring chunks, abandoned once it holds the model thread: the thread drops it at the
     next chunk boundary (counted in /metrics), and the next request is served. Counts, not wall-clock times."""
@@ -179,7 +169,7 @@ def test_an_abandoned_request_frees_the_model_thread(server):
         sock = socket.create_connection(("127.0.0.1", server.port))
         sock.sendall(head + body)
         for _ in range(1000):  # until it holds (or waits for) the model thread
-            if metric(http.get(server.url + "/metrics").text, "aheadrank_queue_depth") == 1:
+            if sample_sum(http.get(server.url + "/metrics").text, "aheadrank_queue_depth") == 1:
                 break
             time.sleep(0.01)
         else:
@@ -187,7 +177,7 @@ def test_an_abandoned_request_frees_the_model_thread(server):
         sock.close()  # the client gives up
         for _ in range(3000):  # bounded: the model thread lets go within one chunk
             after = http.get(server.url + "/metrics").text
-            if metric(after, "aheadrank_queue_depth") == 0:
+            if sample_sum(after, "aheadrank_queue_depth") == 0:
                 break
             time.sleep(0.01)
         else:
@@ -198,13 +188,13 @@ def test_an_abandoned_request_frees_the_model_thread(server):
             headers={"Authorization": f"Bearer {KEY}"},
         )
         assert r.status_code == 200, r.text
-    dropped = metric(after, "aheadrank_cancelled_total", reason="client_disconnected") - metric(
+    dropped = sample_sum(after, "aheadrank_cancelled_total", reason="client_disconnected") - sample_sum(
         before, "aheadrank_cancelled_total", reason="client_disconnected"
     )
     assert dropped == 1, after
-    scored = metric(after, "aheadrank_chunks_total", endpoint="/rerank", outcome="scored") - metric(
+    scored = sample_sum(after, "aheadrank_chunks_total", endpoint="/rerank", outcome="scored") - sample_sum(
         before, "aheadrank_chunks_total", endpoint="/rerank", outcome="scored"
     )
     assert scored < CHUNKS, (scored, after)  # stopped early: it did not run to the end
-    skipped = metric(after, "aheadrank_chunks_total", endpoint="/rerank", outcome="skipped")
+    skipped = sample_sum(after, "aheadrank_chunks_total", endpoint="/rerank", outcome="skipped")
     assert skipped == 0 or scored + skipped == CHUNKS
