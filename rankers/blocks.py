@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
+from aheadrank.rankers import native
 from torch import Tensor, nn
 
 
@@ -246,6 +247,80 @@ def widened(x: Tensor | QuantizedField, dtype: torch.dtype) -> Iterator[tuple[sl
         yield rows, part.widen_into(out) if isinstance(part, QuantizedField) else out.copy_(part)
 
 
+_NATIVE_KV_KINDS = {torch.float16: 0, torch.bfloat16: 1}  # native_kernels.c: cross_attention's kind
+
+
+def stored_context_native(
+    q: Tensor, k: Tensor | QuantizedField, v: Tensor | QuantizedField, mask: Tensor | None
+) -> Tensor | None:
+    """softmax(q·kᵀ/√dh)·v by the compiled kernel (``native_kernels.c``: cross_attention), reading stored
+    keys and values in their own dtype (float16, bfloat16, or int8 with one scale per token): per document and
+    head, the real tokens' rows are widened into a cache-resident scratch and used at once, padding is skipped,
+    and no float32 copy of the candidates' fields is made; the documents are split over torch's threads.
+    q [1 or B, h, Tq, dh] float32, k/v [B, T, h·dh], mask [B or 1, 1, 1, T] bool -> [B, Tq, h·dh]. None where it
+    does not apply (no compiled kernels or no AVX-512, autograd, a head size, row or key count outside the
+    kernel's limits, a per-row mask): the caller runs PyTorch's attention. Same values as that within float32
+    rounding (``tests/rankers/test_native.py``)."""
+    if q.device.type != "cpu" or q.dtype != torch.float32 or q.requires_grad or q.dim() != 4:
+        return None
+    quant = isinstance(k, QuantizedField)
+    if quant != isinstance(v, QuantizedField) or k.shape != v.shape or len(k.shape) != 3:
+        return None
+    kind = 2 if quant else _NATIVE_KV_KINDS.get(k.dtype)
+    if kind is None or (not quant and v.dtype != k.dtype) or k.device.type != "cpu":
+        return None
+    bq, h, tq, dh = q.shape
+    b, t, n = k.shape
+    if (
+        dh not in native.ATTENTION_HEAD_DIMS
+        or not 1 <= tq <= native.ATTENTION_MAX_ROWS
+        or not 1 <= t <= native.ATTENTION_MAX_KEYS
+        or n != h * dh
+        or bq not in (1, b)
+        or b == 0
+    ):
+        return None
+    if mask is not None and (mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1:3] != (1, 1)):
+        return None
+    lib = native.library()
+    if lib is None:
+        return None
+    qs = (q * dh**-0.5).contiguous()
+    keep = None if mask is None else mask.reshape(-1, t).expand(b, t).contiguous().view(torch.uint8)
+    if quant:
+        kv = (k.values.contiguous(), v.values.contiguous())
+        scales = (k.scale.float().contiguous(), v.scale.float().contiguous())
+    else:
+        kv, scales = (k.contiguous(), v.contiguous()), None
+    out = torch.empty(b, tq, n, dtype=torch.float32)
+
+    def part(lo: int, hi: int) -> int:
+        return lib.cross_attention(
+            native.ptr(qs if bq == 1 else qs[lo:hi]),
+            1 if bq == 1 else hi - lo,
+            native.ptr(kv[0][lo:hi]),
+            native.ptr(kv[1][lo:hi]),
+            None if scales is None else native.ptr(scales[0][lo:hi]),
+            None if scales is None else native.ptr(scales[1][lo:hi]),
+            kind,
+            None if keep is None else native.ptr(keep[lo:hi]),
+            hi - lo,
+            t,
+            h,
+            dh,
+            tq,
+            native.ptr(out[lo:hi]),
+        )
+
+    statuses: list[int] = []
+    native.run_parts(lambda lo, hi: statuses.append(part(lo, hi)), b)
+    if any(statuses):  # -1: this build has no AVX-512 kernel (checked limits otherwise); -2: out of memory
+        if set(statuses) == {-1}:
+            return None
+        raise MemoryError("cross_attention could not allocate its scratch")
+    return out
+
+
 class Attention(nn.Module):
     """Multi-head attention with BERT's output sub-layer: ``LN(Wo·softmax(qk/√d)v + bo + x)``.
 
@@ -284,6 +359,10 @@ class Attention(nn.Module):
         if k.dtype != q.dtype:
             if k.device.type != "cpu":
                 return self.context(q, k.to(q.dtype), v.to(q.dtype), mask)
+            if not (self.training and self.attn_dropout):
+                fast = stored_context_native(q, k, v, mask)
+                if fast is not None:
+                    return fast
             out = q.new_empty(k.shape[0], q.shape[2], k.shape[2])
             for (rows, kw), (_, vw) in zip(widened(k, q.dtype), widened(v, q.dtype), strict=True):
                 out[rows] = self.context(

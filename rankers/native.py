@@ -51,7 +51,12 @@ _CHAIN = [  # the chain's arguments, in native_kernels.c's order
 ]  # fmt: skip
 _SIGNATURES = {
     "tk_kernel_sums": [_P, _P, _I, _I, _I, *_CHAIN, _P],
+    # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out
+    "cross_attention": [_P, _I, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _P],
 }
+ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT and the head sizes it takes
+ATTENTION_MAX_KEYS = 4096
+ATTENTION_HEAD_DIMS = (32, 64)
 _lock = threading.Lock()
 
 

@@ -37,30 +37,33 @@ def minilm_dir() -> Path:
     return packaged_base_dir()
 
 
-@pytest.fixture(scope="session")
-def tiny_base(tmp_path_factory, minilm_dir) -> Path:
-    """A random 4-layer, 32-hidden BERT with the MiniLM tokenizer (vocabulary 30522)."""
-    import torch
+def save_tiny_bert(path: Path, minilm_dir: Path, *, hidden: int, layers: int, heads: int, seed: int) -> Path:
+    """A random BERT (FFN 2 × hidden, 256 positions) with the MiniLM tokenizer (vocabulary 30522), saved at path."""
+    from aheadrank.rankers.base_model import TOKENIZER_FILES
     from transformers import BertConfig, BertModel
 
-    torch.manual_seed(1234)
+    torch.manual_seed(seed)
     cfg = BertConfig(
         vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        intermediate_size=64,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
         max_position_embeddings=256,
         initializer_range=0.2,
     )
-    path = tmp_path_factory.mktemp("tiny-bert")
     BertModel(cfg).save_pretrained(path, safe_serialization=True)
-    from aheadrank.rankers.base_model import TOKENIZER_FILES
-
     for name in TOKENIZER_FILES:
         if (minilm_dir / name).is_file():
             shutil.copyfile(minilm_dir / name, path / name)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory, minilm_dir) -> Path:
+    """A random 4-layer, 32-hidden BERT with the MiniLM tokenizer (vocabulary 30522)."""
+    path = tmp_path_factory.mktemp("tiny-bert")
+    return save_tiny_bert(path, minilm_dir, hidden=32, layers=4, heads=4, seed=1234)
 
 
 @pytest.fixture

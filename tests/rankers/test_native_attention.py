@@ -1,0 +1,212 @@
+"""The compiled cross-attention over stored keys and values (``rankers/blocks.py``: stored_context_native,
+``native_kernels.c``: cross_attention): equal to the formula for every stored dtype, declining (None, so that
+PyTorch's attention runs) wherever it does not apply, and giving MORES S2 the scores of the PyTorch path."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from aheadrank.rankers import QuantizedField, init_ranker, native
+from aheadrank.rankers.blocks import Attention, stored_context_native
+from aheadrank.rankers.text import pad_fields
+from conftest import random_text, save_tiny_bert
+
+
+def _has_avx512f() -> bool:
+    try:
+        return " avx512f" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+needs_kernel = pytest.mark.skipif(
+    native._compiler() is None or not _has_avx512f(), reason="no C compiler or no AVX-512F: PyTorch runs"
+)
+
+
+def _fields(b: int, t: int, n: int, kind: str, seed: int = 0):
+    """Stored keys and values in ``kind`` and the float64 values they stand for."""
+    g = torch.Generator().manual_seed(seed)
+    k, v = torch.randn(b, t, n, generator=g) * 2, torch.randn(b, t, n, generator=g)
+    if kind == "int8":
+        kq, vq = QuantizedField.quantize(k), QuantizedField.quantize(v)
+        return kq, vq, kq.to(torch.float64), vq.to(torch.float64)
+    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[kind]
+    return k.to(dt), v.to(dt), k.to(dt).double(), v.to(dt).double()
+
+
+def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """softmax(q·kᵀ/√dh)·v in float64 straight from the formula, over each document's real tokens only."""
+    bq, h, tq, dh = q.shape
+    b, t, n = k.shape
+    kh, vh = k.view(b, t, h, dh).transpose(1, 2), v.view(b, t, h, dh).transpose(1, 2)
+    scores = (q.double().expand(b, -1, -1, -1) @ kh.transpose(-1, -2)) / dh**0.5
+    scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+    ctx = scores.softmax(-1) @ vh
+    return ctx.transpose(1, 2).reshape(b, tq, n)
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", ["float16", "bfloat16", "int8"])
+@pytest.mark.parametrize(
+    ("b", "h", "dh", "tq", "t", "per_doc_q"),
+    [(9, 12, 32, 19, 130, False), (5, 12, 32, 19, 37, True), (4, 6, 64, 16, 21, False), (3, 2, 32, 1, 9, True),
+     (6, 4, 64, 32, 70, True), (17, 3, 32, 17, 8, False)],
+)  # fmt: skip
+def test_equals_the_formula(kind, b, h, dh, tq, t, per_doc_q):
+    """Every stored dtype, one query for all documents or one per document, query-row counts on both sides of a
+    vector (16), key counts that are no multiple of the key block, padding at the end and holes inside, a
+    document with a single real token: within float32 rounding of the float64 formula (1e-5 of the largest
+    value: the kernel's exp is a degree-6 polynomial with relative error < 2e-7)."""
+    g = torch.Generator().manual_seed(7)
+    k, v, k64, v64 = _fields(b, t, h * dh, kind)
+    q = torch.randn(b if per_doc_q else 1, h, tq, dh, generator=g) * 3  # peaked and flat softmax rows
+    keep = torch.rand(b, t, generator=g) > 0.2
+    keep[:, 0] = True
+    keep[0, t // 2 :] = False  # trailing padding
+    keep[-1] = False
+    keep[-1, t - 1] = True  # one real token, the last
+    with torch.inference_mode():
+        got = stored_context_native(q, k, v, keep[:, None, None, :])
+    assert got is not None and got.shape == (b, tq, h * dh) and got.dtype == torch.float32
+    want = _reference(q, k64, v64, keep)
+    assert ((got.double() - want).abs().max() / want.abs().max()).item() <= 1e-5
+
+
+@needs_kernel
+def test_no_mask_and_a_document_without_real_tokens():
+    """No mask: every token counts. A document whose mask has no real token gets zeros (PyTorch's attention
+    gives NaN for it; a stored document always has at least [CLS] and [SEP])."""
+    k, v, k64, v64 = _fields(3, 11, 64, "float16")
+    q = torch.randn(1, 2, 5, 32)
+    with torch.inference_mode():
+        got = stored_context_native(q, k, v, None)
+        keep = torch.ones(3, 11, dtype=torch.bool)
+        keep[1] = False
+        masked = stored_context_native(q, k, v, keep[:, None, None, :])
+    want = _reference(q, k64, v64, torch.ones(3, 11, dtype=torch.bool))
+    assert ((got.double() - want).abs().max() / want.abs().max()).item() <= 1e-5
+    assert (masked[1] == 0).all()
+    torch.testing.assert_close(masked[[0, 2]], got[[0, 2]])
+
+
+@needs_kernel
+def test_declines_where_it_does_not_apply(monkeypatch):
+    """None (PyTorch's attention runs) for a head size it has no code for, too many query rows, a per-row
+    mask, gradients, float32 or mismatched fields, a query batch that is neither 1 nor the documents', and
+    with the native kernels switched off."""
+    k, v, _, _ = _fields(4, 10, 96, "float16")
+    q = torch.randn(1, 3, 5, 32)
+    keep = torch.ones(4, 1, 1, 10, dtype=torch.bool)
+    with torch.inference_mode():
+        assert stored_context_native(q, k, v, keep) is not None
+        assert stored_context_native(q.view(1, 6, 5, 16), k, v, keep) is None  # dh = 16
+        assert stored_context_native(torch.randn(1, 3, 33, 32), k, v, keep) is None  # 33 rows
+        assert stored_context_native(q, k, v, keep.expand(4, 1, 5, 10)) is None  # a mask per query row
+        assert stored_context_native(q, k.float(), v.float(), keep) is None  # nothing to widen
+        assert stored_context_native(q, k, v.bfloat16(), keep) is None
+        assert stored_context_native(torch.randn(2, 3, 5, 32), k, v, keep) is None
+        assert stored_context_native(q.double(), k, v, keep) is None
+    assert stored_context_native(q.requires_grad_(), k, v, keep) is None
+    monkeypatch.setenv("AHEADRANK_NATIVE", "0")
+    assert stored_context_native(q.detach(), k, v, keep) is None
+
+
+@needs_kernel
+def test_the_c_entry_point_refuses_arguments_outside_its_limits():
+    """Called directly with a head size or row count it cannot take, cross_attention returns -1 and writes
+    nothing (the Python side checks the same limits first)."""
+    lib = native.library()
+    k = torch.zeros(2, 4, 96, dtype=torch.float16)
+    out = torch.full((2, 3, 96), -7.0)
+    for dh, tq in ((48, 3), (32, 0), (32, native.ATTENTION_MAX_ROWS + 1)):
+        q = torch.zeros(1, 96 // dh, max(tq, 1), dh)
+        status = lib.cross_attention(
+            q.data_ptr(), 1, k.data_ptr(), k.data_ptr(), None, None, 0, None, 2, 4, 96 // dh, dh, tq,
+            out.data_ptr(),
+        )  # fmt: skip
+        assert status == -1
+    assert (out == -7.0).all()
+
+
+@needs_kernel
+def test_attention_takes_it_for_stored_fields_only(monkeypatch):
+    """Attention.context computes stored float16 keys and values with the kernel and gets PyTorch's values;
+    float32 keys and values, and training with attention dropout, keep PyTorch's attention."""
+    calls: list[bool] = []
+
+    def counted(*args):
+        calls.append(True)
+        return stored_context_native(*args)
+
+    monkeypatch.setattr("aheadrank.rankers.blocks.stored_context_native", counted)
+    att = Attention(384, 12, 1e-12, 0.1, 0.1).eval()
+    k, v, _, _ = _fields(6, 40, 384, "float16")
+    q = torch.randn(1, 12, 19, 32)
+    keep = torch.rand(6, 40) > 0.1
+    keep[:, 0] = True
+    mask = keep[:, None, None, :]
+    with torch.inference_mode():
+        fast = att.context(q, k, v, mask)
+        assert calls == [True]
+        monkeypatch.setenv("AHEADRANK_NATIVE", "0")
+        slow = att.context(q, k, v, mask)
+        att.context(q, k.float(), v.float(), mask)
+    assert len(calls) == 2  # switched off: asked, declined; float32 fields: never asked
+    torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+    att.train()
+    att.context(q, k, v, mask)
+    assert len(calls) == 2
+
+
+@pytest.fixture(scope="module")
+def texts():
+    rng = random.Random(11)
+    return [random_text(rng, 1, 24) for _ in range(2)], [random_text(rng, 1, 70) for _ in range(29)]
+
+
+@pytest.fixture(scope="module")
+def head32_base(tmp_path_factory, minilm_dir) -> Path:
+    """A random 3-layer BERT whose heads are 32 wide (hidden 64, 2 heads), as MiniLM's: the kernel's size."""
+    return save_tiny_bert(
+        tmp_path_factory.mktemp("head32-bert"), minilm_dir, hidden=64, layers=3, heads=2, seed=4321
+    )
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "opts", [{"ibs": 1}, {"ibs": 2}, {"ibs": 2, "pooling": "mean"}, {"ibs": 2, "sim": True}], ids=str
+)
+@pytest.mark.parametrize("stored", ["float16", "bfloat16", "int8"])
+def test_mores_s2_scores_equal_the_pytorch_path(head32_base, texts, opts, stored, monkeypatch):
+    """MORES Reuse-S2 on stored fields scores the same with the kernel as with PyTorch's attention (1e-5
+    relative to the score spread), for every stored dtype and interaction-block layout."""
+    ranker = init_ranker("mores", base=head32_base, max_doc_len=48, **opts)
+    ranker.strategy = "s2"
+    torch.manual_seed(3)
+    torch.nn.init.normal_(ranker.head.weight, std=0.2)
+    queries, docs = texts
+    full, mask = pad_fields(ranker.encode_documents(docs[:29]), "cpu", torch.float32)
+    if stored == "int8":
+        fields = {k: QuantizedField.quantize(v) for k, v in full.items()}
+    else:
+        fields = {k: v.to(getattr(torch, stored)) for k, v in full.items()}
+    calls: list[bool] = []
+
+    def counted(*args):
+        out = stored_context_native(*args)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr("aheadrank.rankers.blocks.stored_context_native", counted)
+    with torch.inference_mode():
+        qs = ranker.encode_query(queries[0])
+        fast = ranker.score_batch(qs, fields, mask)
+        monkeypatch.setenv("AHEADRANK_NATIVE", "0")
+        slow = ranker.score_batch(qs, fields, mask)
+    assert calls[: opts["ibs"]] == [True] * opts["ibs"]  # every IB's cross-attention took the kernel
+    spread = (slow.max() - slow.min()).clamp(min=1e-6)
+    assert ((fast - slow).abs().max() / spread).item() <= 1e-5
