@@ -6,6 +6,9 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   (``query_state`` + ``score_batch`` over N candidates in chunks).
 * ``stored``: MORES S2 (and PreTTR, TK) from float16 fields: widened to float32 up front (the path before
   issue 16) vs handed over as stored (the attention widens a block of documents at a time).
+* ``native``: the compiled kernels (``rankers/native_kernels.c``: MORES S2's cross-attention over stored keys and
+  values, TK's kernel stage) vs the PyTorch code they replace (``AHEADRANK_NATIVE=0``), from float16 fields and,
+  for MORES, int8 fields (``QuantizedField``), inside the whole timed path.
 * ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
   served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
@@ -30,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from aheadrank.rankers import tk
+from aheadrank.rankers import QuantizedField, tk
 from aheadrank.rankers.text import pad
 from aheadrank.rankers.variants import parse_variant
 from aheadrank.store import StoreReader, StoreSpec, StoreWriter
@@ -151,23 +154,66 @@ def part_tk(args) -> list[dict]:
     return rows
 
 
-def part_stored(args) -> list[dict]:
-    rows = []
-    for name in args.stored_rankers:
+def cases(names: list[str], args):
+    """(name, d, N, ranker, query, float16 fields, mask) per ranker and document length (N / 4 above d = 128)."""
+    for name in names:
         for d in args.d:
             ranker = make_ranker(name, d)
             n = args.n if d <= 128 else max(32, args.n // 4)
-            q, fields, mask = inputs(ranker, n, d)
+            yield (name, d, n, ranker, *inputs(ranker, n, d))
 
-            def old(ranker=ranker, q=q, fields=fields, mask=mask):
-                return run_query(ranker, q, {k: v.float() for k, v in fields.items()}, mask, args.chunk)
 
-            def new(ranker=ranker, q=q, fields=fields, mask=mask):
-                return run_query(ranker, q, fields, mask, args.chunk)
+def part_stored(args) -> list[dict]:
+    rows = []
+    for name, d, n, ranker, q, fields, mask in cases(args.stored_rankers, args):
 
-            diff = rel_diff(new(), old())
-            t = interleaved({"old": old, "new": new}, args.rounds)
-            rows.append(row("stored", name, d, n, "float16 widened up front", "from float16", t, diff))
+        def old(ranker=ranker, q=q, fields=fields, mask=mask):
+            return run_query(ranker, q, {k: v.float() for k, v in fields.items()}, mask, args.chunk)
+
+        def new(ranker=ranker, q=q, fields=fields, mask=mask):
+            return run_query(ranker, q, fields, mask, args.chunk)
+
+        diff = rel_diff(new(), old())
+        t = interleaved({"old": old, "new": new}, args.rounds)
+        rows.append(row("stored", name, d, n, "float16 widened up front", "from float16", t, diff))
+    return rows
+
+
+@contextlib.contextmanager
+def native_kernels(on: bool):
+    """The compiled kernels switched on or off (``AHEADRANK_NATIVE``, read at every call)."""
+    before = os.environ.get("AHEADRANK_NATIVE")
+    os.environ["AHEADRANK_NATIVE"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("AHEADRANK_NATIVE", None)
+        else:
+            os.environ["AHEADRANK_NATIVE"] = before
+
+
+def part_native(args) -> list[dict]:
+    rows = []
+    for name, d, n, ranker, q, half, mask in cases(args.native_rankers, args):
+        if getattr(ranker.config, "sim", False):  # an untrained head is 0: make the score read the attention
+            torch.nn.init.normal_(ranker.head.weight, std=0.2, generator=torch.Generator().manual_seed(3))
+        stored = {"float16": half}
+        if name.startswith("mores"):
+            stored["int8"] = {k: QuantizedField.quantize(v.float()) for k, v in half.items()}
+        for dtype, fields in stored.items():
+
+            def pytorch(ranker=ranker, q=q, fields=fields, mask=mask):
+                with native_kernels(False):
+                    return run_query(ranker, q, fields, mask, args.chunk)
+
+            def compiled(ranker=ranker, q=q, fields=fields, mask=mask):
+                with native_kernels(True):
+                    return run_query(ranker, q, fields, mask, args.chunk)
+
+            diff = rel_diff(compiled(), pytorch())
+            t = interleaved({"old": pytorch, "new": compiled}, args.rounds)
+            rows.append(row("native", name, d, n, f"PyTorch, {dtype}", f"compiled, {dtype}", t, diff))
     return rows
 
 
@@ -261,7 +307,8 @@ def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, dif
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--parts", nargs="+", default=["tk", "stored", "int8"], choices=["tk", "stored", "int8"])
+    parts = ["tk", "stored", "native", "int8"]
+    p.add_argument("--parts", nargs="+", default=parts, choices=parts)
     p.add_argument(
         "--n", type=int, default=300, help="candidates (stored part at d > 128: n / 4; int8: 1000)"
     )
@@ -275,6 +322,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         nargs="+",
         default=["mores-2ib-s2", "mores-1ib-s2", "prettr-l5-e128", "prettr-l5-e0", "tk-2l"],
     )
+    p.add_argument("--native-rankers", nargs="+", default=["mores-1ib-s2", "mores-2ib-s2", "tk-2l"])
     p.add_argument("--int8-rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
     p.add_argument("--tmp", default=None, help="folder for the int8 part's temporary stores")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kernels.json")
@@ -295,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += part_tk(args)
         if "stored" in args.parts:
             rows += part_stored(args)
+        if "native" in args.parts:
+            rows += part_native(args)
         if "int8" in args.parts:
             n = args.n
             args.n = args.int8_n

@@ -256,7 +256,7 @@ def stored_context_native(
     """softmax(q·kᵀ/√dh)·v by the compiled kernel (``native_kernels.c``: cross_attention), reading stored
     keys and values in their own dtype (float16, bfloat16, or int8 with one scale per token): per document and
     head, the real tokens' rows are widened into a cache-resident scratch and used at once, padding is skipped,
-    and no float32 copy of the candidates' fields is made; the documents are split over torch's threads.
+    and no float32 copy of the candidates' fields is made; the documents are split over torch's OpenMP threads.
     q [1 or B, h, Tq, dh] float32, k/v [B, T, h·dh], mask [B or 1, 1, 1, T] bool -> [B, Tq, h·dh]. None where it
     does not apply (no compiled kernels or no AVX-512, autograd, a head size, row or key count outside the
     kernel's limits, a per-row mask): the caller runs PyTorch's attention. Same values as that within float32
@@ -293,30 +293,26 @@ def stored_context_native(
     else:
         kv, scales = (k.contiguous(), v.contiguous()), None
     out = torch.empty(b, tq, n, dtype=torch.float32)
-
-    def part(lo: int, hi: int) -> int:
-        return lib.cross_attention(
-            native.ptr(qs if bq == 1 else qs[lo:hi]),
-            1 if bq == 1 else hi - lo,
-            native.ptr(kv[0][lo:hi]),
-            native.ptr(kv[1][lo:hi]),
-            None if scales is None else native.ptr(scales[0][lo:hi]),
-            None if scales is None else native.ptr(scales[1][lo:hi]),
-            kind,
-            None if keep is None else native.ptr(keep[lo:hi]),
-            hi - lo,
-            t,
-            h,
-            dh,
-            tq,
-            native.ptr(out[lo:hi]),
-        )
-
-    statuses: list[int] = []
-    native.run_parts(lambda lo, hi: statuses.append(part(lo, hi)), b)
-    if any(statuses):  # -1: this build has no AVX-512 kernel (checked limits otherwise); -2: out of memory
-        if set(statuses) == {-1}:
-            return None
+    status = lib.cross_attention(
+        native.ptr(qs),
+        bq,
+        native.ptr(kv[0]),
+        native.ptr(kv[1]),
+        None if scales is None else native.ptr(scales[0]),
+        None if scales is None else native.ptr(scales[1]),
+        kind,
+        None if keep is None else native.ptr(keep),
+        b,
+        t,
+        h,
+        dh,
+        tq,
+        native.ptr(out),
+        torch.get_num_threads(),
+    )
+    if status == -1:  # this build has no AVX-512 kernel (the limits were checked above)
+        return None
+    if status != 0:
         raise MemoryError("cross_attention could not allocate its scratch")
     return out
 

@@ -1,13 +1,18 @@
-"""Optional C kernels for element-wise stages PyTorch runs as many passes, compiled on first use.
+"""Optional C kernels for stages PyTorch runs as many small passes, compiled on first use: TK's kernel stage and
+MORES S2's cross-attention over stored keys and values.
 
 The C source (``native_kernels.c``, shipped with the package) is compiled with the machine's C compiler
-(``$CC``, else ``cc``/``gcc``) for this CPU (``-O3 -march=native -ffast-math -fopenmp-simd``: GCC vectorises
+(``$CC``, else ``cc``/``gcc``) for this CPU (``-O3 -march=native -ffast-math -fopenmp``: GCC vectorises
 ``expf`` through glibc's libmvec), then linked without ``-ffast-math``, so that loading it leaves the process's
 floating-point mode alone. The shared library goes under ``$AHEADRANK_NATIVE_CACHE`` (default
 ``$XDG_CACHE_HOME/aheadrank/native``), named by a hash of the source, the compiler, the flags and the CPU's
 model and feature flags, so a cache shared between machines never hands one CPU another's build. It is
-loaded with :mod:`ctypes` (calls release the GIL, so a stage splits its rows over ``torch.get_num_threads()``
-Python threads).
+loaded with :mod:`ctypes` (a call releases the GIL). A kernel splits its documents over
+``torch.get_num_threads()`` OpenMP threads, and those are PyTorch's own: the library needs ``libgomp.so.1``,
+which the dynamic loader resolves to the copy PyTorch has already loaded (same soname), so the threads that
+have just run PyTorch's last op take the work. Threads of our own (the first version: a Python thread pool)
+ran beside PyTorch's OpenMP workers, which spin for a while after each op: on 2 cores that halved the kernel's
+speed in the whole path (MORES 1×IB S2: 12.7 ms of cross-attention in the path against 6.6).
 
 Nothing depends on it: with ``AHEADRANK_NATIVE=0``, without a compiler, or when compiling fails (logged once),
 :func:`library` returns None and the callers run their PyTorch code. Results agree with those paths within
@@ -25,20 +30,18 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
-import torch
 from torch import Tensor
 
 log = logging.getLogger("aheadrank.native")
 
 SOURCE = Path(__file__).with_name("native_kernels.c")
-FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-fPIC")
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
 # Linked in a second step without -ffast-math: GCC (before 13) links crtfastmath.o into a -ffast-math shared
 # library, whose constructor turns on flush-to-zero / denormals-are-zero for the whole process when it loads
-LINK_FLAGS = ("-shared",)
+LINK_FLAGS = ("-shared", "-fopenmp")
 MAX_QUERY_TERMS = 64  # the kernels' per-row scratch (native_kernels.c: MAXQ, MAXK, MAXR)
 MAX_KERNELS = 32
 MAX_RATIOS = 4
@@ -50,9 +53,9 @@ _CHAIN = [  # the chain's arguments, in native_kernels.c's order
     _I, _P, _P, _P, _P, _P,  # S, kern, prev, ridx, lo, gain
 ]  # fmt: skip
 _SIGNATURES = {
-    "tk_kernel_sums": [_P, _P, _I, _I, _I, *_CHAIN, _P],
-    # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out
-    "cross_attention": [_P, _I, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _P],
+    "tk_kernel_sums": [_P, _P, _I, _I, _I, *_CHAIN, _P, _I],  # ..., out, threads
+    # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, threads
+    "cross_attention": [_P, _I, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _P, _I],
 }
 ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT and the head sizes it takes
 ATTENTION_MAX_KEYS = 4096
@@ -138,28 +141,6 @@ def library() -> ctypes.CDLL | None:
         return None
     with _lock:
         return _load()
-
-
-@lru_cache(maxsize=1)
-def _pool(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(workers, thread_name_prefix="aheadrank-native")
-
-
-def row_parts(rows: int, min_rows: int = 8) -> list[tuple[int, int]]:
-    """``rows`` split into up to ``torch.get_num_threads()`` contiguous parts of at least ``min_rows``."""
-    n = max(1, min(torch.get_num_threads(), rows // max(1, min_rows)))
-    step = max(1, -(-rows // n))
-    return [(lo, min(rows, lo + step)) for lo in range(0, rows, step)]
-
-
-def run_parts(fn, rows: int) -> None:
-    """``fn(lo, hi)`` over :func:`row_parts`, in parallel threads (a ctypes call releases the GIL)."""
-    parts = row_parts(rows)
-    if len(parts) == 1:
-        fn(*parts[0])
-        return
-    for f in [_pool(torch.get_num_threads()).submit(fn, lo, hi) for lo, hi in parts]:
-        f.result()
 
 
 def ptr(x: Tensor) -> int:

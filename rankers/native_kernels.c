@@ -105,9 +105,11 @@ static void doc_kernel_sums(const struct chain *ch, const float *m, const uint8_
 int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, int64_t Tq, int64_t K,
                     int64_t anchor, float mu_a, float c, float mlim, int64_t R, const float *rdelta,
                     const int64_t *rop, const int64_t *rsrc, int64_t S, const int64_t *kern,
-                    const int64_t *prev, const int64_t *ridx, const float *lo, const float *gain, float *out) {
+                    const int64_t *prev, const int64_t *ridx, const float *lo, const float *gain, float *out,
+                    int64_t threads) {
     const struct chain ch = {K, anchor, R, S, mu_a, c, mlim, rdelta, lo, gain, rop, rsrc, kern, prev, ridx};
-    if (Tq < 1 || Tq > MAXQ || K > MAXK || R > MAXR) return -1; /* the caller checks; never divide by 0 */
+    if (Tq < 1 || Tq > MAXQ || K > MAXK || R > MAXR || threads < 1) return -1; /* never divide by 0 */
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t b = 0; b < B; b++) doc_kernel_sums(&ch, m + b * Td * Tq, mask + b * Td, Td, Tq, out + b * K * Tq);
     return 0;
 }
@@ -122,7 +124,8 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
    candidates' keys and values is made, and padding tokens are skipped rather than masked.
    q [Bq, H, Tq, dh] float32, already scaled by 1/sqrt(dh) (Bq = 1: the same rows for every document, else B);
    k, v [B, T, H*dh] float16 (kind 0), bfloat16 (kind 1) or int8 (kind 2, times ks / vs [B, T], one scale per
-   token); mask [B, T] (nonzero: a real token) or NULL; out [B, Tq, H*dh] float32. A document without a real
+   token); mask [B, T] (nonzero: a real token) or NULL; out [B, Tq, H*dh] float32; the documents split over
+   `threads` OpenMP threads. A document without a real
    token gets zeros. Limits: dh 32 or 64, 1 <= Tq <= ATT_ROWS, T <= ATT_MAXT; AVX-512F builds only (elsewhere
    the entry point returns -1 and the caller runs PyTorch's attention). */
 #define ATT_ROWS 32
@@ -248,67 +251,72 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
 
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out) {
+                    float *out, int64_t threads) {
     if ((dh != 32 && dh != 64) || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 2 ||
-        (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)))
+        (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)) || threads < 1)
         return -1;
     const int64_t n = H * dh, per_q = H * Tq * dh;
-    float *kb = aligned_alloc(64, sizeof(float) * (size_t)(T * dh));
-    float *vb = aligned_alloc(64, sizeof(float) * (size_t)(T * dh));
-    float *s = aligned_alloc(64, sizeof(float) * (size_t)(T * ATT_ROWS));
-    float *qt = aligned_alloc(64, sizeof(float) * (size_t)(H * dh * ATT_ROWS));
-    int32_t *idx = malloc(sizeof(int32_t) * (size_t)T);
+    const size_t elem = kind == 2 ? 1 : 2;
     int status = 0;
-    if (!kb || !vb || !s || !qt || !idx) {
-        status = -2;
-        goto done;
+    /* the documents split over the OpenMP threads of the runtime PyTorch already loaded (same soname): the
+       threads that have just run PyTorch's last op take the work, instead of spinning beside threads of ours */
+#pragma omp parallel num_threads(threads) reduction(min : status)
+    {
+        float *kb = aligned_alloc(64, sizeof(float) * (size_t)(T * dh));
+        float *vb = aligned_alloc(64, sizeof(float) * (size_t)(T * dh));
+        float *s = aligned_alloc(64, sizeof(float) * (size_t)(T * ATT_ROWS));
+        float *qt = aligned_alloc(64, sizeof(float) * (size_t)(H * dh * ATT_ROWS));
+        int32_t *idx = malloc(sizeof(int32_t) * (size_t)T);
+        const int ok = kb && vb && s && qt && idx;
+        if (!ok) status = -2;
+        int64_t q_doc = -1; /* the document whose query rows qt holds */
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < B; b++) {
+            if (!ok) continue;
+            float *ob = out + b * Tq * n;
+            int64_t nv = 0;
+            for (int64_t j = 0; j < T; j++)
+                if (!mask || mask[b * T + j]) idx[nv++] = (int32_t)j;
+            if (nv == 0) {
+                memset(ob, 0, sizeof(float) * (size_t)(Tq * n));
+                continue;
+            }
+            if (q_doc < 0 || Bq != 1) { /* the query rows transposed per head: once, or per document */
+                const float *qb = q + (Bq == 1 ? 0 : b * per_q);
+                memset(qt, 0, sizeof(float) * (size_t)(H * dh * ATT_ROWS));
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t i = 0; i < Tq; i++)
+                        for (int64_t c = 0; c < dh; c++) qt[(h * dh + c) * ATT_ROWS + i] = qb[(h * Tq + i) * dh + c];
+                q_doc = b;
+            }
+            const void *kd = (const char *)k + (size_t)(b * T * n) * elem;
+            const void *vd = (const char *)v + (size_t)(b * T * n) * elem;
+            const float *ksb = ks ? ks + b * T : NULL, *vsb = vs ? vs + b * T : NULL;
+            for (int64_t h = 0; h < H; h++) {
+                const float *qh = qt + h * dh * ATT_ROWS;
+                if (dh == 32 && Tq <= 16)
+                    att_head(2, 1, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
+                else if (dh == 32)
+                    att_head(2, 2, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
+                else if (Tq <= 16)
+                    att_head(4, 1, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
+                else
+                    att_head(4, 2, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
+            }
+        }
+        free(kb);
+        free(vb);
+        free(s);
+        free(qt);
+        free(idx);
     }
-    for (int64_t b = 0; b < B; b++) {
-        float *ob = out + b * Tq * n;
-        int64_t nv = 0;
-        for (int64_t j = 0; j < T; j++)
-            if (!mask || mask[b * T + j]) idx[nv++] = (int32_t)j;
-        if (nv == 0) {
-            memset(ob, 0, sizeof(float) * (size_t)(Tq * n));
-            continue;
-        }
-        if (b == 0 || Bq != 1) { /* the query rows transposed per head: once, or per document */
-            const float *qb = q + (Bq == 1 ? 0 : b * per_q);
-            memset(qt, 0, sizeof(float) * (size_t)(H * dh * ATT_ROWS));
-            for (int64_t h = 0; h < H; h++)
-                for (int64_t i = 0; i < Tq; i++)
-                    for (int64_t c = 0; c < dh; c++) qt[(h * dh + c) * ATT_ROWS + i] = qb[(h * Tq + i) * dh + c];
-        }
-        const void *kd = kind == 0 || kind == 1 ? (const void *)((const uint16_t *)k + b * T * n)
-                                                : (const void *)((const int8_t *)k + b * T * n);
-        const void *vd = kind == 0 || kind == 1 ? (const void *)((const uint16_t *)v + b * T * n)
-                                                : (const void *)((const int8_t *)v + b * T * n);
-        const float *ksb = ks ? ks + b * T : NULL, *vsb = vs ? vs + b * T : NULL;
-        for (int64_t h = 0; h < H; h++) {
-            const float *qh = qt + h * dh * ATT_ROWS;
-            if (dh == 32 && Tq <= 16)
-                att_head(2, 1, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
-            else if (dh == 32)
-                att_head(2, 2, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
-            else if (Tq <= 16)
-                att_head(4, 1, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
-            else
-                att_head(4, 2, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
-        }
-    }
-done:
-    free(kb);
-    free(vb);
-    free(s);
-    free(qt);
-    free(idx);
     return status;
 }
 #else
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out) {
-    (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
+                    float *out, int64_t threads) {
+    (void)threads, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
     (void)dh, (void)Tq, (void)out;
     return -1;
 }

@@ -262,15 +262,10 @@ def kernel_sums_native(match: Tensor, d_mask: Tensor, mu: tuple[float, ...], sig
     keep = d_mask.expand(b, td).to(torch.uint8).contiguous()
     out = torch.empty(b, len(mu), tq, dtype=torch.float32)
     chain = _chain_args(nc, len(mu))
-
-    def part(lo: int, hi: int) -> None:
-        status = lib.tk_kernel_sums(
-            native.ptr(m[lo:hi]), native.ptr(keep[lo:hi]), hi - lo, td, tq, *chain, native.ptr(out[lo:hi])
-        )
-        if status != 0:  # outside the C stage's limits, which _native_for checked: never a silent garbage sum
-            raise RuntimeError(f"tk_kernel_sums refused its arguments (Tq={tq}, K={len(mu)})")
-
-    native.run_parts(part, b)
+    threads = torch.get_num_threads()
+    status = lib.tk_kernel_sums(native.ptr(m), native.ptr(keep), b, td, tq, *chain, native.ptr(out), threads)
+    if status != 0:  # outside the C stage's limits, which _native_for checked: never a silent garbage sum
+        raise RuntimeError(f"tk_kernel_sums refused its arguments (Tq={tq}, K={len(mu)})")
     return out.transpose(1, 2)
 
 

@@ -127,13 +127,23 @@ def test_outside_the_kernels_limits_the_pytorch_stage_runs():
         assert ((a.double() - b).abs() / scale).max().item() <= 1e-4
 
 
-@pytest.mark.parametrize("threads", [1, 2, 5])
-def test_row_parts_cover_every_row_once(monkeypatch, threads):
-    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
-    for rows in (0, 1, 7, 8, 17, 300):
-        parts = native.row_parts(rows)
-        assert [i for lo, hi in parts for i in range(lo, hi)] == list(range(rows))
-        assert len(parts) <= threads
+@needs_cc
+def test_kernels_run_on_pytorchs_openmp_runtime():
+    """The library's OpenMP runtime is the one PyTorch loaded (one libgomp in the process, so the kernels'
+    threads are PyTorch's own), and the thread count changes nothing but the speed."""
+    assert native.library() is not None
+    gomp = {line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line}
+    assert len(gomp) <= 1, gomp
+    match, _, d_mask = _adversarial_matches(23, 7, 40)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA)
+        torch.set_num_threads(3)
+        three = tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, three)
 
 
 @pytest.mark.parametrize(("b", "tq", "td"), [(3, 0, 5), (0, 4, 5), (2, 4, 0)])
@@ -174,7 +184,7 @@ def test_the_c_stage_refuses_arguments_outside_its_limits(tq):
     keep = torch.ones(2, 3, dtype=torch.uint8)
     out = torch.full((2, len(MU), max(tq, 1)), -7.0)
     status = lib.tk_kernel_sums(
-        m.data_ptr(), keep.data_ptr(), 2, 3, tq, *tk._chain_args(nc, len(MU)), out.data_ptr()
+        m.data_ptr(), keep.data_ptr(), 2, 3, tq, *tk._chain_args(nc, len(MU)), out.data_ptr(), 1
     )
     assert status == -1
     assert (out == -7.0).all()

@@ -126,7 +126,7 @@ def test_the_c_entry_point_refuses_arguments_outside_its_limits():
         q = torch.zeros(1, 96 // dh, max(tq, 1), dh)
         status = lib.cross_attention(
             q.data_ptr(), 1, k.data_ptr(), k.data_ptr(), None, None, 0, None, 2, 4, 96 // dh, dh, tq,
-            out.data_ptr(),
+            out.data_ptr(), 1,
         )  # fmt: skip
         assert status == -1
     assert (out == -7.0).all()
