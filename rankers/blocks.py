@@ -247,16 +247,20 @@ def widened(x: Tensor | QuantizedField, dtype: torch.dtype) -> Iterator[tuple[sl
         yield rows, part.widen_into(out) if isinstance(part, QuantizedField) else out.copy_(part)
 
 
-_NATIVE_KV_KINDS = {torch.float16: 0, torch.bfloat16: 1}  # native_kernels.c: cross_attention's kind
+# native_kernels.c: cross_attention's kind of keys and values (int8 QuantizedFields: 2)
+_NATIVE_KV_KINDS = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 3}
 
 
-def stored_context_native(
+def context_native(
     q: Tensor, k: Tensor | QuantizedField, v: Tensor | QuantizedField, mask: Tensor | None
 ) -> Tensor | None:
-    """softmax(q·kᵀ/√dh)·v by the compiled kernel (``native_kernels.c``: cross_attention), reading stored
-    keys and values in their own dtype (float16, bfloat16, or int8 with one scale per token): per document and
-    head, the real tokens' rows are widened into a cache-resident scratch and used at once, padding is skipped,
-    and no float32 copy of the candidates' fields is made; the documents are split over torch's OpenMP threads.
+    """softmax(q·kᵀ/√dh)·v by the compiled kernel (``native_kernels.c``: cross_attention) for a few query rows
+    (at most 32), reading keys and values in their own dtype (stored float16, bfloat16, or int8 with one scale
+    per token; float32 for the query rows' own self-attention): per document and head, the real tokens' rows are
+    widened into a cache-resident scratch and used at once, padding is skipped, and no float32 copy of the
+    candidates' fields is made; the documents are split over torch's OpenMP threads. PyTorch's CPU attention
+    runs ~70 GFLOP/s on these shapes (19 rows × 130 keys × 32 per head): MORES S2's cross-attention, MORES'
+    interaction-block self-attention over the query rows of each document, and the query encoders.
     q [1 or B, h, Tq, dh] float32, k/v [B, T, h·dh], mask [B or 1, 1, 1, T] bool -> [B, Tq, h·dh]. None where it
     does not apply (no compiled kernels or no AVX-512, autograd, a head size, row or key count outside the
     kernel's limits, a per-row mask): the caller runs PyTorch's attention. Same values as that within float32
@@ -349,16 +353,17 @@ class Attention(nn.Module):
     def context(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """q [Bq, h, Tq, dh] (Bq may be 1 and is broadcast), k/v [B, T, n] -> context [B, Tq, n].
 
-        k/v may be in a narrower dtype than q (float16 or bfloat16 as the store hands them over): on the CPU
-        they are then converted a few documents at a time, right before those documents' attention
+        k/v may be in a narrower dtype than q (float16 or bfloat16 as the store hands them over). On the CPU, for
+        at most 32 query rows, the compiled kernel computes straight from them (:func:`context_native`); else
+        they are converted a few documents at a time, right before those documents' attention
         (:func:`widened`), instead of one float32 copy of every candidate's keys and values."""
+        if not (self.training and self.attn_dropout):
+            fast = context_native(q, k, v, mask)  # a few query rows on the CPU: the compiled kernel
+            if fast is not None:
+                return fast
         if k.dtype != q.dtype:
             if k.device.type != "cpu":
                 return self.context(q, k.to(q.dtype), v.to(q.dtype), mask)
-            if not (self.training and self.attn_dropout):
-                fast = stored_context_native(q, k, v, mask)
-                if fast is not None:
-                    return fast
             out = q.new_empty(k.shape[0], q.shape[2], k.shape[2])
             for (rows, kw), (_, vw) in zip(widened(k, q.dtype), widened(v, q.dtype), strict=True):
                 out[rows] = self.context(

@@ -123,8 +123,8 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
    of the values runs over the head dimension for a block of query rows at a time. No float32 copy of the
    candidates' keys and values is made, and padding tokens are skipped rather than masked.
    q [Bq, H, Tq, dh] float32, already scaled by 1/sqrt(dh) (Bq = 1: the same rows for every document, else B);
-   k, v [B, T, H*dh] float16 (kind 0), bfloat16 (kind 1) or int8 (kind 2, times ks / vs [B, T], one scale per
-   token); mask [B, T] (nonzero: a real token) or NULL; out [B, Tq, H*dh] float32; the documents split over
+   k, v [B, T, H*dh] float16 (kind 0), bfloat16 (kind 1), int8 (kind 2, times ks / vs [B, T], one scale per
+   token) or float32 (kind 3: the small self-attention of a query's rows, per document in MORES' blocks); mask [B, T] (nonzero: a real token) or NULL; out [B, Tq, H*dh] float32; the documents split over
    `threads` OpenMP threads. A document without a real
    token gets zeros. Limits: dh 32 or 64, 1 <= Tq <= ATT_ROWS, T <= ATT_MAXT; AVX-512F builds only (elsewhere
    the entry point returns -1 and the caller runs PyTorch's attention). */
@@ -136,6 +136,7 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
 #include <stdlib.h>
 
 static inline __m512 att_load16(const void *src, int64_t off, int64_t kind, float scale) {
+    if (kind == 3) return _mm512_loadu_ps((const float *)src + off);
     if (kind == 0) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)src + off)));
     if (kind == 1)
         return _mm512_castsi512_ps(
@@ -252,11 +253,11 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
                     float *out, int64_t threads) {
-    if ((dh != 32 && dh != 64) || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 2 ||
+    if ((dh != 32 && dh != 64) || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 3 ||
         (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)) || threads < 1)
         return -1;
     const int64_t n = H * dh, per_q = H * Tq * dh;
-    const size_t elem = kind == 2 ? 1 : 2;
+    const size_t elem = kind == 2 ? 1 : (kind == 3 ? 4 : 2);
     int status = 0;
     /* the documents split over the OpenMP threads of the runtime PyTorch already loaded (same soname): the
        threads that have just run PyTorch's last op take the work, instead of spinning beside threads of ours */

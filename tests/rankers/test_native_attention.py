@@ -1,6 +1,6 @@
-"""The compiled cross-attention over stored keys and values (``rankers/blocks.py``: stored_context_native,
-``native_kernels.c``: cross_attention): equal to the formula for every stored dtype, declining (None, so that
-PyTorch's attention runs) wherever it does not apply, and giving MORES S2 the scores of the PyTorch path."""
+"""The compiled attention for a few query rows (``rankers/blocks.py``: context_native, ``native_kernels.c``:
+cross_attention): equal to the formula for every stored dtype and float32, declining (None, so that PyTorch's
+attention runs) wherever it does not apply, and giving MORES S2 the scores of the PyTorch path."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from aheadrank.rankers import QuantizedField, init_ranker, native
-from aheadrank.rankers.blocks import Attention, stored_context_native
+from aheadrank.rankers.blocks import Attention, context_native
 from aheadrank.rankers.text import pad_fields
 from conftest import random_text, save_tiny_bert
 
@@ -34,7 +34,7 @@ def _fields(b: int, t: int, n: int, kind: str, seed: int = 0):
     if kind == "int8":
         kq, vq = QuantizedField.quantize(k), QuantizedField.quantize(v)
         return kq, vq, kq.to(torch.float64), vq.to(torch.float64)
-    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[kind]
+    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[kind]
     return k.to(dt), v.to(dt), k.to(dt).double(), v.to(dt).double()
 
 
@@ -50,7 +50,7 @@ def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Te
 
 
 @needs_kernel
-@pytest.mark.parametrize("kind", ["float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("kind", ["float16", "bfloat16", "int8", "float32"])
 @pytest.mark.parametrize(
     ("b", "h", "dh", "tq", "t", "per_doc_q"),
     [(9, 12, 32, 19, 130, False), (5, 12, 32, 19, 37, True), (4, 6, 64, 16, 21, False), (3, 2, 32, 1, 9, True),
@@ -70,7 +70,7 @@ def test_equals_the_formula(kind, b, h, dh, tq, t, per_doc_q):
     keep[-1] = False
     keep[-1, t - 1] = True  # one real token, the last
     with torch.inference_mode():
-        got = stored_context_native(q, k, v, keep[:, None, None, :])
+        got = context_native(q, k, v, keep[:, None, None, :])
     assert got is not None and got.shape == (b, tq, h * dh) and got.dtype == torch.float32
     want = _reference(q, k64, v64, keep)
     assert ((got.double() - want).abs().max() / want.abs().max()).item() <= 1e-5
@@ -83,10 +83,10 @@ def test_no_mask_and_a_document_without_real_tokens():
     k, v, k64, v64 = _fields(3, 11, 64, "float16")
     q = torch.randn(1, 2, 5, 32)
     with torch.inference_mode():
-        got = stored_context_native(q, k, v, None)
+        got = context_native(q, k, v, None)
         keep = torch.ones(3, 11, dtype=torch.bool)
         keep[1] = False
-        masked = stored_context_native(q, k, v, keep[:, None, None, :])
+        masked = context_native(q, k, v, keep[:, None, None, :])
     want = _reference(q, k64, v64, torch.ones(3, 11, dtype=torch.bool))
     assert ((got.double() - want).abs().max() / want.abs().max()).item() <= 1e-5
     assert (masked[1] == 0).all()
@@ -96,23 +96,22 @@ def test_no_mask_and_a_document_without_real_tokens():
 @needs_kernel
 def test_declines_where_it_does_not_apply(monkeypatch):
     """None (PyTorch's attention runs) for a head size it has no code for, too many query rows, a per-row
-    mask, gradients, float32 or mismatched fields, a query batch that is neither 1 nor the documents', and
+    mask, gradients, mismatched fields, a query batch that is neither 1 nor the documents', and
     with the native kernels switched off."""
     k, v, _, _ = _fields(4, 10, 96, "float16")
     q = torch.randn(1, 3, 5, 32)
     keep = torch.ones(4, 1, 1, 10, dtype=torch.bool)
     with torch.inference_mode():
-        assert stored_context_native(q, k, v, keep) is not None
-        assert stored_context_native(q.view(1, 6, 5, 16), k, v, keep) is None  # dh = 16
-        assert stored_context_native(torch.randn(1, 3, 33, 32), k, v, keep) is None  # 33 rows
-        assert stored_context_native(q, k, v, keep.expand(4, 1, 5, 10)) is None  # a mask per query row
-        assert stored_context_native(q, k.float(), v.float(), keep) is None  # nothing to widen
-        assert stored_context_native(q, k, v.bfloat16(), keep) is None
-        assert stored_context_native(torch.randn(2, 3, 5, 32), k, v, keep) is None
-        assert stored_context_native(q.double(), k, v, keep) is None
-    assert stored_context_native(q.requires_grad_(), k, v, keep) is None
+        assert context_native(q, k, v, keep) is not None
+        assert context_native(q.view(1, 6, 5, 16), k, v, keep) is None  # dh = 16
+        assert context_native(torch.randn(1, 3, 33, 32), k, v, keep) is None  # 33 rows
+        assert context_native(q, k, v, keep.expand(4, 1, 5, 10)) is None  # a mask per query row
+        assert context_native(q, k, v.bfloat16(), keep) is None
+        assert context_native(torch.randn(2, 3, 5, 32), k, v, keep) is None
+        assert context_native(q.double(), k, v, keep) is None
+    assert context_native(q.requires_grad_(), k, v, keep) is None
     monkeypatch.setenv("AHEADRANK_NATIVE", "0")
-    assert stored_context_native(q.detach(), k, v, keep) is None
+    assert context_native(q.detach(), k, v, keep) is None
 
 
 @needs_kernel
@@ -133,18 +132,21 @@ def test_the_c_entry_point_refuses_arguments_outside_its_limits():
 
 
 @needs_kernel
-def test_attention_takes_it_for_stored_fields_only(monkeypatch):
-    """Attention.context computes stored float16 keys and values with the kernel and gets PyTorch's values;
-    float32 keys and values, and training with attention dropout, keep PyTorch's attention."""
+@pytest.mark.parametrize("stored", ["float16", "float32"])
+def test_attention_takes_it_for_a_few_query_rows(monkeypatch, stored):
+    """Attention.context computes a few query rows with the kernel, from stored float16 keys and values or
+    float32 ones (the query rows' own self-attention), and gets PyTorch's values; training with attention
+    dropout keeps PyTorch's attention."""
     calls: list[bool] = []
 
     def counted(*args):
-        calls.append(True)
-        return stored_context_native(*args)
+        out = context_native(*args)
+        calls.append(out is not None)
+        return out
 
-    monkeypatch.setattr("aheadrank.rankers.blocks.stored_context_native", counted)
+    monkeypatch.setattr("aheadrank.rankers.blocks.context_native", counted)
     att = Attention(384, 12, 1e-12, 0.1, 0.1).eval()
-    k, v, _, _ = _fields(6, 40, 384, "float16")
+    k, v, _, _ = _fields(6, 40, 384, stored)
     q = torch.randn(1, 12, 19, 32)
     keep = torch.rand(6, 40) > 0.1
     keep[:, 0] = True
@@ -154,12 +156,13 @@ def test_attention_takes_it_for_stored_fields_only(monkeypatch):
         assert calls == [True]
         monkeypatch.setenv("AHEADRANK_NATIVE", "0")
         slow = att.context(q, k, v, mask)
-        att.context(q, k.float(), v.float(), mask)
-    assert len(calls) == 2  # switched off: asked, declined; float32 fields: never asked
+    assert calls[1:] and not any(calls[1:])  # switched off: asked, declined
     torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+    monkeypatch.setenv("AHEADRANK_NATIVE", "1")
+    n = len(calls)
     att.train()
     att.context(q, k, v, mask)
-    assert len(calls) == 2
+    assert len(calls) == n
 
 
 @pytest.fixture(scope="module")
@@ -194,19 +197,26 @@ def test_mores_s2_scores_equal_the_pytorch_path(head32_base, texts, opts, stored
         fields = {k: QuantizedField.quantize(v) for k, v in full.items()}
     else:
         fields = {k: v.to(getattr(torch, stored)) for k, v in full.items()}
-    calls: list[bool] = []
+    calls: list[torch.dtype] = []  # the key dtype of every attention the kernel computed
 
     def counted(*args):
-        out = stored_context_native(*args)
-        calls.append(out is not None)
+        out = context_native(*args)
+        if out is not None:
+            calls.append(args[1].dtype)
         return out
 
-    monkeypatch.setattr("aheadrank.rankers.blocks.stored_context_native", counted)
+    monkeypatch.setattr("aheadrank.rankers.blocks.context_native", counted)
     with torch.inference_mode():
         qs = ranker.encode_query(queries[0])
+        assert calls and set(calls) == {torch.float32}  # the query encoder's self-attention
+        calls.clear()
         fast = ranker.score_batch(qs, fields, mask)
         monkeypatch.setenv("AHEADRANK_NATIVE", "0")
         slow = ranker.score_batch(qs, fields, mask)
-    assert calls[: opts["ibs"]] == [True] * opts["ibs"]  # every IB's cross-attention took the kernel
+    # every IB's cross-attention over the stored fields and every IB's self-attention but the last's ([CLS] only
+    # with cls pooling: folded, no keys) took the kernel
+    assert sum(dt != torch.float32 for dt in calls) == opts["ibs"]
+    self_attention = opts["ibs"] - (opts.get("pooling", "cls") == "cls")
+    assert sum(dt == torch.float32 for dt in calls) == self_attention
     spread = (slow.max() - slow.min()).clamp(min=1e-6)
     assert ((fast - slow).abs().max() / spread).item() <= 1e-5
