@@ -264,7 +264,25 @@ def context_native(
     q [1 or B, h, Tq, dh] float32, k/v [B, T, h·dh], mask [B or 1, 1, 1, T] bool -> [B, Tq, h·dh]. None where it
     does not apply (no compiled kernels or no AVX-512, autograd, a head size, row or key count outside the
     kernel's limits, a per-row mask): the caller runs PyTorch's attention. Same values as that within float32
-    rounding (``tests/rankers/test_native.py``)."""
+    rounding (``tests/rankers/test_native_attention.py``)."""
+    if q.dim() != 4:
+        return None
+    found = attend_native(q, k, v, mask, q.shape[-1] ** -0.5)
+    return None if found is None else found[0]
+
+
+def attend_native(
+    q: Tensor,
+    k: Tensor | QuantizedField,
+    v: Tensor | QuantizedField,
+    mask: Tensor | None,
+    scale: float,
+    lse: bool = False,
+) -> tuple[Tensor, Tensor | None] | None:
+    """:func:`context_native` with the scores' scale given (``scale·q·kᵀ``) and, with ``lse``, also each row's
+    log-sum-exp of its scores [B, h, Tq], for merging with scores over other keys (PreTTR's query tokens). A
+    head may be as wide as the states (dh a multiple of 64 up to 512: h = 1 reads whole rows), and v may be k.
+    Returns (context [B, Tq, h·dh], lse or None), or None where the kernel does not apply."""
     if q.device.type != "cpu" or q.dtype != torch.float32 or q.requires_grad or q.dim() != 4:
         return None
     quant = isinstance(k, QuantizedField)
@@ -276,7 +294,7 @@ def context_native(
     bq, h, tq, dh = q.shape
     b, t, n = k.shape
     if (
-        dh not in native.ATTENTION_HEAD_DIMS
+        not native.attention_head_dim(dh)
         or not 1 <= tq <= native.ATTENTION_MAX_ROWS
         or not 1 <= t <= native.ATTENTION_MAX_KEYS
         or n != h * dh
@@ -289,14 +307,20 @@ def context_native(
     lib = native.library()
     if lib is None:
         return None
-    qs = (q * dh**-0.5).contiguous()
+    qs = (q * scale).contiguous()
     keep = None if mask is None else mask.reshape(-1, t).expand(b, t).contiguous().view(torch.uint8)
     if quant:
+        same = k is v
         kv = (k.values.contiguous(), v.values.contiguous())
         scales = (k.scale.float().contiguous(), v.scale.float().contiguous())
+        if same:  # one tensor: the kernel widens it once
+            kv, scales = (kv[0], kv[0]), (scales[0], scales[0])
     else:
         kv, scales = (k.contiguous(), v.contiguous()), None
+        if k is v:
+            kv = (kv[0], kv[0])
     out = torch.empty(b, tq, n, dtype=torch.float32)
+    lse_out = torch.empty(b, h, tq, dtype=torch.float32) if lse else None
     status = lib.cross_attention(
         native.ptr(qs),
         bq,
@@ -312,13 +336,14 @@ def context_native(
         dh,
         tq,
         native.ptr(out),
+        None if lse_out is None else native.ptr(lse_out),
         torch.get_num_threads(),
     )
     if status == -1:  # this build has no AVX-512 kernel (the limits were checked above)
         return None
     if status != 0:
         raise MemoryError("cross_attention could not allocate its scratch")
-    return out
+    return out, lse_out
 
 
 class Attention(nn.Module):

@@ -54,12 +54,19 @@ _CHAIN = [  # the chain's arguments, in native_kernels.c's order
 ]  # fmt: skip
 _SIGNATURES = {
     "tk_kernel_sums": [_P, _P, _I, _I, _I, *_CHAIN, _P, _I],  # ..., out, threads
-    # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, threads
-    "cross_attention": [_P, _I, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _P, _I],
+    # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, lse, threads
+    "cross_attention": [_P, _I, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _P, _P, _I],
 }
-ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT and the head sizes it takes
+ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT, ATT_MAXDH
 ATTENTION_MAX_KEYS = 4096
-ATTENTION_HEAD_DIMS = (32, 64)
+ATTENTION_MAX_HEAD_DIM = 512
+
+
+def attention_head_dim(dh: int) -> bool:
+    """Whether the compiled attention takes heads dh wide: 32, or a multiple of 64 up to 512."""
+    return dh == 32 or (dh % 64 == 0 and 0 < dh <= ATTENTION_MAX_HEAD_DIM)
+
+
 _lock = threading.Lock()
 
 

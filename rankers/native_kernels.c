@@ -115,21 +115,24 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
-   Cross-attention of query rows over a document's stored keys and values, read in their stored dtype (MORES'
-   Reuse-S2 interaction blocks: rankers/blocks.py, Attention.context). Per document and head: the head's key and
-   value rows of the document's real tokens are widened once into an L1/L2-resident scratch, the scores of every
-   query row are computed with the query rows across the vector lanes (q transposed: one broadcast key value times
-   a vector of query values), the softmax over the keys runs down those lanes (att_exp), and the weighted sum
-   of the values runs over the head dimension for a block of query rows at a time. No float32 copy of the
-   candidates' keys and values is made, and padding tokens are skipped rather than masked.
-   q [Bq, H, Tq, dh] float32, already scaled by 1/sqrt(dh) (Bq = 1: the same rows for every document, else B);
-   k, v [B, T, H*dh] float16 (kind 0), bfloat16 (kind 1), int8 (kind 2, times ks / vs [B, T], one scale per
-   token) or float32 (kind 3: the small self-attention of a query's rows, per document in MORES' blocks); mask [B, T] (nonzero: a real token) or NULL; out [B, Tq, H*dh] float32; the documents split over
-   `threads` OpenMP threads. A document without a real
-   token gets zeros. Limits: dh 32 or 64, 1 <= Tq <= ATT_ROWS, T <= ATT_MAXT; AVX-512F builds only (elsewhere
-   the entry point returns -1 and the caller runs PyTorch's attention). */
+   Attention of a few query rows over each document's keys and values, read in their own dtype (rankers/blocks.py:
+   context_native: MORES' Reuse-S2 cross-attention over the stored fields, the interaction blocks' self-attention
+   over each document's query rows, the query encoders, PreTTR's folded [CLS] rows). Per document and head: the
+   head's key and value rows of the document's real tokens are widened once into an L1/L2-resident scratch, the
+   scores of every query row are computed with the query rows across the vector lanes (q transposed: one broadcast
+   key value times a vector of query values), the softmax over the keys runs down those lanes (att_exp), and the
+   weighted sum of the values runs over the head dimension for a block of query rows at a time. No float32 copy of
+   the candidates' keys and values is made, and padding tokens are skipped rather than masked.
+   q [Bq, H, Tq, dh] float32, already scaled (Bq = 1: the same rows for every document, else B); k, v [B, T, H*dh]
+   float16 (kind 0), bfloat16 (kind 1), int8 (kind 2, times ks / vs [B, T], one scale per token) or float32
+   (kind 3); v may be k itself (widened once); mask [B, T] (nonzero: a real token) or NULL; out [B, Tq, H*dh]
+   float32; lse [B, H, Tq] or NULL: log sum_t e^score per row, for merging with scores over other keys. The
+   documents split over `threads` OpenMP threads. A document without a real token gets zeros (and lse -1e30).
+   Limits: dh 32 or a multiple of 64 up to ATT_MAXDH, 1 <= Tq <= ATT_ROWS, T <= ATT_MAXT; AVX-512F builds only
+   (elsewhere the entry point returns -1 and the caller runs PyTorch's code). */
 #define ATT_ROWS 32
 #define ATT_MAXT 4096
+#define ATT_MAXDH 512
 #define ATT_KEYS 8 /* keys per block of the score stage: 8 x 2 accumulators hide the FMA latency (4: 1.17x slower) */
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -164,20 +167,24 @@ static inline __m512 att_exp(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* One head of one document: ND = dh / 16 vectors per key row, NQ = vectors of query rows (Tq <= 16 * NQ).
-   qt [dh][ATT_ROWS]: the head's query rows transposed (rows >= Tq zero); idx [nv]: the real tokens. */
-static inline __attribute__((always_inline)) void att_head(const int ND, const int NQ, const float *qt,
+/* One head of one document. dh: the head's width (32, or a multiple of 64: PreTTR's folded [CLS] rows read whole
+   384-wide states as one head); ND = vectors per chunk of the weighted sum (2 for dh = 32, else 4), NQ = vectors of
+   query rows (Tq <= 16 * NQ). qt [dh][ATT_ROWS]: the head's query rows transposed (rows >= Tq zero); idx [nv]: the
+   real tokens; same: the values are the keys (widened once). lse (or NULL): per query row, log sum_t e^score. */
+static inline __attribute__((always_inline)) void att_head(const int ND, const int NQ, int64_t dh, const float *qt,
                                                             const void *k, const void *v, const float *ks,
-                                                            const float *vs, int64_t kind, const int32_t *idx,
-                                                            int64_t nv, int64_t n, int64_t col, float *kb,
-                                                            float *vb, float *s, float *out, int64_t Tq) {
-    const int DH = 16 * ND;
+                                                            const float *vs, int64_t kind, int same,
+                                                            const int32_t *idx, int64_t nv, int64_t n, int64_t col,
+                                                            float *kb, float *vb, float *s, float *out,
+                                                            float *lse, int64_t Tq) {
+    const int64_t DV = dh / 16;
+    if (same) vb = kb;
     for (int64_t t = 0; t < nv; t++) { /* widen the head's key and value rows of the real tokens */
         const int64_t j = idx[t];
         const float kscale = ks ? ks[j] : 1.0f, vscale = vs ? vs[j] : 1.0f;
-        for (int d = 0; d < ND; d++) {
-            _mm512_store_ps(kb + t * DH + 16 * d, att_load16(k, j * n + col + 16 * d, kind, kscale));
-            _mm512_store_ps(vb + t * DH + 16 * d, att_load16(v, j * n + col + 16 * d, kind, vscale));
+        for (int64_t d = 0; d < DV; d++) {
+            _mm512_store_ps(kb + t * dh + 16 * d, att_load16(k, j * n + col + 16 * d, kind, kscale));
+            if (!same) _mm512_store_ps(vb + t * dh + 16 * d, att_load16(v, j * n + col + 16 * d, kind, vscale));
         }
     }
     /* scores s[t][i] = q_i . k_t, ATT_KEYS keys at a time */
@@ -186,11 +193,11 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
         __m512 acc[ATT_KEYS][2];
         for (int r = 0; r < ATT_KEYS; r++)
             for (int q = 0; q < NQ; q++) acc[r][q] = _mm512_setzero_ps();
-        for (int c = 0; c < DH; c++) {
+        for (int64_t c = 0; c < dh; c++) {
             __m512 qv[2];
             for (int q = 0; q < NQ; q++) qv[q] = _mm512_load_ps(qt + c * ATT_ROWS + 16 * q);
             for (int r = 0; r < ATT_KEYS; r++) {
-                const __m512 kv = _mm512_set1_ps(kb[(t + r) * DH + c]);
+                const __m512 kv = _mm512_set1_ps(kb[(t + r) * dh + c]);
                 for (int q = 0; q < NQ; q++) acc[r][q] = _mm512_fmadd_ps(kv, qv[q], acc[r][q]);
             }
         }
@@ -200,8 +207,8 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
     for (; t < nv; t++) {
         __m512 acc[2];
         for (int q = 0; q < NQ; q++) acc[q] = _mm512_setzero_ps();
-        for (int c = 0; c < DH; c++) {
-            const __m512 kv = _mm512_set1_ps(kb[t * DH + c]);
+        for (int64_t c = 0; c < dh; c++) {
+            const __m512 kv = _mm512_set1_ps(kb[t * dh + c]);
             for (int q = 0; q < NQ; q++) acc[q] = _mm512_fmadd_ps(kv, _mm512_load_ps(qt + c * ATT_ROWS + 16 * q), acc[q]);
         }
         for (int q = 0; q < NQ; q++) _mm512_store_ps(s + t * ATT_ROWS + 16 * q, acc[q]);
@@ -228,36 +235,40 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
         }
         for (int q = 0; q < NQ; q++) _mm512_store_ps(sum + 16 * q, sm[q]);
     }
-    /* out_i = sum_t p[t][i] v_t / sum_i, RB query rows at a time */
+    if (lse)
+        for (int64_t i = 0; i < Tq; i++) lse[i] = mx[i] + logf(sum[i]);
+    /* out_i = sum_t p[t][i] v_t / sum_i: RB query rows and ND vectors of the values at a time */
     const int RB = 16 / ND;
-    for (int64_t i0 = 0; i0 < Tq; i0 += RB) {
-        __m512 acc[16][4];
-        for (int r = 0; r < RB; r++)
-            for (int d = 0; d < ND; d++) acc[r][d] = _mm512_setzero_ps();
-        for (int64_t u = 0; u < nv; u++) {
-            __m512 vv[4];
-            for (int d = 0; d < ND; d++) vv[d] = _mm512_load_ps(vb + u * DH + 16 * d);
-            for (int r = 0; r < RB; r++) {
-                const __m512 p = _mm512_set1_ps(s[u * ATT_ROWS + i0 + r]);
-                for (int d = 0; d < ND; d++) acc[r][d] = _mm512_fmadd_ps(p, vv[d], acc[r][d]);
+    for (int64_t d0 = 0; d0 < DV; d0 += ND)
+        for (int64_t i0 = 0; i0 < Tq; i0 += RB) {
+            __m512 acc[16][4];
+            for (int r = 0; r < RB; r++)
+                for (int d = 0; d < ND; d++) acc[r][d] = _mm512_setzero_ps();
+            for (int64_t u = 0; u < nv; u++) {
+                __m512 vv[4];
+                for (int d = 0; d < ND; d++) vv[d] = _mm512_load_ps(vb + u * dh + 16 * (d0 + d));
+                for (int r = 0; r < RB; r++) {
+                    const __m512 p = _mm512_set1_ps(s[u * ATT_ROWS + i0 + r]);
+                    for (int d = 0; d < ND; d++) acc[r][d] = _mm512_fmadd_ps(p, vv[d], acc[r][d]);
+                }
+            }
+            for (int r = 0; r < RB && i0 + r < Tq; r++) {
+                const __m512 inv = _mm512_set1_ps(1.0f / sum[i0 + r]);
+                for (int d = 0; d < ND; d++)
+                    _mm512_storeu_ps(out + (i0 + r) * n + col + 16 * (d0 + d), _mm512_mul_ps(acc[r][d], inv));
             }
         }
-        for (int r = 0; r < RB && i0 + r < Tq; r++) {
-            const __m512 inv = _mm512_set1_ps(1.0f / sum[i0 + r]);
-            for (int d = 0; d < ND; d++)
-                _mm512_storeu_ps(out + (i0 + r) * n + col + 16 * d, _mm512_mul_ps(acc[r][d], inv));
-        }
-    }
 }
 
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out, int64_t threads) {
-    if ((dh != 32 && dh != 64) || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 3 ||
+                    float *out, float *lse, int64_t threads) {
+    if ((dh != 32 && (dh % 64 != 0 || dh > ATT_MAXDH)) || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 3 ||
         (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)) || threads < 1)
         return -1;
     const int64_t n = H * dh, per_q = H * Tq * dh;
     const size_t elem = kind == 2 ? 1 : (kind == 3 ? 4 : 2);
+    const int same = k == v && ks == vs;
     int status = 0;
     /* the documents split over the OpenMP threads of the runtime PyTorch already loaded (same soname): the
        threads that have just run PyTorch's last op take the work, instead of spinning beside threads of ours */
@@ -280,6 +291,8 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                 if (!mask || mask[b * T + j]) idx[nv++] = (int32_t)j;
             if (nv == 0) {
                 memset(ob, 0, sizeof(float) * (size_t)(Tq * n));
+                if (lse)
+                    for (int64_t i = 0; i < H * Tq; i++) lse[b * H * Tq + i] = -1e30f; /* e^lse: 0 */
                 continue;
             }
             if (q_doc < 0 || Bq != 1) { /* the query rows transposed per head: once, or per document */
@@ -295,14 +308,15 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
             const float *ksb = ks ? ks + b * T : NULL, *vsb = vs ? vs + b * T : NULL;
             for (int64_t h = 0; h < H; h++) {
                 const float *qh = qt + h * dh * ATT_ROWS;
+                float *lh = lse ? lse + (b * H + h) * Tq : NULL;
                 if (dh == 32 && Tq <= 16)
-                    att_head(2, 1, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
+                    att_head(2, 1, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq);
                 else if (dh == 32)
-                    att_head(2, 2, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
+                    att_head(2, 2, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq);
                 else if (Tq <= 16)
-                    att_head(4, 1, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
+                    att_head(4, 1, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq);
                 else
-                    att_head(4, 2, qh, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kb, vb, s, ob, Tq);
+                    att_head(4, 2, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq);
             }
         }
         free(kb);
@@ -316,8 +330,8 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
 #else
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out, int64_t threads) {
-    (void)threads, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
+                    float *out, float *lse, int64_t threads) {
+    (void)threads, (void)lse, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
     (void)dh, (void)Tq, (void)out;
     return -1;
 }

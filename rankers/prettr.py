@@ -25,6 +25,7 @@ from aheadrank.rankers.blocks import (
     Encoder,
     Linear,
     SimilarityResidual,
+    attend_native,
     key_mask,
     pack_weight,
     token_scores,
@@ -135,10 +136,22 @@ class PrettrRanker(Ranker):
         concatenation, and no keys or values."""
         last = self.encoder.layer[self.config.n_layers - 1]
         att = last.attention
-        b, tq = r.shape[0], q.shape[1]
         u = att.folded_query(q[:, :1])[0]  # [H, n]
-        packed_u = pack_weight(u, u)  # the same rows against every block: oneDNN where available
         q_scores = (q[0] @ u.T).T.masked_fill(~q_mask[0], float("-inf"))  # [H, tq], every document's
+        found = self.weighted_native(q, u, q_scores, r, d_mask)
+        weighted, pooled = found if found is not None else self.weighted_blocks(q, u, q_scores, r, d_mask)
+        score = self.head(last.ffn(att.output(att.folded_values(weighted), q[:, :1]))[:, 0]).squeeze(-1)
+        return self.with_sim(score, q_pool, pooled)
+
+    def weighted_blocks(
+        self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor
+    ) -> tuple[Tensor, Tensor | None]:
+        """[CLS]'s per-head weighted sums over [query; document] tokens [B, H, n] (and, with ``sim``, the mean of
+        ŝ over each document's tokens [B, n]) in PyTorch: a block of documents at a time, widened and
+        decompressed, scored by one GEMM against the folded rows u [H, n]."""
+        att = self.encoder.layer[self.config.n_layers - 1].attention
+        b, tq = r.shape[0], q.shape[1]
+        packed_u = pack_weight(u, u)  # the same rows against every block: oneDNN where available
         weighted = q.new_empty(b, u.shape[0], q.shape[2])
         pooled = []
         for rows, block in widened(r, q.dtype):
@@ -154,8 +167,42 @@ class PrettrRanker(Ranker):
             weighted[rows] = summed[:, : u.shape[0]] + p[..., :tq] @ q[0]
             if self.config.sim:
                 pooled.append(summed[:, -1])
-        score = self.head(last.ffn(att.output(att.folded_values(weighted), q[:, :1]))[:, 0]).squeeze(-1)
-        return self.with_sim(score, q_pool, torch.cat(pooled) if self.config.sim else None)
+        return weighted, torch.cat(pooled) if self.config.sim else None
+
+    def weighted_native(
+        self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor
+    ) -> tuple[Tensor, Tensor | None] | None:
+        """:meth:`weighted_blocks` by the compiled attention (``blocks.attend_native``): the H folded rows (and a
+        zero row more for ``sim``, whose weights are uniform over the document's tokens: the mean of ŝ) as the
+        query rows of one head as wide as the states, over the stored states themselves (l5/e0: float16 or int8
+        read in place) or over each block's decompressed ŝ. The query tokens' part, the same for every document,
+        is merged in by the rows' log-sum-exps: weighted = w_d·Σ_d + w_q·Σ_q, w = e^(lse − logaddexp(lse_q,
+        lse_d)). None where the kernel does not apply."""
+        n_heads, n = u.shape
+        rows = torch.cat([u, u.new_zeros(1, n)]) if self.config.sim else u
+        rows = rows[None, None]  # [1, 1, R, n]: one head n wide; u carries the 1/√dh already
+        if self.config.compress:
+            parts = []
+            for sl, block in widened(r, q.dtype):
+                s = self.decompress(block)
+                found = attend_native(rows, s, s, key_mask(d_mask[sl]), 1.0, lse=True)
+                if found is None:
+                    return None
+                parts.append(found)
+            if not parts:
+                return None
+            out, lse_d = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        else:
+            found = attend_native(rows, r, r, key_mask(d_mask), 1.0, lse=True)
+            if found is None:
+                return None
+            out, lse_d = found
+        lse_d = lse_d[:, 0, :n_heads]  # [B, H]
+        lse_q = torch.logsumexp(q_scores, -1)  # [H]
+        total = torch.logaddexp(lse_d, lse_q)
+        weighted = out[:, :n_heads] * (lse_d - total).exp_().unsqueeze(-1)
+        weighted += (lse_q - total).exp_().unsqueeze(-1) * (q_scores.softmax(-1) @ q[0])
+        return weighted, out[:, n_heads] if self.config.sim else None
 
     def joint_lower(
         self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from aheadrank.rankers import QuantizedField, init_ranker, native
-from aheadrank.rankers.blocks import Attention, context_native
+from aheadrank.rankers.blocks import Attention, attend_native, context_native
 from aheadrank.rankers.text import pad_fields
 from conftest import random_text, save_tiny_bert
 
@@ -121,11 +121,11 @@ def test_the_c_entry_point_refuses_arguments_outside_its_limits():
     lib = native.library()
     k = torch.zeros(2, 4, 96, dtype=torch.float16)
     out = torch.full((2, 3, 96), -7.0)
-    for dh, tq in ((48, 3), (32, 0), (32, native.ATTENTION_MAX_ROWS + 1)):
+    for dh, tq in ((48, 3), (32, 0), (32, native.ATTENTION_MAX_ROWS + 1), (96, 2)):
         q = torch.zeros(1, 96 // dh, max(tq, 1), dh)
         status = lib.cross_attention(
             q.data_ptr(), 1, k.data_ptr(), k.data_ptr(), None, None, 0, None, 2, 4, 96 // dh, dh, tq,
-            out.data_ptr(), 1,
+            out.data_ptr(), None, 1,
         )  # fmt: skip
         assert status == -1
     assert (out == -7.0).all()
@@ -179,6 +179,18 @@ def head32_base(tmp_path_factory, minilm_dir) -> Path:
     )
 
 
+def _stored_fields(ranker, docs: list[str], stored: str) -> tuple[dict, torch.Tensor]:
+    """29 documents' fields as a store of ``stored`` hands them over, and their mask; the ranker's score head
+    given random weights (an untrained head with the similarity residual is 0: the score would not read the
+    attention)."""
+    torch.manual_seed(3)
+    torch.nn.init.normal_(ranker.head.weight, std=0.2)
+    full, mask = pad_fields(ranker.encode_documents(docs[:29]), "cpu", torch.float32)
+    if stored == "int8":
+        return {k: QuantizedField.quantize(v) for k, v in full.items()}, mask
+    return {k: v.to(getattr(torch, stored)) for k, v in full.items()}, mask
+
+
 @needs_kernel
 @pytest.mark.parametrize(
     "opts", [{"ibs": 1}, {"ibs": 2}, {"ibs": 2, "pooling": "mean"}, {"ibs": 2, "sim": True}], ids=str
@@ -189,14 +201,8 @@ def test_mores_s2_scores_equal_the_pytorch_path(head32_base, texts, opts, stored
     relative to the score spread), for every stored dtype and interaction-block layout."""
     ranker = init_ranker("mores", base=head32_base, max_doc_len=48, **opts)
     ranker.strategy = "s2"
-    torch.manual_seed(3)
-    torch.nn.init.normal_(ranker.head.weight, std=0.2)
     queries, docs = texts
-    full, mask = pad_fields(ranker.encode_documents(docs[:29]), "cpu", torch.float32)
-    if stored == "int8":
-        fields = {k: QuantizedField.quantize(v) for k, v in full.items()}
-    else:
-        fields = {k: v.to(getattr(torch, stored)) for k, v in full.items()}
+    fields, mask = _stored_fields(ranker, docs, stored)
     calls: list[torch.dtype] = []  # the key dtype of every attention the kernel computed
 
     def counted(*args):
@@ -218,5 +224,61 @@ def test_mores_s2_scores_equal_the_pytorch_path(head32_base, texts, opts, stored
     assert sum(dt != torch.float32 for dt in calls) == opts["ibs"]
     self_attention = opts["ibs"] - (opts.get("pooling", "cls") == "cls")
     assert sum(dt == torch.float32 for dt in calls) == self_attention
+    spread = (slow.max() - slow.min()).clamp(min=1e-6)
+    assert ((fast - slow).abs().max() / spread).item() <= 1e-5
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", ["float16", "int8", "float32"])
+@pytest.mark.parametrize(("dh", "tq"), [(384, 13), (128, 12), (64, 1)])
+def test_wide_heads_values_that_are_the_keys_and_log_sum_exps(kind, dh, tq):
+    """One head as wide as the states (PreTTR's folded [CLS] rows over ŝ), the values being the keys (one
+    tensor, widened once), a given scale, and each row's log-sum-exp of its scores: all as the float64 formula."""
+    g = torch.Generator().manual_seed(5)
+    k, _, k64, _ = _fields(7, 45, dh, kind)
+    q = torch.randn(1, 1, tq, dh, generator=g) * 0.2
+    keep = torch.rand(7, 45, generator=g) > 0.25
+    keep[:, 0] = True
+    keep[3] = False  # no real token: zeros and a log-sum-exp whose exponential is 0
+    with torch.inference_mode():
+        found = attend_native(q, k, k, keep[:, None, None, :], 0.7, lse=True)
+    assert found is not None
+    out, lse = found
+    assert lse.shape == (7, 1, tq)
+    real = [i for i in range(7) if i != 3]
+    scores = 0.7 * (q.double()[0, 0] @ k64.transpose(1, 2))  # [B, tq, T]
+    scores = scores.masked_fill(~keep[:, None, :], float("-inf"))
+    want_lse = torch.logsumexp(scores, -1)[real]
+    assert (lse[real, 0].double() - want_lse).abs().max().item() <= 1e-5 * want_lse.abs().max().item() + 1e-5
+    want = scores.softmax(-1)[real] @ k64[real]
+    assert ((out[real].double() - want).abs().max() / want.abs().max()).item() <= 1e-5
+    assert (out[3] == 0).all() and lse[3].max().item() < -1e29
+
+
+@needs_kernel
+@pytest.mark.parametrize("opts", [{"compress": 0}, {"compress": 16}, {"compress": 16, "sim": True}], ids=str)
+@pytest.mark.parametrize("stored", ["float16", "int8"])
+def test_prettr_last_layer_scores_equal_the_pytorch_path(head32_base, texts, opts, stored, monkeypatch):
+    """PreTTR at l = L − 1 from stored fields: [CLS]'s folded rows over the stored states (no compressor) or over
+    each block's decompressed states, through the kernel, merged with the query tokens' part by log-sum-exps,
+    give the scores of the PyTorch blocks (1e-5 relative to the score spread)."""
+    ranker = init_ranker("prettr", base=head32_base, max_doc_len=48, layer=2, **opts)
+    queries, docs = texts
+    fields, mask = _stored_fields(ranker, docs, stored)
+    mask[5, 1:] = False  # a document of one token
+    calls: list[int] = []
+
+    def counted(*args, **kwargs):
+        out = attend_native(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr("aheadrank.rankers.prettr.attend_native", counted)
+    with torch.inference_mode():
+        qs = ranker.encode_query(queries[1])
+        fast = ranker.score_batch(qs, fields, mask)
+        assert calls and all(calls)
+        monkeypatch.setenv("AHEADRANK_NATIVE", "0")
+        slow = ranker.score_batch(qs, fields, mask)
     spread = (slow.max() - slow.min()).clamp(min=1e-6)
     assert ((fast - slow).abs().max() / spread).item() <= 1e-5
