@@ -167,6 +167,30 @@ static inline __m512 att_exp(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* Rows i0 .. i0 + RB - 1 (those below Tq stored) of the weighted sum, value vectors d0 .. d0 + ND - 1: RB x ND
+   accumulators over the nv keys; s [nv][ATT_ROWS] holds e^score (lanes up to i0 + RB <= ATT_ROWS are read). */
+static inline __attribute__((always_inline)) void att_pv(const int ND, const int RB, const float *vb, const float *s,
+                                                          const float *sum, int64_t nv, int64_t dh, int64_t d0,
+                                                          int64_t i0, int64_t Tq, int64_t n, int64_t col,
+                                                          float *out) {
+    __m512 acc[24][4];
+    for (int r = 0; r < RB; r++)
+        for (int d = 0; d < ND; d++) acc[r][d] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < nv; u++) {
+        __m512 vv[4];
+        for (int d = 0; d < ND; d++) vv[d] = _mm512_load_ps(vb + u * dh + 16 * (d0 + d));
+        for (int r = 0; r < RB; r++) {
+            const __m512 p = _mm512_set1_ps(s[u * ATT_ROWS + i0 + r]);
+            for (int d = 0; d < ND; d++) acc[r][d] = _mm512_fmadd_ps(p, vv[d], acc[r][d]);
+        }
+    }
+    for (int r = 0; r < RB && i0 + r < Tq; r++) {
+        const __m512 inv = _mm512_set1_ps(1.0f / sum[i0 + r]);
+        for (int d = 0; d < ND; d++)
+            _mm512_storeu_ps(out + (i0 + r) * n + col + 16 * (d0 + d), _mm512_mul_ps(acc[r][d], inv));
+    }
+}
+
 /* One head of one document. dh: the head's width (32, or a multiple of 64: PreTTR's folded [CLS] rows read whole
    384-wide states as one head); ND = vectors per chunk of the weighted sum (2 for dh = 32, else 4), NQ = vectors of
    query rows (Tq <= 16 * NQ). qt [dh][ATT_ROWS]: the head's query rows transposed (rows >= Tq zero); idx [nv]: the
@@ -237,26 +261,18 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
     }
     if (lse)
         for (int64_t i = 0; i < Tq; i++) lse[i] = mx[i] + logf(sum[i]);
-    /* out_i = sum_t p[t][i] v_t / sum_i: RB query rows and ND vectors of the values at a time */
-    const int RB = 16 / ND;
+    /* out_i = sum_t p[t][i] v_t / sum_i: a block of query rows and ND vectors of the values at a time (blocks of
+       24/ND rows while more than 16/ND are left: 24 accumulators, then 16/ND or 8/ND) */
     for (int64_t d0 = 0; d0 < DV; d0 += ND)
-        for (int64_t i0 = 0; i0 < Tq; i0 += RB) {
-            __m512 acc[16][4];
-            for (int r = 0; r < RB; r++)
-                for (int d = 0; d < ND; d++) acc[r][d] = _mm512_setzero_ps();
-            for (int64_t u = 0; u < nv; u++) {
-                __m512 vv[4];
-                for (int d = 0; d < ND; d++) vv[d] = _mm512_load_ps(vb + u * dh + 16 * (d0 + d));
-                for (int r = 0; r < RB; r++) {
-                    const __m512 p = _mm512_set1_ps(s[u * ATT_ROWS + i0 + r]);
-                    for (int d = 0; d < ND; d++) acc[r][d] = _mm512_fmadd_ps(p, vv[d], acc[r][d]);
-                }
-            }
-            for (int r = 0; r < RB && i0 + r < Tq; r++) {
-                const __m512 inv = _mm512_set1_ps(1.0f / sum[i0 + r]);
-                for (int d = 0; d < ND; d++)
-                    _mm512_storeu_ps(out + (i0 + r) * n + col + 16 * (d0 + d), _mm512_mul_ps(acc[r][d], inv));
-            }
+        for (int64_t i0 = 0; i0 < Tq;) {
+            const int64_t left = Tq - i0;
+            if (left > 16 / ND)
+                att_pv(ND, 24 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out);
+            else if (left > 8 / ND)
+                att_pv(ND, 16 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out);
+            else
+                att_pv(ND, 8 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out);
+            i0 += left > 16 / ND ? 24 / ND : (left > 8 / ND ? 16 / ND : 8 / ND);
         }
 }
 
