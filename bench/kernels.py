@@ -6,9 +6,10 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   (``query_state`` + ``score_batch`` over N candidates in chunks).
 * ``stored``: MORES S2 (and PreTTR, TK) from float16 fields: widened to float32 up front (the path before
   issue 16) vs handed over as stored (the attention widens a block of documents at a time).
-* ``native``: the compiled kernels (``rankers/native_kernels.c``: MORES S2's cross-attention over stored keys and
-  values, TK's kernel stage) vs the PyTorch code they replace (``AHEADRANK_NATIVE=0``), from float16 fields and,
-  for MORES, int8 fields (``QuantizedField``), inside the whole timed path.
+* ``native``: the compiled kernels (``rankers/native_kernels.c``: the attention of a few query rows — MORES S2's
+  cross-attention over stored keys and values and its blocks' self-attention, the query encoders, PreTTR's folded
+  [CLS] rows — and TK's kernel stage) vs the PyTorch code they replace (``AHEADRANK_NATIVE=0``), from float16
+  fields and, for MORES and PreTTR, int8 fields (``QuantizedField``), inside the whole timed path.
 * ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
   served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
@@ -199,7 +200,7 @@ def part_native(args) -> list[dict]:
         if getattr(ranker.config, "sim", False):  # an untrained head is 0: make the score read the attention
             torch.nn.init.normal_(ranker.head.weight, std=0.2, generator=torch.Generator().manual_seed(3))
         stored = {"float16": half}
-        if name.startswith("mores"):
+        if not name.startswith("tk"):
             stored["int8"] = {k: QuantizedField.quantize(v.float()) for k, v in half.items()}
         for dtype, fields in stored.items():
 
@@ -322,7 +323,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         nargs="+",
         default=["mores-2ib-s2", "mores-1ib-s2", "prettr-l5-e128", "prettr-l5-e0", "tk-2l"],
     )
-    p.add_argument("--native-rankers", nargs="+", default=["mores-1ib-s2", "mores-2ib-s2", "tk-2l"])
+    p.add_argument(
+        "--native-rankers",
+        nargs="+",
+        default=["mores-1ib-s2", "mores-2ib-s2", "prettr-l5-e0", "prettr-l5-e128", "tk-2l"],
+    )
     p.add_argument("--int8-rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
     p.add_argument("--tmp", default=None, help="folder for the int8 part's temporary stores")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kernels.json")

@@ -42,6 +42,11 @@ FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
 # Linked in a second step without -ffast-math: GCC (before 13) links crtfastmath.o into a -ffast-math shared
 # library, whose constructor turns on flush-to-zero / denormals-are-zero for the whole process when it loads
 LINK_FLAGS = ("-shared", "-fopenmp")
+# A compiler without OpenMP (no libgomp to link): the same kernels on one thread each (the pragmas ignored)
+SERIAL = (
+    tuple(f if f != "-fopenmp" else "-fopenmp-simd" for f in FLAGS),
+    tuple(f for f in LINK_FLAGS if f != "-fopenmp"),
+)
 MAX_QUERY_TERMS = 64  # the kernels' per-row scratch (native_kernels.c: MAXQ, MAXK, MAXR)
 MAX_KERNELS = 32
 MAX_RATIOS = 4
@@ -97,9 +102,22 @@ def cache_dir() -> Path:
 
 
 def _build(cc: str) -> Path:
+    """The compiled library (from the cache when built before): with OpenMP, else serial (logged)."""
+    try:
+        return _build_with(cc, FLAGS, LINK_FLAGS)
+    except RuntimeError as with_openmp:
+        try:
+            serial = _build_with(cc, *SERIAL)
+        except RuntimeError:
+            raise with_openmp from None  # not OpenMP's fault: the caller logs the first error, once
+        log.warning("native kernels built without OpenMP (one thread each): %s", with_openmp)
+        return serial
+
+
+def _build_with(cc: str, flags: tuple[str, ...], link_flags: tuple[str, ...]) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
     key = hashlib.sha256(
-        "\0".join([SOURCE.read_text(), cc, version, " ".join(FLAGS + LINK_FLAGS), _cpu_signature()]).encode()
+        "\0".join([SOURCE.read_text(), cc, version, " ".join(flags + link_flags), _cpu_signature()]).encode()
     ).hexdigest()[:20]
     target = cache_dir() / f"kernels-{key}.so"
     if target.exists():
@@ -110,7 +128,7 @@ def _build(cc: str) -> Path:
     os.close(fd)
     try:
         obj = tmp[:-3] + ".o"
-        for cmd in ([cc, *FLAGS, "-c", str(SOURCE), "-o", obj], [cc, *LINK_FLAGS, obj, "-o", tmp, "-lm"]):
+        for cmd in ([cc, *flags, "-c", str(SOURCE), "-o", obj], [cc, *link_flags, obj, "-o", tmp, "-lm"]):
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
                 raise RuntimeError(

@@ -109,7 +109,7 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
                     int64_t threads) {
     const struct chain ch = {K, anchor, R, S, mu_a, c, mlim, rdelta, lo, gain, rop, rsrc, kern, prev, ridx};
     if (Tq < 1 || Tq > MAXQ || K > MAXK || R > MAXR || threads < 1) return -1; /* never divide by 0 */
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 8)
     for (int64_t b = 0; b < B; b++) doc_kernel_sums(&ch, m + b * Td * Tq, mask + b * Td, Td, Tq, out + b * K * Tq);
     return 0;
 }
@@ -307,7 +307,7 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
         const int ok = kb && vb && s && qt && idx;
         if (!ok) status = -2;
         int64_t q_doc = -1; /* the document whose query rows qt holds */
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 4) /* a descheduled thread (a busy server) leaves its documents to the others */
         for (int64_t b = 0; b < B; b++) {
             if (!ok) continue;
             float *ob = out + b * Tq * n;

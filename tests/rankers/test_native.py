@@ -188,3 +188,20 @@ def test_the_c_stage_refuses_arguments_outside_its_limits(tq):
     )
     assert status == -1
     assert (out == -7.0).all()
+
+
+@needs_cc
+def test_without_openmp_the_kernels_build_serial(fresh_native, monkeypatch, caplog):
+    """A compiler that cannot build with OpenMP (here: a flag it rejects beside -fopenmp) gets the serial build,
+    says so once, and the kernels give the same sums."""
+    match, _, d_mask = _adversarial_matches(9, 5, 30)
+    with torch.inference_mode():
+        want = tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA)
+    native._load.cache_clear()
+    monkeypatch.setattr(native, "FLAGS", (*native.FLAGS, "-fno-such-flag-aheadrank"))
+    with caplog.at_level(logging.WARNING, logger="aheadrank.native"):
+        assert native.library() is not None
+    assert any("without OpenMP" in r.getMessage() for r in caplog.records)
+    with torch.inference_mode():
+        got = tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
