@@ -283,8 +283,10 @@ def attend_native(
     log-sum-exp of its scores [B, h, Tq], for merging with scores over other keys (PreTTR's query tokens). A
     head may be as wide as the states (dh a multiple of 64 up to 512: h = 1 reads whole rows), and v may be k.
     Returns (context [B, Tq, h·dh], lse or None), or None where the kernel does not apply."""
-    if q.device.type != "cpu" or q.dtype != torch.float32 or q.requires_grad or q.dim() != 4:
+    if q.device.type != "cpu" or q.dtype != torch.float32 or q.dim() != 4:
         return None
+    if torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v)):
+        return None  # no backward through the kernel: autograd keeps PyTorch's attention
     quant = isinstance(k, QuantizedField)
     if quant != isinstance(v, QuantizedField) or k.shape != v.shape or len(k.shape) != 3:
         return None

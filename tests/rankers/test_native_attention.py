@@ -110,6 +110,10 @@ def test_declines_where_it_does_not_apply(monkeypatch):
         assert context_native(torch.randn(2, 3, 5, 32), k, v, keep) is None
         assert context_native(q.double(), k, v, keep) is None
     assert context_native(q.requires_grad_(), k, v, keep) is None
+    k32 = k.float().requires_grad_()  # keys that need a gradient (a trained document side), query not
+    assert context_native(q.detach(), k32, v.float(), keep) is None
+    with torch.no_grad():
+        assert context_native(q.detach(), k32, v.float(), keep) is not None
     monkeypatch.setenv("AHEADRANK_NATIVE", "0")
     assert context_native(q.detach(), k, v, keep) is None
 
