@@ -75,8 +75,11 @@ def attention_head_dim(dh: int) -> bool:
 _lock = threading.Lock()
 
 
+ENVIRONMENT = "AHEADRANK_NATIVE"  # 0 / false / no / off: the kernels are off (read at every call)
+
+
 def enabled() -> bool:
-    return os.environ.get("AHEADRANK_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return os.environ.get(ENVIRONMENT, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _cpu_signature() -> str:

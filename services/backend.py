@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,9 +135,10 @@ class RerankBackend:
     def load(cls, settings: ServiceSettings) -> RerankBackend:
         """Open the store, check its fingerprint against the checkpoint (refuse on a mismatch), load the
         ranker on the device, open the Lucene searcher. Raises AheadrankError with a clear message."""
-        from aheadrank.rankers import load_ranker, read_fingerprint
+        from aheadrank.rankers import load_ranker, native, read_fingerprint
 
         bound_onednn_cache(settings.onednn_cache_capacity)  # before the model creates its first primitive
+        os.environ[native.ENVIRONMENT] = "1" if settings.native else "0"  # what rankers/native.py reads
         if settings.threads:
             import torch
 

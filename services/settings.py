@@ -70,6 +70,11 @@ class ServiceSettings(BaseSettings):
         description="give freed heap pages back to the system (glibc malloc_trim, on the model thread between "
         "requests) at most this often; 0: never",
     )
+    native: bool = Field(
+        True,
+        description="the compiled kernels (rankers/native.py: the attention of a few query rows, TK's kernel "
+        "stage), built on first use with the machine's C compiler; off: PyTorch's code for every stage",
+    )
     warmup: bool = True
     access_log: bool = True
 

@@ -328,6 +328,23 @@ def test_env_settings_mirror_flags(monkeypatch, service_env):
         ServiceSettings()
 
 
+def test_native_setting_switches_the_compiled_kernels(service_env, monkeypatch):
+    """``--no-native`` / ``AHEADRANK_NATIVE=0`` (one setting, its environment twin being the variable the kernels
+    read) turns the compiled kernels off for the process the backend loads in; the default turns them on."""
+    from aheadrank.rankers import native
+
+    monkeypatch.setenv("AHEADRANK_NATIVE", "0")
+    assert ServiceSettings(checkpoint=service_env.checkpoint).native is False
+    monkeypatch.delenv("AHEADRANK_NATIVE")
+    assert ServiceSettings(checkpoint=service_env.checkpoint).native is True
+    for on in (False, True):
+        b = make_backend(service_env, native=on)
+        try:
+            assert native.enabled() is on
+        finally:
+            b.close()
+
+
 def test_heap_trim_runs_on_the_model_thread_and_is_counted(backend, monkeypatch):
     from aheadrank.services import memory
 
