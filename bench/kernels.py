@@ -10,6 +10,8 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   cross-attention over stored keys and values and its blocks' self-attention, the query encoders, PreTTR's folded
   [CLS] rows — and TK's kernel stage) vs the PyTorch code they replace (``AHEADRANK_NATIVE=0``), from float16
   fields and, for MORES and PreTTR, int8 fields (``QuantizedField``), inside the whole timed path.
+* ``blocks``: TK's cosine blocks at the default widening size (1 MB of float32, at least 8 documents) vs
+  ``tk.COSINE_BLOCK_FACTOR`` times it, inside the whole timed path.
 * ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
   served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
@@ -218,6 +220,30 @@ def part_native(args) -> list[dict]:
     return rows
 
 
+def part_blocks(args) -> list[dict]:
+    rows = []
+    chosen = tk.COSINE_BLOCK_FACTOR
+    for name, d, n, ranker, q, fields, mask in cases(["tk-2l"], args):
+        runs = {}
+        for factor in sorted({1, chosen, 2 * chosen}):
+
+            def run(ranker=ranker, q=q, fields=fields, mask=mask, factor=factor):
+                tk.COSINE_BLOCK_FACTOR = factor
+                try:
+                    return run_query(ranker, q, fields, mask, args.chunk)
+                finally:
+                    tk.COSINE_BLOCK_FACTOR = chosen
+
+            runs[factor] = run
+        t = interleaved(runs, args.rounds)
+        for factor in runs:
+            if factor != 1:
+                diff = rel_diff(runs[factor](), runs[1]())
+                pair = {"old": t[1], "new": t[factor]}
+                rows.append(row("blocks", name, d, n, "1x block", f"{factor}x block", pair, diff))
+    return rows
+
+
 def part_int8(args) -> list[dict]:
     rows = []
     for name in args.int8_rankers:
@@ -308,7 +334,7 @@ def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, dif
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = ["tk", "stored", "native", "int8"]
+    parts = ["tk", "stored", "native", "blocks", "int8"]
     p.add_argument("--parts", nargs="+", default=parts, choices=parts)
     p.add_argument(
         "--n", type=int, default=300, help="candidates (stored part at d > 128: n / 4; int8: 1000)"
@@ -350,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += part_stored(args)
         if "native" in args.parts:
             rows += part_native(args)
+        if "blocks" in args.parts:
+            rows += part_blocks(args)
         if "int8" in args.parts:
             n = args.n
             args.n = args.int8_n

@@ -224,19 +224,22 @@ class QuantizedField:
         return self.to(torch.float32)
 
 
-def stored_blocks(x: Tensor | QuantizedField) -> list[slice]:
-    """Slices of x's first dimension (documents [B, T, dim]) of about STORED_BLOCK_VALUES values each."""
+def stored_blocks(x: Tensor | QuantizedField, factor: int = 1) -> list[slice]:
+    """Slices of x's first dimension (documents [B, T, dim]) of about ``factor`` × STORED_BLOCK_VALUES values
+    each (at least STORED_BLOCK_MIN_DOCS documents)."""
     per_doc = max(1, math.prod(x.shape[1:]))
-    step = max(STORED_BLOCK_MIN_DOCS, STORED_BLOCK_VALUES // per_doc)
+    step = max(STORED_BLOCK_MIN_DOCS, factor * STORED_BLOCK_VALUES // per_doc)
     return [slice(lo, lo + step) for lo in range(0, x.shape[0], step)]
 
 
-def widened(x: Tensor | QuantizedField, dtype: torch.dtype) -> Iterator[tuple[slice, Tensor]]:
-    """``(rows, x[rows] in dtype)`` for the blocks of :func:`stored_blocks`, each widened into one buffer
-    allocated once per call: a block's values are used while they are in cache, and no block allocates
-    (fresh pages cost more than the conversion: bench/kernels.py). A yielded tensor is overwritten by the
-    next block: use it before asking for the next."""
-    blocks = stored_blocks(x)
+def widened(
+    x: Tensor | QuantizedField, dtype: torch.dtype, factor: int = 1
+) -> Iterator[tuple[slice, Tensor]]:
+    """``(rows, x[rows] in dtype)`` for the blocks of :func:`stored_blocks` (``factor``: blocks that many times
+    the default size), each widened into one buffer allocated once per call: a block's values are used while
+    they are in cache, and no block allocates (fresh pages cost more than the conversion: bench/kernels.py). A
+    yielded tensor is overwritten by the next block: use it before asking for the next."""
+    blocks = stored_blocks(x, factor)
     if not blocks:
         return
     step = blocks[0].stop - blocks[0].start

@@ -66,6 +66,11 @@ def pooled_features(per_term: Tensor, q_mask: Tensor, d_mask: Tensor) -> tuple[T
 EXPONENT_FLOOR = -80.0
 _FAR = 1e3
 _BLOCK_VALUES = 1 << 19  # match values per block (2 MB of float32): the kernel loop stays in cache
+# Stored vectors widened for the cosine GEMM 4x the default block (4 MB of float32, 20 documents of 130 terms):
+# the GEMM has only Tq columns, so fewer, taller calls pay off. `bench/kernels.py --threads 2 --parts blocks
+# --rounds 15 --chunk 300` (bench/results/kernels-blocks.json), tk-2l: 1.19x the whole path at d = 128 (300
+# candidates), 1.07x at d = 493 (75); 8x the block: 1.12x / 1.00x
+COSINE_BLOCK_FACTOR = 4
 # The chained stage's per-value floor: 1e-30 (e^-69), still far below what the features see, above subnormals
 _CHAIN_FLOOR = -69.0
 _COSINE_RANGE = 1.0 + 1e-3  # cosines of unit vectors in float32 stay within this
@@ -382,7 +387,7 @@ class TkRanker(Ranker):
             match = cosines(q, d.to(q.dtype), packed_q=packed)
         else:
             terms = q.new_empty(d.shape[0], d.shape[1], q.shape[1])
-            for rows, block in widened(d, q.dtype):
+            for rows, block in widened(d, q.dtype, COSINE_BLOCK_FACTOR):
                 cosines(q if q.shape[0] == 1 else q[rows], block, out=terms[rows], packed_q=packed)
             match = terms.transpose(1, 2)
         log_feat, len_feat = kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA)
