@@ -268,8 +268,6 @@ def context_native(
     does not apply (no compiled kernels or no AVX-512, autograd, a head size, row or key count outside the
     kernel's limits, a per-row mask): the caller runs PyTorch's attention. Same values as that within float32
     rounding (``tests/rankers/test_native_attention.py``)."""
-    if q.dim() != 4:
-        return None
     found = attend_native(q, k, v, mask, q.shape[-1] ** -0.5)
     return None if found is None else found[0]
 
@@ -314,25 +312,22 @@ def attend_native(
         return None
     qs = (q * scale).contiguous()
     keep = None if mask is None else mask.reshape(-1, t).expand(b, t).contiguous().view(torch.uint8)
-    if quant:
-        same = k is v
-        kv = (k.values.contiguous(), v.values.contiguous())
-        scales = (k.scale.float().contiguous(), v.scale.float().contiguous())
-        if same:  # one tensor: the kernel widens it once
-            kv, scales = (kv[0], kv[0]), (scales[0], scales[0])
-    else:
-        kv, scales = (k.contiguous(), v.contiguous()), None
-        if k is v:
-            kv = (kv[0], kv[0])
+
+    def stored(x: Tensor | QuantizedField) -> tuple[Tensor, Tensor | None]:
+        """(contiguous values, contiguous float32 per-token scales or None)."""
+        return (x.values.contiguous(), x.scale.float().contiguous()) if quant else (x.contiguous(), None)
+
+    k_values, k_scales = stored(k)
+    v_values, v_scales = (k_values, k_scales) if v is k else stored(v)  # one tensor: widened once
     out = torch.empty(b, tq, n, dtype=torch.float32)
     lse_out = torch.empty(b, h, tq, dtype=torch.float32) if lse else None
     status = lib.cross_attention(
         native.ptr(qs),
         bq,
-        native.ptr(kv[0]),
-        native.ptr(kv[1]),
-        None if scales is None else native.ptr(scales[0]),
-        None if scales is None else native.ptr(scales[1]),
+        native.ptr(k_values),
+        native.ptr(v_values),
+        None if k_scales is None else native.ptr(k_scales),
+        None if v_scales is None else native.ptr(v_scales),
         kind,
         None if keep is None else native.ptr(keep),
         b,

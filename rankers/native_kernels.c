@@ -139,6 +139,9 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
 #include <immintrin.h>
 #include <stdlib.h>
 
+/* bytes per stored value of a kind */
+static inline size_t att_elem(int64_t kind) { return kind == 2 ? 1 : (kind == 3 ? 4 : 2); }
+
 static inline __m512 att_load16(const void *src, int64_t off, int64_t kind, float scale) {
     if (kind == 3) return _mm512_loadu_ps((const float *)src + off);
     if (kind == 0) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)src + off)));
@@ -204,7 +207,7 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
                                                             float *lse, int64_t Tq) {
     const int64_t DV = dh / 16;
     if (same) vb = kb;
-    const size_t elem = kind == 2 ? 1 : (kind == 3 ? 4 : 2);
+    const size_t elem = att_elem(kind);
     for (int64_t t = 0; t < nv; t++) { /* widen the head's key and value rows of the real tokens */
         const int64_t j = idx[t];
         if (t + ATT_PREFETCH < nv) { /* rows n apart: a new page every few rows, which hardware prefetch misses */
@@ -292,7 +295,7 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
         (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)) || threads < 1)
         return -1;
     const int64_t n = H * dh, per_q = H * Tq * dh;
-    const size_t elem = kind == 2 ? 1 : (kind == 3 ? 4 : 2);
+    const size_t elem = att_elem(kind);
     const int same = k == v && ks == vs;
     int status = 0;
     /* the documents split over the OpenMP threads of the runtime PyTorch already loaded (same soname): the
