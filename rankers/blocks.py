@@ -250,8 +250,23 @@ def widened(
         yield rows, part.widen_into(out) if isinstance(part, QuantizedField) else out.copy_(part)
 
 
-# native_kernels.c: cross_attention's kind of keys and values (int8 QuantizedFields: 2)
+# native_kernels.c: the kind of a stored field the kernels read in place (int8 QuantizedFields: 2)
 _NATIVE_KV_KINDS = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 3}
+
+
+def native_kind(x: Tensor | QuantizedField) -> int | None:
+    """The compiled kernels' kind of a CPU field (0 float16, 1 bfloat16, 2 int8 with per-token scales, 3 float32),
+    or None where they cannot read it."""
+    if x.device.type != "cpu":
+        return None
+    return 2 if isinstance(x, QuantizedField) else _NATIVE_KV_KINDS.get(x.dtype)
+
+
+def native_values(x: Tensor | QuantizedField) -> tuple[Tensor, Tensor | None]:
+    """A field as the compiled kernels read it: (contiguous values, contiguous float32 per-token scales or None)."""
+    if isinstance(x, QuantizedField):
+        return x.values.contiguous(), x.scale.float().contiguous()
+    return x.contiguous(), None
 
 
 def context_native(
@@ -291,8 +306,8 @@ def attend_native(
     quant = isinstance(k, QuantizedField)
     if quant != isinstance(v, QuantizedField) or k.shape != v.shape or len(k.shape) != 3:
         return None
-    kind = 2 if quant else _NATIVE_KV_KINDS.get(k.dtype)
-    if kind is None or (not quant and v.dtype != k.dtype) or k.device.type != "cpu":
+    kind = native_kind(k)
+    if kind is None or (not quant and v.dtype != k.dtype):
         return None
     bq, h, tq, dh = q.shape
     b, t, n = k.shape
@@ -313,12 +328,8 @@ def attend_native(
     qs = (q * scale).contiguous()
     keep = None if mask is None else mask.reshape(-1, t).expand(b, t).contiguous().view(torch.uint8)
 
-    def stored(x: Tensor | QuantizedField) -> tuple[Tensor, Tensor | None]:
-        """(contiguous values, contiguous float32 per-token scales or None)."""
-        return (x.values.contiguous(), x.scale.float().contiguous()) if quant else (x.contiguous(), None)
-
-    k_values, k_scales = stored(k)
-    v_values, v_scales = (k_values, k_scales) if v is k else stored(v)  # one tensor: widened once
+    k_values, k_scales = native_values(k)
+    v_values, v_scales = (k_values, k_scales) if v is k else native_values(v)  # one tensor: widened once
     out = torch.empty(b, tq, n, dtype=torch.float32)
     lse_out = torch.empty(b, h, tq, dtype=torch.float32) if lse else None
     status = lib.cross_attention(

@@ -60,6 +60,8 @@ _CHAIN = [  # the chain's arguments, in native_kernels.c's order
 ]  # fmt: skip
 _SIGNATURES = {
     "tk_kernel_sums": [_P, _P, _I, _I, _I, *_CHAIN, _P, _I],  # ..., out, threads
+    # q, d, d scales, kind, mask, B, Td, n, Tq, chain..., out, threads
+    "tk_stored_sums": [_P, _P, _P, _I, _P, _I, _I, _I, _I, *_CHAIN, _P, _I],
     # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, lse, threads
     "cross_attention": [_P, _I, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _P, _P, _I],
 }

@@ -355,12 +355,127 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
     }
     return status;
 }
+
+/* ---------------------------------------------------------------------------------------------------------------
+   TK's cosines and kernel sums in one pass per document, straight from the stored term vectors (rankers/tk.py:
+   kernel_sums_stored): no float32 copy of the candidates' vectors and no cosine matrix in memory. Per document,
+   TK_ROWS term vectors at a time are widened into an L1-resident scratch and their cosines with every query term
+   computed with the query terms across the vector lanes (q transposed once: qt[c][16 * NQ]), into the document's
+   [Td, Tq] cosines (the layout tk_kernel_sums reads); doc_kernel_sums then runs the chained kernels over them
+   while they are in cache. q [Tq, n] float32 (normalised, as d); d [B, Td, n] float16 (kind 0), bfloat16 (1),
+   int8 times ds [B, Td] (2: one scale per term) or float32 (3); mask [B, Td]; out [B, K, Tq] as tk_kernel_sums.
+   Padding terms get the cosine 0 (the chain keeps their values at the floor) and their vectors are not read.
+   Limits: n a multiple of 16, 1 <= Tq <= MAXQ, Td <= ATT_MAXT, the chain's as tk_kernel_sums'. */
+#define TK_ROWS 8 /* term vectors per block: 8 accumulators for up to 16 query terms (12 or 16: slower, the scratch
+                     leaves L1), 4 rows at a time for 2-4 vectors of query terms; the next block is prefetched
+                     (d = 128, 300 documents in memory: 1.25x the pass) */
+
+static inline __attribute__((always_inline)) void tk_cosine_rows(const int NQ, const int RB, const float *qt,
+                                                                  const float *rb, int64_t n, int64_t rows,
+                                                                  const float *scale, int64_t Tq, float *m) {
+    __m512 acc[TK_ROWS][4];
+    for (int r = 0; r < RB; r++)
+        for (int g = 0; g < NQ; g++) acc[r][g] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < n; c++) {
+        __m512 qv[4];
+        for (int g = 0; g < NQ; g++) qv[g] = _mm512_load_ps(qt + c * 16 * NQ + 16 * g);
+        for (int r = 0; r < RB; r++) {
+            const __m512 x = _mm512_set1_ps(rb[r * n + c]);
+            for (int g = 0; g < NQ; g++) acc[r][g] = _mm512_fmadd_ps(x, qv[g], acc[r][g]);
+        }
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int g = 0; g < NQ; g++) {
+            const int64_t left = Tq - 16 * g;
+            const __mmask16 lanes = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            _mm512_mask_storeu_ps(m + r * Tq + 16 * g, lanes, _mm512_mul_ps(acc[r][g], _mm512_set1_ps(scale[r])));
+        }
+}
+
+int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind, const uint8_t *mask, int64_t B,
+                   int64_t Td, int64_t n, int64_t Tq, int64_t K, int64_t anchor, float mu_a, float c, float mlim,
+                   int64_t R, const float *rdelta, const int64_t *rop, const int64_t *rsrc, int64_t S,
+                   const int64_t *kern, const int64_t *prev, const int64_t *ridx, const float *lo,
+                   const float *gain, float *out, int64_t threads) {
+    const struct chain ch = {K, anchor, R, S, mu_a, c, mlim, rdelta, lo, gain, rop, rsrc, kern, prev, ridx};
+    if (Tq < 1 || Tq > MAXQ || K > MAXK || R > MAXR || n < 16 || n % 16 || Td < 1 || Td > ATT_MAXT || kind < 0 ||
+        kind > 3 || (kind == 2 && !ds) || threads < 1)
+        return -1;
+    const int NQ = (int)((Tq + 15) / 16);
+    const size_t elem = att_elem(kind);
+    float *qt = aligned_alloc(64, sizeof(float) * (size_t)(n * 16 * NQ)); /* q transposed, terms >= Tq zero */
+    if (!qt) return -2;
+    memset(qt, 0, sizeof(float) * (size_t)(n * 16 * NQ));
+    for (int64_t i = 0; i < Tq; i++)
+        for (int64_t k = 0; k < n; k++) qt[k * 16 * NQ + i] = q[i * n + k];
+    int status = 0;
+#pragma omp parallel num_threads(threads) reduction(min : status)
+    {
+        float *rb = aligned_alloc(64, sizeof(float) * (size_t)(TK_ROWS * n));
+        float *m = aligned_alloc(64, sizeof(float) * (size_t)(Td * Tq));
+        const int ok = rb && m;
+        if (!ok) status = -2;
+#pragma omp for schedule(dynamic, 8)
+        for (int64_t b = 0; b < B; b++) {
+            if (!ok) continue;
+            const uint8_t *mb = mask + b * Td;
+            int64_t td = Td;
+            while (td > 0 && !mb[td - 1]) td--;
+            const char *db = (const char *)d + (size_t)(b * Td * n) * elem;
+            for (int64_t j0 = 0; j0 < td; j0 += TK_ROWS) {
+                const int64_t rows = td - j0 < TK_ROWS ? td - j0 : TK_ROWS;
+                float scale[TK_ROWS];
+                for (int64_t r = 0; r < TK_ROWS; r++) {
+                    const int64_t j = j0 + r;
+                    const int real = r < rows && mb[j];
+                    scale[r] = kind == 2 && real ? ds[b * Td + j] : 1.0f;
+                    for (int64_t k = 0; k < n; k += 16)
+                        _mm512_store_ps(rb + r * n + k, real ? att_load16(db, j * n + k, kind, 1.0f) : _mm512_setzero_ps());
+                }
+                /* the next block's vectors on their way while this one's cosines are computed */
+                const int64_t next = j0 + TK_ROWS, stop = next + TK_ROWS < td ? next + TK_ROWS : td;
+                for (const char *at = db + (size_t)(next * n) * elem; at < db + (size_t)(stop * n) * elem; at += 64)
+                    _mm_prefetch(at, _MM_HINT_T0);
+                float *mj = m + j0 * Tq;
+                if (NQ == 1)
+                    tk_cosine_rows(1, TK_ROWS, qt, rb, n, rows, scale, Tq, mj);
+                else /* 4 rows at a time: 4 x NQ accumulators */
+                    for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+                        const int64_t part = rows - r0 < 4 ? rows - r0 : 4;
+                        const float *rr = rb + r0 * n, *sr = scale + r0;
+                        float *mr = mj + r0 * Tq;
+                        if (NQ == 2)
+                            tk_cosine_rows(2, 4, qt, rr, n, part, sr, Tq, mr);
+                        else if (NQ == 3)
+                            tk_cosine_rows(3, 4, qt, rr, n, part, sr, Tq, mr);
+                        else
+                            tk_cosine_rows(4, 4, qt, rr, n, part, sr, Tq, mr);
+                    }
+            }
+            doc_kernel_sums(&ch, m, mb, Td, Tq, out + b * K * Tq);
+        }
+        free(rb);
+        free(m);
+    }
+    free(qt);
+    return status;
+}
 #else
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
                     float *out, float *lse, int64_t threads) {
     (void)threads, (void)lse, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
     (void)dh, (void)Tq, (void)out;
+    return -1;
+}
+int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind, const uint8_t *mask, int64_t B,
+                   int64_t Td, int64_t n, int64_t Tq, int64_t K, int64_t anchor, float mu_a, float c, float mlim,
+                   int64_t R, const float *rdelta, const int64_t *rop, const int64_t *rsrc, int64_t S,
+                   const int64_t *kern, const int64_t *prev, const int64_t *ridx, const float *lo,
+                   const float *gain, float *out, int64_t threads) {
+    (void)q, (void)d, (void)ds, (void)kind, (void)mask, (void)B, (void)Td, (void)n, (void)Tq, (void)K, (void)anchor;
+    (void)mu_a, (void)c, (void)mlim, (void)R, (void)rdelta, (void)rop, (void)rsrc, (void)S, (void)kern, (void)prev;
+    (void)ridx, (void)lo, (void)gain, (void)out, (void)threads;
     return -1;
 }
 #endif

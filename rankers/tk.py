@@ -25,10 +25,13 @@ from aheadrank.rankers import native
 from aheadrank.rankers.base import QueryState, Ranker
 from aheadrank.rankers.base_model import base_embeddings, base_layer
 from aheadrank.rankers.blocks import (
+    QuantizedField,
     TransformerLayer,
     key_mask,
     make_embeddings,
     matmul_t,
+    native_kind,
+    native_values,
     pack_weight,
     sinusoidal_positions,
     widened,
@@ -111,6 +114,12 @@ def kernel_chain(mu: tuple[float, ...], sigma: float) -> KernelChain | None:
     return KernelChain(anchor, tuple(steps))
 
 
+def kernel_centres(mu: Tensor) -> tuple[float, ...]:
+    """The kernels' centres as the decimals they stand for: a float32 buffer's 0.9 is 0.89999998, and its
+    unrounded differences (0.19999999, 0.20000001, ...) would each need a ratio pass of their own."""
+    return tuple(round(x, 6) for x in mu.tolist())
+
+
 def kernel_features(
     match: Tensor, q_mask: Tensor, d_mask: Tensor, mu: Tensor, sigma: float
 ) -> tuple[Tensor, Tensor]:
@@ -126,9 +135,7 @@ def kernel_features(
     there, one pass per document (:func:`kernel_sums_native`)."""
     if match.requires_grad or match.dtype != torch.float32:
         return kernel_features_reference(match, q_mask, d_mask, mu, sigma)
-    # the centres as the decimals they stand for: a float32 buffer's 0.9 is 0.89999998, and its unrounded
-    # differences (0.19999999, 0.20000001, ...) would each need a ratio pass of their own
-    centres = tuple(round(x, 6) for x in mu.tolist())
+    centres = kernel_centres(mu)
     chain = kernel_chain(centres, float(sigma))
     if chain is None:
         return kernel_features_direct(match, q_mask, d_mask, mu, sigma)
@@ -238,14 +245,9 @@ def _chain_args(nc: _NativeChain, k: int) -> tuple:
     )  # fmt: skip
 
 
-def _native_for(mu: tuple[float, ...], sigma: float, match: Tensor):
-    """(library, chain) where the compiled stage applies to these cosines, else None."""
-    b, tq, td = match.shape
-    if (
-        not (b and tq and td) or tq > native.MAX_QUERY_TERMS
-    ):  # an empty query or batch: the C code divides by Tq
-        return None
-    if match.device.type != "cpu" or match.dtype != torch.float32 or match.requires_grad:
+def _native_for(mu: tuple[float, ...], sigma: float, tq: int):
+    """(library, chain) where the compiled stages take this chain and Tq query terms, else None."""
+    if not 0 < tq <= native.MAX_QUERY_TERMS:  # an empty query: the C code divides by Tq
         return None
     nc = _native_chain(mu, sigma)
     lib = native.library() if nc is not None else None
@@ -259,7 +261,9 @@ def kernel_sums_native(match: Tensor, d_mask: Tensor, mu: tuple[float, ...], sig
     tensor, more than 64 query terms, a chain it cannot take): the caller runs the PyTorch stage. Same sums as
     that stage within float32 rounding."""
     b, tq, td = match.shape
-    found = _native_for(mu, sigma, match)
+    if not (b and td) or match.device.type != "cpu" or match.dtype != torch.float32 or match.requires_grad:
+        return None
+    found = _native_for(mu, sigma, tq)
     if found is None:
         return None
     lib, nc = found
@@ -271,6 +275,54 @@ def kernel_sums_native(match: Tensor, d_mask: Tensor, mu: tuple[float, ...], sig
     status = lib.tk_kernel_sums(native.ptr(m), native.ptr(keep), b, td, tq, *chain, native.ptr(out), threads)
     if status != 0:  # outside the C stage's limits, which _native_for checked: never a silent garbage sum
         raise RuntimeError(f"tk_kernel_sums refused its arguments (Tq={tq}, K={len(mu)})")
+    return out.transpose(1, 2)
+
+
+def kernel_sums_stored(
+    q: Tensor, d: Tensor | QuantizedField, d_mask: Tensor, mu: tuple[float, ...], sigma: float
+) -> Tensor | None:
+    """Σ_j K per (document, query term, kernel) [B, Tq, K] straight from the stored term vectors, cosines and
+    kernels in one compiled pass per document (``native_kernels.c``: tk_stored_sums): d [B, Td, n] is read in its
+    own dtype (float16, bfloat16, int8 with per-term scales, float32), a few vectors at a time, and neither a
+    float32 copy of it nor the [B, Tq, Td] cosines are made. q [1, Tq, n] float32, one query for every document.
+    None where it does not apply (no compiled library, autograd, more than 64 query terms, a width not a multiple
+    of 16, a chain it cannot take): the caller computes the cosines and runs :func:`kernel_features`. Same sums
+    as that within float32 rounding (``tests/rankers/test_native.py``)."""
+    if q.dim() != 3 or q.shape[0] != 1 or q.dtype != torch.float32 or q.device.type != "cpu":
+        return None
+    if torch.is_grad_enabled() and (q.requires_grad or getattr(d, "requires_grad", False)):
+        return None
+    kind = native_kind(d)
+    b, td, n = d.shape
+    tq = q.shape[1]
+    if kind is None or not (b and tq and td) or n != q.shape[2] or n % 16 or td > native.ATTENTION_MAX_KEYS:
+        return None
+    found = _native_for(mu, sigma, tq)
+    if found is None:
+        return None
+    lib, nc = found
+    values, scales = native_values(d)
+    keep = d_mask.expand(b, td).to(torch.uint8).contiguous()
+    out = torch.empty(b, len(mu), tq, dtype=torch.float32)
+    q0 = q[0].contiguous()
+    status = lib.tk_stored_sums(
+        native.ptr(q0),
+        native.ptr(values),
+        None if scales is None else native.ptr(scales),
+        kind,
+        native.ptr(keep),
+        b,
+        td,
+        n,
+        tq,
+        *_chain_args(nc, len(mu)),
+        native.ptr(out),
+        torch.get_num_threads(),
+    )
+    if status == -1:  # this build has no AVX-512 kernel (the limits were checked above)
+        return None
+    if status != 0:
+        raise MemoryError("tk_stored_sums could not allocate its scratch")
     return out.transpose(1, 2)
 
 
@@ -382,6 +434,10 @@ class TkRanker(Ranker):
     def kernel_score(self, q: Tensor, q_mask: Tensor, d: Tensor, d_mask: Tensor) -> Tensor:
         """q [1 or B, Tq, n], d [B, Td, n] -> [B]. A stored d (float16, or int8 + scales) on the CPU is widened
         a block of documents at a time, each block's cosines computed while it is in cache."""
+        centres = kernel_centres(self.mu)
+        per_term = kernel_sums_stored(q, d, d_mask, centres, KERNEL_SIGMA)  # compiled, from the stored dtype
+        if per_term is not None:
+            return self.combine(*pooled_features(per_term, q_mask, d_mask))
         packed = self._query_packed(q) if q.shape[0] == 1 else None  # once per query, for every block
         if d.dtype == q.dtype or d.device.type != "cpu":
             match = cosines(q, d.to(q.dtype), packed_q=packed)
@@ -390,7 +446,10 @@ class TkRanker(Ranker):
             for rows, block in widened(d, q.dtype, COSINE_BLOCK_FACTOR):
                 cosines(q if q.shape[0] == 1 else q[rows], block, out=terms[rows], packed_q=packed)
             match = terms.transpose(1, 2)
-        log_feat, len_feat = kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA)
+        return self.combine(*kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA))
+
+    def combine(self, log_feat: Tensor, len_feat: Tensor) -> Tensor:
+        """The score from the pooled kernel features (φ_log, φ_len) [B, K] -> [B]."""
         both = torch.cat([self.dense_log(log_feat), self.dense_len(len_feat)], -1)
         return self.dense_comb(both).squeeze(-1)
 

@@ -30,6 +30,25 @@ def random_text(rng: random.Random, lo: int = 1, hi: int = 60) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
 
 
+def _has_avx512f() -> bool:
+    try:
+        return " avx512f" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def _has_compiler() -> bool:
+    from aheadrank.rankers import native
+
+    return native._compiler() is not None
+
+
+# the compiled AVX-512 kernels (rankers/native_kernels.c) can run here; elsewhere they decline and PyTorch runs
+needs_kernel = pytest.mark.skipif(
+    not (_has_compiler() and _has_avx512f()), reason="no C compiler or no AVX-512F: PyTorch runs"
+)
+
+
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     from aheadrank.rankers.base_model import packaged_base_dir

@@ -116,12 +116,13 @@ def test_shared_right_hand_sides_run_packed_and_equal_the_plain_products(monkeyp
 
 
 @needs_onednn
-def test_tk_packs_a_query_once_and_never_pickles_the_pack(tiny_base):
+def test_tk_packs_a_query_once_and_never_pickles_the_pack(tiny_base, monkeypatch):
     """TK's scoring reuses the packed query for every chunk of one query state's candidates, packs a new query
     tensor afresh (never another query's pack), and a ranker holding a pack pickles and deep-copies without
-    it."""
-    from aheadrank.rankers import init_ranker
+    it (the cosine GEMM path: the compiled pass from the stored vectors, where it runs, needs no pack)."""
+    from aheadrank.rankers import init_ranker, tk
 
+    monkeypatch.setattr(tk, "kernel_sums_stored", lambda *a, **k: None)
     r = init_ranker("tk", base=tiny_base, tk_heads=4).eval()
     n = r.config.hidden
     q1, q2 = (F.normalize(torch.randn(1, 16, n), dim=-1) for _ in range(2))

@@ -12,19 +12,7 @@ import torch
 from aheadrank.rankers import QuantizedField, init_ranker, native
 from aheadrank.rankers.blocks import Attention, attend_native, context_native
 from aheadrank.rankers.text import pad_fields
-from conftest import random_text, save_tiny_bert
-
-
-def _has_avx512f() -> bool:
-    try:
-        return " avx512f" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
-needs_kernel = pytest.mark.skipif(
-    native._compiler() is None or not _has_avx512f(), reason="no C compiler or no AVX-512F: PyTorch runs"
-)
+from conftest import needs_kernel, random_text, save_tiny_bert
 
 
 def _fields(b: int, t: int, n: int, kind: str, seed: int = 0):
