@@ -11,7 +11,10 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   [CLS] rows — and TK's kernel stage) vs the PyTorch code they replace (``AHEADRANK_NATIVE=0``), from float16
   fields and, for MORES and PreTTR, int8 fields (``QuantizedField``), inside the whole timed path.
 * ``blocks``: TK's cosine blocks at the default widening size (1 MB of float32, at least 8 documents) vs
-  ``tk.COSINE_BLOCK_FACTOR`` times it, inside the whole timed path.
+  ``tk.COSINE_BLOCK_FACTOR`` times it, inside the whole timed path (the GEMM path, as in ``tkpass``' old).
+* ``tkpass``: TK's cosines as one GEMM over widened blocks of the stored vectors, then the compiled kernel
+  stage, vs the compiled pass that computes both from the stored vectors (``tk.kernel_sums_stored``), from
+  float16 and int8 fields, inside the whole timed path.
 * ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
   served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
@@ -220,6 +223,39 @@ def part_native(args) -> list[dict]:
     return rows
 
 
+@contextlib.contextmanager
+def tk_gemm_path():
+    """TK's cosines by one GEMM over widened blocks of the stored vectors, then the kernel stage: the path before
+    the compiled pass from the stored vectors (``tk.kernel_sums_stored`` declining, as where it does not apply)."""
+    real = tk.kernel_sums_stored
+    tk.kernel_sums_stored = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        tk.kernel_sums_stored = real
+
+
+def part_tkpass(args) -> list[dict]:
+    rows = []
+    for name, d, n, ranker, q, half, mask in cases(args.tkpass_rankers, args):
+        int8 = {k: QuantizedField.quantize(v.float()) for k, v in half.items()}
+        for dtype, fields in {"float16": half, "int8": int8}.items():
+
+            def gemm(ranker=ranker, q=q, fields=fields, mask=mask):
+                with tk_gemm_path():
+                    return run_query(ranker, q, fields, mask, args.chunk)
+
+            def one_pass(ranker=ranker, q=q, fields=fields, mask=mask):
+                return run_query(ranker, q, fields, mask, args.chunk)
+
+            diff = rel_diff(one_pass(), gemm())
+            t = interleaved({"old": gemm, "new": one_pass}, args.rounds)
+            rows.append(
+                row("tkpass", name, d, n, f"GEMM + kernel stage, {dtype}", f"one pass, {dtype}", t, diff)
+            )
+    return rows
+
+
 def part_blocks(args) -> list[dict]:
     rows = []
     chosen = tk.COSINE_BLOCK_FACTOR
@@ -230,7 +266,8 @@ def part_blocks(args) -> list[dict]:
             def run(ranker=ranker, q=q, fields=fields, mask=mask, factor=factor):
                 tk.COSINE_BLOCK_FACTOR = factor
                 try:
-                    return run_query(ranker, q, fields, mask, args.chunk)
+                    with tk_gemm_path():
+                        return run_query(ranker, q, fields, mask, args.chunk)
                 finally:
                     tk.COSINE_BLOCK_FACTOR = chosen
 
@@ -334,7 +371,7 @@ def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, dif
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = ["tk", "stored", "native", "blocks", "int8"]
+    parts = ["tk", "stored", "native", "blocks", "tkpass", "int8"]
     p.add_argument("--parts", nargs="+", default=parts, choices=parts)
     p.add_argument(
         "--n", type=int, default=300, help="candidates (stored part at d > 128: n / 4; int8: 1000)"
@@ -354,6 +391,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         nargs="+",
         default=["mores-1ib-s2", "mores-2ib-s2", "prettr-l5-e0", "prettr-l5-e128", "tk-2l"],
     )
+    p.add_argument("--tkpass-rankers", nargs="+", default=["tk-1l", "tk-2l"])
     p.add_argument("--int8-rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
     p.add_argument("--tmp", default=None, help="folder for the int8 part's temporary stores")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kernels.json")
@@ -378,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += part_native(args)
         if "blocks" in args.parts:
             rows += part_blocks(args)
+        if "tkpass" in args.parts:
+            rows += part_tkpass(args)
         if "int8" in args.parts:
             n = args.n
             args.n = args.int8_n

@@ -1,6 +1,6 @@
-"""Optional C kernels for stages PyTorch runs as many small passes, compiled on first use: TK's kernel stage and
-the attention of a few query rows (``blocks.attend_native``: MORES' interaction blocks, PreTTR's [CLS], the query
-encoders).
+"""Optional C kernels for stages PyTorch runs as many small passes, compiled on first use: TK's kernel stage (alone,
+or with the cosines, from the stored term vectors: ``tk.kernel_sums_stored``) and the attention of a few query rows
+(``blocks.attend_native``: MORES' interaction blocks, PreTTR's [CLS], the query encoders).
 
 The C source (``native_kernels.c``, shipped with the package) is compiled with the machine's C compiler
 (``$CC``, else ``cc``/``gcc``) for this CPU (``-O3 -march=native -ffast-math -fopenmp``: GCC vectorises
