@@ -15,6 +15,9 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``tkpass``: TK's cosines as one GEMM over widened blocks of the stored vectors, then the compiled kernel
   stage, vs the compiled pass that computes both from the stored vectors (``tk.kernel_sums_stored``), from
   float16 and int8 fields, inside the whole timed path.
+* ``prettrnorm``: PreTTR's decompressed states LayerNorm-ed by PyTorch (a normalised copy of each block) before
+  the compiled attention reads them, vs normalised by the kernel as it reads each row (``attend_native``'s
+  ``norm``), from float16 and int8 fields, inside the whole timed path.
 * ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
   served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
@@ -39,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from aheadrank.rankers import QuantizedField, tk
+from aheadrank.rankers import QuantizedField, prettr, tk
 from aheadrank.rankers.text import pad
 from aheadrank.rankers.variants import parse_variant
 from aheadrank.store import StoreReader, StoreSpec, StoreWriter
@@ -77,7 +80,10 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, 
 
 def make_ranker(name: str, d: int):
     variant = parse_variant(name)
-    ranker = variant.init(seed=0, max_query_len=QUERY_PIECES, max_doc_len=d)
+    # weights as a loaded checkpoint's (as bench/speed.py makes them): blocks.Linear packs those for oneDNN, not
+    # inference tensors, which made every ranker here run its linear layers at MKL's slower rate before
+    with torch.inference_mode(False):
+        ranker = variant.init(seed=0, max_query_len=QUERY_PIECES, max_doc_len=d)
     if variant.strategy:
         ranker.strategy = variant.strategy
     return ranker.eval()
@@ -235,25 +241,52 @@ def tk_gemm_path():
         tk.kernel_sums_stored = real
 
 
-def part_tkpass(args) -> list[dict]:
+def old_vs_new(part: str, names: list[str], old_path, old: str, new: str, args) -> list[dict]:
+    """Rows of one part: per ranker, document length and stored dtype (float16, int8), the whole timed path with
+    ``old_path()`` (a context manager that restores the old code) against the current code, interleaved."""
     rows = []
-    for name, d, n, ranker, q, half, mask in cases(args.tkpass_rankers, args):
+    for name, d, n, ranker, q, half, mask in cases(names, args):
         int8 = {k: QuantizedField.quantize(v.float()) for k, v in half.items()}
         for dtype, fields in {"float16": half, "int8": int8}.items():
 
-            def gemm(ranker=ranker, q=q, fields=fields, mask=mask):
-                with tk_gemm_path():
+            def before(ranker=ranker, q=q, fields=fields, mask=mask):
+                with old_path():
                     return run_query(ranker, q, fields, mask, args.chunk)
 
-            def one_pass(ranker=ranker, q=q, fields=fields, mask=mask):
+            def now(ranker=ranker, q=q, fields=fields, mask=mask):
                 return run_query(ranker, q, fields, mask, args.chunk)
 
-            diff = rel_diff(one_pass(), gemm())
-            t = interleaved({"old": gemm, "new": one_pass}, args.rounds)
-            rows.append(
-                row("tkpass", name, d, n, f"GEMM + kernel stage, {dtype}", f"one pass, {dtype}", t, diff)
-            )
+            diff = rel_diff(now(), before())
+            t = interleaved({"old": before, "new": now}, args.rounds)
+            rows.append(row(part, name, d, n, f"{old}, {dtype}", f"{new}, {dtype}", t, diff))
     return rows
+
+
+def part_tkpass(args) -> list[dict]:
+    return old_vs_new("tkpass", args.tkpass_rankers, tk_gemm_path, "GEMM + kernel stage", "one pass", args)
+
+
+@contextlib.contextmanager
+def prettr_norm_in_pytorch():
+    """PreTTR's decompressed states normalised by torch's LayerNorm before the compiled attention reads them (the
+    path before the kernel took the LayerNorm)."""
+    real = prettr.attend_native
+
+    def unfused(q, k, v, mask, scale, lse=False, norm=None):
+        if norm is not None:
+            k = v = norm(k)
+        return real(q, k, v, mask, scale, lse)
+
+    prettr.attend_native = unfused
+    try:
+        yield
+    finally:
+        prettr.attend_native = real
+
+
+def part_prettrnorm(args) -> list[dict]:
+    names = args.prettrnorm_rankers
+    return old_vs_new("prettrnorm", names, prettr_norm_in_pytorch, "LN by torch", "LN in the kernel", args)
 
 
 def part_blocks(args) -> list[dict]:
@@ -371,7 +404,7 @@ def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, dif
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = ["tk", "stored", "native", "blocks", "tkpass", "int8"]
+    parts = ["tk", "stored", "native", "blocks", "tkpass", "prettrnorm", "int8"]
     p.add_argument("--parts", nargs="+", default=parts, choices=parts)
     p.add_argument(
         "--n", type=int, default=300, help="candidates (stored part at d > 128: n / 4; int8: 1000)"
@@ -392,6 +425,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=["mores-1ib-s2", "mores-2ib-s2", "prettr-l5-e0", "prettr-l5-e128", "tk-2l"],
     )
     p.add_argument("--tkpass-rankers", nargs="+", default=["tk-1l", "tk-2l"])
+    p.add_argument("--prettrnorm-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e256"])
     p.add_argument("--int8-rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
     p.add_argument("--tmp", default=None, help="folder for the int8 part's temporary stores")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kernels.json")
@@ -418,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += part_blocks(args)
         if "tkpass" in args.parts:
             rows += part_tkpass(args)
+        if "prettrnorm" in args.parts:
+            rows += part_prettrnorm(args)
         if "int8" in args.parts:
             n = args.n
             args.n = args.int8_n

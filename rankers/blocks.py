@@ -294,10 +294,13 @@ def attend_native(
     mask: Tensor | None,
     scale: float,
     lse: bool = False,
+    norm: nn.LayerNorm | None = None,
 ) -> tuple[Tensor, Tensor | None] | None:
     """:func:`context_native` with the scores' scale given (``scale·q·kᵀ``) and, with ``lse``, also each row's
     log-sum-exp of its scores [B, h, Tq], for merging with scores over other keys (PreTTR's query tokens). A
     head may be as wide as the states (dh a multiple of 64 up to 512: h = 1 reads whole rows), and v may be k.
+    With ``norm`` (a LayerNorm over the rows; h = 1 and v = k only), the attention is over ``norm(k)``, each row
+    normalised as it is widened, without a normalised copy in memory (PreTTR's decompressed states).
     Returns (context [B, Tq, h·dh], lse or None), or None where the kernel does not apply."""
     if q.device.type != "cpu" or q.dtype != torch.float32 or q.dim() != 4:
         return None
@@ -322,6 +325,13 @@ def attend_native(
         return None
     if mask is not None and (mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1:3] != (1, 1)):
         return None
+    ln = None
+    if norm is not None:
+        if h != 1 or v is not k or norm.normalized_shape != (n,) or norm.weight is None or norm.bias is None:
+            return None
+        if torch.is_grad_enabled() and (norm.weight.requires_grad or norm.bias.requires_grad):
+            return None
+        ln = (norm.weight.detach().float().contiguous(), norm.bias.detach().float().contiguous(), norm.eps)
     lib = native.library()
     if lib is None:
         return None
@@ -348,6 +358,9 @@ def attend_native(
         tq,
         native.ptr(out),
         None if lse_out is None else native.ptr(lse_out),
+        None if ln is None else native.ptr(ln[0]),
+        None if ln is None else native.ptr(ln[1]),
+        0.0 if ln is None else ln[2],
         torch.get_num_threads(),
     )
     if status == -1:  # this build has no AVX-512 kernel (the limits were checked above)

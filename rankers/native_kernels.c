@@ -126,7 +126,9 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
    q [Bq, H, Tq, dh] float32, already scaled (Bq = 1: the same rows for every document, else B); k, v [B, T, H*dh]
    float16 (kind 0), bfloat16 (kind 1), int8 (kind 2, times ks / vs [B, T], one scale per token) or float32
    (kind 3); v may be k itself (widened once); mask [B, T] (nonzero: a real token) or NULL; out [B, Tq, H*dh]
-   float32; lse [B, H, Tq] or NULL: log sum_t e^score per row, for merging with scores over other keys. The
+   float32; lse [B, H, Tq] or NULL: log sum_t e^score per row, for merging with scores over other keys; ln_w,
+   ln_b [dh] (or NULL): the keys (which must be the values, H = 1: whole rows) are LayerNorm-ed with these weights
+   and eps as they are widened (PreTTR's decompressed states: no normalised copy of them is written). The
    documents split over `threads` OpenMP threads. A document without a real token gets zeros (and lse -1e30).
    Limits: dh 32 or a multiple of 64 up to ATT_MAXDH, 1 <= Tq <= ATT_ROWS, T <= ATT_MAXT; AVX-512F builds only
    (elsewhere the entry point returns -1 and the caller runs PyTorch's code). */
@@ -171,6 +173,23 @@ static inline __m512 att_exp(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* LayerNorm of one widened row x [dh] in place, as torch's: (x - mean) / sqrt(biased variance + eps) * w + b */
+static inline void att_layer_norm(float *x, int64_t dh, const float *w, const float *b, float eps) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t d = 0; d < dh; d += 16) acc = _mm512_add_ps(acc, _mm512_load_ps(x + d));
+    const __m512 mean = _mm512_set1_ps(_mm512_reduce_add_ps(acc) / (float)dh);
+    acc = _mm512_setzero_ps();
+    for (int64_t d = 0; d < dh; d += 16) {
+        const __m512 c = _mm512_sub_ps(_mm512_load_ps(x + d), mean);
+        acc = _mm512_fmadd_ps(c, c, acc);
+    }
+    const __m512 rstd = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(acc) / (float)dh + eps));
+    for (int64_t d = 0; d < dh; d += 16) {
+        const __m512 c = _mm512_mul_ps(_mm512_sub_ps(_mm512_load_ps(x + d), mean), rstd);
+        _mm512_store_ps(x + d, _mm512_fmadd_ps(c, _mm512_loadu_ps(w + d), _mm512_loadu_ps(b + d)));
+    }
+}
+
 /* Rows i0 .. i0 + RB - 1 (those below Tq stored) of the weighted sum, value vectors d0 .. d0 + ND - 1: RB x ND
    accumulators over the nv keys; s [nv][ATT_ROWS] holds e^score (lanes up to i0 + RB <= ATT_ROWS are read). */
 static inline __attribute__((always_inline)) void att_pv(const int ND, const int RB, const float *vb, const float *s,
@@ -204,7 +223,8 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
                                                             const float *vs, int64_t kind, int same,
                                                             const int32_t *idx, int64_t nv, int64_t n, int64_t col,
                                                             float *kb, float *vb, float *s, float *out,
-                                                            float *lse, int64_t Tq) {
+                                                            float *lse, int64_t Tq, const float *ln_w,
+                                                            const float *ln_b, float ln_eps) {
     const int64_t DV = dh / 16;
     if (same) vb = kb;
     const size_t elem = att_elem(kind);
@@ -222,6 +242,7 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
             _mm512_store_ps(kb + t * dh + 16 * d, att_load16(k, j * n + col + 16 * d, kind, kscale));
             if (!same) _mm512_store_ps(vb + t * dh + 16 * d, att_load16(v, j * n + col + 16 * d, kind, vscale));
         }
+        if (ln_w) att_layer_norm(kb + t * dh, dh, ln_w, ln_b, ln_eps); /* the row normalised where it lies */
     }
     /* scores s[t][i] = q_i . k_t, ATT_KEYS keys at a time */
     int64_t t = 0;
@@ -290,9 +311,10 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
 
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out, float *lse, int64_t threads) {
+                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, int64_t threads) {
     if ((dh != 32 && (dh % 64 != 0 || dh > ATT_MAXDH)) || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 3 ||
-        (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)) || threads < 1)
+        (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)) || threads < 1 ||
+        (ln_w && (H != 1 || k != v || ks != vs || !ln_b))) /* LayerNorm: of whole rows, that are keys and values */
         return -1;
     const int64_t n = H * dh, per_q = H * Tq * dh;
     const size_t elem = att_elem(kind);
@@ -338,13 +360,13 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                 const float *qh = qt + h * dh * ATT_ROWS;
                 float *lh = lse ? lse + (b * H + h) * Tq : NULL;
                 if (dh == 32 && Tq <= 16)
-                    att_head(2, 1, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq);
+                    att_head(2, 1, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps);
                 else if (dh == 32)
-                    att_head(2, 2, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq);
+                    att_head(2, 2, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps);
                 else if (Tq <= 16)
-                    att_head(4, 1, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq);
+                    att_head(4, 1, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps);
                 else
-                    att_head(4, 2, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq);
+                    att_head(4, 2, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps);
             }
         }
         free(kb);
@@ -463,8 +485,8 @@ int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind,
 #else
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out, float *lse, int64_t threads) {
-    (void)threads, (void)lse, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
+                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, int64_t threads) {
+    (void)threads, (void)lse, (void)ln_w, (void)ln_b, (void)ln_eps, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
     (void)dh, (void)Tq, (void)out;
     return -1;
 }

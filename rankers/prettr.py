@@ -175,17 +175,20 @@ class PrettrRanker(Ranker):
         """:meth:`weighted_blocks` by the compiled attention (``blocks.attend_native``): the H folded rows (and a
         zero row more for ``sim``, whose weights are uniform over the document's tokens: the mean of ŝ) as the
         query rows of one head as wide as the states, over the stored states themselves (l5/e0: float16 or int8
-        read in place) or over each block's decompressed ŝ. The query tokens' part, the same for every document,
-        is merged in by the rows' log-sum-exps: weighted = w_d·Σ_d + w_q·Σ_q, w = e^(lse − logaddexp(lse_q,
-        lse_d)). None where the kernel does not apply."""
+        read in place) or over each block's decompressed ŝ (its LayerNorm applied by the kernel as it reads each
+        row: no normalised copy). The query tokens' part, the same for every document, is merged in by the rows'
+        log-sum-exps: weighted = w_d·Σ_d + w_q·Σ_q, w = e^(lse − logaddexp(lse_q, lse_d)). None where the kernel
+        does not apply."""
         n_heads, n = u.shape
         rows = torch.cat([u, u.new_zeros(1, n)]) if self.config.sim else u
         rows = rows[None, None]  # [1, 1, R, n]: one head n wide; u carries the 1/√dh already
         if self.config.compress:
             parts = []
             for sl, block in widened(r, q.dtype):
-                s = self.decompress(block)
-                found = attend_native(rows, s, s, key_mask(d_mask[sl]), 1.0, lse=True)
+                y = self.decompressor(block)  # ŝ before its LayerNorm, which the kernel applies row by row
+                found = attend_native(
+                    rows, y, y, key_mask(d_mask[sl]), 1.0, lse=True, norm=self.decompressor_norm
+                )
                 if found is None:
                     return None
                 parts.append(found)

@@ -117,7 +117,7 @@ def test_the_c_entry_point_refuses_arguments_outside_its_limits():
         q = torch.zeros(1, 96 // dh, max(tq, 1), dh)
         status = lib.cross_attention(
             q.data_ptr(), 1, k.data_ptr(), k.data_ptr(), None, None, 0, None, 2, 4, 96 // dh, dh, tq,
-            out.data_ptr(), None, 1,
+            out.data_ptr(), None, None, None, 0.0, 1,
         )  # fmt: skip
         assert status == -1
     assert (out == -7.0).all()
@@ -248,6 +248,54 @@ def test_wide_heads_values_that_are_the_keys_and_log_sum_exps(kind, dh, tq):
 
 
 @needs_kernel
+@pytest.mark.parametrize("kind", ["float32", "float16"])
+def test_keys_layer_normed_as_they_are_widened(kind):
+    """With a LayerNorm given (PreTTR's decompressed states), the attention runs over LN(k), each real row
+    normalised by the kernel as torch's LayerNorm does (its weights, bias and eps): as the float64 formula, with
+    the log-sum-exps; rows far from zero mean and unit scale, padding holding NaN."""
+    g = torch.Generator().manual_seed(8)
+    n = 192
+    k = torch.randn(6, 30, n, generator=g) * 3 + torch.randn(6, 30, 1, generator=g) * 5  # per-row offsets
+    keep = torch.rand(6, 30, generator=g) > 0.3
+    keep[:, 0] = True
+    k[~keep] = float("nan")
+    k = k.to(getattr(torch, kind))
+    norm = torch.nn.LayerNorm(n, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(n, generator=g) + 0.5)
+        norm.bias.copy_(torch.randn(n, generator=g) * 0.1)
+    q = torch.randn(1, 1, 13, n, generator=g) * 0.1
+    with torch.inference_mode():
+        found = attend_native(q, k, k, keep[:, None, None, :], 1.0, lse=True, norm=norm)
+    assert found is not None
+    out, lse = found
+    k64 = k.double().nan_to_num()
+    x = (k64 - k64.mean(-1, keepdim=True)) / (k64.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    x = x * norm.weight.detach().double() + norm.bias.detach().double()
+    scores = (q.double()[0, 0] @ x.transpose(1, 2)).masked_fill(~keep[:, None, :], float("-inf"))
+    want = scores.softmax(-1) @ x
+    assert ((out.double() - want).abs().max() / want.abs().max()).item() <= 1e-5
+    want_lse = torch.logsumexp(scores, -1)
+    assert (lse[:, 0].double() - want_lse).abs().max().item() <= 1e-5 * want_lse.abs().max().item() + 1e-5
+
+
+@needs_kernel
+def test_a_layer_norm_is_taken_only_over_whole_rows_that_are_keys_and_values():
+    """The kernel normalises only one head as wide as the rows whose keys are the values; otherwise (several
+    heads, values other than the keys, a LayerNorm of another width or one that needs gradients) it declines."""
+    norm = torch.nn.LayerNorm(64)
+    k = torch.randn(3, 5, 64)
+    one_head, two_heads = torch.randn(1, 1, 4, 64), torch.randn(1, 2, 4, 32)
+    with torch.inference_mode():
+        assert attend_native(one_head, k, k, None, 1.0, norm=norm) is not None
+        assert attend_native(two_heads, k, k, None, 1.0, norm=norm) is None
+        assert attend_native(one_head, k, k.clone(), None, 1.0, norm=norm) is None
+        assert attend_native(one_head, k, k, None, 1.0, norm=torch.nn.LayerNorm(32)) is None
+    with torch.enable_grad():
+        assert attend_native(one_head, k, k, None, 1.0, norm=norm) is None
+
+
+@needs_kernel
 @pytest.mark.parametrize("opts", [{"compress": 0}, {"compress": 16}, {"compress": 16, "sim": True}], ids=str)
 @pytest.mark.parametrize("stored", ["float16", "int8"])
 def test_prettr_last_layer_scores_equal_the_pytorch_path(head32_base, texts, opts, stored, monkeypatch):
@@ -255,6 +303,11 @@ def test_prettr_last_layer_scores_equal_the_pytorch_path(head32_base, texts, opt
     each block's decompressed states, through the kernel, merged with the query tokens' part by log-sum-exps,
     give the scores of the PyTorch blocks (1e-5 relative to the score spread)."""
     ranker = init_ranker("prettr", base=head32_base, max_doc_len=48, layer=2, **opts)
+    if opts["compress"]:  # a LayerNorm that is not the identity: the kernel applies it (attend_native's norm)
+        g = torch.Generator().manual_seed(4)
+        with torch.no_grad():
+            ranker.decompressor_norm.weight.copy_(torch.rand(ranker.config.hidden, generator=g) + 0.5)
+            ranker.decompressor_norm.bias.copy_(torch.randn(ranker.config.hidden, generator=g) * 0.1)
     queries, docs = texts
     fields, mask = _stored_fields(ranker, docs, stored)
     mask[5, 1:] = False  # a document of one token
