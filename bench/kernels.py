@@ -18,6 +18,8 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``prettrnorm``: PreTTR's decompressed states LayerNorm-ed by PyTorch (a normalised copy of each block) before
   the compiled attention reads them, vs normalised by the kernel as it reads each row (``attend_native``'s
   ``norm``), from float16 and int8 fields, inside the whole timed path.
+* ``prettrfold``: PreTTR l = L − 1 decompressing each block and attending over ŝ vs attending over r with the
+  decompression folded away (``PrettrRanker.weighted_folded``), from float16 and int8 fields, in the whole path.
 * ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
   served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
@@ -284,6 +286,22 @@ def prettr_norm_in_pytorch():
         prettr.attend_native = real
 
 
+@contextlib.contextmanager
+def prettr_decompressing():
+    """PreTTR decompressing each block (no fold: ``prettr.FOLD_DECOMPRESSION`` 0)."""
+    chosen = prettr.FOLD_DECOMPRESSION
+    prettr.FOLD_DECOMPRESSION = 0.0
+    try:
+        yield
+    finally:
+        prettr.FOLD_DECOMPRESSION = chosen
+
+
+def part_prettrfold(args) -> list[dict]:
+    names = args.prettrfold_rankers
+    return old_vs_new("prettrfold", names, prettr_decompressing, "decompressed", "folded", args)
+
+
 def part_prettrnorm(args) -> list[dict]:
     names = args.prettrnorm_rankers
     return old_vs_new("prettrnorm", names, prettr_norm_in_pytorch, "LN by torch", "LN in the kernel", args)
@@ -404,7 +422,7 @@ def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, dif
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = ["tk", "stored", "native", "blocks", "tkpass", "prettrnorm", "int8"]
+    parts = ["tk", "stored", "native", "blocks", "tkpass", "prettrnorm", "prettrfold", "int8"]
     p.add_argument("--parts", nargs="+", default=parts, choices=parts)
     p.add_argument(
         "--n", type=int, default=300, help="candidates (stored part at d > 128: n / 4; int8: 1000)"
@@ -426,6 +444,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--tkpass-rankers", nargs="+", default=["tk-1l", "tk-2l"])
     p.add_argument("--prettrnorm-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e256"])
+    p.add_argument("--prettrfold-rankers", nargs="+", default=["prettr-l5-e128"])
     p.add_argument("--int8-rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
     p.add_argument("--tmp", default=None, help="folder for the int8 part's temporary stores")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kernels.json")
@@ -453,7 +472,10 @@ def main(argv: list[str] | None = None) -> int:
         if "tkpass" in args.parts:
             rows += part_tkpass(args)
         if "prettrnorm" in args.parts:
-            rows += part_prettrnorm(args)
+            with prettr_decompressing():  # the decompressing path is the one that normalises
+                rows += part_prettrnorm(args)
+        if "prettrfold" in args.parts:
+            rows += part_prettrfold(args)
         if "int8" in args.parts:
             n = args.n
             args.n = args.int8_n

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from aheadrank.rankers import QuantizedField, Ranker, blocks, init_ranker
+from aheadrank.rankers import QuantizedField, Ranker, blocks, init_ranker, prettr
 from aheadrank.rankers.blocks import key_mask
 from aheadrank.rankers.text import pad, positions
 from aheadrank.rankers.variants import CATALOGUE as VARIANTS
@@ -156,8 +156,16 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
     elif ranker.kind == "prettr":
         split, e = c.layer, c.compress
         query = split * layer_flops(tq, n, f)
-        per_doc = lin(td, e, n) if e else 0  # decompression
-        if split == L - 1:
+        folded = split == L - 1 and e and e <= prettr.FOLD_DECOMPRESSION * n
+        per_doc = lin(td, e, n) if e and not folded else 0  # decompression
+        if folded:  # PrettrRanker.weighted_folded: no decompression, attention over [r/σ, 1/σ]
+            per_chunk = one_row_query(n)
+            width = -(-(e + 1) // 64) * 64
+            # G's quadratic form per token, scores and sums over the width, W̃ per row; the query tokens' part
+            per_doc += (
+                lin(td, e, e) + 4 * heads * td * width + lin(heads, e, n) + one_row_rest(tq, n, f, heads)
+            )
+        elif split == L - 1:
             per_chunk = one_row_query(n)  # [CLS] is the query's: its folded query once per batch
             per_doc += one_row_rest(tq + td, n, f, heads)
         else:

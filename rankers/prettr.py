@@ -17,6 +17,8 @@ document is what PreTTR never computes; P recovers most of it (0.50) for one n×
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from aheadrank.rankers.base import QueryState, Ranker, masked_mean
@@ -27,6 +29,7 @@ from aheadrank.rankers.blocks import (
     SimilarityResidual,
     attend_native,
     key_mask,
+    matmul_t,
     pack_weight,
     token_scores,
     widened,
@@ -34,6 +37,29 @@ from aheadrank.rankers.blocks import (
 )
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
+
+# weighted_folded runs where e is at most this fraction of n: G's quadratic form (e² per token) and the attention
+# over [r/σ, 1/σ] (e + 1 rounded up to 64 wide) against decompressing (n·e) and attending over ŝ (n wide). At
+# n = 384: e = 128 1.30x the whole path (d = 128), e = 256 only 1.06x (scratch A/B), so it folds up to n / 2
+FOLD_DECOMPRESSION = 0.5
+
+
+@dataclass(frozen=True)
+class DecompressionFold:
+    """PreTTR's decompression ŝ = LN(r·Wdᵀ + bd) as :meth:`PrettrRanker.weighted_folded` reads it: Wd and bd
+    centred over the n outputs (w [n, e], b [n]), G = wᵀw [e, e], g2 = 2·wᵀb, bb = |b|², the LayerNorm's γ, β
+    and ε; w and G packed for oneDNN where that applies."""
+
+    w: Tensor
+    packed_w: Tensor | None
+    gram: Tensor
+    packed_gram: Tensor | None
+    g2: Tensor
+    bb: float
+    b: Tensor
+    gamma: Tensor
+    beta: Tensor
+    eps: float
 
 
 class PrettrRanker(Ranker):
@@ -175,37 +201,124 @@ class PrettrRanker(Ranker):
         """:meth:`weighted_blocks` by the compiled attention (``blocks.attend_native``): the H folded rows (and a
         zero row more for ``sim``, whose weights are uniform over the document's tokens: the mean of ŝ) as the
         query rows of one head as wide as the states, over the stored states themselves (l5/e0: float16 or int8
-        read in place) or over each block's decompressed ŝ (its LayerNorm applied by the kernel as it reads each
-        row: no normalised copy). The query tokens' part, the same for every document, is merged in by the rows'
-        log-sum-exps: weighted = w_d·Σ_d + w_q·Σ_q, w = e^(lse − logaddexp(lse_q, lse_d)). None where the kernel
-        does not apply."""
+        read in place), over r with the decompression folded away (:meth:`weighted_folded`, e ≤ n/2), or over
+        each block's decompressed ŝ (its LayerNorm applied by the kernel as it reads each row: no normalised
+        copy). The query tokens' part, the same for every document, is merged in by the rows' log-sum-exps:
+        weighted = w_d·Σ_d + w_q·Σ_q, w = e^(lse − logaddexp(lse_q, lse_d)). None where the kernel does not
+        apply."""
         n_heads, n = u.shape
-        rows = torch.cat([u, u.new_zeros(1, n)]) if self.config.sim else u
-        rows = rows[None, None]  # [1, 1, R, n]: one head n wide; u carries the 1/√dh already
-        if self.config.compress:
+        rows = torch.cat([u, u.new_zeros(1, n)]) if self.config.sim else u  # [R, n]; u carries the 1/√dh
+        e = self.config.compress
+        if e and e <= FOLD_DECOMPRESSION * n:
+            found = self.weighted_folded(q, rows, r, d_mask)
+        elif e:
             parts = []
             for sl, block in widened(r, q.dtype):
                 y = self.decompressor(block)  # ŝ before its LayerNorm, which the kernel applies row by row
-                found = attend_native(
-                    rows, y, y, key_mask(d_mask[sl]), 1.0, lse=True, norm=self.decompressor_norm
+                part = attend_native(
+                    rows[None, None], y, y, key_mask(d_mask[sl]), 1.0, lse=True, norm=self.decompressor_norm
                 )
-                if found is None:
+                if part is None:
                     return None
-                parts.append(found)
-            if not parts:
-                return None
-            out, lse_d = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+                parts.append(part)
+            found = (
+                (torch.cat([p[0] for p in parts]), torch.cat([p[1][:, 0] for p in parts])) if parts else None
+            )
         else:
-            found = attend_native(rows, r, r, key_mask(d_mask), 1.0, lse=True)
-            if found is None:
-                return None
-            out, lse_d = found
-        lse_d = lse_d[:, 0, :n_heads]  # [B, H]
+            part = attend_native(rows[None, None], r, r, key_mask(d_mask), 1.0, lse=True)
+            found = None if part is None else (part[0], part[1][:, 0])
+        if found is None:
+            return None
+        out, lse_d = found[0], found[1][:, :n_heads]  # [B, R, n], [B, H]
         lse_q = torch.logsumexp(q_scores, -1)  # [H]
         total = torch.logaddexp(lse_d, lse_q)
         weighted = out[:, :n_heads] * (lse_d - total).exp_().unsqueeze(-1)
         weighted += (lse_q - total).exp_().unsqueeze(-1) * (q_scores.softmax(-1) @ q[0])
         return weighted, out[:, n_heads] if self.config.sim else None
+
+    def weighted_folded(
+        self, q: Tensor, rows: Tensor, r: Tensor, d_mask: Tensor
+    ) -> tuple[Tensor, Tensor] | None:
+        """Per row h of ``rows`` [R, n] the softmax-weighted sum of the decompressed states over each document's
+        tokens, Σ_j p_hj·ŝ_j with p_h = softmax_j(u_h·ŝ_j), and its log-sum-exp ([B, R, n], [B, R]), without
+        decompressing: ŝ_j = γ ⊙ ỹ_j/σ_j + β with ỹ_j = W̃·r_j + b̃ (W̃, b̃: Wd and bd less their mean over the n
+        outputs, so ỹ_j is y_j − mean(y_j)) and σ_j² = |ỹ_j|²/n + ε = (r_jᵀ·G·r_j + 2·g·r_j + |b̃|²)/n + ε
+        (G = W̃ᵀW̃, g = W̃ᵀb̃: :meth:`decompression_fold`). So u_h·ŝ_j = (a_h·r_j + c_h)/σ_j + u_h·β with
+        a_h = W̃ᵀ(u_h ⊙ γ), c_h = (u_h ⊙ γ)·b̃, and Σ_j p_hj·ŝ_j = γ ⊙ (W̃·Σ_j p_hj r_j/σ_j + b̃·Σ_j p_hj/σ_j) + β.
+        The compiled attention computes both sums from keys k_j = [r_j/σ_j, 1/σ_j] (the values being the keys)
+        and query rows [a_h, c_h]: per token e² + 2·R·(e + 64) multiply-adds (G's quadratic form, the scores and
+        the sums) instead of the n·e of the decompression and 2·R·n of the attention over ŝ, and W̃ once per row
+        and document. None where the kernel does not apply."""
+        fold = self.decompression_fold(q)
+        e, n = r.shape[-1], rows.shape[1]
+        width = -(-(e + 1) // 64) * 64  # the kernel's head widths: multiples of 64
+        ug = rows * fold.gamma
+        query = rows.new_zeros(rows.shape[0], width)
+        query[:, :e] = ug @ fold.w  # a_h
+        query[:, e] = ug @ fold.b  # c_h
+        b = r.shape[0]
+        sums = q.new_empty(b, rows.shape[0], width)
+        lse = q.new_empty(b, rows.shape[0])
+        keys = None
+        for sl, block in widened(r, q.dtype):
+            nb, t, _ = block.shape
+            flat = block.reshape(-1, e)
+            # 1/σ_j from r_j·(G·r_j + 2g) + |b̃|² (G's product: one GEMM over the block)
+            quad = matmul_t(flat, fold.gram, fold.packed_gram).add_(fold.g2).mul_(flat).sum(-1)
+            inv = quad.add_(fold.bb).clamp_(min=0.0).div_(n).add_(fold.eps).rsqrt_().view(nb, t, 1)
+            if keys is None:  # the first block is the largest; the columns past e + 1 stay 0
+                keys = q.new_zeros(nb, t, width)
+            k = keys[:nb]
+            torch.mul(block, inv, out=k[..., :e])
+            k[..., e : e + 1] = inv
+            found = attend_native(query[None, None], k, k, key_mask(d_mask[sl]), 1.0, lse=True)
+            if found is None:
+                return None
+            sums[sl], lse[sl] = found[0], found[1][:, 0]
+        flat_sums = sums.view(-1, width)
+        out = matmul_t(flat_sums[:, :e], fold.w, fold.packed_w) + flat_sums[:, e : e + 1] * fold.b
+        out = torch.addcmul(fold.beta, out, fold.gamma).view(b, -1, n)
+        return out, lse + rows @ fold.beta  # u_h·β: the same for every token, but part of the log-sum-exp
+
+    def decompression_fold(self, like: Tensor) -> DecompressionFold:
+        """The decompression's constants for :meth:`weighted_folded`, computed in float64 from Wd, bd and the
+        LayerNorm's γ, β (cast to float32), and kept until any of them changes (their version counters)."""
+        params = (
+            self.decompressor.weight,
+            self.decompressor.bias,
+            self.decompressor_norm.weight,
+            self.decompressor_norm.bias,
+        )
+        key = tuple((p.data_ptr(), p._version) for p in params)
+        cached = self.__dict__.get("_fold")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        with torch.no_grad():
+            w, bias, gamma, beta = (p.detach().double() for p in params)
+            w_c = w - w.mean(0, keepdim=True)  # [n, e]: each output less the mean output
+            b_c = bias - bias.mean()
+            f32 = {"dtype": torch.float32, "device": like.device}
+            w32 = w_c.to(**f32).contiguous()
+            gram = (w_c.T @ w_c).to(**f32).contiguous()
+            fold = DecompressionFold(
+                w=w32,
+                packed_w=pack_weight(w32, like),
+                gram=gram,
+                packed_gram=pack_weight(gram, like),
+                g2=(2 * w_c.T @ b_c).to(**f32),
+                bb=float(b_c @ b_c),
+                b=b_c.to(**f32),
+                gamma=gamma.to(**f32),
+                beta=beta.to(**f32),
+                eps=float(self.decompressor_norm.eps),
+            )
+        self.__dict__["_fold"] = (key, fold)
+        return fold
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_fold", None)  # derived from the weights, with opaque oneDNN tensors: made again on use
+        return state
 
     def joint_lower(
         self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor

@@ -327,3 +327,72 @@ def test_prettr_last_layer_scores_equal_the_pytorch_path(head32_base, texts, opt
         slow = ranker.score_batch(qs, fields, mask)
     spread = (slow.max() - slow.min()).clamp(min=1e-6)
     assert ((fast - slow).abs().max() / spread).item() <= 1e-5
+
+
+def _decompression_not_the_identity(ranker, seed: int = 4) -> None:
+    """Wd's outputs offset from each other (rows far from zero mean), bd, γ and β random: what the fold must undo."""
+    g = torch.Generator().manual_seed(seed)
+    n = ranker.config.hidden
+    with torch.no_grad():
+        ranker.decompressor.bias.copy_(torch.randn(n, generator=g) * 2 + 3)
+        ranker.decompressor.weight.add_(torch.randn(n, 1, generator=g) * 0.5)
+        ranker.decompressor_norm.weight.copy_(torch.rand(n, generator=g) + 0.5)
+        ranker.decompressor_norm.bias.copy_(torch.randn(n, generator=g) * 0.1)
+
+
+@needs_kernel
+@pytest.mark.parametrize("sim", [False, True])
+@pytest.mark.parametrize("stored", ["float16", "int8"])
+def test_prettr_decompression_folded_equals_decompressing(head32_base, texts, sim, stored, monkeypatch):
+    """PreTTR at l = L − 1 with e ≤ n/2 scores over r with the decompression folded away (weighted_folded:
+    G's quadratic form for σ, the LayerNorm's centring in the weights, keys [r/σ, 1/σ]); the same scores as
+    decompressing each block and attending over ŝ (1e-5 of the spread), with rows far from zero mean."""
+    ranker = init_ranker("prettr", base=head32_base, max_doc_len=48, layer=2, compress=16, sim=sim)
+    _decompression_not_the_identity(ranker)
+    queries, docs = texts
+    fields, mask = _stored_fields(ranker, docs, stored)
+    mask[5, 1:] = False
+    folds: list[bool] = []
+    real = ranker.weighted_folded
+
+    def counted(*args, **kwargs):
+        out = real(*args, **kwargs)
+        folds.append(out is not None)
+        return out
+
+    monkeypatch.setattr(ranker, "weighted_folded", counted)
+    with torch.inference_mode():
+        qs = ranker.encode_query(queries[0])
+        folded = ranker.score_batch(qs, fields, mask)
+        assert folds == [True]
+        monkeypatch.setattr("aheadrank.rankers.prettr.FOLD_DECOMPRESSION", 0.0)
+        decompressed = ranker.score_batch(qs, fields, mask)
+        assert folds == [True]  # not asked the second time
+    spread = (decompressed.max() - decompressed.min()).clamp(min=1e-6)
+    assert ((folded - decompressed).abs().max() / spread).item() <= 1e-5
+
+
+@needs_kernel
+def test_the_decompression_fold_follows_the_weights(head32_base, texts):
+    """The fold's constants are made again when Wd, bd, γ or β change in place (an optimiser step, a loaded state
+    dict), and a pickled or copied ranker carries none of them."""
+    import copy
+    import pickle
+
+    ranker = init_ranker("prettr", base=head32_base, max_doc_len=48, layer=2, compress=16, sim=True).eval()
+    queries, docs = texts
+    fields, mask = _stored_fields(ranker, docs, "float16")
+    with torch.inference_mode():
+        qs = ranker.encode_query(queries[1])
+        before = ranker.score_batch(qs, fields, mask)
+    fold = ranker.__dict__["_fold"][1]
+    _decompression_not_the_identity(ranker, seed=9)
+    with torch.inference_mode():
+        after = ranker.score_batch(qs, fields, mask)
+        assert ranker.__dict__["_fold"][1] is not fold
+        want = ranker.upper(qs["q"], qs.mask, ranker.decompress(fields["doc"].float()), mask, qs["q_pool"])
+    assert not torch.allclose(before, after)
+    spread = (want.max() - want.min()).clamp(min=1e-6)
+    assert ((after - want).abs().max() / spread).item() <= 1e-5
+    assert "_fold" not in copy.deepcopy(ranker).__dict__
+    assert "_fold" not in pickle.loads(pickle.dumps(ranker)).__dict__
