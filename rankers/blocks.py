@@ -295,13 +295,19 @@ def attend_native(
     scale: float,
     lse: bool = False,
     norm: nn.LayerNorm | None = None,
+    key_scale: Tensor | None = None,
+    extra: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None] | None:
     """:func:`context_native` with the scores' scale given (``scale·q·kᵀ``) and, with ``lse``, also each row's
     log-sum-exp of its scores [B, h, Tq], for merging with scores over other keys (PreTTR's query tokens). A
     head may be as wide as the states (dh a multiple of 64 up to 512: h = 1 reads whole rows), and v may be k.
     With ``norm`` (a LayerNorm over the rows; h = 1 and v = k only), the attention is over ``norm(k)``, each row
-    normalised as it is widened, without a normalised copy in memory (PreTTR's decompressed states).
-    Returns (context [B, Tq, h·dh], lse or None), or None where the kernel does not apply."""
+    normalised as it is widened, without a normalised copy in memory (PreTTR's decompressed states). With
+    ``key_scale`` [B, T] (v = k only) each token's row is multiplied by its scale (with an int8 field's own), and
+    with ``extra`` [B, T] (h = 1, v = k) the keys are the k rows (n wide, a multiple of 16) followed by one more
+    column holding ``extra`` and zeros up to dh ≥ n + 1, both as widened (PreTTR's folded decompression: keys
+    [r/σ, 1/σ] read from the stored r). Returns (context [B, Tq, h·dh], lse or None), or None where the kernel
+    does not apply."""
     if q.device.type != "cpu" or q.dtype != torch.float32 or q.dim() != 4:
         return None
     if torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v)):
@@ -318,10 +324,15 @@ def attend_native(
         not native.attention_head_dim(dh)
         or not 1 <= tq <= native.ATTENTION_MAX_ROWS
         or not 1 <= t <= native.ATTENTION_MAX_KEYS
-        or n != h * dh
+        or (n != h * dh if extra is None else (h != 1 or n % 16 or not 16 <= n < dh))
         or bq not in (1, b)
         or b == 0
     ):
+        return None
+    per_token = [x for x in (key_scale, extra) if x is not None]
+    if per_token and (v is not k or any(x.shape != (b, t) or x.device.type != "cpu" for x in per_token)):
+        return None
+    if extra is not None and norm is not None:
         return None
     if mask is not None and (mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1:3] != (1, 1)):
         return None
@@ -339,8 +350,13 @@ def attend_native(
     keep = None if mask is None else mask.reshape(-1, t).expand(b, t).contiguous().view(torch.uint8)
 
     k_values, k_scales = native_values(k)
+    if key_scale is not None:
+        k_scales = key_scale.float() if k_scales is None else k_scales * key_scale
+        k_scales = k_scales.contiguous()
     v_values, v_scales = (k_values, k_scales) if v is k else native_values(v)  # one tensor: widened once
-    out = torch.empty(b, tq, n, dtype=torch.float32)
+    extra = None if extra is None else extra.float().contiguous()
+    width = h * dh
+    out = torch.empty(b, tq, width, dtype=torch.float32)
     lse_out = torch.empty(b, h, tq, dtype=torch.float32) if lse else None
     status = lib.cross_attention(
         native.ptr(qs),
@@ -361,6 +377,8 @@ def attend_native(
         None if ln is None else native.ptr(ln[0]),
         None if ln is None else native.ptr(ln[1]),
         0.0 if ln is None else ln[2],
+        n,
+        None if extra is None else native.ptr(extra),
         torch.get_num_threads(),
     )
     if status == -1:  # this build has no AVX-512 kernel (the limits were checked above)

@@ -128,8 +128,11 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
    (kind 3); v may be k itself (widened once); mask [B, T] (nonzero: a real token) or NULL; out [B, Tq, H*dh]
    float32; lse [B, H, Tq] or NULL: log sum_t e^score per row, for merging with scores over other keys; ln_w,
    ln_b [dh] (or NULL): the keys (which must be the values, H = 1: whole rows) are LayerNorm-ed with these weights
-   and eps as they are widened (PreTTR's decompressed states: no normalised copy of them is written). The
-   documents split over `threads` OpenMP threads. A document without a real token gets zeros (and lse -1e30).
+   and eps as they are widened (PreTTR's decompressed states: no normalised copy of them is written); kn: the
+   stored key rows' width (H*dh, or less with xcol); xcol [B, T] (or NULL): the keys (which must be the values,
+   H = 1) are the stored rows, kn wide, then one more column holding xcol, then zeros up to dh (PreTTR's folded
+   decompression: [r_j / sigma_j, 1 / sigma_j]); ks / vs may scale float16, bfloat16 and float32 keys / values
+   per token too (int8: they are its scales). The documents split over `threads` OpenMP threads. A document without a real token gets zeros (and lse -1e30).
    Limits: dh 32 or a multiple of 64 up to ATT_MAXDH, 1 <= Tq <= ATT_ROWS, T <= ATT_MAXT; AVX-512F builds only
    (elsewhere the entry point returns -1 and the caller runs PyTorch's code). */
 #define ATT_ROWS 32
@@ -224,23 +227,34 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
                                                             const int32_t *idx, int64_t nv, int64_t n, int64_t col,
                                                             float *kb, float *vb, float *s, float *out,
                                                             float *lse, int64_t Tq, const float *ln_w,
-                                                            const float *ln_b, float ln_eps) {
+                                                            const float *ln_b, float ln_eps, int64_t kn,
+                                                            const float *xcol) {
     const int64_t DV = dh / 16;
     if (same) vb = kb;
     const size_t elem = att_elem(kind);
     for (int64_t t = 0; t < nv; t++) { /* widen the head's key and value rows of the real tokens */
         const int64_t j = idx[t];
         if (t + ATT_PREFETCH < nv) { /* rows n apart: a new page every few rows, which hardware prefetch misses */
-            const size_t at = (size_t)(idx[t + ATT_PREFETCH] * n + col) * elem;
-            for (size_t line = 0; line < (size_t)dh * elem; line += 64) {
+            const size_t at = (size_t)(idx[t + ATT_PREFETCH] * kn + col) * elem;
+            for (size_t line = 0; line < (size_t)(dh < kn ? dh : kn) * elem; line += 64) {
                 _mm_prefetch((const char *)k + at + line, _MM_HINT_T0);
                 if (!same) _mm_prefetch((const char *)v + at + line, _MM_HINT_T0);
             }
         }
         const float kscale = ks ? ks[j] : 1.0f, vscale = vs ? vs[j] : 1.0f;
         for (int64_t d = 0; d < DV; d++) {
-            _mm512_store_ps(kb + t * dh + 16 * d, att_load16(k, j * n + col + 16 * d, kind, kscale));
-            if (!same) _mm512_store_ps(vb + t * dh + 16 * d, att_load16(v, j * n + col + 16 * d, kind, vscale));
+            __m512 x;
+            if (col + 16 * d < kn) { /* a stored value (times its token's scale: int8's, or one given for any kind) */
+                x = att_load16(k, j * kn + col + 16 * d, kind, kscale);
+                if (ks && kind != 2) x = _mm512_mul_ps(x, _mm512_set1_ps(kscale));
+            } else /* past the stored row (xcol only): the extra column, then zeros */
+                x = 16 * d == kn ? _mm512_maskz_mov_ps(1, _mm512_set1_ps(xcol[j])) : _mm512_setzero_ps();
+            _mm512_store_ps(kb + t * dh + 16 * d, x);
+            if (!same) {
+                __m512 y = att_load16(v, j * kn + col + 16 * d, kind, vscale);
+                if (vs && kind != 2) y = _mm512_mul_ps(y, _mm512_set1_ps(vscale));
+                _mm512_store_ps(vb + t * dh + 16 * d, y);
+            }
         }
         if (ln_w) att_layer_norm(kb + t * dh, dh, ln_w, ln_b, ln_eps); /* the row normalised where it lies */
     }
@@ -311,10 +325,13 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
 
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, int64_t threads) {
+                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, int64_t kn,
+                    const float *xcol, int64_t threads) {
     if ((dh != 32 && (dh % 64 != 0 || dh > ATT_MAXDH)) || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 3 ||
         (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)) || threads < 1 ||
-        (ln_w && (H != 1 || k != v || ks != vs || !ln_b))) /* LayerNorm: of whole rows, that are keys and values */
+        (ln_w && (H != 1 || k != v || ks != vs || !ln_b)) || /* LayerNorm: of whole rows, that are keys and values */
+        (!xcol && kn != H * dh) || /* an extra column: one head, keys that are the values, stored rows narrower */
+        (xcol && (H != 1 || k != v || ks != vs || ln_w || kn < 16 || kn % 16 || kn + 1 > dh)))
         return -1;
     const int64_t n = H * dh, per_q = H * Tq * dh;
     const size_t elem = att_elem(kind);
@@ -353,20 +370,21 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                         for (int64_t c = 0; c < dh; c++) qt[(h * dh + c) * ATT_ROWS + i] = qb[(h * Tq + i) * dh + c];
                 q_doc = b;
             }
-            const void *kd = (const char *)k + (size_t)(b * T * n) * elem;
-            const void *vd = (const char *)v + (size_t)(b * T * n) * elem;
+            const void *kd = (const char *)k + (size_t)(b * T * kn) * elem;
+            const void *vd = (const char *)v + (size_t)(b * T * kn) * elem;
+            const float *xb = xcol ? xcol + b * T : NULL;
             const float *ksb = ks ? ks + b * T : NULL, *vsb = vs ? vs + b * T : NULL;
             for (int64_t h = 0; h < H; h++) {
                 const float *qh = qt + h * dh * ATT_ROWS;
                 float *lh = lse ? lse + (b * H + h) * Tq : NULL;
                 if (dh == 32 && Tq <= 16)
-                    att_head(2, 1, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps);
+                    att_head(2, 1, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb);
                 else if (dh == 32)
-                    att_head(2, 2, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps);
+                    att_head(2, 2, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb);
                 else if (Tq <= 16)
-                    att_head(4, 1, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps);
+                    att_head(4, 1, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb);
                 else
-                    att_head(4, 2, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps);
+                    att_head(4, 2, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb);
             }
         }
         free(kb);
@@ -485,8 +503,9 @@ int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind,
 #else
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, int64_t threads) {
-    (void)threads, (void)lse, (void)ln_w, (void)ln_b, (void)ln_eps, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
+                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, int64_t kn,
+                    const float *xcol, int64_t threads) {
+    (void)threads, (void)lse, (void)ln_w, (void)ln_b, (void)ln_eps, (void)kn, (void)xcol, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
     (void)dh, (void)Tq, (void)out;
     return -1;
 }

@@ -245,8 +245,9 @@ class PrettrRanker(Ranker):
         outputs, so ỹ_j is y_j − mean(y_j)) and σ_j² = |ỹ_j|²/n + ε = (r_jᵀ·G·r_j + 2·g·r_j + |b̃|²)/n + ε
         (G = W̃ᵀW̃, g = W̃ᵀb̃: :meth:`decompression_fold`). So u_h·ŝ_j = (a_h·r_j + c_h)/σ_j + u_h·β with
         a_h = W̃ᵀ(u_h ⊙ γ), c_h = (u_h ⊙ γ)·b̃, and Σ_j p_hj·ŝ_j = γ ⊙ (W̃·Σ_j p_hj r_j/σ_j + b̃·Σ_j p_hj/σ_j) + β.
-        The compiled attention computes both sums from keys k_j = [r_j/σ_j, 1/σ_j] (the values being the keys)
-        and query rows [a_h, c_h]: per token e² + 2·R·(e + 64) multiply-adds (G's quadratic form, the scores and
+        The compiled attention computes both sums from keys k_j = [r_j/σ_j, 1/σ_j] (the values being the keys),
+        which it widens from the stored r itself (``attend_native``'s key_scale and extra), and query rows
+        [a_h, c_h]: per token e² + 2·R·(e + 64) multiply-adds (G's quadratic form, the scores and
         the sums) instead of the n·e of the decompression and 2·R·n of the attention over ŝ, and W̃ once per row
         and document. None where the kernel does not apply."""
         fold = self.decompression_fold(q)
@@ -259,19 +260,19 @@ class PrettrRanker(Ranker):
         b = r.shape[0]
         sums = q.new_empty(b, rows.shape[0], width)
         lse = q.new_empty(b, rows.shape[0])
-        keys = None
         for sl, block in widened(r, q.dtype):
             nb, t, _ = block.shape
             flat = block.reshape(-1, e)
             # 1/σ_j from r_j·(G·r_j + 2g) + |b̃|² (G's product: one GEMM over the block)
             quad = matmul_t(flat, fold.gram, fold.packed_gram).add_(fold.g2).mul_(flat).sum(-1)
-            inv = quad.add_(fold.bb).clamp_(min=0.0).div_(n).add_(fold.eps).rsqrt_().view(nb, t, 1)
-            if keys is None:  # the first block is the largest; the columns past e + 1 stay 0
-                keys = q.new_zeros(nb, t, width)
-            k = keys[:nb]
-            torch.mul(block, inv, out=k[..., :e])
-            k[..., e : e + 1] = inv
-            found = attend_native(query[None, None], k, k, key_mask(d_mask[sl]), 1.0, lse=True)
+            inv = quad.add_(fold.bb).clamp_(min=0.0).div_(n).add_(fold.eps).rsqrt_().view(nb, t)
+            stored = r[
+                sl
+            ]  # the keys [r_j/σ_j, 1/σ_j], widened by the kernel from the stored r (in cache now)
+            mask = key_mask(d_mask[sl])
+            found = attend_native(
+                query[None, None], stored, stored, mask, 1.0, lse=True, key_scale=inv, extra=inv
+            )
             if found is None:
                 return None
             sums[sl], lse[sl] = found[0], found[1][:, 0]

@@ -117,7 +117,7 @@ def test_the_c_entry_point_refuses_arguments_outside_its_limits():
         q = torch.zeros(1, 96 // dh, max(tq, 1), dh)
         status = lib.cross_attention(
             q.data_ptr(), 1, k.data_ptr(), k.data_ptr(), None, None, 0, None, 2, 4, 96 // dh, dh, tq,
-            out.data_ptr(), None, None, None, 0.0, 1,
+            out.data_ptr(), None, None, None, 0.0, 96, None, 1,
         )  # fmt: skip
         assert status == -1
     assert (out == -7.0).all()
@@ -277,6 +277,61 @@ def test_keys_layer_normed_as_they_are_widened(kind):
     assert ((out.double() - want).abs().max() / want.abs().max()).item() <= 1e-5
     want_lse = torch.logsumexp(scores, -1)
     assert (lse[:, 0].double() - want_lse).abs().max().item() <= 1e-5 * want_lse.abs().max().item() + 1e-5
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", ["float16", "bfloat16", "int8", "float32"])
+def test_keys_scaled_per_token_with_an_extra_column(kind):
+    """key_scale and extra (PreTTR's folded decompression): the keys, which are the values, are each stored row
+    times its token's scale (with int8's own scale), then one column holding ``extra``, then zeros up to the head's
+    width; as the float64 formula, with the log-sum-exps, padding holding NaN (float kinds) never read."""
+    g = torch.Generator().manual_seed(12)
+    b, t, n, dh = 5, 37, 48, 64
+    k, _, k64, _ = _fields(b, t, n, kind, seed=3)
+    keep = torch.rand(b, t, generator=g) > 0.3
+    keep[:, 0] = True
+    keep[2] = False
+    if kind != "int8":
+        k = k.clone()
+        k[~keep] = float("nan")
+    key_scale = torch.rand(b, t, generator=g) + 0.2
+    extra = torch.randn(b, t, generator=g)
+    q = torch.randn(1, 1, 9, dh, generator=g) * 0.3
+    with torch.inference_mode():
+        found = attend_native(
+            q, k, k, keep[:, None, None, :], 1.0, lse=True, key_scale=key_scale, extra=extra
+        )
+    assert found is not None
+    out, lse = found
+    assert out.shape == (b, 9, dh)
+    keys = torch.zeros(b, t, dh, dtype=torch.float64)
+    keys[..., :n] = k64.nan_to_num() * key_scale[..., None].double()
+    keys[..., n] = extra.double()
+    scores = (q.double()[0, 0] @ keys.transpose(1, 2)).masked_fill(~keep[:, None, :], float("-inf"))
+    real = [i for i in range(b) if i != 2]
+    want = scores.softmax(-1)[real] @ keys[real]
+    assert ((out[real].double() - want).abs().max() / want.abs().max()).item() <= 1e-5
+    want_lse = torch.logsumexp(scores, -1)[real]
+    assert (lse[real, 0].double() - want_lse).abs().max().item() <= 1e-5 * want_lse.abs().max().item() + 1e-5
+    assert (out[2] == 0).all()
+
+
+@needs_kernel
+def test_an_extra_column_declines_outside_its_limits():
+    """An extra column needs one head wider than the stored rows, rows a multiple of 16 wide, the values being the
+    keys, per-token tensors [B, T], and no LayerNorm; otherwise None."""
+    k = torch.randn(3, 5, 48)
+    ones = torch.ones(3, 5)
+    q64, q48, q2 = torch.randn(1, 1, 4, 64), torch.randn(1, 1, 4, 48), torch.randn(1, 2, 4, 32)
+    with torch.inference_mode():
+        assert attend_native(q64, k, k, None, 1.0, extra=ones) is not None
+        assert attend_native(q48, k, k, None, 1.0, extra=ones) is None  # no room for the column
+        assert attend_native(q2, k, k, None, 1.0, extra=ones) is None
+        assert attend_native(q64, k, k.clone(), None, 1.0, extra=ones) is None
+        assert attend_native(q64, k, k, None, 1.0, extra=ones[:, :4]) is None
+        assert attend_native(q64, k, k, None, 1.0, key_scale=ones[:2]) is None
+        assert attend_native(q64, k[..., :40], k[..., :40], None, 1.0, extra=ones) is None
+        assert attend_native(q64, k, k, None, 1.0, extra=ones, norm=torch.nn.LayerNorm(48)) is None
 
 
 @needs_kernel
