@@ -287,7 +287,7 @@ def kernel_sums_stored(
     float32 copy of it nor the [B, Tq, Td] cosines are made. q [1, Tq, n] float32, one query for every document.
     None where it does not apply (no compiled library, autograd, more than 64 query terms, a width not a multiple
     of 16, a chain it cannot take): the caller computes the cosines and runs :func:`kernel_features`. Same sums
-    as that within float32 rounding (``tests/rankers/test_native.py``)."""
+    as that within float32 rounding (``tests/rankers/test_native_tk.py``)."""
     if q.dim() != 3 or q.shape[0] != 1 or q.dtype != torch.float32 or q.device.type != "cpu":
         return None
     if torch.is_grad_enabled() and (q.requires_grad or getattr(d, "requires_grad", False)):
@@ -432,8 +432,10 @@ class TkRanker(Ranker):
         return QueryState({"q": self.contextualize(ids, mask)}, mask)
 
     def kernel_score(self, q: Tensor, q_mask: Tensor, d: Tensor, d_mask: Tensor) -> Tensor:
-        """q [1 or B, Tq, n], d [B, Td, n] -> [B]. A stored d (float16, or int8 + scales) on the CPU is widened
-        a block of documents at a time, each block's cosines computed while it is in cache."""
+        """q [1 or B, Tq, n], d [B, Td, n] -> [B]. On the CPU, for one query and no gradients, cosines and kernels
+        come from the compiled pass over d in its stored dtype (:func:`kernel_sums_stored`); elsewhere a stored d
+        (float16, or int8 + scales) is widened a block of documents at a time, each block's cosines computed by
+        one GEMM while it is in cache."""
         centres = kernel_centres(self.mu)
         per_term = kernel_sums_stored(q, d, d_mask, centres, KERNEL_SIGMA)  # compiled, from the stored dtype
         if per_term is not None:
