@@ -144,6 +144,9 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
 #include <immintrin.h>
 #include <stdlib.h>
 
+/* 64-byte aligned memory for n bytes: aligned_alloc wants a size that is a multiple of the alignment (C11) */
+static inline void *att_alloc(size_t n) { return aligned_alloc(64, (n + 63) & ~(size_t)63); }
+
 /* bytes per stored value of a kind */
 static inline size_t att_elem(int64_t kind) { return kind == 2 ? 1 : (kind == 3 ? 4 : 2); }
 
@@ -341,10 +344,10 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
        threads that have just run PyTorch's last op take the work, instead of spinning beside threads of ours */
 #pragma omp parallel num_threads(threads) reduction(min : status)
     {
-        float *kb = aligned_alloc(64, sizeof(float) * (size_t)(T * dh));
-        float *vb = aligned_alloc(64, sizeof(float) * (size_t)(T * dh));
-        float *s = aligned_alloc(64, sizeof(float) * (size_t)(T * ATT_ROWS));
-        float *qt = aligned_alloc(64, sizeof(float) * (size_t)(H * dh * ATT_ROWS));
+        float *kb = att_alloc(sizeof(float) * (size_t)(T * dh));
+        float *vb = att_alloc(sizeof(float) * (size_t)(T * dh));
+        float *s = att_alloc(sizeof(float) * (size_t)(T * ATT_ROWS));
+        float *qt = att_alloc(sizeof(float) * (size_t)(H * dh * ATT_ROWS));
         int32_t *idx = malloc(sizeof(int32_t) * (size_t)T);
         const int ok = kb && vb && s && qt && idx;
         if (!ok) status = -2;
@@ -443,7 +446,7 @@ int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind,
         return -1;
     const int NQ = (int)((Tq + 15) / 16);
     const size_t elem = att_elem(kind);
-    float *qt = aligned_alloc(64, sizeof(float) * (size_t)(n * 16 * NQ)); /* q transposed, terms >= Tq zero */
+    float *qt = att_alloc(sizeof(float) * (size_t)(n * 16 * NQ)); /* q transposed, terms >= Tq zero */
     if (!qt) return -2;
     memset(qt, 0, sizeof(float) * (size_t)(n * 16 * NQ));
     for (int64_t i = 0; i < Tq; i++)
@@ -451,8 +454,8 @@ int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind,
     int status = 0;
 #pragma omp parallel num_threads(threads) reduction(min : status)
     {
-        float *rb = aligned_alloc(64, sizeof(float) * (size_t)(TK_ROWS * n));
-        float *m = aligned_alloc(64, sizeof(float) * (size_t)(Td * Tq));
+        float *rb = att_alloc(sizeof(float) * (size_t)(TK_ROWS * n));
+        float *m = att_alloc(sizeof(float) * (size_t)(Td * Tq));
         const int ok = rb && m;
         if (!ok) status = -2;
 #pragma omp for schedule(dynamic, 8)
