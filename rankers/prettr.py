@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from aheadrank.rankers import native
 from aheadrank.rankers.base import QueryState, Ranker, masked_mean
 from aheadrank.rankers.base_model import base_embeddings, base_layer
 from aheadrank.rankers.blocks import (
@@ -250,6 +251,8 @@ class PrettrRanker(Ranker):
         [a_h, c_h]: per token e² + 2·R·(e + 64) multiply-adds (G's quadratic form, the scores and
         the sums) instead of the n·e of the decompression and 2·R·n of the attention over ŝ, and W̃ once per row
         and document. None where the kernel does not apply."""
+        if native.library() is None:  # the kernel is off or unavailable: no constants, no GEMMs for nothing
+            return None
         fold = self.decompression_fold(q)
         e, n = r.shape[-1], rows.shape[1]
         width = -(-(e + 1) // 64) * 64  # the kernel's head widths: multiples of 64
