@@ -451,3 +451,19 @@ def test_the_decompression_fold_follows_the_weights(head32_base, texts):
     assert ((after - want).abs().max() / spread).item() <= 1e-5
     assert "_fold" not in copy.deepcopy(ranker).__dict__
     assert "_fold" not in pickle.loads(pickle.dumps(ranker)).__dict__
+
+
+def test_without_the_kernels_the_fold_is_not_computed(head32_base, texts, monkeypatch):
+    """With the compiled kernels off, PreTTR scores by the PyTorch blocks at once: no fold constants are made and
+    the scores equal the decompress-then-attend formula's."""
+    ranker = init_ranker("prettr", base=head32_base, max_doc_len=48, layer=2, compress=16, sim=True).eval()
+    queries, docs = texts
+    fields, mask = _stored_fields(ranker, docs, "float16")
+    monkeypatch.setenv("AHEADRANK_NATIVE", "0")
+    with torch.inference_mode():
+        qs = ranker.encode_query(queries[0])
+        got = ranker.score_batch(qs, fields, mask)
+        want = ranker.upper(qs["q"], qs.mask, ranker.decompress(fields["doc"].float()), mask, qs["q_pool"])
+    assert "_fold" not in ranker.__dict__
+    spread = (want.max() - want.min()).clamp(min=1e-6)
+    assert ((got - want).abs().max() / spread).item() <= 1e-5
