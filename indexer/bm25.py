@@ -3,8 +3,9 @@
 Build (:func:`build_bm25_index`): the collection is streamed through :class:`indexer.collections.Collection`
 (so the same title/text join and the same problem policy apply as for the representation store) into a
 temporary Anserini ``JsonCollection`` folder (``{"id", "contents"}``, one file per thread), then Anserini's
-``IndexCollection`` runs in-process with ``-storePositions -storeDocvectors -storeRaw`` and the default
-English analyzer (Porter stemming, stopwords removed). The index is built in ``<index>.partial`` and moved
+``IndexCollection`` runs in-process with ``-storePositions -storeDocvectors`` and the default English analyzer
+(Porter stemming, stopwords removed), then once more with ``-storeRaw`` alone into the index's ``texts/`` folder
+(the raw documents apart from the postings: a search loads every hit's stored document). The index is built in ``<index>.partial`` and moved
 into place only after its document count equals the number of valid collection documents.
 
 Search (:class:`Bm25Searcher`, :func:`bm25_candidates`): wraps Anserini's ``SimpleSearcher``; see its
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
     from tqdm import tqdm
 
 META_FILE = "aheadrank-bm25.json"
+TEXTS_DIR = (
+    "texts"  # inside the index: the raw documents' own Lucene index (build_bm25_index's separate_texts)
+)
 _LOW_DISK_BYTES = 64 << 20  # below this, a Lucene writer that closed itself ran out of disk
 DEFAULT_K1 = 0.9  # Anserini's defaults
 DEFAULT_B = 0.4
@@ -231,13 +235,22 @@ def convert_to_json_collection(
 
 
 def _run_anserini(
-    json_dir: Path, index_dir: Path, threads: int, *, optimize: bool, progress: bool, total: int
+    json_dir: Path,
+    index_dir: Path,
+    threads: int,
+    *,
+    optimize: bool,
+    progress: bool,
+    total: int,
+    search: bool = True,
+    raw: bool = True,
 ) -> dict[str, int]:
     """Run Anserini's IndexCollection in a worker thread (the JVM releases the GIL), polling its counters.
 
     Equivalent to ``python -m pyserini.index.lucene --collection JsonCollection --generator
     DefaultLuceneDocumentGenerator --threads N --storePositions --storeDocvectors --storeRaw`` (which calls
-    ``IndexCollection.main``), but builds the ``IndexCollection`` itself so that its counters can be read."""
+    ``IndexCollection.main``; ``search=False`` leaves out positions and document vectors, ``raw=False`` the
+    raw documents), but builds the ``IndexCollection`` itself so that its counters can be read."""
     java = java_classes()
     args = java.IndexCollectionArgs()
     args.input = str(json_dir)
@@ -245,9 +258,9 @@ def _run_anserini(
     args.collectionClass = "JsonCollection"
     args.generatorClass = "DefaultLuceneDocumentGenerator"
     args.threads = threads
-    args.storePositions = True
-    args.storeDocvectors = True
-    args.storeRaw = True
+    args.storePositions = search
+    args.storeDocvectors = search
+    args.storeRaw = raw
     args.optimize = optimize
     args.quiet = True  # Anserini logs warnings only; our progress bar reports the rate
     try:
@@ -314,11 +327,17 @@ def build_bm25_index(
     optimize: bool = False,
     progress: bool = True,
     tmp_dir: str | Path | None = None,
+    separate_texts: bool = True,
 ) -> Bm25BuildResult:
     """Build a BM25 Lucene index of ``collection`` at ``index_dir`` (replacing an index already there).
 
     ``k1``/``b`` are query-time parameters in Lucene; they are recorded in ``aheadrank-bm25.json`` inside
-    the index as the defaults :class:`Bm25Searcher` uses. The temporary JsonCollection goes to ``tmp_dir``
+    the index as the defaults :class:`Bm25Searcher` uses. With ``separate_texts`` (the default) the searched
+    index stores no raw documents and a second, small Lucene index in its ``texts/`` folder holds them for
+    :meth:`Bm25Searcher.doc_text`: Anserini loads every hit's stored document, so with the raw texts beside the
+    postings a search at depth 1000 took 3× as long (``bench/bm25.py``). ``separate_texts=False`` builds one
+    index with the raw texts inside, as Pyserini's own command does (what tools that read ``raw`` from the
+    searched index expect). The temporary JsonCollection goes to ``tmp_dir``
     (default: next to the index) and is deleted afterwards (a killed run's by the next run). Raises
     :class:`CollectionError` for a bad collection and :class:`IndexBuildError` when the build fails or
     its document count is off (or another build holds the index's lock).
@@ -335,7 +354,9 @@ def build_bm25_index(
     check_writable(index_dir.parent, "the index", IndexBuildError)
     with exclusive_lock(index_dir.parent / f".{index_dir.name}.lock", f"the index {index_dir}"):
         try:
-            return _build_locked(collection, index_dir, threads, k1, b, optimize, progress, tmp_dir)
+            return _build_locked(
+                collection, index_dir, threads, k1, b, optimize, progress, tmp_dir, separate_texts
+            )
         except OSError as exc:
             raise IndexBuildError(f"building the index {index_dir} failed: {describe(exc)}") from exc
 
@@ -366,6 +387,7 @@ def _build_locked(
     optimize: bool,
     progress: bool,
     tmp_dir: str | Path | None,
+    separate_texts: bool = True,
 ) -> Bm25BuildResult:
     """The build, holding the index's lock: leftovers of a killed run (its converted copy of the
     collection, its unfinished index) are removed first."""
@@ -390,18 +412,42 @@ def _build_locked(
                 )
             start = time.perf_counter()
             counters = _run_anserini(
-                convert_dir, partial, threads, optimize=optimize, progress=progress, total=written
+                convert_dir,
+                partial,
+                threads,
+                optimize=optimize,
+                progress=progress,
+                total=written,
+                raw=not separate_texts,
             )
+            parts = [(partial, counters)]
+            if separate_texts:  # the raw documents alone (no positions, no vectors), for doc_text
+                texts = partial / TEXTS_DIR
+                parts.append(
+                    (
+                        texts,
+                        _run_anserini(
+                            convert_dir,
+                            texts,
+                            threads,
+                            optimize=optimize,
+                            progress=False,
+                            total=written,
+                            search=False,
+                        ),
+                    )
+                )
         finally:
             shutil.rmtree(convert_dir, ignore_errors=True)
-        found = index_document_count(partial)
         index_seconds = time.perf_counter() - start
-        if found != written:
-            keep_partial = True
-            raise IndexBuildError(
-                f"the index holds {found:,} documents but the collection has {written:,} valid ones "
-                f"(Anserini counters: {counters}); index left unfinished at {partial}"
-            )
+        for part, part_counters in parts:
+            found = index_document_count(part)
+            if found != written:
+                keep_partial = True
+                raise IndexBuildError(
+                    f"the index {part.name} holds {found:,} documents but the collection has {written:,} valid "
+                    f"ones (Anserini counters: {part_counters}); index left unfinished at {partial}"
+                )
         meta = {
             "format_version": _FORMAT_VERSION,
             "collection": str(collection.path),
@@ -414,6 +460,8 @@ def _build_locked(
             "report": collection.report.to_dict(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+        if separate_texts:
+            meta["texts"] = TEXTS_DIR  # the raw documents' own index (inside this one)
         (partial / META_FILE).write_text(
             json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
@@ -457,6 +505,11 @@ class Bm25Searcher:
         except Exception as exc:  # jnius.JavaException
             raise AheadrankError(f"cannot open Lucene index {self.index_dir}: {exc}") from exc
         self.num_docs = int(self._searcher.get_total_num_docs())
+        texts = self.meta.get(
+            "texts"
+        )  # the raw documents apart from the searched postings (opened on first use)
+        self._texts_dir = self.index_dir / texts if texts else None
+        self._texts = None
         self.k1 = self.b = 0.0
         self.set_bm25(
             self.meta.get("k1", DEFAULT_K1) if k1 is None else k1,
@@ -507,7 +560,7 @@ class Bm25Searcher:
     def doc_text(self, docid: str) -> str | None:
         """The document's text as indexed (from the raw store), or ``None`` for an unknown docid."""
         with self._lock:
-            document = self._searcher.doc(docid)
+            document = self._text_searcher().doc(docid)
             raw = None if document is None else document.get("raw")
         if raw is None:
             return None
@@ -522,11 +575,27 @@ class Bm25Searcher:
                 texts[docid] = text
         return texts
 
+    def _text_searcher(self):
+        """The searcher that holds the raw documents: the texts' own index where the build made one, else this
+        one (an index built with the raw texts inside, or by Pyserini's own command). Under the lock."""
+        if self._texts_dir is None:
+            return self._searcher
+        if self._texts is None:
+            if not is_lucene_index(self._texts_dir):
+                raise AheadrankError(
+                    f"the index {self.index_dir} names {self._texts_dir.name}/ for its texts, which is not a "
+                    "Lucene index: rebuild it with `aheadrank bm25-index`"
+                )
+            self._texts = self._java.SimpleSearcher(str(self._texts_dir))
+        return self._texts
+
     def close(self) -> None:
         with self._lock:
-            if self._searcher is not None:
-                self._searcher.close()
-                self._searcher = None
+            for name in ("_searcher", "_texts"):
+                searcher = getattr(self, name)
+                if searcher is not None:
+                    searcher.close()
+                    setattr(self, name, None)
 
     def __enter__(self) -> Bm25Searcher:
         return self
