@@ -5,8 +5,9 @@ Build (:func:`build_bm25_index`): the collection is streamed through :class:`ind
 temporary Anserini ``JsonCollection`` folder (``{"id", "contents"}``, one file per thread), then Anserini's
 ``IndexCollection`` runs in-process with ``-storePositions -storeDocvectors`` and the default English analyzer
 (Porter stemming, stopwords removed), then once more with ``-storeRaw`` alone into the index's ``texts/`` folder
-(the raw documents apart from the postings: a search loads every hit's stored document). The index is built in ``<index>.partial`` and moved
-into place only after its document count equals the number of valid collection documents.
+(the raw documents apart from the postings: a search loads every hit's stored document). The index is built in
+``<index>.partial`` and moved into place only after each part's document count equals the number of valid
+collection documents.
 
 Search (:class:`Bm25Searcher`, :func:`bm25_candidates`): wraps Anserini's ``SimpleSearcher``; see its
 docstring for thread safety.
@@ -49,9 +50,8 @@ if TYPE_CHECKING:
     from tqdm import tqdm
 
 META_FILE = "aheadrank-bm25.json"
-TEXTS_DIR = (
-    "texts"  # inside the index: the raw documents' own Lucene index (build_bm25_index's separate_texts)
-)
+# inside the index: the raw documents' own Lucene index (build_bm25_index's separate_texts)
+TEXTS_DIR = "texts"
 _LOW_DISK_BYTES = 64 << 20  # below this, a Lucene writer that closed itself ran out of disk
 DEFAULT_K1 = 0.9  # Anserini's defaults
 DEFAULT_B = 0.4
@@ -505,9 +505,8 @@ class Bm25Searcher:
         except Exception as exc:  # jnius.JavaException
             raise AheadrankError(f"cannot open Lucene index {self.index_dir}: {exc}") from exc
         self.num_docs = int(self._searcher.get_total_num_docs())
-        texts = self.meta.get(
-            "texts"
-        )  # the raw documents apart from the searched postings (opened on first use)
+        # the raw documents apart from the searched postings, in their own index (opened on first use)
+        texts = self.meta.get("texts")
         self._texts_dir = self.index_dir / texts if texts else None
         self._texts = None
         self.k1 = self.b = 0.0
