@@ -85,6 +85,15 @@ def tiny_base(tmp_path_factory, minilm_dir) -> Path:
     return save_tiny_bert(path, minilm_dir, hidden=32, layers=4, heads=4, seed=1234)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def server_logs(tmp_path_factory) -> Path:
+    """The test servers' logs (services_testkit.Server) in this session's temporary folder, which pytest prunes
+    (it keeps the last three), instead of one file per server left in /tmp."""
+    path = tmp_path_factory.mktemp("server-logs")
+    os.environ["AHEADRANK_TEST_SERVER_LOGS"] = str(path)
+    return path
+
+
 @pytest.fixture
 def rng() -> random.Random:
     return random.Random(42)

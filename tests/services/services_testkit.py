@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ AHEADRANK = str(_AHEADRANK)
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "aheadrank" / "data" / "scifact-sample"
+LOG_DIR_VARIABLE = "AHEADRANK_TEST_SERVER_LOGS"  # set by tests/conftest.py for the whole session
 
 
 @dataclass
@@ -46,7 +48,9 @@ class Server(ServeProcess):
     thread, its log in a temporary file."""
 
     def __init__(self, *args: str, env: dict | None = None):
-        log = tempfile.NamedTemporaryFile(prefix="aheadrank-serve-", suffix=".log", delete=False)
+        # in the test session's own temporary folder (tests/conftest.py: server_logs), which pytest prunes
+        logs = os.environ.get(LOG_DIR_VARIABLE)
+        log = tempfile.NamedTemporaryFile(prefix="aheadrank-serve-", suffix=".log", delete=False, dir=logs)
         log.close()
         super().__init__(["--threads", "1", *args], log.name, env=env)
 
