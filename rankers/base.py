@@ -48,6 +48,16 @@ class Ranker(nn.Module):
             raise ValueError(f"{self.kind} ranker has strategies {self.strategies}, not {strategy!r}")
         self.strategy = strategy
 
+    # attributes derived from the weights or the last query (caches holding weak references or opaque oneDNN
+    # tensors): dropped when the ranker is pickled or deep-copied, made again on use
+    derived_caches: ClassVar[tuple[str, ...]] = ()
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        for name in self.derived_caches:
+            state.pop(name, None)
+        return state
+
     # ---- what each ranker defines -------------------------------------------------------------
     # the submodules that start from scratch rather than from the base's weights (TrainConfig.fresh_lr)
     fresh_modules: ClassVar[tuple[str, ...]] = ("head", "sim")

@@ -65,6 +65,7 @@ class DecompressionFold:
 
 class PrettrRanker(Ranker):
     kind = "prettr"
+    derived_caches = ("_fold",)  # derived from the weights, with opaque oneDNN tensors
     fresh_modules = ("head", "sim", "compressor", "decompressor", "decompressor_norm", "pool_map")
 
     def __init__(self, config, text=None, strategy=None):
@@ -269,9 +270,8 @@ class PrettrRanker(Ranker):
             # 1/σ_j from r_j·(G·r_j + 2g) + |b̃|² (G's product: one GEMM over the block)
             quad = matmul_t(flat, fold.gram, fold.packed_gram).add_(fold.g2).mul_(flat).sum(-1)
             inv = quad.add_(fold.bb).clamp_(min=0.0).div_(n).add_(fold.eps).rsqrt_().view(nb, t)
-            stored = r[
-                sl
-            ]  # the keys [r_j/σ_j, 1/σ_j], widened by the kernel from the stored r (in cache now)
+            # the keys [r_j/σ_j, 1/σ_j], widened by the kernel from the stored r (in cache now)
+            stored = r[sl]
             mask = key_mask(d_mask[sl])
             found = attend_native(
                 query[None, None], stored, stored, mask, 1.0, lse=True, key_scale=inv, extra=inv
@@ -318,11 +318,6 @@ class PrettrRanker(Ranker):
             )
         self.__dict__["_fold"] = (key, fold)
         return fold
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        state.pop("_fold", None)  # derived from the weights, with opaque oneDNN tensors: made again on use
-        return state
 
     def joint_lower(
         self, q_ids: Tensor, q_mask: Tensor, d_ids: Tensor, d_mask: Tensor

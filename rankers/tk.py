@@ -366,6 +366,7 @@ def cosines(q: Tensor, d: Tensor, out: Tensor | None = None, packed_q: Tensor | 
 
 class TkRanker(Ranker):
     kind = "tk"
+    derived_caches = ("_q_pack",)  # a weak reference and an opaque oneDNN tensor: neither pickles
 
     @property
     def fresh_modules(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -464,11 +465,6 @@ class TkRanker(Ranker):
         packed = pack_weight(q[0], q)
         self.__dict__["_q_pack"] = (weakref.ref(q), packed)
         return packed
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        state.pop("_q_pack", None)  # a weak reference and an opaque oneDNN tensor: neither pickles
-        return state
 
     def score_batch(self, qs: QueryState, fields: dict[str, Tensor], mask: Tensor) -> Tensor:
         return self.kernel_score(qs["q"], qs.mask, fields["doc"], mask)
