@@ -42,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import torch
 from aheadrank.rankers import QuantizedField, prettr, tk
@@ -231,16 +232,10 @@ def part_native(args) -> list[dict]:
     return rows
 
 
-@contextlib.contextmanager
 def tk_gemm_path():
     """TK's cosines by one GEMM over widened blocks of the stored vectors, then the kernel stage: the path before
     the compiled pass from the stored vectors (``tk.kernel_sums_stored`` declining, as where it does not apply)."""
-    real = tk.kernel_sums_stored
-    tk.kernel_sums_stored = lambda *args, **kwargs: None
-    try:
-        yield
-    finally:
-        tk.kernel_sums_stored = real
+    return mock.patch.object(tk, "kernel_sums_stored", lambda *args, **kwargs: None)
 
 
 def old_vs_new(part: str, names: list[str], old_path, old: str, new: str, args) -> list[dict]:
@@ -268,7 +263,6 @@ def part_tkpass(args) -> list[dict]:
     return old_vs_new("tkpass", args.tkpass_rankers, tk_gemm_path, "GEMM + kernel stage", "one pass", args)
 
 
-@contextlib.contextmanager
 def prettr_norm_in_pytorch():
     """PreTTR's decompressed states normalised by torch's LayerNorm before the compiled attention reads them (the
     path before the kernel took the LayerNorm)."""
@@ -279,22 +273,12 @@ def prettr_norm_in_pytorch():
             k = v = norm(k)
         return real(q, k, v, mask, scale, lse)
 
-    prettr.attend_native = unfused
-    try:
-        yield
-    finally:
-        prettr.attend_native = real
+    return mock.patch.object(prettr, "attend_native", unfused)
 
 
-@contextlib.contextmanager
 def prettr_decompressing():
     """PreTTR decompressing each block (no fold: ``prettr.FOLD_DECOMPRESSION`` 0)."""
-    chosen = prettr.FOLD_DECOMPRESSION
-    prettr.FOLD_DECOMPRESSION = 0.0
-    try:
-        yield
-    finally:
-        prettr.FOLD_DECOMPRESSION = chosen
+    return mock.patch.object(prettr, "FOLD_DECOMPRESSION", 0.0)
 
 
 def part_prettrfold(args) -> list[dict]:
@@ -315,12 +299,8 @@ def part_blocks(args) -> list[dict]:
         for factor in sorted({1, chosen, 2 * chosen}):
 
             def run(ranker=ranker, q=q, fields=fields, mask=mask, factor=factor):
-                tk.COSINE_BLOCK_FACTOR = factor
-                try:
-                    with tk_gemm_path():
-                        return run_query(ranker, q, fields, mask, args.chunk)
-                finally:
-                    tk.COSINE_BLOCK_FACTOR = chosen
+                with mock.patch.object(tk, "COSINE_BLOCK_FACTOR", factor), tk_gemm_path():
+                    return run_query(ranker, q, fields, mask, args.chunk)
 
             runs[factor] = run
         t = interleaved(runs, args.rounds)
