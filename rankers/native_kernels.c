@@ -132,7 +132,8 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
    stored key rows' width (H*dh, or less with xcol); xcol [B, T] (or NULL): the keys (which must be the values,
    H = 1) are the stored rows, kn wide, then one more column holding xcol, then zeros up to dh (PreTTR's folded
    decompression: [r_j / sigma_j, 1 / sigma_j]); ks / vs may scale float16, bfloat16 and float32 keys / values
-   per token too (int8: they are its scales). The documents split over `threads` OpenMP threads. A document without a real token gets zeros (and lse -1e30).
+   per token too (int8: they are its scales). The documents split over `threads` OpenMP threads. A document
+   without a real token gets zeros (and lse -1e30).
    Limits: dh 32 or a multiple of 64 up to ATT_MAXDH, 1 <= Tq <= ATT_ROWS, T <= ATT_MAXT; AVX-512F builds only
    (elsewhere the entry point returns -1 and the caller runs PyTorch's code). */
 #define ATT_ROWS 32
@@ -158,6 +159,12 @@ static inline __m512 att_load16(const void *src, int64_t off, int64_t kind, floa
             _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)src + off))), 16));
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)src + off)))),
                          _mm512_set1_ps(scale));
+}
+
+/* 16 stored values times their token's scale where one is given (int8: its own scale, applied by att_load16) */
+static inline __m512 att_scaled16(const void *src, int64_t off, int64_t kind, float scale, int given) {
+    const __m512 x = att_load16(src, off, kind, scale);
+    return given && kind != 2 ? _mm512_mul_ps(x, _mm512_set1_ps(scale)) : x;
 }
 
 /* e^x for x <= 0 (a score minus its row's maximum): x = n·ln2 + r, |r| <= ln2 / 2 (Cody-Waite, two constants),
@@ -247,17 +254,12 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
         const float kscale = ks ? ks[j] : 1.0f, vscale = vs ? vs[j] : 1.0f;
         for (int64_t d = 0; d < DV; d++) {
             __m512 x;
-            if (col + 16 * d < kn) { /* a stored value (times its token's scale: int8's, or one given for any kind) */
-                x = att_load16(k, j * kn + col + 16 * d, kind, kscale);
-                if (ks && kind != 2) x = _mm512_mul_ps(x, _mm512_set1_ps(kscale));
-            } else /* past the stored row (xcol only): the extra column, then zeros */
+            if (col + 16 * d < kn) /* a stored value */
+                x = att_scaled16(k, j * kn + col + 16 * d, kind, kscale, ks != NULL);
+            else /* past the stored row (xcol only): the extra column, then zeros */
                 x = 16 * d == kn ? _mm512_maskz_mov_ps(1, _mm512_set1_ps(xcol[j])) : _mm512_setzero_ps();
             _mm512_store_ps(kb + t * dh + 16 * d, x);
-            if (!same) {
-                __m512 y = att_load16(v, j * kn + col + 16 * d, kind, vscale);
-                if (vs && kind != 2) y = _mm512_mul_ps(y, _mm512_set1_ps(vscale));
-                _mm512_store_ps(vb + t * dh + 16 * d, y);
-            }
+            if (!same) _mm512_store_ps(vb + t * dh + 16 * d, att_scaled16(v, j * kn + col + 16 * d, kind, vscale, vs != NULL));
         }
         if (ln_w) att_layer_norm(kb + t * dh, dh, ln_w, ln_b, ln_eps); /* the row normalised where it lies */
     }
