@@ -20,6 +20,9 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   ``norm``), from float16 and int8 fields, inside the whole timed path.
 * ``prettrfold``: PreTTR l = L − 1 decompressing each block and attending over ŝ vs attending over r with the
   decompression folded away (``PrettrRanker.weighted_folded``), from float16 and int8 fields, in the whole path.
+* ``skinny``: the linear layers over a query's few rows (its encoder's layers, [CLS]-only rows) through oneDNN's
+  packed linear (``blocks.SKINNY_MAX_ROWS`` 0) vs the compiled skinny linear (``blocks.linear_native``), inside
+  the whole timed path.
 * ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
   served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
@@ -45,7 +48,7 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-from aheadrank.rankers import QuantizedField, prettr, tk
+from aheadrank.rankers import QuantizedField, blocks, prettr, tk
 from aheadrank.rankers.text import pad
 from aheadrank.rankers.variants import parse_variant
 from aheadrank.store import StoreReader, StoreSpec, StoreWriter
@@ -291,6 +294,15 @@ def part_prettrnorm(args) -> list[dict]:
     return old_vs_new("prettrnorm", names, prettr_norm_in_pytorch, "LN by torch", "LN in the kernel", args)
 
 
+def skinny_off():
+    """Every linear layer through oneDNN's packed linear (or F.linear), whatever its rows."""
+    return mock.patch.object(blocks, "SKINNY_MAX_ROWS", 0)
+
+
+def part_skinny(args) -> list[dict]:
+    return old_vs_new("skinny", args.skinny_rankers, skinny_off, "oneDNN", "skinny", args)
+
+
 def part_blocks(args) -> list[dict]:
     rows = []
     chosen = tk.COSINE_BLOCK_FACTOR
@@ -402,7 +414,7 @@ def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, dif
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = ["tk", "stored", "native", "blocks", "tkpass", "prettrnorm", "prettrfold", "int8"]
+    parts = ["tk", "stored", "native", "blocks", "tkpass", "prettrnorm", "prettrfold", "skinny", "int8"]
     p.add_argument("--parts", nargs="+", default=parts, choices=parts)
     p.add_argument(
         "--n", type=int, default=300, help="candidates (stored part at d > 128: n / 4; int8: 1000)"
@@ -425,6 +437,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tkpass-rankers", nargs="+", default=["tk-1l", "tk-2l"])
     p.add_argument("--prettrnorm-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e256"])
     p.add_argument("--prettrfold-rankers", nargs="+", default=["prettr-l5-e128"])
+    p.add_argument("--skinny-rankers", nargs="+", default=["tk-2l", "prettr-l5-e0", "mores-1ib-s2"])
     p.add_argument("--int8-rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
     p.add_argument("--tmp", default=None, help="folder for the int8 part's temporary stores")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kernels.json")
@@ -456,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows += part_prettrnorm(args)
         if "prettrfold" in args.parts:
             rows += part_prettrfold(args)
+        if "skinny" in args.parts:
+            rows += part_skinny(args)
         if "int8" in args.parts:
             n = args.n
             args.n = args.int8_n

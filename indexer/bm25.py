@@ -574,17 +574,23 @@ class Bm25Searcher:
                 texts[docid] = text
         return texts
 
+    def check_texts(self) -> None:
+        """Raise AheadrankError now if the index names a texts index (``separate_texts``) that is not there (an
+        index copied without its ``texts/`` folder): the service calls this at start, so that such an index is
+        refused there rather than on the first request that asks for documents' text."""
+        if self._texts_dir is not None and not is_lucene_index(self._texts_dir):
+            raise AheadrankError(
+                f"the index {self.index_dir} names {self._texts_dir.name}/ for its texts, which is not a "
+                "Lucene index: rebuild it with `aheadrank bm25-index`"
+            )
+
     def _text_searcher(self):
         """The searcher that holds the raw documents: the texts' own index where the build made one, else this
         one (an index built with the raw texts inside, or by Pyserini's own command). Under the lock."""
         if self._texts_dir is None:
             return self._searcher
         if self._texts is None:
-            if not is_lucene_index(self._texts_dir):
-                raise AheadrankError(
-                    f"the index {self.index_dir} names {self._texts_dir.name}/ for its texts, which is not a "
-                    "Lucene index: rebuild it with `aheadrank bm25-index`"
-                )
+            self.check_texts()
             self._texts = self._java.SimpleSearcher(str(self._texts_dir))
         return self._texts
 

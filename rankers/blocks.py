@@ -70,30 +70,84 @@ _MIN_PACKED_FEATURES = 16  # score heads and TK's kernel weights (n -> 1, 11 -> 
 _MIN_SHARED_ROWS = 8
 
 
+# At most this many rows (the query encoders' 18, [CLS]-only rows) go through the compiled skinny linear
+# (native_kernels.c: skinny_linear) instead of oneDNN: 1.1-2.9x faster there with the weights in cache
+# (bench/kernels.py --parts skinny), and it streams them faster from memory; at 96 rows the two are even.
+SKINNY_MAX_ROWS = int(os.environ.get("AHEADRANK_SKINNY_MAX_ROWS", "64"))
+
+
+def pack_panels(w: Tensor) -> Tensor:
+    """w [N, K] as the compiled skinny linear reads it: panels of ``native.SKINNY_PANEL`` output columns,
+    [ceil(N / P), K, P] float32, the columns past N zero."""
+    n, k = w.shape
+    p = native.SKINNY_PANEL
+    panels = w.new_zeros(-(-n // p) * p, k, dtype=torch.float32)
+    panels[:n] = w.detach()
+    return panels.view(-1, p, k).transpose(1, 2).contiguous()
+
+
+def linear_native(x: Tensor, panels: Tensor, bias: Tensor | None, n_out: int) -> Tensor | None:
+    """``x @ wᵀ + bias`` by the compiled skinny linear from w's :func:`pack_panels` (float32 CPU tensors, at
+    most SKINNY_MAX_ROWS rows in x's leading dimensions), or None where it does not apply (no compiled kernels,
+    no AVX-512, too many rows): the caller runs its usual linear. The sums run in k order: the same bits for
+    any thread count, and within float32 rounding of any other order."""
+    k = x.shape[-1]
+    rows = x.numel() // k if k else 0
+    if not 1 <= rows <= SKINNY_MAX_ROWS or panels.shape[1] != k:
+        return None
+    lib = native.library()
+    if lib is None:
+        return None
+    flat = x.reshape(rows, k).contiguous()
+    out = torch.empty(*x.shape[:-1], n_out, dtype=torch.float32, device=x.device)
+    b = None if bias is None else bias.detach().contiguous()
+    status = lib.skinny_linear(
+        native.ptr(flat),
+        rows,
+        k,
+        native.ptr(panels),
+        None if b is None else native.ptr(b),
+        n_out,
+        native.ptr(out),
+        torch.get_num_threads(),
+    )
+    return out if status == 0 else None
+
+
 class Linear(nn.Linear):
     """``nn.Linear`` (same parameters and state dict) whose inference on the CPU in float32 runs as oneDNN's
-    linear over a packed copy of the weight (``ONEDNN_LINEAR``). The copy is made on the first such call and
-    made again whenever the weight has changed since (its version counter or storage: an optimiser step, a
-    ``load_state_dict``, an in-place fit). Anything else — gradients, autocast, another dtype or device, a
-    weight created in inference mode (no version counter to trust), small layers — is ``F.linear`` as usual.
-    Same function up to float32 rounding (the sums run in another order: ~1e-6 relative)."""
+    linear over a packed copy of the weight (``ONEDNN_LINEAR``), or, for at most SKINNY_MAX_ROWS rows (a query's
+    tokens), as the compiled skinny linear over a panel copy (:func:`linear_native`). A copy is made on the first
+    such call and made again whenever the weight has changed since (its version counter or storage: an
+    optimiser step, a ``load_state_dict``, an in-place fit). Anything else — gradients, autocast, another dtype
+    or device, a weight created in inference mode (no version counter to trust), small layers — is
+    ``F.linear`` as usual. Same function up to float32 rounding (the sums run in another order: ~1e-6
+    relative)."""
 
     _packed: tuple[tuple[int, int], Tensor] | None = None
+    _panels: tuple[tuple[int, int], Tensor] | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         if self._use_packed(x):
             w = self.weight
             key = (w._version, w.data_ptr())
+            if x.numel() <= SKINNY_MAX_ROWS * self.in_features and native.library() is not None:
+                if self._panels is None or self._panels[0] != key:
+                    self._panels = (key, pack_panels(w))
+                out = linear_native(x, self._panels[1], self.bias, self.out_features)
+                if out is not None:
+                    return out
             if self._packed is None or self._packed[0] != key:
                 self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), 64))
             return torch.ops.mkldnn._linear_pointwise(x, self._packed[1], self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
     def __getstate__(self) -> dict:
-        """Pickled and deep-copied without the packed copy (an opaque oneDNN tensor: no storage to copy); the
-        copy packs its own on its first call."""
+        """Pickled and deep-copied without the packed copies (oneDNN's is an opaque tensor with no storage to
+        copy; both are caches); the copy packs its own on its first call."""
         state = self.__dict__.copy()
         state.pop("_packed", None)
+        state.pop("_panels", None)
         return state
 
     def _use_packed(self, x: Tensor) -> bool:

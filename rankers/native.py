@@ -1,6 +1,7 @@
 """Optional C kernels for stages PyTorch runs as many small passes, compiled on first use: TK's kernel stage (alone,
-or with the cosines, from the stored term vectors: ``tk.kernel_sums_stored``) and the attention of a few query rows
-(``blocks.attend_native``: MORES' interaction blocks, PreTTR's [CLS], the query encoders).
+or with the cosines, from the stored term vectors: ``tk.kernel_sums_stored``), the attention of a few query rows
+(``blocks.attend_native``: MORES' interaction blocks, PreTTR's [CLS], the query encoders) and the linear layers over
+a few rows (``blocks.linear_native``: the query encoders' layers, [CLS]-only rows).
 
 The C source (``native_kernels.c``, shipped with the package) is compiled with the machine's C compiler
 (``$CC``, else ``cc``/``gcc``) for this CPU (``-O3 -march=native -ffast-math -fopenmp``: GCC vectorises
@@ -65,10 +66,13 @@ _SIGNATURES = {
     # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, lse, ln weight, ln bias, ln eps,
     # stored key width, extra column, threads
     "cross_attention": [_P, _I, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _P, _P, _P, _P, _F, _I, _P, _I],
+    # x, M, K, packed panels, bias, N, out, threads
+    "skinny_linear": [_P, _I, _I, _P, _P, _I, _P, _I],
 }
 ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT, ATT_MAXDH
 ATTENTION_MAX_KEYS = 4096
 ATTENTION_MAX_HEAD_DIM = 512
+SKINNY_PANEL = 32  # native_kernels.c: SK_NR, the output columns of one packed panel
 
 
 def attention_head_dim(dh: int) -> bool:

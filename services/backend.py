@@ -172,6 +172,11 @@ class RerankBackend:
 
             set_java_heap(settings.java_heap)  # before the JVM starts: bounded, not a quarter of the machine
             searcher = Bm25Searcher(settings.index)
+            try:  # an index copied without its texts/ folder: refused here, not on the first request for text
+                searcher.check_texts()
+            except AheadrankError:
+                searcher.close()
+                raise
         from aheadrank.rerank import PriorScorer
 
         scorer = PriorScorer(ranker, settings.store, device, use_priors=settings.priors)

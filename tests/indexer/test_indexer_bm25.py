@@ -140,6 +140,8 @@ def test_a_missing_texts_index_is_a_clear_error(tmp_path):
     with Bm25Searcher(built.index_dir) as searcher:
         assert searcher.search("zebra quantum", k=3)[0][0] == "p-zebra"
         with pytest.raises(AheadrankError, match="rebuild it"):
+            searcher.check_texts()  # what the service calls at start
+        with pytest.raises(AheadrankError, match="rebuild it"):
             searcher.doc_text("p-zebra")
 
 

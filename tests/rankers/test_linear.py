@@ -21,7 +21,7 @@ def close(a, b):
 def test_inference_runs_packed_and_follows_every_change_of_the_weight():
     torch.manual_seed(0)
     lin = blocks.Linear(64, 48)
-    x = torch.randn(3, 5, 64)
+    x = torch.randn(3, 40, 64)  # more rows than the compiled skinny linear takes (test_native_skinny.py)
     with torch.no_grad():
         close(lin(x), F.linear(x, lin.weight, lin.bias))
         assert lin._packed is not None
@@ -66,12 +66,13 @@ def test_weights_made_in_inference_mode_stay_plain():
 @needs_onednn
 def test_pickles_and_copies_without_the_packed_weight():
     lin = blocks.Linear(64, 48)
-    x = torch.randn(2, 64)
+    x, few = torch.randn(200, 64), torch.randn(2, 64)
     with torch.no_grad():
-        y = lin(x)
+        y, y_few = lin(x), lin(few)
         for other in (pickle.loads(pickle.dumps(lin)), copy.deepcopy(lin)):
-            assert other._packed is None
+            assert other._packed is None and other._panels is None
             close(other(x), y)
+            close(other(few), y_few)
 
 
 def test_the_environment_turns_it_off(monkeypatch):
@@ -80,7 +81,7 @@ def test_the_environment_turns_it_off(monkeypatch):
     monkeypatch.setattr(blocks, "ONEDNN_LINEAR", False)
     lin = blocks.Linear(64, 48)
     with torch.no_grad():
-        lin(torch.randn(2, 64))
+        lin(torch.randn(200, 64))
     assert lin._packed is None
 
 

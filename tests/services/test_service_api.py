@@ -417,6 +417,26 @@ def test_no_store_or_index_configured(service_env):
         assert r.status_code == 200 and len(r.json()["results"]) == 2
 
 
+def test_an_index_without_its_texts_is_refused_at_start(service_env, tmp_path):
+    """An index copied without its texts/ folder: the service does not start (a clear error naming the fix),
+    instead of starting and answering the first request that asks for documents' text with a 503."""
+    import shutil
+
+    from aheadrank.indexer.bm25 import TEXTS_DIR
+
+    from aheadrank.errors import AheadrankError
+
+    copy = tmp_path / "lucene"
+    shutil.copytree(service_env.lucene, copy)
+    assert (copy / TEXTS_DIR).is_dir()
+    shutil.rmtree(copy / TEXTS_DIR)
+    settings = ServiceSettings(
+        checkpoint=service_env.checkpoint, store=service_env.store, index=copy, access_log=False
+    )
+    with pytest.raises(AheadrankError, match="texts.*rebuild it"):
+        RerankBackend.load(settings)
+
+
 def test_latency_model_plans_within_the_budget():
     from aheadrank.services.budget import LatencyModel
 

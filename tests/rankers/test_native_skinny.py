@@ -1,0 +1,132 @@
+"""The compiled skinny linear (``native_kernels.c``: skinny_linear; ``blocks.linear_native``, ``pack_panels``):
+``x @ wᵀ + b`` for a few rows (a query's tokens) equal to the float64 product within float32 rounding, the same
+bits for any thread count, declining where it does not apply, and what ``blocks.Linear`` runs for few rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from aheadrank.rankers import blocks, init_ranker, native
+from conftest import needs_kernel
+
+
+def _ref(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    y = x.double() @ w.double().T
+    return y if b is None else y + b.double()
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 2, 11, 12, 13, 18, 25, 64])  # row blocks of 12: full, partial, several
+@pytest.mark.parametrize(
+    ("k", "n"), [(384, 384), (384, 1536), (1536, 384), (64, 40), (16, 17), (33, 100), (7, 1)]
+)
+@pytest.mark.parametrize("bias", [True, False])
+def test_equals_the_float64_product(rows, k, n, bias):
+    """Within 1e-5 of the float64 product relative to its largest |value| (float32 sums of k terms), for output
+    widths that fill panels of 32 columns, half a panel (16: the second vector masked off) or neither, every
+    row-block remainder; nothing is written past N (the output is exactly [rows, N])."""
+    g = torch.Generator().manual_seed(rows * 1000 + k + n)
+    x, w = torch.randn(rows, k, generator=g), torch.randn(n, k, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    panels = blocks.pack_panels(w)
+    assert panels.shape == (-(-n // 32), k, 32) and (panels.transpose(1, 2).reshape(-1, k)[n:] == 0).all()
+    got = blocks.linear_native(x, panels, b, n)
+    assert got is not None and got.shape == (rows, n) and got.dtype == torch.float32
+    want = _ref(x, w, b)
+    assert (got.double() - want).abs().max() <= 1e-5 * want.abs().max()
+
+
+@needs_kernel
+def test_leading_dimensions_and_non_contiguous_inputs():
+    """x [..., k] of any leading shape (a query state [1, Tq, n]) and a non-contiguous x (a transposed view)."""
+    g = torch.Generator().manual_seed(1)
+    w, b = torch.randn(48, 64, generator=g), torch.randn(48, generator=g)
+    x = torch.randn(1, 18, 64, generator=g)
+    got = blocks.linear_native(x, blocks.pack_panels(w), b, 48)
+    assert got.shape == (1, 18, 48)
+    torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    xt = torch.randn(64, 5, generator=g).T  # [5, 64], not contiguous
+    torch.testing.assert_close(blocks.linear_native(xt, blocks.pack_panels(w), b, 48), F.linear(xt, w, b))
+
+
+@needs_kernel
+def test_same_bits_for_any_thread_count():
+    g = torch.Generator().manual_seed(2)
+    x, w, b = (
+        torch.randn(18, 384, generator=g),
+        torch.randn(1536, 384, generator=g),
+        torch.randn(1536, generator=g),
+    )
+    panels = blocks.pack_panels(w)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for t in (1, 2, 3):
+            torch.set_num_threads(t)
+            outs.append(blocks.linear_native(x, panels, b, 1536))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+def test_declines_where_it_does_not_apply(monkeypatch):
+    """Too many rows, no rows, panels for another width, or no compiled kernels: None (the caller's linear
+    runs)."""
+    w = torch.randn(48, 64)
+    panels = blocks.pack_panels(w)
+    assert blocks.linear_native(torch.randn(blocks.SKINNY_MAX_ROWS + 1, 64), panels, None, 48) is None
+    assert blocks.linear_native(torch.randn(0, 64), panels, None, 48) is None
+    assert blocks.linear_native(torch.randn(3, 32), panels, None, 48) is None
+    monkeypatch.setenv(native.ENVIRONMENT, "0")
+    assert blocks.linear_native(torch.randn(3, 64), panels, None, 48) is None
+
+
+@needs_kernel
+def test_the_entry_point_refuses_empty_shapes():
+    lib = native.library()
+    x, panels, out = torch.randn(2, 8), blocks.pack_panels(torch.randn(4, 8)), torch.full((2, 4), 7.0)
+    for m, k, n in ((0, 8, 4), (2, 0, 4), (2, 8, 0)):
+        assert lib.skinny_linear(native.ptr(x), m, k, native.ptr(panels), None, n, native.ptr(out), 1) == -1
+    assert (out == 7.0).all()
+
+
+@needs_kernel
+def test_linear_runs_it_for_few_rows_and_follows_weight_changes(monkeypatch):
+    """blocks.Linear in inference: few rows through the panels (calls counted), many through oneDNN's pack
+    where available; an in-place change of the weight repacks; with the kernels off, the usual linear."""
+    calls = []
+    real = blocks.linear_native
+    monkeypatch.setattr(blocks, "linear_native", lambda *a: calls.append(a[0].shape) or real(*a))
+    torch.manual_seed(0)
+    lin = blocks.Linear(64, 48)
+    few, many = torch.randn(1, 18, 64), torch.randn(4, 30, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(lin(few), F.linear(few, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        assert calls == [(1, 18, 64)] and lin._panels is not None
+        torch.testing.assert_close(lin(many), F.linear(many, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        assert len(calls) == 1
+        lin.weight.mul_(-2.0)
+        torch.testing.assert_close(lin(few), F.linear(few, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        monkeypatch.setenv(native.ENVIRONMENT, "0")
+        torch.testing.assert_close(lin(few), F.linear(few, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2
+
+
+@needs_kernel
+def test_query_states_equal_with_and_without_it(tiny_base, monkeypatch):
+    """A ranker's query side (its query encoder's layers: the rows this is for) gives the same states with the
+    skinny linear as with oneDNN / F.linear, within float32 rounding."""
+    calls = []
+    real = blocks.linear_native
+    monkeypatch.setattr(blocks, "linear_native", lambda *a: calls.append(1) or real(*a))
+    r = init_ranker("prettr", base=tiny_base, layer=1, compress=0).eval()
+    ids = torch.tensor([[101, 2054, 2003, 1037, 3231, 102]])
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    with torch.no_grad():
+        with_it = r.query_state(ids, mask)["q"]
+        ran = len(calls)
+        monkeypatch.setattr(blocks, "SKINNY_MAX_ROWS", 0)
+        without = r.query_state(ids, mask)["q"]
+    assert ran > 0 and len(calls) == ran  # the second run took the usual linear throughout
+    torch.testing.assert_close(with_it, without, rtol=1e-5, atol=1e-5)
