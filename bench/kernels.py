@@ -23,6 +23,9 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``skinny``: the linear layers over a query's few rows (its encoder's layers, [CLS]-only rows) through oneDNN's
   packed linear (``blocks.SKINNY_MAX_ROWS`` 0) vs the compiled skinny linear (``blocks.linear_native``), inside
   the whole timed path.
+* ``source``: the compiled kernels built from another revision's ``rankers/native_kernels.c`` (``--source-rev``,
+  default HEAD: what the working tree changes) vs the working tree's, inside the whole timed path; an entry point
+  the old source lacks declines there (its caller runs the code it falls back to).
 * ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
   served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
@@ -40,6 +43,7 @@ import argparse
 import contextlib
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +52,7 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-from aheadrank.rankers import QuantizedField, blocks, prettr, tk
+from aheadrank.rankers import QuantizedField, blocks, native, prettr, tk
 from aheadrank.rankers.text import pad
 from aheadrank.rankers.variants import parse_variant
 from aheadrank.store import StoreReader, StoreSpec, StoreWriter
@@ -303,6 +307,37 @@ def part_skinny(args) -> list[dict]:
     return old_vs_new("skinny", args.skinny_rankers, skinny_off, "oneDNN", "skinny", args)
 
 
+class _Declining:
+    """Another build of the kernels, whose missing entry points answer -1 (declined) as a build without them."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._lib, name, None)
+        return fn if fn is not None else (lambda *args: -1)
+
+
+def kernels_at(rev: str, folder: Path):
+    """A context manager under which the rankers call the kernels compiled from ``rev``'s native_kernels.c."""
+    text = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{rev}:rankers/native_kernels.c"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    source = folder / "native_kernels.c"
+    source.write_text(text)
+    lib = _Declining(native.load_source(source, require_all=False))
+    return lambda: mock.patch.object(native, "library", lambda: lib)
+
+
+def part_source(args) -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        old = kernels_at(args.source_rev, Path(tmp))
+        return old_vs_new("source", args.source_rankers, old, f"C at {args.source_rev}", "C now", args)
+
+
 def part_blocks(args) -> list[dict]:
     rows = []
     chosen = tk.COSINE_BLOCK_FACTOR
@@ -414,7 +449,7 @@ def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, dif
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = ["tk", "stored", "native", "blocks", "tkpass", "prettrnorm", "prettrfold", "skinny", "int8"]
+    parts = "tk stored native blocks tkpass prettrnorm prettrfold skinny source int8".split()
     p.add_argument("--parts", nargs="+", default=parts, choices=parts)
     p.add_argument(
         "--n", type=int, default=300, help="candidates (stored part at d > 128: n / 4; int8: 1000)"
@@ -438,6 +473,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prettrnorm-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e256"])
     p.add_argument("--prettrfold-rankers", nargs="+", default=["prettr-l5-e128"])
     p.add_argument("--skinny-rankers", nargs="+", default=["tk-2l", "prettr-l5-e0", "mores-1ib-s2"])
+    p.add_argument(
+        "--source-rankers",
+        nargs="+",
+        default=["mores-1ib-s2", "mores-2ib-s2", "prettr-l5-e0", "prettr-l5-e128", "tk-2l"],
+    )
+    p.add_argument(
+        "--source-rev", default="HEAD", help="the revision whose native_kernels.c the source part compares"
+    )
     p.add_argument("--int8-rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
     p.add_argument("--tmp", default=None, help="folder for the int8 part's temporary stores")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kernels.json")
@@ -471,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += part_prettrfold(args)
         if "skinny" in args.parts:
             rows += part_skinny(args)
+        if "source" in args.parts:
+            rows += part_source(args)
         if "int8" in args.parts:
             n = args.n
             args.n = args.int8_n

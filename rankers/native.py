@@ -112,23 +112,23 @@ def cache_dir() -> Path:
     return Path(base) / "aheadrank" / "native"
 
 
-def _build(cc: str) -> Path:
+def _build(cc: str, source: Path = SOURCE) -> Path:
     """The compiled library (from the cache when built before): with OpenMP, else serial (logged)."""
     try:
-        return _build_with(cc, FLAGS, LINK_FLAGS)
+        return _build_with(cc, FLAGS, LINK_FLAGS, source)
     except RuntimeError as with_openmp:
         try:
-            serial = _build_with(cc, *SERIAL)
+            serial = _build_with(cc, *SERIAL, source)
         except RuntimeError:
             raise with_openmp from None  # not OpenMP's fault: the caller logs the first error, once
         log.warning("native kernels built without OpenMP (one thread each): %s", with_openmp)
         return serial
 
 
-def _build_with(cc: str, flags: tuple[str, ...], link_flags: tuple[str, ...]) -> Path:
+def _build_with(cc: str, flags: tuple[str, ...], link_flags: tuple[str, ...], source: Path = SOURCE) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
     key = hashlib.sha256(
-        "\0".join([SOURCE.read_text(), cc, version, " ".join(flags + link_flags), _cpu_signature()]).encode()
+        "\0".join([source.read_text(), cc, version, " ".join(flags + link_flags), _cpu_signature()]).encode()
     ).hexdigest()[:20]
     target = cache_dir() / f"kernels-{key}.so"
     if target.exists():
@@ -139,7 +139,7 @@ def _build_with(cc: str, flags: tuple[str, ...], link_flags: tuple[str, ...]) ->
     os.close(fd)
     try:
         obj = tmp[:-3] + ".o"
-        for cmd in ([cc, *flags, "-c", str(SOURCE), "-o", obj], [cc, *link_flags, obj, "-o", tmp, "-lm"]):
+        for cmd in ([cc, *flags, "-c", str(source), "-o", obj], [cc, *link_flags, obj, "-o", tmp, "-lm"]):
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
                 raise RuntimeError(
@@ -150,21 +150,32 @@ def _build_with(cc: str, flags: tuple[str, ...], link_flags: tuple[str, ...]) ->
         for path in (tmp, tmp[:-3] + ".o"):
             if os.path.exists(path):
                 os.unlink(path)
-    log.info("compiled %s -> %s", SOURCE.name, target)
+    log.info("compiled %s -> %s", source.name, target)
     return target
+
+
+def load_source(source: Path, require_all: bool = True) -> ctypes.CDLL:
+    """Compile (or take from the cache) and load the kernels of one C source, their argument types set. With
+    ``require_all`` False, entry points the source lacks are left out (another revision's source, for
+    ``bench/kernels.py --parts source``). Raises RuntimeError, OSError or SubprocessError where that fails."""
+    cc = _compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler found ($CC, cc, gcc)")
+    lib = ctypes.CDLL(str(_build(cc, source)))
+    for name, args in _SIGNATURES.items():
+        fn = getattr(lib, name) if require_all else getattr(lib, name, None)
+        if fn is not None:
+            fn.argtypes, fn.restype = args, ctypes.c_int
+    return lib
 
 
 @lru_cache(maxsize=1)
 def _load() -> ctypes.CDLL | None:
-    cc = _compiler()
-    if cc is None:
+    if _compiler() is None:
         log.warning("no C compiler found ($CC, cc, gcc): the native kernels are off, PyTorch's code runs")
         return None
     try:
-        lib = ctypes.CDLL(str(_build(cc)))
-        for name, args in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, ctypes.c_int
+        lib = load_source(SOURCE)
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         log.warning("native kernels unavailable, PyTorch's code runs instead: %s", e)
         return None

@@ -140,6 +140,7 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
 #define ATT_MAXT 4096
 #define ATT_MAXDH 512
 #define ATT_PREFETCH 16 /* rows ahead the widening prefetches (d = 493, keys in memory: 1.11x the kernel; 4: 1.01x, 8: 1.05x) */
+#define ATT_NEXT_HINT _MM_HINT_T1
 #define ATT_KEYS 8 /* keys per block of the score stage: 8 x 2 accumulators hide the FMA latency (4: 1.17x slower) */
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -238,8 +239,10 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
                                                             float *kb, float *vb, float *s, float *out,
                                                             float *lse, int64_t Tq, const float *ln_w,
                                                             const float *ln_b, float ln_eps, int64_t kn,
-                                                            const float *xcol) {
+                                                            const float *xcol, const char *pk, const char *pv,
+                                                            int64_t plines) {
     const int64_t DV = dh / 16;
+    const int64_t per_row = (plines + nv - 1) / nv; /* the next document's lines to prefetch per widened row */
     if (same) vb = kb;
     const size_t elem = att_elem(kind);
     for (int64_t t = 0; t < nv; t++) { /* widen the head's key and value rows of the real tokens */
@@ -250,6 +253,10 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
                 _mm_prefetch((const char *)k + at + line, _MM_HINT_T0);
                 if (!same) _mm_prefetch((const char *)v + at + line, _MM_HINT_T0);
             }
+        }
+        for (int64_t line = t * per_row; line < plines && line < (t + 1) * per_row; line++) {
+            _mm_prefetch(pk + line * 64, ATT_NEXT_HINT);
+            if (pv) _mm_prefetch(pv + line * 64, ATT_NEXT_HINT);
         }
         const float kscale = ks ? ks[j] : 1.0f, vscale = vs ? vs[j] : 1.0f;
         for (int64_t d = 0; d < DV; d++) {
@@ -379,17 +386,35 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
             const void *vd = (const char *)v + (size_t)(b * T * kn) * elem;
             const float *xb = xcol ? xcol + b * T : NULL;
             const float *ksb = ks ? ks + b * T : NULL, *vsb = vs ? vs + b * T : NULL;
+            /* several heads: the next document's rows (up to its last real token) on their way into L2 while
+               this one is computed, a head's share at a time, spread over its widened rows. Read in order, a
+               document streams from memory at the machine's bandwidth, where each head's strided rows (a line
+               per row and head) leave it latency-bound: MORES 1xIB S2 at d = 493 1.26x the kernel's speed with
+               the candidates in memory (scratch A/B), 1.10x the whole path (bench/kernels.py --parts source).
+               One head reads whole rows in order already (PreTTR's [CLS] rows: no gain, so none there). */
+            int64_t next_lines = 0;
+            const char *kn_next = NULL, *vn_next = NULL;
+            if (b + 1 < B && H > 1) {
+                int64_t last = T;
+                if (mask)
+                    while (last > 0 && !mask[(b + 1) * T + last - 1]) last--;
+                next_lines = (int64_t)(((size_t)(last * kn) * elem + 63) / 64);
+                kn_next = (const char *)k + (size_t)((b + 1) * T * kn) * elem;
+                vn_next = same ? NULL : (const char *)v + (size_t)((b + 1) * T * kn) * elem;
+            }
             for (int64_t h = 0; h < H; h++) {
                 const float *qh = qt + h * dh * ATT_ROWS;
                 float *lh = lse ? lse + (b * H + h) * Tq : NULL;
+                const int64_t l0 = next_lines * h / H, pl = next_lines * (h + 1) / H - l0;
+                const char *pk = kn_next ? kn_next + l0 * 64 : NULL, *pv = vn_next ? vn_next + l0 * 64 : NULL;
                 if (dh == 32 && Tq <= 16)
-                    att_head(2, 1, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb);
+                    att_head(2, 1, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl);
                 else if (dh == 32)
-                    att_head(2, 2, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb);
+                    att_head(2, 2, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl);
                 else if (Tq <= 16)
-                    att_head(4, 1, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb);
+                    att_head(4, 1, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl);
                 else
-                    att_head(4, 2, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb);
+                    att_head(4, 2, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl);
             }
         }
         free(kb);

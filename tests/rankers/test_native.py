@@ -205,3 +205,24 @@ def test_without_openmp_the_kernels_build_serial(fresh_native, monkeypatch, capl
     with torch.inference_mode():
         got = tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+
+
+@needs_cc
+def test_another_source_loads_beside_the_library(fresh_native, tmp_path):
+    """load_source (bench/kernels.py --parts source: another revision's kernels against these): a source lacking
+    entry points loads with require_all False, those entry points left out, and is refused with it True; its
+    build is cached under its own name, beside the library's."""
+    src = tmp_path / "other.c"
+    src.write_text(
+        "#include <stdint.h>\n"
+        "int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const float *b, int64_t N,"
+        " float *y, int64_t threads) { (void)x, (void)K, (void)wp, (void)b, (void)N, (void)y, (void)threads;"
+        " return (int)M + 40; }\n"
+    )
+    other = native.load_source(src, require_all=False)
+    assert other.skinny_linear(None, 2, 1, None, None, 1, None, 1) == 42
+    assert getattr(other, "cross_attention", None) is None
+    with pytest.raises(AttributeError):
+        native.load_source(src)
+    assert native.library() is not None
+    assert len(list(fresh_native.glob("kernels-*.so"))) == 2
