@@ -42,7 +42,8 @@ def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Te
 @pytest.mark.parametrize(
     ("b", "h", "dh", "tq", "t", "per_doc_q"),
     [(9, 12, 32, 19, 130, False), (5, 12, 32, 19, 37, True), (4, 6, 64, 16, 21, False), (3, 2, 32, 1, 9, True),
-     (6, 4, 64, 32, 70, True), (17, 3, 32, 17, 8, False)],
+     (6, 4, 64, 32, 70, True), (17, 3, 32, 17, 8, False), (7, 2, 32, 24, 32, True), (4, 12, 32, 25, 48, False),
+     (6, 5, 32, 21, 16, False)],
 )  # fmt: skip
 def test_equals_the_formula(kind, b, h, dh, tq, t, per_doc_q):
     """Every stored dtype, one query for all documents or one per document, query-row counts on both sides of a
@@ -467,3 +468,30 @@ def test_without_the_kernels_the_fold_is_not_computed(head32_base, texts, monkey
     assert "_fold" not in ranker.__dict__
     spread = (want.max() - want.min()).clamp(min=1e-6)
     assert ((got - want).abs().max() / spread).item() <= 1e-5
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", ["float16", "int8"])
+@pytest.mark.parametrize("same", [True, False])
+def test_heads_of_32_with_more_than_16_rows_give_log_sum_exps(kind, same):
+    """Heads of 32 with 19 query rows (two vectors of rows) and each row's log-sum-exp per head, values that are
+    the keys (widened once) or apart: all as the float64 formula."""
+    g = torch.Generator().manual_seed(11)
+    b, h, dh, tq, t = 5, 4, 32, 19, 40
+    k, v, k64, v64 = _fields(b, t, h * dh, kind)
+    if same:
+        v, v64 = k, k64
+    q = torch.randn(1, h, tq, dh, generator=g)
+    keep = torch.rand(b, t, generator=g) > 0.3
+    keep[:, 0] = True
+    keep[2, 1:] = False  # a single real token
+    with torch.inference_mode():
+        found = attend_native(q, k, v, keep[:, None, None, :], 0.4, lse=True)
+    assert found is not None
+    out, lse = found
+    kh = k64.view(b, t, h, dh).transpose(1, 2)
+    scores = (0.4 * q.double() @ kh.transpose(-1, -2)).masked_fill(~keep[:, None, None, :], float("-inf"))
+    want_lse = torch.logsumexp(scores, -1)  # [B, h, tq]
+    assert (lse.double() - want_lse).abs().max().item() <= 1e-5 * want_lse.abs().max().item() + 1e-5
+    want = (scores.softmax(-1) @ v64.view(b, t, h, dh).transpose(1, 2)).transpose(1, 2).reshape(b, tq, h * dh)
+    assert ((out.double() - want).abs().max() / want.abs().max()).item() <= 1e-5
