@@ -234,8 +234,9 @@ class PrettrRanker(Ranker):
         out, lse_d = found[0], found[1][:, :n_heads]  # [B, R, n], [B, H]
         lse_q = torch.logsumexp(q_scores, -1)  # [H]
         total = torch.logaddexp(lse_d, lse_q)
-        weighted = out[:, :n_heads] * (lse_d - total).exp_().unsqueeze(-1)
-        weighted += (lse_q - total).exp_().unsqueeze(-1) * (q_scores.softmax(-1) @ q[0])
+        # in place over the kernel's output: two passes, no [B, H, n] temporaries (fresh pages cost here)
+        weighted = out[:, :n_heads].mul_((lse_d - total).exp_().unsqueeze(-1))
+        weighted.addcmul_((lse_q - total).exp_().unsqueeze(-1), q_scores.softmax(-1) @ q[0])
         return weighted, out[:, n_heads] if self.config.sim else None
 
     def weighted_folded(
