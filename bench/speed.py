@@ -158,16 +158,16 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
         query = split * layer_flops(tq, n, f)
         folded = split == L - 1 and e and e <= prettr.FOLD_DECOMPRESSION * n
         per_doc = lin(td, e, n) if e and not folded else 0  # decompression
+        if split == L - 1:
+            # [CLS] is the query's: its folded query, and its scores and sums over the query's own tokens, once
+            # per batch (PrettrRanker.upper_from_stored: the same for every document)
+            per_chunk = one_row_query(n) + 4 * heads * tq * n
         if folded:  # PrettrRanker.weighted_folded: no decompression, attention over [r/σ, 1/σ]
-            per_chunk = one_row_query(n)
             width = -(-(e + 1) // 64) * 64
-            # G's quadratic form per token, scores and sums over the width, W̃ per row; the query tokens' part
-            per_doc += (
-                lin(td, e, e) + 4 * heads * td * width + lin(heads, e, n) + one_row_rest(tq, n, f, heads)
-            )
+            # G's quadratic form per token, scores and sums over the width, W̃ per row; [CLS]'s value map, O, FFN
+            per_doc += lin(td, e, e) + 4 * heads * td * width + lin(heads, e, n) + one_row_rest(0, n, f, heads)
         elif split == L - 1:
-            per_chunk = one_row_query(n)  # [CLS] is the query's: its folded query once per batch
-            per_doc += one_row_rest(tq + td, n, f, heads)
+            per_doc += one_row_rest(td, n, f, heads)
         else:
             t = tq + td
             per_doc += (L - 1 - split) * layer_flops(t, n, f) + cls_layer_flops(t, n, f, heads)
