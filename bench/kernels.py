@@ -23,9 +23,12 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``skinny``: the linear layers over a query's few rows (its encoder's layers, [CLS]-only rows) through oneDNN's
   packed linear (``blocks.SKINNY_MAX_ROWS`` 0) vs the compiled skinny linear (``blocks.linear_native``), inside
   the whole timed path.
+* ``gelu``: the feed-forward's GELU as a second pass (``F.gelu`` over the linear's output) vs applied by the
+  compiled skinny linear as it stores each output (``blocks.Linear.gelu``), inside the whole timed path.
 * ``source``: the compiled kernels built from another revision's ``rankers/native_kernels.c`` (``--source-rev``,
   default HEAD: what the working tree changes) vs the working tree's, inside the whole timed path; an entry point
-  the old source lacks declines there (its caller runs the code it falls back to).
+  the old source lacks declines there (its caller runs the code it falls back to). Entry points both have must
+  take the same arguments (ctypes cannot check): compare revisions on the same side of a signature change.
 * ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
   served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
@@ -52,6 +55,7 @@ from pathlib import Path
 from unittest import mock
 
 import torch
+import torch.nn.functional as F
 from aheadrank.rankers import QuantizedField, blocks, native, prettr, tk
 from aheadrank.rankers.text import pad
 from aheadrank.rankers.variants import parse_variant
@@ -307,6 +311,15 @@ def part_skinny(args) -> list[dict]:
     return old_vs_new("skinny", args.skinny_rankers, skinny_off, "oneDNN", "skinny", args)
 
 
+def gelu_apart():
+    """The GELU as a pass of its own after the linear layer."""
+    return mock.patch.object(blocks.Linear, "gelu", lambda self, x: F.gelu(self(x)))
+
+
+def part_gelu(args) -> list[dict]:
+    return old_vs_new("gelu", args.skinny_rankers, gelu_apart, "F.gelu after", "GELU in the linear", args)
+
+
 class _Declining:
     """Another build of the kernels, whose missing entry points answer -1 (declined) as a build without them."""
 
@@ -449,7 +462,7 @@ def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, dif
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = "tk stored native blocks tkpass prettrnorm prettrfold skinny source int8".split()
+    parts = "tk stored native blocks tkpass prettrnorm prettrfold skinny gelu source int8".split()
     p.add_argument("--parts", nargs="+", default=parts, choices=parts)
     p.add_argument(
         "--n", type=int, default=300, help="candidates (stored part at d > 128: n / 4; int8: 1000)"
@@ -472,7 +485,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tkpass-rankers", nargs="+", default=["tk-1l", "tk-2l"])
     p.add_argument("--prettrnorm-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e256"])
     p.add_argument("--prettrfold-rankers", nargs="+", default=["prettr-l5-e128"])
-    p.add_argument("--skinny-rankers", nargs="+", default=["tk-2l", "prettr-l5-e0", "mores-1ib-s2"])
+    p.add_argument(
+        "--skinny-rankers", nargs="+", default=["tk-2l", "tk-6l-base", "prettr-l5-e0", "mores-1ib-s2"]
+    )
     p.add_argument(
         "--source-rankers",
         nargs="+",
@@ -514,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += part_prettrfold(args)
         if "skinny" in args.parts:
             rows += part_skinny(args)
+        if "gelu" in args.parts:
+            rows += part_gelu(args)
         if "source" in args.parts:
             rows += part_source(args)
         if "int8" in args.parts:

@@ -165,7 +165,9 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
         if folded:  # PrettrRanker.weighted_folded: no decompression, attention over [r/σ, 1/σ]
             width = -(-(e + 1) // 64) * 64
             # G's quadratic form per token, scores and sums over the width, W̃ per row; [CLS]'s value map, O, FFN
-            per_doc += lin(td, e, e) + 4 * heads * td * width + lin(heads, e, n) + one_row_rest(0, n, f, heads)
+            per_doc += (
+                lin(td, e, e) + 4 * heads * td * width + lin(heads, e, n) + one_row_rest(0, n, f, heads)
+            )
         elif split == L - 1:
             per_doc += one_row_rest(td, n, f, heads)
         else:

@@ -86,11 +86,15 @@ def pack_panels(w: Tensor) -> Tensor:
     return panels.view(-1, p, k).transpose(1, 2).contiguous()
 
 
-def linear_native(x: Tensor, panels: Tensor, bias: Tensor | None, n_out: int) -> Tensor | None:
-    """``x @ wᵀ + bias`` by the compiled skinny linear from w's :func:`pack_panels` (float32 CPU tensors, at
-    most SKINNY_MAX_ROWS rows in x's leading dimensions), or None where it does not apply (no compiled kernels,
-    no AVX-512, too many rows): the caller runs its usual linear. The sums run in k order: the same bits for
-    any thread count, and within float32 rounding of any other order."""
+SKINNY_GELU = 1  # native_kernels.c skinny_linear's act: GELU (erf form) on each output as it is stored
+
+
+def linear_native(x: Tensor, panels: Tensor, bias: Tensor | None, n_out: int, act: int = 0) -> Tensor | None:
+    """``x @ wᵀ + bias`` (with ``act`` SKINNY_GELU: its GELU) by the compiled skinny linear from w's
+    :func:`pack_panels` (float32 CPU tensors, at most SKINNY_MAX_ROWS rows in x's leading dimensions), or None
+    where it does not apply (no compiled kernels, no AVX-512, too many rows): the caller runs its usual linear.
+    The sums run in k order: the same bits for any thread count, and within float32 rounding of any other
+    order."""
     k = x.shape[-1]
     rows = x.numel() // k if k else 0
     if not 1 <= rows <= SKINNY_MAX_ROWS or panels.shape[1] != k:
@@ -109,6 +113,7 @@ def linear_native(x: Tensor, panels: Tensor, bias: Tensor | None, n_out: int) ->
         None if b is None else native.ptr(b),
         n_out,
         native.ptr(out),
+        act,
         torch.get_num_threads(),
     )
     return out if status == 0 else None
@@ -129,18 +134,32 @@ class Linear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         if self._use_packed(x):
+            out = self._skinny(x)
+            if out is not None:
+                return out
             w = self.weight
             key = (w._version, w.data_ptr())
-            if x.numel() <= SKINNY_MAX_ROWS * self.in_features and native.library() is not None:
-                if self._panels is None or self._panels[0] != key:
-                    self._panels = (key, pack_panels(w))
-                out = linear_native(x, self._panels[1], self.bias, self.out_features)
-                if out is not None:
-                    return out
             if self._packed is None or self._packed[0] != key:
                 self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), 64))
             return torch.ops.mkldnn._linear_pointwise(x, self._packed[1], self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
+
+    def gelu(self, x: Tensor) -> Tensor:
+        """``F.gelu(self(x))``; through the compiled skinny linear the GELU is applied as each output is stored
+        (no second pass over the activations)."""
+        out = self._skinny(x, SKINNY_GELU) if self._use_packed(x) else None
+        return out if out is not None else F.gelu(self(x))
+
+    def _skinny(self, x: Tensor, act: int = 0) -> Tensor | None:
+        """The compiled skinny linear over the panel copy (made or remade as the weight requires) for at most
+        SKINNY_MAX_ROWS rows, or None (more rows, no compiled kernels). The caller has checked _use_packed."""
+        if x.numel() > SKINNY_MAX_ROWS * self.in_features or native.library() is None:
+            return None
+        w = self.weight
+        key = (w._version, w.data_ptr())
+        if self._panels is None or self._panels[0] != key:
+            self._panels = (key, pack_panels(w))
+        return linear_native(x, self._panels[1], self.bias, self.out_features, act)
 
     def __getstate__(self) -> dict:
         """Pickled and deep-copied without the packed copies (oneDNN's is an opaque tensor with no storage to
@@ -648,7 +667,7 @@ class TransformerLayer(nn.Module):
 
     def ffn(self, x: Tensor) -> Tensor:
         """BERT's feed-forward sub-layer: ``LN(W2·GELU(W1·x + b1) + b2 + x)``."""
-        return self.output(F.gelu(self.intermediate.dense(x)), x)
+        return self.output(self.intermediate.dense.gelu(x), x)
 
     def forward(
         self,

@@ -535,14 +535,14 @@ int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind,
    output columns, [ceil(N / SK_NR)][K][SK_NR] (columns past N zero): each panel is one contiguous run, read
    once from memory by the first block of rows (prefetched ahead into L2) and from cache by the others. Per
    panel and block of up to SK_MR rows, 2 x SK_MR accumulators: each weight vector loaded once, each x value
-   broadcast; the sums run in k order (the same bits for any thread count). b may be NULL. The panels are split
-   over the threads. */
+   broadcast; the sums run in k order (the same bits for any thread count). b may be NULL. act 1: GELU (erf form,
+   as torch's default) applied to each output as it is stored. The panels are split over the threads. */
 #define SK_NR 32
 #define SK_MR 12
 #define SK_PF 4096 /* floats ahead the first row block prefetches (16 KB: 1024 and 8192 measured no better) */
 static inline __attribute__((always_inline)) void sk_rows(const int RB, const float *x, int64_t K, const float *w,
                                                           const float *b, float *y, int64_t ldy, __mmask16 m0,
-                                                          __mmask16 m1, int pf) {
+                                                          __mmask16 m1, int pf, int64_t act) {
     __m512 a0[SK_MR], a1[SK_MR];
     for (int r = 0; r < RB; r++) a0[r] = a1[r] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
@@ -561,17 +561,28 @@ static inline __attribute__((always_inline)) void sk_rows(const int RB, const fl
     __m512 b0 = b ? _mm512_maskz_loadu_ps(m0, b) : _mm512_setzero_ps();
     __m512 b1 = b ? _mm512_maskz_loadu_ps(m1, b + 16) : _mm512_setzero_ps();
     for (int r = 0; r < RB; r++) {
-        _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_add_ps(a0[r], b0));
-        _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_add_ps(a1[r], b1));
+        if (act == 1) { /* GELU over the row's 32 values (libmvec's erff: the loop is vectorised), then stored */
+            float v[SK_NR] __attribute__((aligned(64)));
+            _mm512_store_ps(v, _mm512_add_ps(a0[r], b0));
+            _mm512_store_ps(v + 16, _mm512_add_ps(a1[r], b1));
+            SIMD for (int j = 0; j < SK_NR; j++) v[j] = 0.5f * v[j] * (1.0f + erff(v[j] * 0.70710678118654752f));
+            a0[r] = _mm512_load_ps(v);
+            a1[r] = _mm512_load_ps(v + 16);
+            _mm512_mask_storeu_ps(y + r * ldy, m0, a0[r]);
+            _mm512_mask_storeu_ps(y + r * ldy + 16, m1, a1[r]);
+        } else {
+            _mm512_mask_storeu_ps(y + r * ldy, m0, _mm512_add_ps(a0[r], b0));
+            _mm512_mask_storeu_ps(y + r * ldy + 16, m1, _mm512_add_ps(a1[r], b1));
+        }
     }
 }
 #define SK_CASE(R)                                         \
     case R:                                                \
-        sk_rows(R, xr, K, w, bb, yr, N, m0, m1, r0 == 0); \
+        sk_rows(R, xr, K, w, bb, yr, N, m0, m1, r0 == 0, act); \
         break;
 int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const float *b, int64_t N, float *y,
-                  int64_t threads) {
-    if (M < 1 || K < 1 || N < 1) return -1;
+                  int64_t act, int64_t threads) {
+    if (M < 1 || K < 1 || N < 1 || act < 0 || act > 1) return -1;
     const int64_t P = (N + SK_NR - 1) / SK_NR;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t p = 0; p < P; p++) {
@@ -611,8 +622,8 @@ int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind,
     return -1;
 }
 int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const float *b, int64_t N, float *y,
-                  int64_t threads) {
-    (void)x, (void)M, (void)K, (void)wp, (void)b, (void)N, (void)y, (void)threads;
+                  int64_t act, int64_t threads) {
+    (void)x, (void)M, (void)K, (void)wp, (void)b, (void)N, (void)y, (void)act, (void)threads;
     return -1;
 }
 #endif

@@ -87,8 +87,36 @@ def test_the_entry_point_refuses_empty_shapes():
     lib = native.library()
     x, panels, out = torch.randn(2, 8), blocks.pack_panels(torch.randn(4, 8)), torch.full((2, 4), 7.0)
     for m, k, n in ((0, 8, 4), (2, 0, 4), (2, 8, 0)):
-        assert lib.skinny_linear(native.ptr(x), m, k, native.ptr(panels), None, n, native.ptr(out), 1) == -1
+        assert (
+            lib.skinny_linear(native.ptr(x), m, k, native.ptr(panels), None, n, native.ptr(out), 0, 1) == -1
+        )
+    assert lib.skinny_linear(native.ptr(x), 2, 8, native.ptr(panels), None, 4, native.ptr(out), 2, 1) == -1
     assert (out == 7.0).all()
+
+
+@needs_kernel
+@pytest.mark.parametrize(("rows", "k", "n"), [(18, 384, 1536), (5, 64, 40), (13, 33, 17)])
+def test_gelu_as_the_outputs_are_stored(rows, k, n):
+    """act SKINNY_GELU: F.gelu (erf form) of the product, within float32 rounding of torch's; Linear.gelu takes it
+    for few rows and is F.gelu(linear(x)) for many."""
+    g = torch.Generator().manual_seed(rows + k)
+    x, w, b = (
+        torch.randn(rows, k, generator=g),
+        torch.randn(n, k, generator=g) / k**0.5,
+        torch.randn(n, generator=g),
+    )
+    got = blocks.linear_native(x, blocks.pack_panels(w), b, n, blocks.SKINNY_GELU)
+    want = F.gelu(F.linear(x.double(), w.double(), b.double()))
+    assert got is not None and (got.double() - want).abs().max() <= 1e-5 * want.abs().max()
+    lin = blocks.Linear(k, n)
+    many = torch.randn(3, 40, k, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            lin.gelu(x), F.gelu(F.linear(x, lin.weight, lin.bias)), rtol=1e-5, atol=1e-5
+        )
+        torch.testing.assert_close(
+            lin.gelu(many), F.gelu(F.linear(many, lin.weight, lin.bias)), rtol=1e-5, atol=1e-5
+        )
 
 
 @needs_kernel
