@@ -25,6 +25,9 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   the whole timed path.
 * ``gelu``: the feed-forward's GELU as a second pass (``F.gelu`` over the linear's output) vs applied by the
   compiled skinny linear as it stores each output (``blocks.Linear.gelu``), inside the whole timed path.
+* ``addnorm``: BERT's output sub-layer over a few rows as a projection, then the residual and LayerNorm by torch,
+  vs one compiled skinny call for all three (``blocks._AddNorm`` → ``Linear.add_norm``), inside the whole timed
+  path.
 * ``source``: the compiled kernels built from another revision's ``rankers/native_kernels.c`` (``--source-rev``,
   default HEAD: what the working tree changes) vs the working tree's, inside the whole timed path; an entry point
   the old source lacks declines there (its caller runs the code it falls back to). Entry points both have must
@@ -316,6 +319,16 @@ def gelu_apart():
     return mock.patch.object(blocks.Linear, "gelu", lambda self, x: F.gelu(self(x)))
 
 
+def add_norm_apart():
+    """The output sub-layer's projection, residual and LayerNorm as separate steps."""
+    return mock.patch.object(blocks._AddNorm, "forward", lambda self, x, res: self.finish(self.dense(x), res))
+
+
+def part_addnorm(args) -> list[dict]:
+    names = args.skinny_rankers
+    return old_vs_new("addnorm", names, add_norm_apart, "linear, add, LN", "one call", args)
+
+
 def part_gelu(args) -> list[dict]:
     return old_vs_new("gelu", args.skinny_rankers, gelu_apart, "F.gelu after", "GELU in the linear", args)
 
@@ -462,7 +475,7 @@ def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, dif
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = "tk stored native blocks tkpass prettrnorm prettrfold skinny gelu source int8".split()
+    parts = "tk stored native blocks tkpass prettrnorm prettrfold skinny gelu addnorm source int8".split()
     p.add_argument("--parts", nargs="+", default=parts, choices=parts)
     p.add_argument(
         "--n", type=int, default=300, help="candidates (stored part at d > 128: n / 4; int8: 1000)"
@@ -531,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += part_skinny(args)
         if "gelu" in args.parts:
             rows += part_gelu(args)
+        if "addnorm" in args.parts:
+            rows += part_addnorm(args)
         if "source" in args.parts:
             rows += part_source(args)
         if "int8" in args.parts:

@@ -89,16 +89,34 @@ def pack_panels(w: Tensor) -> Tensor:
 SKINNY_GELU = 1  # native_kernels.c skinny_linear's act: GELU (erf form) on each output as it is stored
 
 
-def linear_native(x: Tensor, panels: Tensor, bias: Tensor | None, n_out: int, act: int = 0) -> Tensor | None:
-    """``x @ wᵀ + bias`` (with ``act`` SKINNY_GELU: its GELU) by the compiled skinny linear from w's
-    :func:`pack_panels` (float32 CPU tensors, at most SKINNY_MAX_ROWS rows in x's leading dimensions), or None
-    where it does not apply (no compiled kernels, no AVX-512, too many rows): the caller runs its usual linear.
-    The sums run in k order: the same bits for any thread count, and within float32 rounding of any other
-    order."""
+def linear_native(
+    x: Tensor,
+    panels: Tensor,
+    bias: Tensor | None,
+    n_out: int,
+    act: int = 0,
+    residual: Tensor | None = None,
+    norm: nn.LayerNorm | None = None,
+) -> Tensor | None:
+    """``x @ wᵀ + bias`` (with ``act`` SKINNY_GELU: its GELU; with ``residual`` and ``norm``:
+    ``norm(x @ wᵀ + bias + residual)``, BERT's projection, residual and LayerNorm in one call) by the compiled
+    skinny linear from w's :func:`pack_panels` (float32 CPU tensors, at most SKINNY_MAX_ROWS rows in x's leading
+    dimensions), or None where it does not apply (no compiled kernels, no AVX-512, too many rows, a residual of
+    another shape or a norm over other than the outputs): the caller runs its usual code. The sums run in k
+    order: the same bits for any thread count, and within float32 rounding of any other order."""
     k = x.shape[-1]
     rows = x.numel() // k if k else 0
     if not 1 <= rows <= SKINNY_MAX_ROWS or panels.shape[1] != k:
         return None
+    ln = None
+    if residual is not None or norm is not None:
+        if residual is None or norm is None or act or norm.weight is None or norm.bias is None:
+            return None
+        if residual.shape != (*x.shape[:-1], n_out) or residual.dtype != torch.float32:
+            return None
+        if norm.normalized_shape != (n_out,) or residual.device != x.device:
+            return None
+        ln = (residual.contiguous(), norm.weight.detach().contiguous(), norm.bias.detach().contiguous())
     lib = native.library()
     if lib is None:
         return None
@@ -114,6 +132,8 @@ def linear_native(x: Tensor, panels: Tensor, bias: Tensor | None, n_out: int, ac
         n_out,
         native.ptr(out),
         act,
+        *((None, None, None) if ln is None else (native.ptr(t) for t in ln)),
+        0.0 if ln is None else float(norm.eps),
         torch.get_num_threads(),
     )
     return out if status == 0 else None
@@ -150,7 +170,16 @@ class Linear(nn.Linear):
         out = self._skinny(x, SKINNY_GELU) if self._use_packed(x) else None
         return out if out is not None else F.gelu(self(x))
 
-    def _skinny(self, x: Tensor, act: int = 0) -> Tensor | None:
+    def add_norm(self, x: Tensor, residual: Tensor, norm: nn.LayerNorm) -> Tensor | None:
+        """``norm(self(x) + residual)`` through the compiled skinny linear (one call: projection, residual,
+        LayerNorm), or None where that does not apply: the caller computes it as usual."""
+        if not self._use_packed(x):
+            return None
+        return self._skinny(x, residual=residual, norm=norm)
+
+    def _skinny(
+        self, x: Tensor, act: int = 0, residual: Tensor | None = None, norm: nn.LayerNorm | None = None
+    ) -> Tensor | None:
         """The compiled skinny linear over the panel copy (made or remade as the weight requires) for at most
         SKINNY_MAX_ROWS rows, or None (more rows, no compiled kernels). The caller has checked _use_packed."""
         if x.numel() > SKINNY_MAX_ROWS * self.in_features or native.library() is None:
@@ -159,7 +188,7 @@ class Linear(nn.Linear):
         key = (w._version, w.data_ptr())
         if self._panels is None or self._panels[0] != key:
             self._panels = (key, pack_panels(w))
-        return linear_native(x, self._panels[1], self.bias, self.out_features, act)
+        return linear_native(x, self._panels[1], self.bias, self.out_features, act, residual, norm)
 
     def __getstate__(self) -> dict:
         """Pickled and deep-copied without the packed copies (oneDNN's is an opaque tensor with no storage to
@@ -232,6 +261,12 @@ class _AddNorm(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        if not (
+            self.training and self.dropout.p
+        ):  # a few rows: projection, residual and LayerNorm in one call
+            fused = self.dense.add_norm(x, residual, self.LayerNorm)
+            if fused is not None:
+                return fused
         return self.finish(self.dense(x), residual)
 
     def finish(self, projected: Tensor, residual: Tensor) -> Tensor:

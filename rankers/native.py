@@ -66,8 +66,9 @@ _SIGNATURES = {
     # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, lse, ln weight, ln bias, ln eps,
     # stored key width, extra column, threads
     "cross_attention": [_P, _I, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _P, _P, _P, _P, _F, _I, _P, _I],
-    # x, M, K, packed panels, bias, N, out, activation (0 none, 1 GELU), threads
-    "skinny_linear": [_P, _I, _I, _P, _P, _I, _P, _I, _I],
+    # x, M, K, packed panels, bias, N, out, activation (0 none, 1 GELU), residual, ln weight, ln bias, ln eps,
+    # threads
+    "skinny_linear": [_P, _I, _I, _P, _P, _I, _P, _I, _P, _P, _P, _F, _I],
 }
 ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT, ATT_MAXDH
 ATTENTION_MAX_KEYS = 4096

@@ -536,7 +536,9 @@ int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind,
    once from memory by the first block of rows (prefetched ahead into L2) and from cache by the others. Per
    panel and block of up to SK_MR rows, 2 x SK_MR accumulators: each weight vector loaded once, each x value
    broadcast; the sums run in k order (the same bits for any thread count). b may be NULL. act 1: GELU (erf form,
-   as torch's default) applied to each output as it is stored. The panels are split over the threads. */
+   as torch's default) applied to each output as it is stored. res (or NULL): then each row becomes
+   LayerNorm(row + res_row) with ln_w, ln_b [N] and ln_eps (BERT's residual and LayerNorm after a projection; act
+   0 only). The panels, then the rows, are split over the threads. */
 #define SK_NR 32
 #define SK_MR 12
 #define SK_PF 4096 /* floats ahead the first row block prefetches (16 KB: 1024 and 8192 measured no better) */
@@ -581,10 +583,13 @@ static inline __attribute__((always_inline)) void sk_rows(const int RB, const fl
         sk_rows(R, xr, K, w, bb, yr, N, m0, m1, r0 == 0, act); \
         break;
 int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const float *b, int64_t N, float *y,
-                  int64_t act, int64_t threads) {
-    if (M < 1 || K < 1 || N < 1 || act < 0 || act > 1) return -1;
+                  int64_t act, const float *res, const float *ln_w, const float *ln_b, float ln_eps,
+                  int64_t threads) {
+    if (M < 1 || K < 1 || N < 1 || act < 0 || act > 1 || (res && (act || !ln_w || !ln_b))) return -1;
     const int64_t P = (N + SK_NR - 1) / SK_NR;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel num_threads(threads)
+    {
+#pragma omp for schedule(static)
     for (int64_t p = 0; p < P; p++) {
         const float *w = wp + p * K * SK_NR;
         const int64_t n0 = p * SK_NR, left = N - n0;
@@ -599,6 +604,26 @@ int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const f
                 SK_CASE(7) SK_CASE(8) SK_CASE(9) SK_CASE(10) SK_CASE(11) SK_CASE(12)
             }
         }
+    }
+    if (res) { /* the residual and LayerNorm, a row at a time (after the panels: the implicit barrier) */
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < M; r++) {
+            float *row = y + r * N;
+            const float *rr = res + r * N;
+            float mean = 0.0f;
+#pragma omp simd reduction(+ : mean)
+            for (int64_t j = 0; j < N; j++) {
+                row[j] += rr[j];
+                mean += row[j];
+            }
+            mean /= (float)N;
+            float var = 0.0f;
+#pragma omp simd reduction(+ : var)
+            for (int64_t j = 0; j < N; j++) var += (row[j] - mean) * (row[j] - mean);
+            const float rstd = 1.0f / sqrtf(var / (float)N + ln_eps);
+            SIMD for (int64_t j = 0; j < N; j++) row[j] = (row[j] - mean) * rstd * ln_w[j] + ln_b[j];
+        }
+    }
     }
     return 0;
 }
@@ -622,8 +647,10 @@ int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind,
     return -1;
 }
 int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const float *b, int64_t N, float *y,
-                  int64_t act, int64_t threads) {
+                  int64_t act, const float *res, const float *ln_w, const float *ln_b, float ln_eps,
+                  int64_t threads) {
     (void)x, (void)M, (void)K, (void)wp, (void)b, (void)N, (void)y, (void)act, (void)threads;
+    (void)res, (void)ln_w, (void)ln_b, (void)ln_eps;
     return -1;
 }
 #endif

@@ -216,11 +216,12 @@ def test_another_source_loads_beside_the_library(fresh_native, tmp_path):
     src.write_text(
         "#include <stdint.h>\n"
         "int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const float *b, int64_t N,"
-        " float *y, int64_t act, int64_t threads) { (void)x, (void)K, (void)wp, (void)b, (void)N, (void)y,"
-        " (void)act, (void)threads; return (int)M + 40; }\n"
+        " float *y, int64_t act, const float *res, const float *lw, const float *lb, float eps, int64_t threads)"
+        " { (void)x, (void)K, (void)wp, (void)b, (void)N, (void)y, (void)act, (void)res, (void)lw, (void)lb,"
+        " (void)eps, (void)threads; return (int)M + 40; }\n"
     )
     other = native.load_source(src, require_all=False)
-    assert other.skinny_linear(None, 2, 1, None, None, 1, None, 0, 1) == 42
+    assert other.skinny_linear(None, 2, 1, None, None, 1, None, 0, None, None, None, 0.0, 1) == 42
     assert getattr(other, "cross_attention", None) is None
     with pytest.raises(AttributeError):
         native.load_source(src)

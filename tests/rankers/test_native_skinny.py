@@ -83,14 +83,23 @@ def test_declines_where_it_does_not_apply(monkeypatch):
 
 
 @needs_kernel
-def test_the_entry_point_refuses_empty_shapes():
+def test_the_entry_point_refuses_bad_arguments():
+    """Empty shapes, an unknown activation, a residual without its LayerNorm, GELU with a LayerNorm: -1, nothing
+    written."""
     lib = native.library()
     x, panels, out = torch.randn(2, 8), blocks.pack_panels(torch.randn(4, 8)), torch.full((2, 4), 7.0)
+    res, w = torch.zeros(2, 4), torch.ones(4)
+
+    def call(m, k, n, act=0, residual=None, ln_w=None, ln_b=None):
+        ptrs = [None if t is None else native.ptr(t) for t in (residual, ln_w, ln_b)]
+        xp, pp, op = native.ptr(x), native.ptr(panels), native.ptr(out)
+        return lib.skinny_linear(xp, m, k, pp, None, n, op, act, *ptrs, 0.0, 1)
+
     for m, k, n in ((0, 8, 4), (2, 0, 4), (2, 8, 0)):
-        assert (
-            lib.skinny_linear(native.ptr(x), m, k, native.ptr(panels), None, n, native.ptr(out), 0, 1) == -1
-        )
-    assert lib.skinny_linear(native.ptr(x), 2, 8, native.ptr(panels), None, 4, native.ptr(out), 2, 1) == -1
+        assert call(m, k, n) == -1
+    assert call(2, 8, 4, act=2) == -1
+    assert call(2, 8, 4, residual=res) == -1
+    assert call(2, 8, 4, act=1, residual=res, ln_w=w, ln_b=w) == -1
     assert (out == 7.0).all()
 
 
@@ -158,3 +167,36 @@ def test_query_states_equal_with_and_without_it(tiny_base, monkeypatch):
         without = r.query_state(ids, mask)["q"]
     assert ran > 0 and len(calls) == ran  # the second run took the usual linear throughout
     torch.testing.assert_close(with_it, without, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+@pytest.mark.parametrize(("rows", "k", "n"), [(18, 384, 384), (18, 1536, 384), (1, 64, 48), (13, 40, 17)])
+def test_projection_residual_and_layer_norm_in_one_call(rows, k, n):
+    """residual + norm: LayerNorm(x·wᵀ + b + residual), as torch computes it, within float32 rounding (rows far
+    from zero mean, a LayerNorm with random weight and bias); _AddNorm (BERT's output sub-layer) takes it for few
+    rows in inference, and its usual two steps for many rows and in training."""
+    g = torch.Generator().manual_seed(rows * 7 + n)
+    x, w = torch.randn(rows, k, generator=g), torch.randn(n, k, generator=g) / k**0.5
+    b = torch.randn(n, generator=g)
+    residual = torch.randn(rows, n, generator=g) * 3 + 5
+    norm = torch.nn.LayerNorm(n, eps=1e-12)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(n, generator=g) + 0.5)
+        norm.bias.copy_(torch.randn(n, generator=g))
+        got = blocks.linear_native(x, blocks.pack_panels(w), b, n, residual=residual, norm=norm)
+        exact = F.linear(x.double(), w.double(), b.double()) + residual.double()
+        want = F.layer_norm(exact, (n,), norm.weight.double(), norm.bias.double(), 1e-12)
+        assert got is not None and got.shape == (rows, n)
+        assert (got.double() - want).abs().max() <= 1e-5 * want.abs().max()
+        panels = blocks.pack_panels(w)
+        assert blocks.linear_native(x, panels, b, n, residual=residual[:, :-1], norm=norm) is None  # shape
+        assert blocks.linear_native(x, panels, b, n, blocks.SKINNY_GELU, residual, norm) is None
+
+    sub = blocks._AddNorm(k, n, 1e-12, 0.1).eval()
+    many = torch.randn(3, 40, k, generator=g)
+    with torch.no_grad():
+        for inp, res in ((x, residual), (many, torch.randn(3, 40, n, generator=g))):
+            plain = sub.LayerNorm(F.linear(inp, sub.dense.weight, sub.dense.bias) + res)
+            torch.testing.assert_close(sub(inp, res), plain, rtol=1e-5, atol=1e-5)
+    sub.train()
+    assert sub(x, residual).requires_grad  # dropout on, gradients on: the usual path, which trains
