@@ -6,6 +6,13 @@ and re-added by ``StoreWriter`` with ``dtype="int8"``; the dense prior field is 
 ``aheadrank rerank-run`` re-ranks the BM25 run of the test queries from both stores, pure and with the
 checkpoint's priors, and ``aheadrank.evaluation`` scores the runs. Bytes per token come from the manifests.
 
+With ``--int4``, two 4-bit settings are measured too, **simulated**: the store has no 4-bit dtype, so each is a
+float16 store holding exactly the values a 4-bit store would give back (levels −7..7 times a scale, rounded to
+float16: 2^-11 relative, far below the 4-bit step), and its bytes per token are those the 4-bit store would take,
+computed, not read from a manifest: ``int4-token`` (one float16 scale per token and field, absmax / 7: dim / 2 + 2
+bytes per token and field) and ``int4-dim`` (one scale per dimension for the whole collection, the 99.99th
+percentile of |x| over up to 200,000 tokens / 7, values beyond it clipped: dim / 2 bytes).
+
     .venv/bin/python bench/quant_effect.py \\
         --case mores-2ib-s2 CKPT_DIR STORE_DIR --case prettr-l5-e128 CKPT_DIR STORE_DIR \\
         --collection ../shared/data/scifact --candidates bench/results/runs/bm25.trec --work /tmp/quant
@@ -22,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from aheadrank.indexer.topics import read_qrels
 from aheadrank.store import StoreReader, StoreWriter
 from rich.console import Console
@@ -52,6 +60,70 @@ def requantise(src: Path, dst: Path, batch: int = 256) -> float:
     if (src / "dense").is_dir():
         shutil.copytree(src / "dense", dst / "dense")
     return time.perf_counter() - t0
+
+
+INT4_LEVELS = 7  # symmetric 4-bit: -7..7 (the 16th code unused, as int8 uses -127..127)
+INT4_SAMPLE_TOKENS = 200_000
+INT4_QUANTILE = 0.9999
+
+
+def int4_dim_scales(reader: StoreReader, batch: int = 256) -> dict[str, torch.Tensor]:
+    """Per field, one scale per dimension: the INT4_QUANTILE of |x| over up to INT4_SAMPLE_TOKENS real tokens (the
+    first documents' in store order) / INT4_LEVELS."""
+    docids, seen, parts = reader.docids(), 0, {}
+    for s in range(0, len(docids), batch):
+        got = reader.fetch(docids[s : s + batch])
+        for i in range(len(got.docids)):
+            n = int(got.lengths[i])
+            for k, v in got.fields.items():
+                parts.setdefault(k, []).append(torch.as_tensor(v[i, :n]).float())
+            seen += n
+        if seen >= INT4_SAMPLE_TOKENS:
+            break
+    return {
+        k: torch.quantile(torch.cat(v)[:INT4_SAMPLE_TOKENS].abs(), INT4_QUANTILE, dim=0).clamp(min=1e-12)
+        / INT4_LEVELS
+        for k, v in parts.items()
+    }
+
+
+def int4_values(x: torch.Tensor, mode: str, dim_scale: torch.Tensor | None) -> torch.Tensor:
+    """x [T, dim] as a 4-bit store would give it back: levels -7..7 times the token's (``int4-token``) or the
+    dimension's (``int4-dim``, clipped) scale; the token scale rounded to float16 as it would be stored."""
+    x = x.float()
+    if mode == "int4-token":
+        scale = (x.abs().amax(-1, keepdim=True) / INT4_LEVELS).half().float().clamp(min=1e-12)
+    else:
+        scale = dim_scale[None, :]
+    return (torch.round(x / scale).clamp(-INT4_LEVELS, INT4_LEVELS) * scale).half()
+
+
+def simulate_int4(src: Path, dst: Path, mode: str, batch: int = 256) -> tuple[float, float]:
+    """A float16 store of the values ``mode`` would store (dense/ copied as it is); (seconds taken, 0 if it exists,
+    and the bytes per token the 4-bit store would take)."""
+    with StoreReader(src) as reader:
+        done = (dst / "manifest.json").exists()
+        t0 = time.perf_counter()
+        first = reader.fetch(reader.docids()[:1])
+        dims = {k: int(v.shape[-1]) for k, v in first.fields.items()}
+        per_token = sum(d / 2 + (2 if mode == "int4-token" else 0) for d in dims.values())
+        if done:
+            return 0.0, per_token
+        scales = int4_dim_scales(reader) if mode == "int4-dim" else {}
+        docids = reader.docids()
+        with StoreWriter(dst, reader.spec) as writer:
+            for s in range(0, len(docids), batch):
+                got = reader.fetch(docids[s : s + batch])
+                for i, docid in enumerate(got.docids):
+                    n = int(got.lengths[i])
+                    fields = {
+                        k: int4_values(torch.as_tensor(v[i, :n]), mode, scales.get(k)).numpy()
+                        for k, v in got.fields.items()
+                    }
+                    writer.add(docid, fields)
+    if (src / "dense").is_dir():
+        shutil.copytree(src / "dense", dst / "dense")
+    return time.perf_counter() - t0, per_token
 
 
 def bytes_per_token(store: Path) -> float:
@@ -88,6 +160,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--depth", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--work", type=Path, required=True, help="int8 stores and runs go here")
+    p.add_argument("--int4", action="store_true", help="also the two simulated 4-bit settings (module doc)")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "quant_effect.json")
     return p.parse_args(argv)
 
@@ -100,8 +173,17 @@ def main(argv: list[str] | None = None) -> int:
         ckpt, store = Path(ckpt), Path(store)
         int8 = args.work / f"{name}-int8"
         seconds = requantise(store, int8)
-        for dtype, path in (("float16", store), ("int8", int8)):
-            row = {"case": name, "dtype": dtype, "store": str(path), "bytes_per_token": bytes_per_token(path)}
+        settings = [("float16", store, None), ("int8", int8, None)]
+        if args.int4:
+            for mode in ("int4-token", "int4-dim"):
+                path = args.work / f"{name}-{mode}-sim"
+                settings.append((mode, path, simulate_int4(store, path, mode)))
+        for dtype, path, sim in settings:
+            row = {"case": name, "dtype": dtype, "store": str(path)}
+            if sim is None:
+                row["bytes_per_token"] = bytes_per_token(path)
+            else:  # a 4-bit store's size, computed: this float16 store only holds its values
+                row["bytes_per_token"], row["simulated"], row["simulate_s"] = sim[1], True, round(sim[0], 1)
             for pure in (True, False):
                 label = "pure" if pure else "priors"
                 row[f"ndcg10_{label}"] = rerank(

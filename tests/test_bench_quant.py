@@ -1,0 +1,54 @@
+"""bench/quant_effect.py's simulated 4-bit stores: the values a 4-bit store would give back (levels −7..7 times
+the token's float16 scale, or the dimension's clipped one), written as a float16 store that the scoring paths read
+as any other, and the bytes per token such a store would take."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from aheadrank.store import StoreReader, StoreSpec, StoreWriter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import quant_effect  # noqa: E402
+
+
+def test_int4_token_values_are_levels_of_the_tokens_scale():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(50, 32, generator=g) * torch.linspace(0.1, 10, 50)[:, None]
+    got = quant_effect.int4_values(x, "int4-token", None).float()
+    scale = (x.abs().amax(-1, keepdim=True) / 7).half().float()
+    levels = got / scale
+    assert (levels.abs() <= 7 + 1e-2).all()
+    assert (levels - levels.round()).abs().max() < 2e-2  # the float16 rounding of level × scale
+    assert ((got - x).abs() <= scale / 2 * 1.01 + 1e-6).all()  # within half a step of the value
+
+
+def test_int4_dim_values_clip_to_the_dimensions_scale():
+    x = torch.tensor([[1.0, -4.0], [20.0, 2.0], [-3.0, 0.5]])
+    scale = torch.tensor([0.5, 0.5])  # levels of 0.5, clipped at ±3.5
+    got = quant_effect.int4_values(x, "int4-dim", scale).float()
+    assert torch.equal(got, torch.tensor([[1.0, -3.5], [3.5, 2.0], [-3.0, 0.5]]))
+
+
+def test_simulated_stores_hold_the_values_and_count_4_bit_bytes(tmp_path):
+    spec = StoreSpec(fields={"doc": 32}, fingerprint="f" * 16, ranker_kind="prettr")
+    rng = np.random.default_rng(0)
+    docs = {f"d{i}": (rng.normal(size=(3 + i % 17, 32)) * (1 + i % 3)).astype(np.float16) for i in range(40)}
+    with StoreWriter(tmp_path / "src", spec) as writer:
+        for docid, v in docs.items():
+            writer.add(docid, {"doc": v})
+    for mode, per_token in (("int4-token", 32 / 2 + 2), ("int4-dim", 32 / 2)):
+        seconds, got_per_token = quant_effect.simulate_int4(tmp_path / "src", tmp_path / mode, mode)
+        assert got_per_token == per_token and seconds > 0
+        with StoreReader(tmp_path / mode) as reader:
+            assert sorted(reader.docids()) == sorted(docs)
+            fetched = reader.fetch(["d5"])
+            v = fetched.fields["doc"][0, : int(fetched.lengths[0])]
+        assert v.shape == docs["d5"].shape and v.dtype == np.float16
+        if mode == "int4-token":
+            want = quant_effect.int4_values(torch.as_tensor(docs["d5"]), mode, None).numpy()
+            assert np.array_equal(v, want)
+        assert quant_effect.simulate_int4(tmp_path / "src", tmp_path / mode, mode) == (0.0, per_token)  # kept
