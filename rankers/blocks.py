@@ -155,20 +155,24 @@ class Linear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         if self._use_packed(x):
             out = self._skinny(x)
-            if out is not None:
-                return out
-            w = self.weight
-            key = (w._version, w.data_ptr())
-            if self._packed is None or self._packed[0] != key:
-                self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), 64))
-            return torch.ops.mkldnn._linear_pointwise(x, self._packed[1], self.bias, "none", [], "")
+            return out if out is not None else self._onednn(x)
         return F.linear(x, self.weight, self.bias)
 
     def gelu(self, x: Tensor) -> Tensor:
-        """``F.gelu(self(x))``; through the compiled skinny linear the GELU is applied as each output is stored
-        (no second pass over the activations)."""
-        out = self._skinny(x, SKINNY_GELU) if self._use_packed(x) else None
-        return out if out is not None else F.gelu(self(x))
+        """``F.gelu(self(x))``; in inference the GELU is applied as each output is stored, by the compiled skinny
+        linear for few rows or as oneDNN's GELU post-op (erf form) for many: no second pass over the activations."""
+        if self._use_packed(x):
+            out = self._skinny(x, SKINNY_GELU)
+            return out if out is not None else self._onednn(x, "gelu", "none")
+        return F.gelu(self(x))
+
+    def _onednn(self, x: Tensor, post_op: str = "none", algorithm: str = "") -> Tensor:
+        """oneDNN's linear over the packed copy (made or remade as the weight requires), with a post-op."""
+        w = self.weight
+        key = (w._version, w.data_ptr())
+        if self._packed is None or self._packed[0] != key:
+            self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), 64))
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed[1], self.bias, post_op, [], algorithm)
 
     def add_norm(self, x: Tensor, residual: Tensor, norm: nn.LayerNorm) -> Tensor | None:
         """``norm(self(x) + residual)`` through the compiled skinny linear (one call: projection, residual,
