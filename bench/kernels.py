@@ -23,8 +23,9 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``skinny``: the linear layers over a query's few rows (its encoder's layers, [CLS]-only rows) through oneDNN's
   packed linear (``blocks.SKINNY_MAX_ROWS`` 0) vs the compiled skinny linear (``blocks.linear_native``), inside
   the whole timed path.
-* ``gelu``: the feed-forward's GELU as a second pass (``F.gelu`` over the linear's output) vs applied by the
-  compiled skinny linear as it stores each output (``blocks.Linear.gelu``), inside the whole timed path.
+* ``gelu``: the feed-forward's GELU as a second pass (``F.gelu`` over the linear's output) vs applied as each
+  output is stored (``blocks.Linear.gelu``: by the compiled skinny linear for a few rows, oneDNN's GELU post-op
+  for many), inside the whole timed path.
 * ``addnorm``: BERT's output sub-layer over a few rows as a projection, then the residual and LayerNorm by torch,
   vs one compiled skinny call for all three (``blocks._AddNorm`` → ``Linear.add_norm``), inside the whole timed
   path.

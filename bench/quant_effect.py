@@ -101,13 +101,10 @@ def int4_values(x: torch.Tensor, mode: str, dim_scale: torch.Tensor | None) -> t
 def simulate_int4(src: Path, dst: Path, mode: str, batch: int = 256) -> tuple[float, float]:
     """A float16 store of the values ``mode`` would store (dense/ copied as it is); (seconds taken, 0 if it exists,
     and the bytes per token the 4-bit store would take)."""
+    t0 = time.perf_counter()
     with StoreReader(src) as reader:
-        done = (dst / "manifest.json").exists()
-        t0 = time.perf_counter()
-        first = reader.fetch(reader.docids()[:1])
-        dims = {k: int(v.shape[-1]) for k, v in first.fields.items()}
-        per_token = sum(d / 2 + (2 if mode == "int4-token" else 0) for d in dims.values())
-        if done:
+        per_token = sum(d / 2 + (2 if mode == "int4-token" else 0) for d in reader.spec.fields.values())
+        if (dst / "manifest.json").exists():
             return 0.0, per_token
         scales = int4_dim_scales(reader) if mode == "int4-dim" else {}
         docids = reader.docids()
