@@ -303,7 +303,10 @@ def part_prettrfold(args) -> list[dict]:
 
 def part_prettrnorm(args) -> list[dict]:
     names = args.prettrnorm_rankers
-    return old_vs_new("prettrnorm", names, prettr_norm_in_pytorch, "LN by torch", "LN in the kernel", args)
+    with prettr_decompressing():  # the decompressing path is the one that normalises
+        return old_vs_new(
+            "prettrnorm", names, prettr_norm_in_pytorch, "LN by torch", "LN in the kernel", args
+        )
 
 
 def skinny_off():
@@ -387,9 +390,14 @@ def part_blocks(args) -> list[dict]:
 
 
 def part_int8(args) -> list[dict]:
-    rows = []
-    for name in args.int8_rankers:
-        rows += int8_case(name, args)
+    """Every int8 case over ``--int8-n`` candidates (``args.n`` restored after)."""
+    rows, n = [], args.n
+    args.n = args.int8_n
+    try:
+        for name in args.int8_rankers:
+            rows += int8_case(name, args)
+    finally:
+        args.n = n
     return rows
 
 
@@ -474,10 +482,26 @@ def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, dif
     }
 
 
+# every part, in the order they run
+PARTS = {
+    "tk": part_tk,
+    "stored": part_stored,
+    "native": part_native,
+    "blocks": part_blocks,
+    "tkpass": part_tkpass,
+    "prettrnorm": part_prettrnorm,
+    "prettrfold": part_prettrfold,
+    "skinny": part_skinny,
+    "gelu": part_gelu,
+    "addnorm": part_addnorm,
+    "source": part_source,
+    "int8": part_int8,
+}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parts = "tk stored native blocks tkpass prettrnorm prettrfold skinny gelu addnorm source int8".split()
-    p.add_argument("--parts", nargs="+", default=parts, choices=parts)
+    p.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
     p.add_argument(
         "--n", type=int, default=300, help="candidates (stored part at d > 128: n / 4; int8: 1000)"
     )
@@ -526,34 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     t_start, busy_start = time.perf_counter(), cpu_sample()
     rows: list[dict] = []
     with torch.inference_mode():
-        if "tk" in args.parts:
-            rows += part_tk(args)
-        if "stored" in args.parts:
-            rows += part_stored(args)
-        if "native" in args.parts:
-            rows += part_native(args)
-        if "blocks" in args.parts:
-            rows += part_blocks(args)
-        if "tkpass" in args.parts:
-            rows += part_tkpass(args)
-        if "prettrnorm" in args.parts:
-            with prettr_decompressing():  # the decompressing path is the one that normalises
-                rows += part_prettrnorm(args)
-        if "prettrfold" in args.parts:
-            rows += part_prettrfold(args)
-        if "skinny" in args.parts:
-            rows += part_skinny(args)
-        if "gelu" in args.parts:
-            rows += part_gelu(args)
-        if "addnorm" in args.parts:
-            rows += part_addnorm(args)
-        if "source" in args.parts:
-            rows += part_source(args)
-        if "int8" in args.parts:
-            n = args.n
-            args.n = args.int8_n
-            rows += part_int8(args)
-            args.n = n
+        for name, part in PARTS.items():
+            if name in args.parts:
+                rows += part(args)
     busy_end = cpu_sample()
     table = Table(title="old vs new, interleaved (ms: min / median over the rounds)")
     for col in (
