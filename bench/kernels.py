@@ -333,6 +333,25 @@ def part_addnorm(args) -> list[dict]:
     return old_vs_new("addnorm", names, add_norm_apart, "linear, add, LN", "one call", args)
 
 
+def layer_apart():
+    """Each layer over a few rows as its separate calls (skinny linears, attention, LayerNorms), not one."""
+    return mock.patch.object(blocks, "layer_native", lambda layer, x, mask: None)
+
+
+def part_layer(args) -> list[dict]:
+    return old_vs_new("layer", args.skinny_rankers, layer_apart, "calls per layer", "one call", args)
+
+
+def prior_after():
+    """PreTTR's query tokens merged after the attention by log-sum-exps, not as the rows' prior."""
+    return mock.patch.object(prettr, "QUERY_PRIOR", False)
+
+
+def part_prior(args) -> list[dict]:
+    names = args.prior_rankers
+    return old_vs_new("prior", names, prior_after, "merged after", "prior in the kernel", args)
+
+
 def part_gelu(args) -> list[dict]:
     return old_vs_new("gelu", args.skinny_rankers, gelu_apart, "F.gelu after", "GELU in the linear", args)
 
@@ -494,6 +513,8 @@ PARTS = {
     "skinny": part_skinny,
     "gelu": part_gelu,
     "addnorm": part_addnorm,
+    "layer": part_layer,
+    "prior": part_prior,
     "source": part_source,
     "int8": part_int8,
 }
@@ -523,6 +544,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tkpass-rankers", nargs="+", default=["tk-1l", "tk-2l"])
     p.add_argument("--prettrnorm-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e256"])
     p.add_argument("--prettrfold-rankers", nargs="+", default=["prettr-l5-e128"])
+    p.add_argument("--prior-rankers", nargs="+", default=["prettr-l5-e0", "prettr-l5-e256"])
     p.add_argument(
         "--skinny-rankers", nargs="+", default=["tk-2l", "tk-6l-base", "prettr-l5-e0", "mores-1ib-s2"]
     )

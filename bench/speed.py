@@ -152,18 +152,24 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
             per_doc += lin(tq, n, n)  # cross-attention output projection
             last_cls = k == K - 1 and c.pooling == "cls"
             per_doc += cls_layer_flops(tq, n, f, heads) if last_cls else layer_flops(tq, n, f)
+        if (
+            c.sim
+        ):  # A(q̄): the query alone through the IBs' layers, its value map; per document mean_d V as one
+            # more row of the last cross-attention (its weighted sum) and of its output projection
+            query += K * layer_flops(tq, n, f) + lin(1, n, n)
+            per_doc += 2 * td * n + lin(1, n, n)
         per_doc += head
     elif ranker.kind == "prettr":
         split, e = c.layer, c.compress
         query = split * layer_flops(tq, n, f)
         folded = split == L - 1 and e and e <= prettr.FOLD_DECOMPRESSION * n
+        width = -(-(e + 1) // 64) * 64  # the folded attention's head width
         per_doc = lin(td, e, n) if e and not folded else 0  # decompression
         if split == L - 1:
             # [CLS] is the query's: its folded query, and its scores and sums over the query's own tokens, once
             # per batch (PrettrRanker.upper_from_stored: the same for every document)
             per_chunk = one_row_query(n) + 4 * heads * tq * n
         if folded:  # PrettrRanker.weighted_folded: no decompression, attention over [r/σ, 1/σ]
-            width = -(-(e + 1) // 64) * 64
             # G's quadratic form per token, scores and sums over the width, W̃ per row; [CLS]'s value map, O, FFN
             per_doc += (
                 lin(td, e, e) + 4 * heads * td * width + lin(heads, e, n) + one_row_rest(0, n, f, heads)
@@ -173,6 +179,10 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
         else:
             t = tq + td
             per_doc += (L - 1 - split) * layer_flops(t, n, f) + cls_layer_flops(t, n, f, heads)
+        if c.sim:  # q̄: the query alone through layers l+1..L; per document the mean of ŝ (one more row of the
+            # weighted sum: over [r/σ, 1/σ] and through W̃ where folded) and the pool map P
+            query += (L - split) * layer_flops(tq, n, f)
+            per_doc += (2 * td * width + lin(1, e, n) if folded else 2 * td * n) + lin(1, n, n)
         per_doc += head
     elif ranker.kind == "tk":
         f_tk = c.tk_ffn or n
@@ -501,7 +511,10 @@ def bench_row(
         "stored_dtype": "int8" if int8 else "float16",
         "kind": row.kind,
         "strategy": ranker.strategy if row.kind == "mores" else None,
-        "options": {k: v for k, v in ranker.describe().items() if k not in ("kind", "strategy", "fields")},
+        "options": {
+            **{k: v for k, v in ranker.describe().items() if k not in ("kind", "strategy", "fields")},
+            "sim": bool(ranker.config.sim),
+        },
         "d_pieces": d_pieces,
         "query_tokens": tq,
         "doc_tokens": td,

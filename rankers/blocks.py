@@ -188,11 +188,16 @@ class Linear(nn.Linear):
         SKINNY_MAX_ROWS rows, or None (more rows, no compiled kernels). The caller has checked _use_packed."""
         if x.numel() > SKINNY_MAX_ROWS * self.in_features or native.library() is None:
             return None
+        return linear_native(x, self.panels(), self.bias, self.out_features, act, residual, norm)
+
+    def panels(self) -> Tensor:
+        """The weight as the compiled skinny linear reads it (:func:`pack_panels`), packed on the first call and
+        again whenever the weight has changed since."""
         w = self.weight
         key = (w._version, w.data_ptr())
         if self._panels is None or self._panels[0] != key:
             self._panels = (key, pack_panels(w))
-        return linear_native(x, self._panels[1], self.bias, self.out_features, act, residual, norm)
+        return self._panels[1]
 
     def __getstate__(self) -> dict:
         """Pickled and deep-copied without the packed copies (oneDNN's is an opaque tensor with no storage to
@@ -409,6 +414,7 @@ def attend_native(
     norm: nn.LayerNorm | None = None,
     key_scale: Tensor | None = None,
     extra: Tensor | None = None,
+    prior: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None] | None:
     """:func:`context_native` with the scores' scale given (``scale·q·kᵀ``) and, with ``lse``, also each row's
     log-sum-exp of its scores [B, h, Tq], for merging with scores over other keys (PreTTR's query tokens). A
@@ -418,8 +424,11 @@ def attend_native(
     ``key_scale`` [B, T] (v = k only) each token's row is multiplied by its scale (with an int8 field's own), and
     with ``extra`` [B, T] (h = 1, v = k) the keys are the k rows (n wide, a multiple of 16) followed by one more
     column holding ``extra`` and zeros up to dh ≥ n + 1, both as widened (PreTTR's folded decompression: keys
-    [r/σ, 1/σ] read from the stored r). Returns (context [B, Tq, h·dh], lse or None), or None where the kernel
-    does not apply."""
+    [r/σ, 1/σ] read from the stored r). With ``prior`` [h, Tq, dh + 2] float32, each row's softmax also runs over
+    keys outside the documents, the same for every document (PreTTR's query tokens), given per head and row as
+    ``[Σ_j e^(s_j − m)·v_j, m, Σ_j e^(s_j − m)]`` with m their largest score (a row whose last value is 0 has
+    none): the output and the lse are then over both, with no merge pass after. Returns (context [B, Tq, h·dh],
+    lse or None), or None where the kernel does not apply."""
     if q.device.type != "cpu" or q.dtype != torch.float32 or q.dim() != 4:
         return None
     if torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v)):
@@ -446,6 +455,10 @@ def attend_native(
         return None
     if extra is not None and norm is not None:
         return None
+    if prior is not None and (
+        prior.shape != (h, tq, dh + 2) or prior.dtype != torch.float32 or prior.device.type != "cpu"
+    ):
+        return None
     if mask is not None and (mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1:3] != (1, 1)):
         return None
     ln = None
@@ -467,6 +480,7 @@ def attend_native(
         k_scales = k_scales.contiguous()
     v_values, v_scales = (k_values, k_scales) if v is k else native_values(v)  # one tensor: widened once
     extra = None if extra is None else extra.float().contiguous()
+    prior = None if prior is None else prior.contiguous()
     width = h * dh
     out = torch.empty(b, tq, width, dtype=torch.float32)
     lse_out = torch.empty(b, h, tq, dtype=torch.float32) if lse else None
@@ -491,6 +505,7 @@ def attend_native(
         0.0 if ln is None else ln[2],
         n,
         None if extra is None else native.ptr(extra),
+        None if prior is None else native.ptr(prior),
         torch.get_num_threads(),
     )
     if status == -1:  # this build has no AVX-512 kernel (the limits were checked above)
@@ -704,6 +719,13 @@ class TransformerLayer(nn.Module):
         self.intermediate.dense = Linear(hidden, inner)
         self.output = _AddNorm(inner, hidden, eps, dropout)
 
+    def __getstate__(self) -> dict:
+        """Pickled and deep-copied without the compiled layer's cached arguments (addresses into this copy's
+        weights and panels): a copy builds its own on its first call."""
+        state = self.__dict__.copy()
+        state.pop("_native_arguments", None)
+        return state
+
     def ffn(self, x: Tensor) -> Tensor:
         """BERT's feed-forward sub-layer: ``LN(W2·GELU(W1·x + b1) + b2 + x)``."""
         return self.output(self.intermediate.dense.gelu(x), x)
@@ -715,7 +737,101 @@ class TransformerLayer(nn.Module):
         rows: slice | None = None,
         kv: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
+        if rows is None and kv is None and not self.training:
+            fused = layer_native(self, x, mask)  # a few rows: the whole layer in one compiled call
+            if fused is not None:
+                return fused
         return self.ffn(self.attention(x, mask, kv=kv, rows=rows))
+
+
+def layer_native(layer: TransformerLayer, x: Tensor, mask: Tensor | None) -> Tensor | None:
+    """``layer(x, mask)`` by one compiled call (``native_kernels.c``: encoder_layer) for at most SKINNY_MAX_ROWS
+    rows in all (a query encoder's tokens): Q, K, V, the attention over each sequence's real tokens, the output
+    projection with its residual and LayerNorm, the feed-forward with its GELU, residual and LayerNorm, over the
+    layer's packed panels (:meth:`Linear.panels`). The same layer as separate calls spent more time between the
+    compiled linears than in them (the PreTTR l5 query side: 3.4 ms, of which 1.8 in the kernels). x [B, T, n]
+    float32 on the CPU, mask None or a key mask [B, 1, 1, T] bool (:func:`key_mask`). None where it does not
+    apply (training, autograd, no compiled kernels, more rows, a per-row mask, weights the packed paths do not
+    take): the caller runs the layer as usual. Same values within float32 rounding
+    (``tests/rankers/test_native_skinny.py``)."""
+    att = layer.attention
+    if x.dim() != 3 or not _onednn_inference(x, att.self.query.weight):  # also no gradients, no autocast
+        return None
+    b, t, n = x.shape
+    if not 1 <= b * t <= SKINNY_MAX_ROWS or t > native.ENCODER_LAYER_MAX_TOKENS:
+        return None
+    keep = None
+    if mask is not None:
+        if mask.dtype != torch.bool or mask.shape != (b, 1, 1, t):
+            return None
+        keep = mask.reshape(b, t).contiguous().view(torch.uint8)
+    lib = native.library()
+    args = _layer_arguments(layer) if lib is not None else None
+    if args is None or n != args[0]:
+        return None
+    flat = x.contiguous()
+    out = torch.empty_like(flat)
+    keep_ptr = None if keep is None else native.ptr(keep)
+    status = lib.encoder_layer(
+        native.ptr(flat), b, t, n, keep_ptr, *args[1], native.ptr(out), torch.get_num_threads()
+    )
+    if status == -2:
+        raise MemoryError("encoder_layer could not allocate its scratch")
+    return out if status == 0 else None
+
+
+def _layer_arguments(layer: TransformerLayer) -> tuple[int, tuple] | None:
+    """(n, the weight arguments of encoder_layer) for a layer whose linears the packed paths take (float32, not
+    inference tensors, with biases; LayerNorms with weights over n), or None. Kept in the layer until any of its
+    parameters changes (version counters, storage), with the panels they point into (:meth:`Linear.panels`)."""
+    att, inner = layer.attention, layer.intermediate.dense
+    linears = (att.self.query, att.self.key, att.self.value, att.output.dense, inner, layer.output.dense)
+    norms = (att.output.LayerNorm, layer.output.LayerNorm)
+    params = [p for m in (*linears, *norms) for p in (m.weight, m.bias)]
+    if any(p is None for p in params):
+        return None
+    key = tuple((p._version, p.data_ptr()) for p in params)
+    cached = layer.__dict__.get("_native_arguments")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    n = att.self.query.in_features
+    ok = all(
+        p.dtype == torch.float32 and p.device.type == "cpu" and not p.is_inference() and p.is_contiguous()
+        for p in params
+    ) and all(ln.normalized_shape == (n,) for ln in norms)
+    ok = ok and all(min(lin.in_features, lin.out_features) >= _MIN_PACKED_FEATURES for lin in linears)
+    if not ok:
+        layer.__dict__["_native_arguments"] = (key, None)
+        return None
+    panels = [lin.panels() for lin in linears]
+    ptrs = [
+        v
+        for pan, lin in zip(panels[:4], linears[:4], strict=True)
+        for v in (pan.data_ptr(), lin.bias.data_ptr())
+    ]
+    ln1, ln2 = norms
+    ffn = (inner.out_features, layer.output.dense)
+    arguments = (
+        n,
+        (
+            att.heads,
+            *ptrs,
+            ln1.weight.data_ptr(),
+            ln1.bias.data_ptr(),
+            float(ln1.eps),
+            panels[4].data_ptr(),
+            inner.bias.data_ptr(),
+            ffn[0],
+            panels[5].data_ptr(),
+            ffn[1].bias.data_ptr(),
+            ln2.weight.data_ptr(),
+            ln2.bias.data_ptr(),
+            float(ln2.eps),
+        ),
+    )
+    # the panels stay referenced by their Linears (Linear._panels) for as long as the key holds
+    layer.__dict__["_native_arguments"] = (key, arguments)
+    return arguments
 
 
 class InteractionBlock(nn.Module):

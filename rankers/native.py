@@ -1,7 +1,8 @@
 """Optional C kernels for stages PyTorch runs as many small passes, compiled on first use: TK's kernel stage (alone,
 or with the cosines, from the stored term vectors: ``tk.kernel_sums_stored``), the attention of a few query rows
 (``blocks.attend_native``: MORES' interaction blocks, PreTTR's [CLS], the query encoders) and the linear layers over
-a few rows (``blocks.linear_native``: the query encoders' layers, [CLS]-only rows).
+a few rows (``blocks.linear_native``: the query encoders' layers, [CLS]-only rows), and whole BERT layers over a
+few rows (``blocks.layer_native``: the query encoders).
 
 The C source (``native_kernels.c``, shipped with the package) is compiled with the machine's C compiler
 (``$CC``, else ``cc``/``gcc``) for this CPU (``-O3 -march=native -ffast-math -fopenmp``: GCC vectorises
@@ -64,12 +65,39 @@ _SIGNATURES = {
     # q, d, d scales, kind, mask, B, Td, n, Tq, chain..., out, threads
     "tk_stored_sums": [_P, _P, _P, _I, _P, _I, _I, _I, _I, *_CHAIN, _P, _I],
     # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, lse, ln weight, ln bias, ln eps,
-    # stored key width, extra column, threads
-    "cross_attention": [_P, _I, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _P, _P, _P, _P, _F, _I, _P, _I],
+    # stored key width, extra column, prior, threads
+    "cross_attention": [
+        _P,
+        _I,
+        _P,
+        _P,
+        _P,
+        _P,
+        _I,
+        _P,
+        _I,
+        _I,
+        _I,
+        _I,
+        _I,
+        _P,
+        _P,
+        _P,
+        _P,
+        _F,
+        _I,
+        _P,
+        _P,
+        _I,
+    ],
     # x, M, K, packed panels, bias, N, out, activation (0 none, 1 GELU), residual, ln weight, ln bias, ln eps,
     # threads
     "skinny_linear": [_P, _I, _I, _P, _P, _I, _P, _I, _P, _P, _P, _F, _I],
+    # x, B, T, n, mask, heads, then packed panels and bias of Q, K, V, O, LayerNorm 1 (weight, bias, eps),
+    # W1, b1, inner width, W2, b2, LayerNorm 2 (weight, bias, eps), out, threads
+    "encoder_layer": [_P, _I, _I, _I, _P, _I, *[_P] * 10, _F, _P, _P, _I, _P, _P, _P, _P, _F, _P, _I],
 }
+ENCODER_LAYER_MAX_TOKENS = 512  # native_kernels.c: EL_MAXT
 ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT, ATT_MAXDH
 ATTENTION_MAX_KEYS = 4096
 ATTENTION_MAX_HEAD_DIM = 512

@@ -132,7 +132,11 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
    stored key rows' width (H*dh, or less with xcol); xcol [B, T] (or NULL): the keys (which must be the values,
    H = 1) are the stored rows, kn wide, then one more column holding xcol, then zeros up to dh (PreTTR's folded
    decompression: [r_j / sigma_j, 1 / sigma_j]); ks / vs may scale float16, bfloat16 and float32 keys / values
-   per token too (int8: they are its scales). The documents split over `threads` OpenMP threads. A document
+   per token too (int8: they are its scales). prior [H, Tq, dh + 2] (or NULL): per head and row, keys outside
+   the documents that every document's softmax also runs over (PreTTR's query tokens), given as the weighted
+   sum of their values relative to their largest score (dh values: sum_j e^(s_j - m0) v_j), that largest score
+   m0 and sum_j e^(s_j - m0); a row whose last value is 0 has none. The output is then the softmax over both
+   (and lse too). The documents split over `threads` OpenMP threads. A document
    without a real token gets zeros (and lse -1e30).
    Limits: dh 32 or a multiple of 64 up to ATT_MAXDH, 1 <= Tq <= ATT_ROWS, T <= ATT_MAXT; AVX-512F builds only
    (elsewhere the entry point returns -1 and the caller runs PyTorch's code). */
@@ -209,7 +213,7 @@ static inline void att_layer_norm(float *x, int64_t dh, const float *w, const fl
 static inline __attribute__((always_inline)) void att_pv(const int ND, const int RB, const float *vb, const float *s,
                                                           const float *sum, int64_t nv, int64_t dh, int64_t d0,
                                                           int64_t i0, int64_t Tq, int64_t n, int64_t col,
-                                                          float *out) {
+                                                          float *out, const float *prior, const float *pc) {
     __m512 acc[24][4];
     for (int r = 0; r < RB; r++)
         for (int d = 0; d < ND; d++) acc[r][d] = _mm512_setzero_ps();
@@ -223,6 +227,11 @@ static inline __attribute__((always_inline)) void att_pv(const int ND, const int
     }
     for (int r = 0; r < RB && i0 + r < Tq; r++) {
         const __m512 inv = _mm512_set1_ps(1.0f / sum[i0 + r]);
+        if (prior) { /* the other keys' weighted sum, rescaled to this row's maximum */
+            const __m512 c = _mm512_set1_ps(pc[i0 + r]);
+            const float *pr = prior + (i0 + r) * (dh + 2) + 16 * d0;
+            for (int d = 0; d < ND; d++) acc[r][d] = _mm512_fmadd_ps(c, _mm512_loadu_ps(pr + 16 * d), acc[r][d]);
+        }
         for (int d = 0; d < ND; d++)
             _mm512_storeu_ps(out + (i0 + r) * n + col + 16 * (d0 + d), _mm512_mul_ps(acc[r][d], inv));
     }
@@ -240,7 +249,7 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
                                                             float *lse, int64_t Tq, const float *ln_w,
                                                             const float *ln_b, float ln_eps, int64_t kn,
                                                             const float *xcol, const char *pk, const char *pv,
-                                                            int64_t plines) {
+                                                            int64_t plines, const float *prior) {
     const int64_t DV = dh / 16;
     const int64_t per_row = (plines + nv - 1) / nv; /* the next document's lines to prefetch per widened row */
     if (same) vb = kb;
@@ -305,6 +314,13 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
         const float *row = s + u * ATT_ROWS;
         SIMD for (int l = 0; l < W; l++) mx[l] = row[l] > mx[l] ? row[l] : mx[l];
     }
+    float pc[ATT_ROWS] __attribute__((aligned(64))); /* e^(m0 - max) of each row's prior, 0 without one */
+    if (prior)
+        for (int64_t i = 0; i < Tq; i++) {
+            const float m0 = prior[i * (dh + 2) + dh], l0 = prior[i * (dh + 2) + dh + 1];
+            if (l0 > 0.0f && m0 > mx[i]) mx[i] = m0;
+            pc[i] = l0 > 0.0f ? expf(m0 - mx[i]) : 0.0f;
+        }
     {
         __m512 m[2], sm[2];
         for (int q = 0; q < NQ; q++) m[q] = _mm512_load_ps(mx + 16 * q), sm[q] = _mm512_setzero_ps();
@@ -317,6 +333,8 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
             }
         }
         for (int q = 0; q < NQ; q++) _mm512_store_ps(sum + 16 * q, sm[q]);
+        if (prior)
+            for (int64_t i = 0; i < Tq; i++) sum[i] += pc[i] * prior[i * (dh + 2) + dh + 1];
     }
     if (lse)
         for (int64_t i = 0; i < Tq; i++) lse[i] = mx[i] + logf(sum[i]);
@@ -326,11 +344,11 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
         for (int64_t i0 = 0; i0 < Tq;) {
             const int64_t left = Tq - i0;
             if (left > 16 / ND)
-                att_pv(ND, 24 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out);
+                att_pv(ND, 24 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out, prior, pc);
             else if (left > 8 / ND)
-                att_pv(ND, 16 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out);
+                att_pv(ND, 16 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out, prior, pc);
             else
-                att_pv(ND, 8 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out);
+                att_pv(ND, 8 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out, prior, pc);
             i0 += left > 16 / ND ? 24 / ND : (left > 8 / ND ? 16 / ND : 8 / ND);
         }
 }
@@ -338,7 +356,7 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
                     float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, int64_t kn,
-                    const float *xcol, int64_t threads) {
+                    const float *xcol, const float *prior, int64_t threads) {
     if ((dh != 32 && (dh % 64 != 0 || dh > ATT_MAXDH)) || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 3 ||
         (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)) || threads < 1 ||
         (ln_w && (H != 1 || k != v || ks != vs || !ln_b)) || /* LayerNorm: of whole rows, that are keys and values */
@@ -368,10 +386,16 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
             int64_t nv = 0;
             for (int64_t j = 0; j < T; j++)
                 if (!mask || mask[b * T + j]) idx[nv++] = (int32_t)j;
-            if (nv == 0) {
+            if (nv == 0) { /* zeros, or a row's prior alone */
                 memset(ob, 0, sizeof(float) * (size_t)(Tq * n));
-                if (lse)
-                    for (int64_t i = 0; i < H * Tq; i++) lse[b * H * Tq + i] = -1e30f; /* e^lse: 0 */
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t i = 0; i < Tq; i++) {
+                        const float *pr = prior ? prior + (h * Tq + i) * (dh + 2) : NULL;
+                        const int has = pr && pr[dh + 1] > 0.0f;
+                        if (has)
+                            for (int64_t c = 0; c < dh; c++) ob[i * n + h * dh + c] = pr[c] / pr[dh + 1];
+                        if (lse) lse[(b * H + h) * Tq + i] = has ? pr[dh] + logf(pr[dh + 1]) : -1e30f; /* e^lse: 0 */
+                    }
                 continue;
             }
             if (q_doc < 0 || Bq != 1) { /* the query rows transposed per head: once, or per document */
@@ -407,14 +431,15 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                 float *lh = lse ? lse + (b * H + h) * Tq : NULL;
                 const int64_t l0 = next_lines * h / H, pl = next_lines * (h + 1) / H - l0;
                 const char *pk = kn_next ? kn_next + l0 * 64 : NULL, *pv = vn_next ? vn_next + l0 * 64 : NULL;
+                const float *ph = prior ? prior + h * Tq * (dh + 2) : NULL;
                 if (dh == 32 && Tq <= 16)
-                    att_head(2, 1, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl);
+                    att_head(2, 1, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl, ph);
                 else if (dh == 32)
-                    att_head(2, 2, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl);
+                    att_head(2, 2, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl, ph);
                 else if (Tq <= 16)
-                    att_head(4, 1, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl);
+                    att_head(4, 1, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl, ph);
                 else
-                    att_head(4, 2, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl);
+                    att_head(4, 2, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl, ph);
             }
         }
         free(kb);
@@ -580,8 +605,47 @@ static inline __attribute__((always_inline)) void sk_rows(const int RB, const fl
 }
 #define SK_CASE(R)                                         \
     case R:                                                \
-        sk_rows(R, xr, K, w, bb, yr, N, m0, m1, r0 == 0, act); \
+        sk_rows(R, xr, K, w, bb, yr, ldy, m0, m1, r0 == 0, act); \
         break;
+/* Panel p of y = x·Wᵀ + b (M rows; y's rows ldy apart): every block of rows against it */
+static void sk_panel(const float *x, int64_t M, int64_t K, const float *wp, const float *b, int64_t N, float *y,
+                     int64_t ldy, int64_t act, int64_t p) {
+    const float *w = wp + p * K * SK_NR;
+    const int64_t n0 = p * SK_NR, left = N - n0;
+    const __mmask16 m0 = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+    const __mmask16 m1 = left >= 32 ? 0xFFFF : (left <= 16 ? 0 : (__mmask16)((1u << (left - 16)) - 1));
+    const float *bb = b ? b + n0 : 0;
+    for (int64_t r0 = 0; r0 < M; r0 += SK_MR) {
+        const float *xr = x + r0 * K;
+        float *yr = y + r0 * ldy + n0;
+        switch (M - r0 < SK_MR ? M - r0 : SK_MR) {
+            SK_CASE(1) SK_CASE(2) SK_CASE(3) SK_CASE(4) SK_CASE(5) SK_CASE(6)
+            SK_CASE(7) SK_CASE(8) SK_CASE(9) SK_CASE(10) SK_CASE(11) SK_CASE(12)
+        }
+    }
+}
+/* Each row y_r [N] becomes LayerNorm(y_r + res_r) (torch's: biased variance), the rows split over the team's
+   threads (an orphaned worksharing loop: call it inside a parallel region; it ends with a barrier) */
+static void sk_add_norm_rows(float *y, int64_t M, int64_t N, const float *res, const float *ln_w,
+                             const float *ln_b, float ln_eps) {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < M; r++) {
+        float *row = y + r * N;
+        const float *rr = res + r * N;
+        float mean = 0.0f;
+#pragma omp simd reduction(+ : mean)
+        for (int64_t j = 0; j < N; j++) {
+            row[j] += rr[j];
+            mean += row[j];
+        }
+        mean /= (float)N;
+        float var = 0.0f;
+#pragma omp simd reduction(+ : var)
+        for (int64_t j = 0; j < N; j++) var += (row[j] - mean) * (row[j] - mean);
+        const float rstd = 1.0f / sqrtf(var / (float)N + ln_eps);
+        SIMD for (int64_t j = 0; j < N; j++) row[j] = (row[j] - mean) * rstd * ln_w[j] + ln_b[j];
+    }
+}
 int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const float *b, int64_t N, float *y,
                   int64_t act, const float *res, const float *ln_w, const float *ln_b, float ln_eps,
                   int64_t threads) {
@@ -590,49 +654,103 @@ int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const f
 #pragma omp parallel num_threads(threads)
     {
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < P; p++) {
-        const float *w = wp + p * K * SK_NR;
-        const int64_t n0 = p * SK_NR, left = N - n0;
-        const __mmask16 m0 = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
-        const __mmask16 m1 = left >= 32 ? 0xFFFF : (left <= 16 ? 0 : (__mmask16)((1u << (left - 16)) - 1));
-        const float *bb = b ? b + n0 : 0;
-        for (int64_t r0 = 0; r0 < M; r0 += SK_MR) {
-            const float *xr = x + r0 * K;
-            float *yr = y + r0 * N + n0;
-            switch (M - r0 < SK_MR ? M - r0 : SK_MR) {
-                SK_CASE(1) SK_CASE(2) SK_CASE(3) SK_CASE(4) SK_CASE(5) SK_CASE(6)
-                SK_CASE(7) SK_CASE(8) SK_CASE(9) SK_CASE(10) SK_CASE(11) SK_CASE(12)
-            }
-        }
+        for (int64_t p = 0; p < P; p++) sk_panel(x, M, K, wp, b, N, y, N, act, p);
+        if (res) sk_add_norm_rows(y, M, N, res, ln_w, ln_b, ln_eps); /* after the panels' implicit barrier */
     }
-    if (res) { /* the residual and LayerNorm, a row at a time (after the panels: the implicit barrier) */
+    return 0;
+}
+/* One BERT layer (post-LN: self-attention, then the feed-forward) over a few rows, in one call: the query
+   encoders' 18 tokens, where the same layer as separate PyTorch calls spent more time between the compiled
+   linears than in them. x [B, T, n] float32 (B·T = M rows), mask [B, T] (nonzero: a real token; the keys of
+   padding are skipped, their rows computed as PyTorch computes them) or NULL; H heads of n / H; the weights
+   packed as sk_panel reads them: wq, wk, wv, wo [n -> n], w1 [n -> inner], w2 [inner -> n], each with its bias;
+   LayerNorms (ln1 after the attention, ln2 after the feed-forward) with their eps. out [B, T, n]. Stages:
+   Q, K and V (their panels shared out together) -> per sequence and head softmax(q·kᵀ/√dh)·v over the real keys
+   (a sequence without one: zeros, as the compiled attention) -> LN(Wo·ctx + bo + x) -> GELU(W1·h + b1) (erf form)
+   -> LN(W2·f + b2 + h). Sums in a fixed order: the same bits for any thread count. Returns -1 for arguments
+   outside its limits (T <= EL_MAXT), -2 when its scratch cannot be allocated. */
+#define EL_MAXT 512
+int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t *mask, int64_t H, const float *wq,
+                  const float *bq, const float *wk, const float *bk, const float *wv, const float *bv,
+                  const float *wo, const float *bo, const float *ln1_w, const float *ln1_b, float eps1,
+                  const float *w1, const float *b1, int64_t inner, const float *w2, const float *b2,
+                  const float *ln2_w, const float *ln2_b, float eps2, float *out, int64_t threads) {
+    if (B < 1 || T < 1 || T > EL_MAXT || n < 1 || H < 1 || n % H || inner < 1 || !wq || !wk || !wv || !wo ||
+        !w1 || !w2 || !ln1_w || !ln1_b || !ln2_w || !ln2_b || threads < 1)
+        return -1;
+    const int64_t M = B * T, dh = n / H, P = (n + SK_NR - 1) / SK_NR, PF = (inner + SK_NR - 1) / SK_NR;
+    const float scale = 1.0f / sqrtf((float)dh);
+    float *qkv = att_alloc(sizeof(float) * (size_t)(M * 3 * n));
+    float *ctx = att_alloc(sizeof(float) * (size_t)(M * n));
+    float *h1 = att_alloc(sizeof(float) * (size_t)(M * n));
+    float *f = att_alloc(sizeof(float) * (size_t)(M * inner));
+    if (!qkv || !ctx || !h1 || !f) {
+        free(qkv), free(ctx), free(h1), free(f);
+        return -2;
+    }
+    const float *ws[3] = {wq, wk, wv}, *bs[3] = {bq, bk, bv};
+#pragma omp parallel num_threads(threads)
+    {
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < M; r++) {
-            float *row = y + r * N;
-            const float *rr = res + r * N;
-            float mean = 0.0f;
-#pragma omp simd reduction(+ : mean)
-            for (int64_t j = 0; j < N; j++) {
-                row[j] += rr[j];
-                mean += row[j];
+        for (int64_t p = 0; p < 3 * P; p++) /* Q, K, V side by side: qkv [M, 3n] */
+            sk_panel(x, M, n, ws[p / P], bs[p / P], n, qkv + (p / P) * n, 3 * n, 0, p % P);
+#pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            const int64_t b = bh / H, h = bh % H;
+            const uint8_t *mb = mask ? mask + b * T : NULL;
+            float s[EL_MAXT];
+            int any = 0;
+            for (int64_t j = 0; j < T; j++) any |= !mb || mb[j];
+            for (int64_t i = 0; i < T; i++) {
+                const float *qi = qkv + (b * T + i) * 3 * n + h * dh;
+                float *ci = ctx + (b * T + i) * n + h * dh;
+                if (!any) {
+                    for (int64_t c = 0; c < dh; c++) ci[c] = 0.0f;
+                    continue;
+                }
+                float mx = -INFINITY;
+                for (int64_t j = 0; j < T; j++) {
+                    if (mb && !mb[j]) continue;
+                    const float *kj = qkv + (b * T + j) * 3 * n + n + h * dh;
+                    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                    for (int64_t c = 0; c < dh; c++) dot += qi[c] * kj[c];
+                    s[j] = dot * scale;
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                float sum = 0.0f;
+                for (int64_t j = 0; j < T; j++) {
+                    s[j] = mb && !mb[j] ? 0.0f : expf(s[j] - mx);
+                    sum += s[j];
+                }
+                const float inv = 1.0f / sum;
+                SIMD for (int64_t c = 0; c < dh; c++) ci[c] = 0.0f;
+                for (int64_t j = 0; j < T; j++) {
+                    if (s[j] == 0.0f) continue;
+                    const float *vj = qkv + (b * T + j) * 3 * n + 2 * n + h * dh;
+                    const float pj = s[j] * inv;
+                    SIMD for (int64_t c = 0; c < dh; c++) ci[c] += pj * vj[c];
+                }
             }
-            mean /= (float)N;
-            float var = 0.0f;
-#pragma omp simd reduction(+ : var)
-            for (int64_t j = 0; j < N; j++) var += (row[j] - mean) * (row[j] - mean);
-            const float rstd = 1.0f / sqrtf(var / (float)N + ln_eps);
-            SIMD for (int64_t j = 0; j < N; j++) row[j] = (row[j] - mean) * rstd * ln_w[j] + ln_b[j];
         }
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < P; p++) sk_panel(ctx, M, n, wo, bo, n, h1, n, 0, p);
+        sk_add_norm_rows(h1, M, n, x, ln1_w, ln1_b, eps1);
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < PF; p++) sk_panel(h1, M, n, w1, b1, inner, f, inner, 1, p);
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < P; p++) sk_panel(f, M, inner, w2, b2, n, out, n, 0, p);
+        sk_add_norm_rows(out, M, n, h1, ln2_w, ln2_b, eps2);
     }
-    }
+    free(qkv), free(ctx), free(h1), free(f);
     return 0;
 }
 #else
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
                     float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, int64_t kn,
-                    const float *xcol, int64_t threads) {
-    (void)threads, (void)lse, (void)ln_w, (void)ln_b, (void)ln_eps, (void)kn, (void)xcol, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
+                    const float *xcol, const float *prior, int64_t threads) {
+    (void)threads, (void)lse, (void)ln_w, (void)ln_b, (void)ln_eps, (void)kn, (void)xcol, (void)prior, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
     (void)dh, (void)Tq, (void)out;
     return -1;
 }
@@ -651,6 +769,16 @@ int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const f
                   int64_t threads) {
     (void)x, (void)M, (void)K, (void)wp, (void)b, (void)N, (void)y, (void)act, (void)threads;
     (void)res, (void)ln_w, (void)ln_b, (void)ln_eps;
+    return -1;
+}
+int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t *mask, int64_t H, const float *wq,
+                  const float *bq, const float *wk, const float *bk, const float *wv, const float *bv,
+                  const float *wo, const float *bo, const float *ln1_w, const float *ln1_b, float eps1,
+                  const float *w1, const float *b1, int64_t inner, const float *w2, const float *b2,
+                  const float *ln2_w, const float *ln2_b, float eps2, float *out, int64_t threads) {
+    (void)x, (void)B, (void)T, (void)n, (void)mask, (void)H, (void)wq, (void)bq, (void)wk, (void)bk, (void)wv;
+    (void)bv, (void)wo, (void)bo, (void)ln1_w, (void)ln1_b, (void)eps1, (void)w1, (void)b1, (void)inner, (void)w2;
+    (void)b2, (void)ln2_w, (void)ln2_b, (void)eps2, (void)out, (void)threads;
     return -1;
 }
 #endif

@@ -43,6 +43,10 @@ from torch import Tensor, nn
 # over [r/σ, 1/σ] (e + 1 rounded up to 64 wide) against decompressing (n·e) and attending over ŝ (n wide). At
 # n = 384: e = 128 1.30x the whole path (d = 128), e = 256 only 1.06x (scratch A/B), so it folds up to n / 2
 FOLD_DECOMPRESSION = 0.5
+# The query tokens' part of [CLS]'s attention (the same for every document) enters the compiled attention as each
+# row's prior (query_prior), so that the kernel's output is final, instead of a merge after it by log-sum-exps (two
+# passes over [B, H, n]); the folded path, whose kernel values are not the states, merges after
+QUERY_PRIOR = True
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,20 @@ class DecompressionFold:
     gamma: Tensor
     beta: Tensor
     eps: float
+
+
+def query_prior(q: Tensor, q_scores: Tensor, n_rows: int) -> Tensor:
+    """The query tokens' part of [CLS]'s attention as ``blocks.attend_native``'s prior [1, R, n + 2]: per head h
+    (the first H of R rows) ``[Σ_j e^(s_hj − m_h)·q_j, m_h, Σ_j e^(s_hj − m_h)]`` over the query's states q [tq, n]
+    and scores q_scores [H, tq] (−inf at padding), m_h their largest; the rows after H (the residual's mean) none."""
+    n_heads, n = q_scores.shape[0], q.shape[1]
+    top = q_scores.amax(-1, keepdim=True)  # [H, 1]
+    weights = (q_scores - top).exp_()  # [H, tq], 0 at padding
+    prior = q.new_zeros(1, n_rows, n + 2)
+    prior[0, :n_heads, :n] = weights @ q
+    prior[0, :n_heads, n] = top[:, 0]
+    prior[0, :n_heads, n + 1] = weights.sum(-1)
+    return prior
 
 
 class PrettrRanker(Ranker):
@@ -205,38 +223,51 @@ class PrettrRanker(Ranker):
         query rows of one head as wide as the states, over the stored states themselves (l5/e0: float16 or int8
         read in place), over r with the decompression folded away (:meth:`weighted_folded`, e ≤ n/2), or over
         each block's decompressed ŝ (its LayerNorm applied by the kernel as it reads each row: no normalised
-        copy). The query tokens' part, the same for every document, is merged in by the rows' log-sum-exps:
+        copy). The query tokens' part, the same for every document, goes into the kernel as each row's prior
+        (:func:`query_prior`: its softmax then runs over the query's and the document's tokens at once), or, where
+        the kernel's values are not the states (folded), is merged in after by the rows' log-sum-exps:
         weighted = w_d·Σ_d + w_q·Σ_q, w = e^(lse − logaddexp(lse_q, lse_d)). None where the kernel does not
         apply."""
         n_heads, n = u.shape
         rows = torch.cat([u, u.new_zeros(1, n)]) if self.config.sim else u  # [R, n]; u carries the 1/√dh
         e = self.config.compress
-        if e and e <= FOLD_DECOMPRESSION * n:
+        folded = bool(e) and e <= FOLD_DECOMPRESSION * n
+        # where the kernel's values are the states (n wide), the query tokens' part goes in as each row's prior
+        prior = None if folded or not QUERY_PRIOR else query_prior(q[0], q_scores, rows.shape[0])
+        lse = prior is None
+        if folded:
             found = self.weighted_folded(q, rows, r, d_mask)
         elif e:
             parts = []
             for sl, block in widened(r, q.dtype):
                 y = self.decompressor(block)  # ŝ before its LayerNorm, which the kernel applies row by row
+                mask = key_mask(d_mask[sl])
                 part = attend_native(
-                    rows[None, None], y, y, key_mask(d_mask[sl]), 1.0, lse=True, norm=self.decompressor_norm
+                    rows[None, None], y, y, mask, 1.0, lse=lse, norm=self.decompressor_norm, prior=prior
                 )
                 if part is None:
                     return None
                 parts.append(part)
-            found = (
-                (torch.cat([p[0] for p in parts]), torch.cat([p[1][:, 0] for p in parts])) if parts else None
-            )
+            found = None
+            if parts:
+                found = (
+                    torch.cat([p[0] for p in parts]),
+                    torch.cat([p[1][:, 0] for p in parts]) if lse else None,
+                )
         else:
-            part = attend_native(rows[None, None], r, r, key_mask(d_mask), 1.0, lse=True)
-            found = None if part is None else (part[0], part[1][:, 0])
+            part = attend_native(rows[None, None], r, r, key_mask(d_mask), 1.0, lse=lse, prior=prior)
+            found = None if part is None else (part[0], part[1][:, 0] if lse else None)
         if found is None:
             return None
-        out, lse_d = found[0], found[1][:, :n_heads]  # [B, R, n], [B, H]
-        lse_q = torch.logsumexp(q_scores, -1)  # [H]
-        total = torch.logaddexp(lse_d, lse_q)
-        # in place over the kernel's output: two passes, no [B, H, n] temporaries (fresh pages cost here)
-        weighted = out[:, :n_heads].mul_((lse_d - total).exp_().unsqueeze(-1))
-        weighted.addcmul_((lse_q - total).exp_().unsqueeze(-1), q_scores.softmax(-1) @ q[0])
+        out = found[0]  # [B, R, n]
+        weighted = out[:, :n_heads]
+        if prior is None:  # merged after: weighted = w_d·Σ_d + w_q·Σ_q by the log-sum-exps
+            lse_d = found[1][:, :n_heads]  # [B, H]
+            lse_q = torch.logsumexp(q_scores, -1)  # [H]
+            total = torch.logaddexp(lse_d, lse_q)
+            # in place over the kernel's output: two passes, no [B, H, n] temporaries (fresh pages cost here)
+            weighted.mul_((lse_d - total).exp_().unsqueeze(-1))
+            weighted.addcmul_((lse_q - total).exp_().unsqueeze(-1), q_scores.softmax(-1) @ q[0])
         return weighted, out[:, n_heads] if self.config.sim else None
 
     def weighted_folded(

@@ -4,6 +4,8 @@ bits for any thread count, declining where it does not apply, and what ``blocks.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -152,21 +154,115 @@ def test_linear_runs_it_for_few_rows_and_follows_weight_changes(monkeypatch):
 
 @needs_kernel
 def test_query_states_equal_with_and_without_it(tiny_base, monkeypatch):
-    """A ranker's query side (its query encoder's layers: the rows this is for) gives the same states with the
-    skinny linear as with oneDNN / F.linear, within float32 rounding."""
-    calls = []
-    real = blocks.linear_native
-    monkeypatch.setattr(blocks, "linear_native", lambda *a: calls.append(1) or real(*a))
+    """A ranker's query side (its query encoder's layers: the rows this is for) gives the same states through the
+    compiled layer (encoder_layer), through the skinny linears alone, and with the kernels off, within float32
+    rounding."""
+    calls = {"layer": 0, "linear": 0}
+    real_layer, real_linear = blocks.layer_native, blocks.linear_native
+    monkeypatch.setattr(
+        blocks, "layer_native", lambda *a: calls.__setitem__("layer", calls["layer"] + 1) or real_layer(*a)
+    )
+    monkeypatch.setattr(
+        blocks,
+        "linear_native",
+        lambda *a: calls.__setitem__("linear", calls["linear"] + 1) or real_linear(*a),
+    )
     r = init_ranker("prettr", base=tiny_base, layer=1, compress=0).eval()
     ids = torch.tensor([[101, 2054, 2003, 1037, 3231, 102]])
     mask = torch.ones_like(ids, dtype=torch.bool)
     with torch.no_grad():
-        with_it = r.query_state(ids, mask)["q"]
-        ran = len(calls)
-        monkeypatch.setattr(blocks, "SKINNY_MAX_ROWS", 0)
-        without = r.query_state(ids, mask)["q"]
-    assert ran > 0 and len(calls) == ran  # the second run took the usual linear throughout
-    torch.testing.assert_close(with_it, without, rtol=1e-5, atol=1e-5)
+        whole = r.query_state(ids, mask)["q"]
+        assert calls["layer"] > 0 and calls["linear"] == 0
+        monkeypatch.setattr(blocks, "layer_native", lambda *a: None)  # the layer as separate calls
+        linears = r.query_state(ids, mask)["q"]
+        assert calls["linear"] > 0
+        monkeypatch.setenv(native.ENVIRONMENT, "0")
+        plain = r.query_state(ids, mask)["q"]
+    torch.testing.assert_close(whole, plain, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(linears, plain, rtol=1e-5, atol=1e-5)
+
+
+def _layer(n: int, heads: int, inner: int, seed: int) -> blocks.TransformerLayer:
+    """A BERT layer with random weights, biases and LayerNorm parameters (not the identity's 1 and 0)."""
+    torch.manual_seed(seed)
+    layer = blocks.TransformerLayer(n, heads, inner, 1e-12, 0.1, 0.1)
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            if "LayerNorm.weight" in name:
+                p.copy_(torch.rand_like(p) + 0.5)
+            else:
+                p.copy_(torch.randn_like(p) * (0.5 if "bias" in name else p.shape[-1] ** -0.5))
+    return layer.eval()
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    ("b", "t", "n", "heads", "inner"),
+    [
+        (1, 18, 384, 12, 1536),
+        (2, 18, 384, 12, 1536),
+        (3, 5, 64, 4, 96),
+        (1, 1, 64, 2, 64),
+        (4, 16, 48, 3, 80),
+    ],
+)
+@pytest.mark.parametrize("padded", [False, True])
+def test_whole_layer_in_one_call(b, t, n, heads, inner, padded):
+    """encoder_layer (blocks.layer_native) equals the layer run by PyTorch (kernels off) within float32 rounding
+    for one or several sequences, with padding keys skipped (the padded rows computed as PyTorch does); the same
+    bits for 1 and 2 threads."""
+    layer = _layer(n, heads, inner, seed=b * 100 + t)
+    g = torch.Generator().manual_seed(t)
+    x = torch.randn(b, t, n, generator=g)
+    real = torch.ones(b, t, dtype=torch.bool)
+    if padded:
+        real[-1, (t + 1) // 2 :] = False
+    mask = blocks.key_mask(real)
+    with torch.no_grad():
+        got = blocks.layer_native(layer, x, mask)
+        assert got is not None and got.shape == (b, t, n)
+        with native_off():
+            want = layer(x, mask)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
+        torch.testing.assert_close(layer(x, mask), got, rtol=0, atol=0)  # forward takes it
+        threads = torch.get_num_threads()
+        try:
+            torch.set_num_threads(1)
+            one = blocks.layer_native(layer, x, mask)
+        finally:
+            torch.set_num_threads(threads)
+        assert torch.equal(one, got)
+
+
+@needs_kernel
+def test_whole_layer_declines_where_it_does_not_apply_and_follows_weight_changes():
+    """None for more than SKINNY_MAX_ROWS rows, a per-row mask, gradients, a non-float32 input; forward keeps
+    PyTorch's layer in training; a weight changed in place after a call is used by the next one."""
+    layer = _layer(64, 4, 96, seed=1)
+    x = torch.randn(1, 9, 64)
+    with torch.no_grad():
+        assert blocks.layer_native(layer, torch.randn(5, 13, 64), None) is None  # 65 rows
+        assert blocks.layer_native(layer, x, torch.ones(1, 1, 9, 9, dtype=torch.bool)) is None
+        assert blocks.layer_native(layer, x.double(), None) is None
+        first = blocks.layer_native(layer, x, None)
+        layer.intermediate.dense.weight.mul_(-1.5)
+        layer.attention.output.LayerNorm.bias.add_(1.0)
+        second = blocks.layer_native(layer, x, None)
+        with native_off():
+            want = layer(x)
+    assert not torch.allclose(first, second)
+    torch.testing.assert_close(second, want, rtol=1e-5, atol=2e-5)
+    assert blocks.layer_native(layer, x, None) is None  # gradients on: autograd runs PyTorch's layer
+    layer.train()
+    assert layer(x).requires_grad
+
+
+@contextlib.contextmanager
+def native_off():
+    """The compiled kernels off inside the block (PyTorch's code throughout)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(native.ENVIRONMENT, "0")
+        yield
 
 
 @needs_kernel
