@@ -185,10 +185,14 @@ def part_tk(args) -> list[dict]:
 
 
 def cases(names: list[str], args):
-    """(name, d, N, ranker, query, float16 fields, mask) per ranker and document length (N / 4 above d = 128)."""
+    """(name, d, N, ranker, query, float16 fields, mask) per ranker and document length (N / 4 above d = 128). A
+    ranker with the similarity residual gets a random score head: an untrained one is 0, and its scores would not
+    read the interaction (the max score differences would compare nothing)."""
     for name in names:
         for d in args.d:
             ranker = make_ranker(name, d)
+            if getattr(ranker.config, "sim", False):
+                torch.nn.init.normal_(ranker.head.weight, std=0.2, generator=torch.Generator().manual_seed(3))
             n = args.n if d <= 128 else max(32, args.n // 4)
             yield (name, d, n, ranker, *inputs(ranker, n, d))
 
@@ -226,8 +230,6 @@ def native_kernels(on: bool):
 def part_native(args) -> list[dict]:
     rows = []
     for name, d, n, ranker, q, half, mask in cases(args.native_rankers, args):
-        if getattr(ranker.config, "sim", False):  # an untrained head is 0: make the score read the attention
-            torch.nn.init.normal_(ranker.head.weight, std=0.2, generator=torch.Generator().manual_seed(3))
         stored = {"float16": half}
         if not name.startswith("tk"):
             stored["int8"] = {k: QuantizedField.quantize(v.float()) for k, v in half.items()}
