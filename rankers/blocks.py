@@ -801,7 +801,7 @@ def _layer_arguments(layer: TransformerLayer) -> tuple[int, tuple] | None:
     ) and all(ln.normalized_shape == (n,) for ln in norms)
     ok = ok and all(min(lin.in_features, lin.out_features) >= _MIN_PACKED_FEATURES for lin in linears)
     if not ok:
-        layer.__dict__["_native_arguments"] = (key, None)
+        layer.__dict__["_native_arguments"] = (key, None, None)
         return None
     panels = [lin.panels() for lin in linears]
     ptrs = [
@@ -829,8 +829,8 @@ def _layer_arguments(layer: TransformerLayer) -> tuple[int, tuple] | None:
             float(ln2.eps),
         ),
     )
-    # the panels stay referenced by their Linears (Linear._panels) for as long as the key holds
-    layer.__dict__["_native_arguments"] = (key, arguments)
+    # the panels the addresses point into are kept with them (their Linears hold them too, while the key holds)
+    layer.__dict__["_native_arguments"] = (key, arguments, panels)
     return arguments
 
 

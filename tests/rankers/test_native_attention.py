@@ -440,7 +440,9 @@ def test_prettr_last_layer_scores_equal_the_pytorch_path(head32_base, texts, opt
 
 @needs_kernel
 @pytest.mark.parametrize("opts", [{"compress": 0, "sim": True}, {"compress": 48}], ids=str)
-def test_prettr_query_part_as_prior_or_merged_after_give_the_same_scores(head32_base, texts, opts, monkeypatch):
+def test_prettr_query_part_as_prior_or_merged_after_give_the_same_scores(
+    head32_base, texts, opts, monkeypatch
+):
     """The query tokens' part as the kernel rows' prior (prettr.QUERY_PRIOR, the default) and merged after the
     kernel by log-sum-exps give the same scores (1e-5 relative to their spread)."""
     ranker = init_ranker("prettr", base=head32_base, max_doc_len=48, layer=2, **opts)

@@ -5,6 +5,7 @@ bits for any thread count, declining where it does not apply, and what ``blocks.
 from __future__ import annotations
 
 import contextlib
+import copy
 
 import pytest
 import torch
@@ -237,7 +238,8 @@ def test_whole_layer_in_one_call(b, t, n, heads, inner, padded):
 @needs_kernel
 def test_whole_layer_declines_where_it_does_not_apply_and_follows_weight_changes():
     """None for more than SKINNY_MAX_ROWS rows, a per-row mask, gradients, a non-float32 input; forward keeps
-    PyTorch's layer in training; a weight changed in place after a call is used by the next one."""
+    PyTorch's layer in training; a weight changed in place after a call is used by the next one; a deep copy
+    computes from its own weights."""
     layer = _layer(64, 4, 96, seed=1)
     x = torch.randn(1, 9, 64)
     with torch.no_grad():
@@ -252,6 +254,11 @@ def test_whole_layer_declines_where_it_does_not_apply_and_follows_weight_changes
             want = layer(x)
     assert not torch.allclose(first, second)
     torch.testing.assert_close(second, want, rtol=1e-5, atol=2e-5)
+    twin = copy.deepcopy(layer)  # without the cached addresses (into the original's weights): builds its own
+    assert "_native_arguments" in layer.__dict__ and "_native_arguments" not in twin.__dict__
+    with torch.no_grad():
+        layer.intermediate.dense.weight.zero_()  # the original changes; the copy must not read it
+        torch.testing.assert_close(blocks.layer_native(twin, x, None), second, rtol=0, atol=0)
     assert blocks.layer_native(layer, x, None) is None  # gradients on: autograd runs PyTorch's layer
     layer.train()
     assert layer(x).requires_grad
