@@ -515,10 +515,7 @@ def bench_row(
         "stored_dtype": "int8" if int8 else "float16",
         "kind": row.kind,
         "strategy": ranker.strategy if row.kind == "mores" else None,
-        "options": {
-            **{k: v for k, v in ranker.describe().items() if k not in ("kind", "strategy", "fields")},
-            "sim": bool(ranker.config.sim),
-        },
+        "options": {k: v for k, v in ranker.describe().items() if k not in ("kind", "strategy", "fields")},
         "d_pieces": d_pieces,
         "query_tokens": tq,
         "doc_tokens": td,

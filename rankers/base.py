@@ -172,7 +172,7 @@ class Ranker(nn.Module):
         c = self.config
         opts = {
             k: getattr(c, k)
-            for k in ("ibs", "pooling", "tied", "layer", "compress", "tk_layers")
+            for k in ("ibs", "pooling", "tied", "layer", "compress", "tk_layers", "sim")
             if getattr(c, k) is not None
         }
         return {

@@ -144,3 +144,11 @@ def test_init_ranker_cli(tiny_base, tmp_path):
     assert res.exit_code == 2 and "--sim does not apply" in res.output
     res = runner.invoke(app, ["init-ranker", "mores", "--out", str(out), "--base", str(tiny_base)])
     assert res.exit_code == 2 and "already exists" in res.output
+
+
+def test_describe_says_whether_the_similarity_residual_is_on(tiny_base):
+    """describe() (the service's /v1/info, the store manifest's ranker) records ``sim`` where the config sets it."""
+    on = init_ranker("prettr", base=tiny_base, layer=1, compress=0, sim=True)
+    off = init_ranker("mores", base=tiny_base, ibs=1, sim=False)
+    assert on.describe()["sim"] is True and off.describe()["sim"] is False
+    assert "sim" not in init_ranker("tk", base=tiny_base).describe()  # no residual for TK (None)
