@@ -241,6 +241,27 @@ def measure_matmul(repeats: int = 10) -> dict:
     }
 
 
+READ_MB = 1024  # measure_read_bandwidth's buffer: more than this VM's share of L3, so the rate is memory's
+
+
+def measure_read_bandwidth(mb: int = READ_MB, repeats: int = 5) -> float:
+    """Best GB/s of reading a float32 buffer of ``mb`` MB once (a sum over it) on the run's threads: the rate at
+    which the candidates' stored fields can at best come from memory, for the memory floor (finish_rows)."""
+    x = torch.ones(mb * (1 << 20) // 4)
+    return x.numel() * 4 / best_time(lambda: x.sum(), repeats, warmup=1) / 1e9
+
+
+def bytes_read(fields: dict, mask: Tensor) -> int:
+    """The bytes of the candidates' stored fields over their real tokens: what any implementation of the path
+    must read per query (float16: 2 bytes a value; int8: 1 byte a value and a float32 scale per token)."""
+    real = int(mask.sum())
+    per_token = 0
+    for f in fields.values():
+        dim = f.shape[-1]
+        per_token += dim + 4 if isinstance(f, QuantizedField) else dim * f.dtype.itemsize
+    return real * per_token
+
+
 # ---- documents and fields ---------------------------------------------------------------------------------
 def doc_batch(ranker: Ranker, pieces: Tensor) -> tuple[Tensor, Tensor]:
     """Word pieces [N, d] -> this ranker's document ids with its special tokens, padded, + mask."""
@@ -530,6 +551,7 @@ def bench_row(
         "fields": ranker.field_dims(),
         # int8: one byte a value plus a float32 scale per token and field; float16: two bytes a value
         "bytes_per_doc": td * (sum(dims.values()) + 4 * len(dims)) if int8 else 2 * td * sum(dims.values()),
+        "bytes_read_per_query": bytes_read(fields, mask),
         "flops": flops,
         "fp16_check": check,
         "setup_s": round(setup_s, 1),
@@ -544,10 +566,18 @@ def bench_row(
     return result
 
 
-def finish_rows(rows: list[dict], gflops: float, exp_rate: float, matmul_gflops: float | None = None) -> None:
+def finish_rows(
+    rows: list[dict],
+    gflops: float,
+    exp_rate: float,
+    matmul_gflops: float | None = None,
+    read_gbps: float | None = None,
+) -> None:
     """Speed-ups over bert at the same d, achieved GFLOP/s, FLOP floor and the ratio to it (and, for
     comparison with runs before the floor counted the rankers' oneDNN linear layers, the ratio to the floor at
-    torch.matmul's rate alone: ``x_floor_torch_matmul``)."""
+    torch.matmul's rate alone: ``x_floor_torch_matmul``). With ``read_gbps``, also the memory floor (the
+    candidates' stored bytes at the measured read rate) and the ratio to the larger of the two floors
+    (``x_roofline``): a path whose memory floor is the larger cannot reach its FLOP floor however it computes."""
     bert = {r["d_pieces"]: r for r in rows if r["kind"] == "bert"}
     for r in rows:
         ref = bert.get(r["d_pieces"])
@@ -567,6 +597,9 @@ def finish_rows(rows: list[dict], gflops: float, exp_rate: float, matmul_gflops:
         r["docs_floor_ms"] = r["floor_ms"] - r["query_floor_ms"]
         r["x_floor_query"] = r["query_ms_median"] / r["query_floor_ms"] if query_flops else None
         r["x_floor_docs"] = r["docs_ms"] / r["docs_floor_ms"]
+        if read_gbps and "bytes_read_per_query" in r:
+            r["memory_floor_ms"] = r["bytes_read_per_query"] / (read_gbps * 1e9) * 1e3
+            r["x_roofline"] = r["ms_median"] / max(r["floor_ms"], r["memory_floor_ms"])
         if r["flops"]["exp_per_query"]:
             r["floor_ms_incl_exp"] = r["floor_ms"] + r["flops"]["exp_per_query"] / (exp_rate * 1e9) * 1e3
             r["x_floor_incl_exp"] = r["ms_median"] / r["floor_ms_incl_exp"]
@@ -616,6 +649,7 @@ def print_table(rows: list[dict], gflops: float) -> None:
         "GFLOP/s",
         "floor ms",
         "× floor",
+        "mem ms",
         "query ms",
         "× floor q / docs",
         "fp16 τ",
@@ -635,6 +669,7 @@ def print_table(rows: list[dict], gflops: float) -> None:
             f"{r['achieved_gflops']:.1f}",
             f"{r['floor_ms']:.1f}",
             f"{r['x_floor']:.1f}",
+            f"{r['memory_floor_ms']:.1f}" if "memory_floor_ms" in r else "—",
             f"{r['query_ms_median']:.1f}",
             ("—" if r["x_floor_query"] is None else f"{r['x_floor_query']:.1f}")
             + f" / {r['x_floor_docs']:.1f}",
@@ -647,14 +682,17 @@ def markdown(result: dict) -> str:
     """The table of a run as markdown: one line per row, the d = 128 and d = 512 columns side by side."""
     rows, m = result["rows"], result["machine"]
     ds = sorted({r["d_pieces"] for r in rows})
-    cols = ("ms", "× bert", "× floor", "× floor at matmul", "KB/doc")
+    cols = ("ms", "× bert", "× floor", "× floor at matmul", "memory floor ms", "× roofline", "KB/doc")
     head = ["ranker", "stored", *(f"{c} d={d}" for d in ds for c in cols)]
     lines = [
         f"`{result['command']}` — {m['cpu']}, {m['threads']} threads, torch {m['torch']}, git {m.get('git_commit', '?')}; "
         f"N = {result['settings']['n_docs']} candidates, 16-piece query; floor = analytic matmul FLOPs at "
         f"{result['matmul']['gflops_used_for_floor']:.0f} GFLOP/s (the fastest float32 matmul measured in the same"
         " run: the rankers' oneDNN linear layers where available); '× floor at matmul': against torch.matmul's"
-        " rate alone, as runs before the oneDNN layers counted it.",
+        " rate alone, as runs before the oneDNN layers counted it; 'memory floor': the candidates' stored bytes"
+        " (real tokens) at the read rate measured in the run"
+        + (f" ({result['memory']['read_gbps']:.1f} GB/s)" if "memory" in result else "")
+        + "; '× roofline': against the larger of the two floors.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -675,6 +713,8 @@ def markdown(result: dict) -> str:
                     f"{sp:.1f}" if sp else "–",
                     f"{r['x_floor']:.1f}",
                     f"{at_matmul:.1f}" if at_matmul else "–",
+                    f"{r['memory_floor_ms']:.1f}" if "memory_floor_ms" in r else "–",
+                    f"{r['x_roofline']:.1f}" if "x_roofline" in r else "–",
                     f"{r['bytes_per_doc'] / 1024:.0f}",
                 ]
             )
@@ -779,12 +819,13 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info(args.threads)
     console.print(f"[bold]{info['cpu']}[/], {args.threads} threads, torch {info['torch']}")
     mm = measure_matmul()
+    read_start = measure_read_bandwidth()
     console.print(
         f"float32 matmul: best {mm['gflops']:.0f} GFLOP/s ("
         + ", ".join(f"{k}: {v:.0f}" for k, v in mm["per_shape"].items())
         + f"; the rankers' linear layers ({mm['linear_backend']}): "
         + ", ".join(f"{v:.0f}" for v in mm["per_shape_linear"].values())
-        + f"); exp: {mm['exp_g_per_s']:.2f} G/s"
+        + f"); exp: {mm['exp_g_per_s']:.2f} G/s; memory read {read_start:.1f} GB/s"
     )
 
     rows: list[dict] = []
@@ -823,9 +864,11 @@ def main(argv: list[str] | None = None) -> int:
             gc.collect()
 
     mm_end = measure_matmul()
+    read_end = measure_read_bandwidth()
     gflops = max(mm["gflops"], mm_end["gflops"])
     matmul_only = max(*mm["per_shape"].values(), *mm_end["per_shape"].values())
-    finish_rows(rows, gflops, max(mm["exp_g_per_s"], mm_end["exp_g_per_s"]), matmul_only)
+    read_gbps = max(read_start, read_end)
+    finish_rows(rows, gflops, max(mm["exp_g_per_s"], mm_end["exp_g_per_s"]), matmul_only, read_gbps)
     targets = evaluate_targets(rows, d_map)
     print_table(rows, gflops)
     for t in targets:
@@ -840,6 +883,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
         "machine": info,
         "matmul": {"start": mm, "end": mm_end, "gflops_used_for_floor": gflops},
+        "memory": {"read_gbps_start": read_start, "read_gbps_end": read_end, "read_gbps": read_gbps},
         "settings": {
             "n_docs": args.n,
             "query_pieces": QUERY_PIECES,

@@ -42,3 +42,29 @@ def test_the_similarity_residual_is_counted(tiny_base, kind, opts):
         mean = 2 * td * width + speed.lin(1, e, n) if folded else 2 * td * n
         assert a["per_doc"] - b["per_doc"] == mean + speed.lin(1, n, n)
     assert a["total"] == a["query_side"] + 2 * a["per_chunk"] + 7 * a["per_doc"]
+
+
+def test_the_memory_floor_counts_the_real_tokens_stored_bytes():
+    """bytes_read: float16 2 bytes a value, int8 1 byte a value and a 4-byte scale per token, over the real
+    tokens only; finish_rows' memory floor is those bytes at the read rate, and × roofline is against the larger
+    floor."""
+    import torch
+    from aheadrank.rankers import QuantizedField
+
+    mask = torch.tensor([[True, True, False], [True, False, False]])  # 3 real tokens
+    half = {"k1": torch.zeros(2, 3, 8, dtype=torch.float16), "v1": torch.zeros(2, 3, 8, dtype=torch.float16)}
+    assert speed.bytes_read(half, mask) == 3 * 2 * (2 * 8)
+    quant = {k: QuantizedField.quantize(v.float() + 1) for k, v in half.items()}
+    assert speed.bytes_read(quant, mask) == 3 * 2 * (8 + 4)
+    row = {
+        "kind": "mores",
+        "d_pieces": 128,
+        "ms_median": 30.0,
+        "ms_min": 29.0,
+        "query_ms_median": 3.0,
+        "bytes_read_per_query": 2_000_000_000,  # 2 GB at 20 GB/s: a 100 ms memory floor
+        "flops": {"total": 10**9, "query_side": 10**8, "per_chunk": 0, "per_doc": 0, "exp_per_query": 0},
+    }
+    speed.finish_rows([row], gflops=100.0, exp_rate=1.0, read_gbps=20.0)
+    assert row["floor_ms"] == pytest.approx(10.0) and row["memory_floor_ms"] == pytest.approx(100.0)
+    assert row["x_roofline"] == pytest.approx(0.3)
