@@ -11,7 +11,9 @@ float16 store holding exactly the values a 4-bit store would give back (levels �
 float16: 2^-11 relative, far below the 4-bit step), and its bytes per token are those the 4-bit store would take,
 computed, not read from a manifest: ``int4-token`` (one float16 scale per token and field, absmax / 7: dim / 2 + 2
 bytes per token and field) and ``int4-dim`` (one scale per dimension for the whole collection, the 99.99th
-percentile of |x| over up to 200,000 tokens / 7, values beyond it clipped: dim / 2 bytes).
+percentile of |x| over up to 200,000 tokens / 7, values beyond it clipped: dim / 2 bytes). With ``--dim-bits B
+...``, per-dimension settings of B bits as well (``intB-dim``: levels −(2^(B−1) − 1)..2^(B−1) − 1, dim·B/8 bytes),
+the same way: between 4 and 8 bits, how few keep the ranking.
 
     .venv/bin/python bench/quant_effect.py \\
         --case mores-2ib-s2 CKPT_DIR STORE_DIR --case prettr-l5-e128 CKPT_DIR STORE_DIR \\
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aheadrank.benchkit import machine_info, write_record
-from aheadrank.evaluation import evaluate, read_run
+from aheadrank.evaluation import evaluate, paired_test, per_query, read_run
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_LOSS = 0.01  # issue 16: the smallest store that keeps nDCG@10 within 1 % (relative) of the reference
@@ -65,11 +68,33 @@ def requantise(src: Path, dst: Path, batch: int = 256) -> float:
 INT4_LEVELS = 7  # symmetric 4-bit: -7..7 (the 16th code unused, as int8 uses -127..127)
 INT4_SAMPLE_TOKENS = 200_000
 INT4_QUANTILE = 0.9999
+SIM_MODE = re.compile(
+    r"int([2-7])-(token|dim)"
+)  # the simulated settings: bits, one scale per token or dimension
 
 
-def int4_dim_scales(reader: StoreReader, batch: int = 256) -> dict[str, torch.Tensor]:
+def mode_bits(mode: str) -> tuple[int, int, bool]:
+    """(bits, levels, per token) of a simulated setting ``int<bits>-token`` / ``int<bits>-dim`` (2-7 bits):
+    symmetric levels -(2^(bits-1) - 1)..2^(bits-1) - 1."""
+    m = SIM_MODE.fullmatch(mode)
+    if m is None:
+        raise ValueError(f"not a simulated setting: {mode!r} (int<2-7>-token or int<2-7>-dim)")
+    bits = int(m.group(1))
+    return bits, 2 ** (bits - 1) - 1, m.group(2) == "token"
+
+
+def sim_bytes_per_token(fields: dict[str, int], mode: str) -> float:
+    """The bytes per token a store of ``mode`` would take: dim·bits/8 per field, plus a float16 scale per token
+    and field for per-token scales (per-dimension scales: one set per collection, not per token)."""
+    bits, _, per_token = mode_bits(mode)
+    return sum(d * bits / 8 + (2 if per_token else 0) for d in fields.values())
+
+
+def int4_dim_scales(
+    reader: StoreReader, batch: int = 256, levels: int = INT4_LEVELS
+) -> dict[str, torch.Tensor]:
     """Per field, one scale per dimension: the INT4_QUANTILE of |x| over up to INT4_SAMPLE_TOKENS real tokens (the
-    first documents' in store order) / INT4_LEVELS."""
+    first documents' in store order) / ``levels``."""
     docids, seen, parts = reader.docids(), 0, {}
     for s in range(0, len(docids), batch):
         got = reader.fetch(docids[s : s + batch])
@@ -82,31 +107,34 @@ def int4_dim_scales(reader: StoreReader, batch: int = 256) -> dict[str, torch.Te
             break
     return {
         k: torch.quantile(torch.cat(v)[:INT4_SAMPLE_TOKENS].abs(), INT4_QUANTILE, dim=0).clamp(min=1e-12)
-        / INT4_LEVELS
+        / levels
         for k, v in parts.items()
     }
 
 
 def int4_values(x: torch.Tensor, mode: str, dim_scale: torch.Tensor | None) -> torch.Tensor:
-    """x [T, dim] as a 4-bit store would give it back: levels -7..7 times the token's (``int4-token``) or the
-    dimension's (``int4-dim``, clipped) scale; the token scale rounded to float16 as it would be stored."""
+    """x [T, dim] as a store of ``mode`` would give it back: its levels (4 bits: -7..7) times the token's
+    (``int<b>-token``) or the dimension's (``int<b>-dim``, clipped) scale; the token scale rounded to float16 as it
+    would be stored."""
+    _, levels, per_token = mode_bits(mode)
     x = x.float()
-    if mode == "int4-token":
-        scale = (x.abs().amax(-1, keepdim=True) / INT4_LEVELS).half().float().clamp(min=1e-12)
+    if per_token:
+        scale = (x.abs().amax(-1, keepdim=True) / levels).half().float().clamp(min=1e-12)
     else:
         scale = dim_scale[None, :]
-    return (torch.round(x / scale).clamp(-INT4_LEVELS, INT4_LEVELS) * scale).half()
+    return (torch.round(x / scale).clamp(-levels, levels) * scale).half()
 
 
 def simulate_int4(src: Path, dst: Path, mode: str, batch: int = 256) -> tuple[float, float]:
-    """A float16 store of the values ``mode`` would store (dense/ copied as it is); (seconds taken, 0 if it exists,
-    and the bytes per token the 4-bit store would take)."""
+    """A float16 store of the values ``mode`` (``int<b>-token`` / ``int<b>-dim``) would store (dense/ copied as it
+    is); (seconds taken, 0 if it exists, and the bytes per token that store would take)."""
     t0 = time.perf_counter()
+    _, levels, per_token_scales = mode_bits(mode)
     with StoreReader(src) as reader:
-        per_token = sum(d / 2 + (2 if mode == "int4-token" else 0) for d in reader.spec.fields.values())
+        per_token = sim_bytes_per_token(reader.spec.fields, mode)
         if (dst / "manifest.json").exists():
             return 0.0, per_token
-        scales = int4_dim_scales(reader) if mode == "int4-dim" else {}
+        scales = {} if per_token_scales else int4_dim_scales(reader, levels=levels)
         docids = reader.docids()
         with StoreWriter(dst, reader.spec) as writer:
             for s in range(0, len(docids), batch):
@@ -158,8 +186,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--work", type=Path, required=True, help="int8 stores and runs go here")
     p.add_argument("--int4", action="store_true", help="also the two simulated 4-bit settings (module doc)")
+    p.add_argument(
+        "--dim-bits",
+        type=int,
+        nargs="+",
+        default=[],
+        help="also simulated per-dimension settings of these bits (2-7)",
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "quant_effect.json")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for b in args.dim_bits:
+        if not 2 <= b <= 7:
+            p.error(f"--dim-bits: {b} is not 2-7 (8 bits is the int8 store itself)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         int8 = args.work / f"{name}-int8"
         seconds = requantise(store, int8)
         settings = [("float16", store, None), ("int8", int8, None)]
-        if args.int4:
-            for mode in ("int4-token", "int4-dim"):
+        modes = (["int4-token", "int4-dim"] if args.int4 else []) + [f"int{b}-dim" for b in args.dim_bits]
+        if modes:
+            for mode in dict.fromkeys(modes):
                 path = args.work / f"{name}-{mode}-sim"
                 settings.append((mode, path, simulate_int4(store, path, mode)))
         for dtype, path, sim in settings:
@@ -183,14 +223,27 @@ def main(argv: list[str] | None = None) -> int:
                 row["bytes_per_token"], row["simulated"], row["simulate_s"] = sim[1], True, round(sim[0], 1)
             for pure in (True, False):
                 label = "pure" if pure else "priors"
-                row[f"ndcg10_{label}"] = rerank(
-                    ckpt, path, args, args.work / f"{name}-{dtype}-{label}.trec", pure
-                )
+                run = args.work / f"{name}-{dtype}-{label}.trec"
+                row[f"ndcg10_{label}"] = rerank(ckpt, path, args, run, pure)
+                row[f"run_{label}"] = str(run)
             if dtype == "int8":
                 row["requantise_s"] = round(seconds, 1)
             rows.append(row)
             console.print(row)
     by = {(r["case"], r["dtype"]): r for r in rows}
+    qrels = read_qrels(args.collection, "test")
+    for (
+        r
+    ) in rows:  # per query against the case's float16 store: the paired t-test, and how many queries moved
+        ref = by[(r["case"], "float16")]
+        for label in ("pure", "priors"):
+            a, b = (
+                per_query(read_run(x[f"run_{label}"]), qrels, ["ndcg_cut_10"])["ndcg_cut_10"]
+                for x in (ref, r)
+            )
+            r[f"p_vs_float16_{label}"] = None if r is ref else paired_test(a, b, "ndcg_cut_10").p
+            r[f"queries_down_{label}"] = sum(b[q] < a[q] for q in a)
+            r[f"queries_up_{label}"] = sum(b[q] > a[q] for q in a)
     first = rows[0]  # the first case's float16 store: the reference of a smaller setting's total loss
     for r in rows:
         ref = by[(r["case"], "float16")]
@@ -200,7 +253,18 @@ def main(argv: list[str] | None = None) -> int:
     within = [r for r in rows if r["rel_loss_vs_first_pure"] <= MAX_LOSS]
     smallest = min(within, key=lambda r: r["bytes_per_token"])
     table = Table(title=f"SciFact test, BM25 top-{args.depth}: nDCG@10 float16 vs int8 store")
-    for col in ("case", "dtype", "B/token", "pure", "loss", f"vs {first['case']}", "with priors", "loss"):
+    for col in (
+        "case",
+        "dtype",
+        "B/token",
+        "pure",
+        "loss",
+        "p",
+        "down / up",
+        f"vs {first['case']}",
+        "with priors",
+        "loss",
+    ):
         table.add_column(col, justify="left" if col in ("case", "dtype") else "right")
     for r in rows:
         table.add_row(
@@ -209,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['bytes_per_token']:.0f}",
             f"{r['ndcg10_pure']:.4f}",
             f"{100 * r['rel_loss_pure']:+.2f}%",
+            "" if r["p_vs_float16_pure"] is None else f"{r['p_vs_float16_pure']:.2g}",
+            f"{r['queries_down_pure']} / {r['queries_up_pure']}",
             f"{100 * r['rel_loss_vs_first_pure']:+.2f}%",
             f"{r['ndcg10_priors']:.4f}",
             f"{100 * r['rel_loss_priors']:+.2f}%",
@@ -220,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     note = (
         "rel_loss = 1 - nDCG@10(int8) / nDCG@10(float16) of the same checkpoint and candidates; "
-        "rel_loss_vs_first = the same against the first case's float16 store"
+        "rel_loss_vs_first = the same against the first case's float16 store; p_vs_float16: two-sided paired t-test "
+        "of the per-query nDCG@10 against the case's float16 store; queries_down / up: queries whose nDCG@10 fell / rose"
     )
     write_record(
         args.out,

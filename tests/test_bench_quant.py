@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from aheadrank.store import StoreReader, StoreSpec, StoreWriter
 
@@ -52,3 +53,23 @@ def test_simulated_stores_hold_the_values_and_count_4_bit_bytes(tmp_path):
             want = quant_effect.int4_values(torch.as_tensor(docs["d5"]), mode, None).numpy()
             assert np.array_equal(v, want)
         assert quant_effect.simulate_int4(tmp_path / "src", tmp_path / mode, mode) == (0.0, per_token)  # kept
+
+
+def test_more_bits_per_dimension_give_finer_levels_and_count_their_bytes():
+    """intB-dim: levels ±(2^(B-1) - 1) of the dimension's scale, dim·B/8 bytes per token; anything but 2-7 bits
+    and token / dim is refused."""
+    assert quant_effect.mode_bits("int6-dim") == (6, 31, False)
+    assert quant_effect.mode_bits("int4-token") == (4, 7, True)
+    assert quant_effect.sim_bytes_per_token({"doc": 128}, "int6-dim") == 96
+    assert quant_effect.sim_bytes_per_token({"doc": 128, "k": 64}, "int5-token") == 80 + 2 + 40 + 2
+    for bad in ("int8-dim", "int4-row", "int1-dim"):
+        with pytest.raises(ValueError):
+            quant_effect.mode_bits(bad)
+    x = torch.tensor([[0.26, -4.0], [0.74, 0.1]])
+    scale = torch.tensor([0.1, 0.1])  # 6 bits: 31 levels of 0.1, clipped at ±3.1
+    got = quant_effect.int4_values(x, "int6-dim", scale).float()
+    want = torch.tensor([[0.3, -3.1], [0.7, 0.1]]).half().float()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-3)
+    with pytest.raises(SystemExit):
+        quant_effect.parse_args(["--case", "a", "b", "c", "--collection", "x", "--candidates", "y", "--work", "w",
+                                 "--dim-bits", "8"])  # fmt: skip
