@@ -106,6 +106,16 @@ def machine_info(threads: int) -> dict:
     }
 
 
+def score_head_reads_interaction(ranker) -> None:
+    """A ranker with the similarity residual starts with a zero score head, so its untrained scores are the
+    residual alone and do not read the interaction: give the head random weights (fixed seed), so that a benchmark
+    comparing two paths' scores compares the interaction too. Others are left as they are."""
+    if getattr(ranker.config, "sim", False):
+        import torch
+
+        torch.nn.init.normal_(ranker.head.weight, std=0.2, generator=torch.Generator().manual_seed(3))
+
+
 def machine(device: str) -> dict:
     """:func:`machine_info` with torch's threads, the device and its GPU name."""
     import torch

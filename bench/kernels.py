@@ -67,7 +67,7 @@ from aheadrank.store import StoreReader, StoreSpec, StoreWriter
 from rich.console import Console
 from rich.table import Table
 
-from aheadrank.benchkit import cpu_sample, machine_info, write_record
+from aheadrank.benchkit import cpu_sample, machine_info, score_head_reads_interaction, write_record
 from aheadrank.rerank import stored_fields
 
 REPO = Path(__file__).resolve().parents[1]
@@ -185,14 +185,12 @@ def part_tk(args) -> list[dict]:
 
 
 def cases(names: list[str], args):
-    """(name, d, N, ranker, query, float16 fields, mask) per ranker and document length (N / 4 above d = 128). A
-    ranker with the similarity residual gets a random score head: an untrained one is 0, and its scores would not
-    read the interaction (the max score differences would compare nothing)."""
+    """(name, d, N, ranker, query, float16 fields, mask) per ranker and document length (N / 4 above d = 128), the
+    score head reading the interaction (:func:`score_head_reads_interaction`)."""
     for name in names:
         for d in args.d:
             ranker = make_ranker(name, d)
-            if getattr(ranker.config, "sim", False):
-                torch.nn.init.normal_(ranker.head.weight, std=0.2, generator=torch.Generator().manual_seed(3))
+            score_head_reads_interaction(ranker)
             n = args.n if d <= 128 else max(32, args.n // 4)
             yield (name, d, n, ranker, *inputs(ranker, n, d))
 

@@ -68,9 +68,8 @@ def requantise(src: Path, dst: Path, batch: int = 256) -> float:
 INT4_LEVELS = 7  # symmetric 4-bit: -7..7 (the 16th code unused, as int8 uses -127..127)
 INT4_SAMPLE_TOKENS = 200_000
 INT4_QUANTILE = 0.9999
-SIM_MODE = re.compile(
-    r"int([2-7])-(token|dim)"
-)  # the simulated settings: bits, one scale per token or dimension
+# the simulated settings: bits, one scale per token or dimension
+SIM_MODE = re.compile(r"int([2-7])-(token|dim)")
 
 
 def mode_bits(mode: str) -> tuple[int, int, bool]:
@@ -191,14 +190,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         nargs="+",
         default=[],
+        choices=range(2, 8),  # 8 bits is the int8 store itself
         help="also simulated per-dimension settings of these bits (2-7)",
     )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "quant_effect.json")
-    args = p.parse_args(argv)
-    for b in args.dim_bits:
-        if not 2 <= b <= 7:
-            p.error(f"--dim-bits: {b} is not 2-7 (8 bits is the int8 store itself)")
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,9 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             console.print(row)
     by = {(r["case"], r["dtype"]): r for r in rows}
     qrels = read_qrels(args.collection, "test")
-    for (
-        r
-    ) in rows:  # per query against the case's float16 store: the paired t-test, and how many queries moved
+    # per query against the case's float16 store: the paired t-test, and how many queries moved
+    for r in rows:
         ref = by[(r["case"], "float16")]
         for label in ("pure", "priors"):
             a, b = (

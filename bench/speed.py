@@ -45,7 +45,7 @@ from rich.table import Table
 from scipy.stats import kendalltau
 from torch import Tensor
 
-from aheadrank.benchkit import cpu_sample, machine_info
+from aheadrank.benchkit import cpu_sample, machine_info, score_head_reads_interaction
 from aheadrank.errors import CheckpointError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,10 +152,9 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
             per_doc += lin(tq, n, n)  # cross-attention output projection
             last_cls = k == K - 1 and c.pooling == "cls"
             per_doc += cls_layer_flops(tq, n, f, heads) if last_cls else layer_flops(tq, n, f)
-        if (
-            c.sim
-        ):  # A(q̄): the query alone through the IBs' layers, its value map; per document mean_d V as one
-            # more row of the last cross-attention (its weighted sum) and of its output projection
+        if c.sim:
+            # A(q̄): the query alone through the IBs' layers, its value map; per document mean_d V as one more row
+            # of the last cross-attention (its weighted sum) and of its output projection
             query += K * layer_flops(tq, n, f) + lin(1, n, n)
             per_doc += 2 * td * n + lin(1, n, n)
         per_doc += head
@@ -163,7 +162,7 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
         split, e = c.layer, c.compress
         query = split * layer_flops(tq, n, f)
         folded = split == L - 1 and e and e <= prettr.FOLD_DECOMPRESSION * n
-        width = -(-(e + 1) // 64) * 64  # the folded attention's head width
+        width = prettr.folded_width(e)
         per_doc = lin(td, e, n) if e and not folded else 0  # decompression
         if split == L - 1:
             # [CLS] is the query's: its folded query, and its scores and sums over the query's own tokens, once
@@ -491,10 +490,7 @@ def bench_row(
         ranker = row.init(seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_pieces)
     if row.strategy:
         ranker.strategy = row.strategy
-    if (
-        ranker.config.sim
-    ):  # an untrained head with the residual is 0: let fp16_check's scores read the interaction
-        torch.nn.init.normal_(ranker.head.weight, std=0.2, generator=torch.Generator().manual_seed(3))
+    score_head_reads_interaction(ranker)
     q = pad([ranker.query_ids(q_pieces)], "cpu", ranker.text.pad)
     fields, mask = builder.build(ranker)
     if int8:  # int8 + one float32 scale per token, handed over as the store does (no dequantised copy)

@@ -804,26 +804,24 @@ def _layer_arguments(layer: TransformerLayer) -> tuple[int, tuple] | None:
         layer.__dict__["_native_arguments"] = (key, None, None)
         return None
     panels = [lin.panels() for lin in linears]
-    ptrs = [
-        v
-        for pan, lin in zip(panels[:4], linears[:4], strict=True)
-        for v in (pan.data_ptr(), lin.bias.data_ptr())
-    ]
     ln1, ln2 = norms
-    ffn = (inner.out_features, layer.output.dense)
     arguments = (
         n,
         (
             att.heads,
-            *ptrs,
+            *(
+                v
+                for pan, lin in zip(panels[:4], linears[:4], strict=True)
+                for v in (pan.data_ptr(), lin.bias.data_ptr())
+            ),
             ln1.weight.data_ptr(),
             ln1.bias.data_ptr(),
             float(ln1.eps),
             panels[4].data_ptr(),
             inner.bias.data_ptr(),
-            ffn[0],
+            inner.out_features,
             panels[5].data_ptr(),
-            ffn[1].bias.data_ptr(),
+            layer.output.dense.bias.data_ptr(),
             ln2.weight.data_ptr(),
             ln2.bias.data_ptr(),
             float(ln2.eps),

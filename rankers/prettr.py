@@ -49,6 +49,12 @@ FOLD_DECOMPRESSION = 0.5
 QUERY_PRIOR = True
 
 
+def folded_width(e: int) -> int:
+    """The head width of the folded attention over [r/σ, 1/σ] (e + 1 values): the kernel's heads are multiples
+    of 64 wide."""
+    return -(-(e + 1) // 64) * 64
+
+
 @dataclass(frozen=True)
 class DecompressionFold:
     """PreTTR's decompression ŝ = LN(r·Wdᵀ + bd) as :meth:`PrettrRanker.weighted_folded` reads it: Wd and bd
@@ -288,7 +294,7 @@ class PrettrRanker(Ranker):
             return None
         fold = self.decompression_fold(q)
         e, n = r.shape[-1], rows.shape[1]
-        width = -(-(e + 1) // 64) * 64  # the kernel's head widths: multiples of 64
+        width = folded_width(e)
         ug = rows * fold.gamma
         query = rows.new_zeros(rows.shape[0], width)
         query[:, :e] = ug @ fold.w  # a_h
