@@ -36,6 +36,8 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
   served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
+* ``books``: the same from a float16 store vs the codebook stores ``book4`` and ``book2`` (decoded to float16 by
+  the reader, a byte-table lookup per packed byte); the score difference is the codebooks' rounding.
 
 Fields come from each ranker's own ``document_fields`` on random word pieces (untrained weights, seed 0);
 the int8 store repeats 100 distinct documents under N docids.
@@ -410,24 +412,34 @@ def part_blocks(args) -> list[dict]:
 
 def part_int8(args) -> list[dict]:
     """Every int8 case over ``--int8-n`` candidates (``args.n`` restored after)."""
+    return stored_parts(args, args.int8_rankers, int8_case)
+
+
+def part_books(args) -> list[dict]:
+    """Every codebook case over ``--int8-n`` candidates (``args.n`` restored after)."""
+    return stored_parts(args, args.book_rankers, books_case)
+
+
+def stored_parts(args, names: list[str], case: Callable) -> list[dict]:
     rows, n = [], args.n
     args.n = args.int8_n
     try:
-        for name in args.int8_rankers:
-            rows += int8_case(name, args)
+        for name in names:
+            rows += case(name, args)
     finally:
         args.n = n
     return rows
 
 
-def int8_case(name: str, args, d: int = 128) -> list[dict]:
-    """One ranker: a float16 and an int8 store of the same N documents; fetch + score all N three ways."""
-    ranker = make_ranker(name, d)
+@contextlib.contextmanager
+def stores_of(ranker, args, dtypes: tuple[str, ...], d: int):
+    """Readers of stores of each dtype holding the same N documents (100 distinct ones repeated), and a
+    function that fetches + scores all N from one of them."""
     q, fields, mask = inputs(ranker, 100, d)
     lengths = mask.sum(1).tolist()
     docids = [f"d{i}" for i in range(args.n)]
 
-    def fetch_score(reader: StoreReader, dequantize: bool) -> torch.Tensor:
+    def fetch_score(reader: StoreReader, dequantize: bool = True) -> torch.Tensor:
         qs = ranker.query_state(*q)
         out = []
         for s in range(0, len(docids), args.chunk):
@@ -439,47 +451,55 @@ def int8_case(name: str, args, d: int = 128) -> list[dict]:
         Path(args.tmp).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         readers = {}
-        for dtype in ("float16", "int8"):
-            spec = StoreSpec(ranker.field_dims(), "bench", ranker.kind, max_doc_len=d + 2, dtype=dtype)
-            with StoreWriter(Path(tmp) / dtype, spec) as writer:
-                for i, docid in enumerate(docids):
-                    j = i % 100
-                    writer.add(docid, {k: v[j, : lengths[j]].numpy() for k, v in fields.items()})
-            readers[dtype] = StoreReader(Path(tmp) / dtype)
         try:
-            fns = {
-                "float16": lambda: fetch_score(readers["float16"], True),
-                "int8 old": lambda: fetch_score(readers["int8"], True),
-                "int8 new": lambda: fetch_score(readers["int8"], False),
-            }
-            s16, old, new = (fn() for fn in fns.values())
-            t = interleaved(fns, args.rounds)
+            for dtype in dtypes:
+                spec = StoreSpec(ranker.field_dims(), "bench", ranker.kind, max_doc_len=d + 2, dtype=dtype)
+                with StoreWriter(Path(tmp) / dtype, spec) as writer:
+                    for i, docid in enumerate(docids):
+                        j = i % 100
+                        writer.add(docid, {k: v[j, : lengths[j]].numpy() for k, v in fields.items()})
+                readers[dtype] = StoreReader(Path(tmp) / dtype)
+            yield readers, fetch_score
         finally:
             for r in readers.values():
                 r.close()
+
+
+def int8_case(name: str, args, d: int = 128) -> list[dict]:
+    """One ranker: a float16 and an int8 store of the same N documents; fetch + score all N three ways."""
+    with stores_of(make_ranker(name, d), args, ("float16", "int8"), d) as (readers, fetch_score):
+        fns = {
+            "float16": lambda: fetch_score(readers["float16"], True),
+            "int8 old": lambda: fetch_score(readers["int8"], True),
+            "int8 new": lambda: fetch_score(readers["int8"], False),
+        }
+        s16, old, new = (fn() for fn in fns.values())
+        t = interleaved(fns, args.rounds)
     no_copy = "int8 store, no dequantised copy"
     return [
-        row(
-            "int8",
-            name,
-            d,
-            args.n,
-            "float16 store",
-            no_copy,
-            {"old": t["float16"], "new": t["int8 new"]},
-            rel_diff(new, s16),
-        ),
-        row(
-            "int8",
-            name,
-            d,
-            args.n,
-            "int8 store, float16 copy",
-            no_copy,
-            {"old": t["int8 old"], "new": t["int8 new"]},
-            rel_diff(new, old),
-        ),
-    ]
+        row("int8", name, d, args.n, "float16 store", no_copy, pair(t, "float16", "int8 new"), rel_diff(new, s16)),
+        row("int8", name, d, args.n, "int8 store, float16 copy", no_copy, pair(t, "int8 old", "int8 new"),
+            rel_diff(new, old)),
+    ]  # fmt: skip
+
+
+def books_case(name: str, args, d: int = 128) -> list[dict]:
+    """One ranker: float16, book4 and book2 stores of the same N documents; fetch + score all N from each (the
+    codebook stores decode to float16 as they are fetched)."""
+    dtypes = ("float16", "book4", "book2")
+    with stores_of(make_ranker(name, d), args, dtypes, d) as (readers, fetch_score):
+        fns = {dtype: (lambda r=readers[dtype]: fetch_score(r)) for dtype in dtypes}
+        scores = {dtype: fn() for dtype, fn in fns.items()}
+        t = interleaved(fns, args.rounds)
+    return [
+        row("books", name, d, args.n, "float16 store", f"{dtype} store", pair(t, "float16", dtype),
+            rel_diff(scores[dtype], scores["float16"]))
+        for dtype in dtypes[1:]
+    ]  # fmt: skip
+
+
+def pair(t: dict, old: str, new: str) -> dict:
+    return {"old": t[old], "new": t[new]}
 
 
 def row(part: str, ranker: str, d: int, n: int, old: str, new: str, t: dict, diff: float) -> dict:
@@ -517,6 +537,7 @@ PARTS = {
     "prior": part_prior,
     "source": part_source,
     "int8": part_int8,
+    "books": part_books,
 }
 
 
@@ -557,7 +578,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--source-rev", default="HEAD", help="the revision whose native_kernels.c the source part compares"
     )
     p.add_argument("--int8-rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
-    p.add_argument("--tmp", default=None, help="folder for the int8 part's temporary stores")
+    p.add_argument("--book-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e0"])
+    p.add_argument("--tmp", default=None, help="folder for the int8 and books parts' temporary stores")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kernels.json")
     args = p.parse_args(argv)
     args.threads = args.threads or os.cpu_count() or 1

@@ -13,7 +13,14 @@ computed, not read from a manifest: ``int4-token`` (one float16 scale per token 
 bytes per token and field) and ``int4-dim`` (one scale per dimension for the whole collection, the 99.99th
 percentile of |x| over up to 200,000 tokens / 7, values beyond it clipped: dim / 2 bytes). With ``--dim-bits B
 ...``, per-dimension settings of B bits as well (``intB-dim``: levels −(2^(B−1) − 1)..2^(B−1) − 1, dim·B/8 bytes),
-the same way: between 4 and 8 bits, how few keep the ranking.
+the same way: between 4 and 8 bits, how few keep the ranking. With ``--book-bits B ...``, ``intB-book``: per
+dimension a codebook of 2^B levels fitted by Lloyd-Max (``store.quant.fit_codebooks``) to the same sample, each
+value stored as its nearest level's code (dim·B/8 bytes; the codebooks, 2^B float32 per dimension, once per
+collection). Stored dimensions are far from centred (PreTTR e128 on SciFact: |mean| is 4.6-8.5 standard deviations),
+so symmetric levels around 0 spend most codes where no value lies; a codebook puts them where the values are.
+With ``--store-dtypes book4 book2``, the real codebook stores (``StoreSpec.dtype``: packed codes and per-shard
+codebooks fitted on up to 200,000 tokens evenly spaced over each shard), their bytes per token read from the
+manifest.
 
     .venv/bin/python bench/quant_effect.py \\
         --case mores-2ib-s2 CKPT_DIR STORE_DIR --case prettr-l5-e128 CKPT_DIR STORE_DIR \\
@@ -35,6 +42,7 @@ from pathlib import Path
 import torch
 from aheadrank.indexer.topics import read_qrels
 from aheadrank.store import StoreReader, StoreWriter
+from aheadrank.store.quant import decode_codebooks, encode_codebooks, fit_codebooks
 from rich.console import Console
 from rich.table import Table
 
@@ -46,13 +54,14 @@ MAX_LOSS = 0.01  # issue 16: the smallest store that keeps nDCG@10 within 1 % (r
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
-def requantise(src: Path, dst: Path, batch: int = 256) -> float:
-    """The int8 copy of a float16 store (dense/ copied as it is); seconds taken (0 if it exists)."""
+def requantise(src: Path, dst: Path, batch: int = 256, dtype: str = "int8") -> float:
+    """The ``dtype`` copy (int8, book4, book2) of a float16 store (dense/ copied as it is); seconds taken (0 if it
+    exists)."""
     if (dst / "manifest.json").exists():
         return 0.0
     t0 = time.perf_counter()
     with StoreReader(src) as reader:
-        spec = dataclasses.replace(reader.spec, dtype="int8")
+        spec = dataclasses.replace(reader.spec, dtype=dtype)
         docids = reader.docids()
         with StoreWriter(dst, spec) as writer:
             for s in range(0, len(docids), batch):
@@ -69,17 +78,19 @@ INT4_LEVELS = 7  # symmetric 4-bit: -7..7 (the 16th code unused, as int8 uses -1
 INT4_SAMPLE_TOKENS = 200_000
 INT4_QUANTILE = 0.9999
 # the simulated settings: bits, one scale per token or dimension
-SIM_MODE = re.compile(r"int([2-7])-(token|dim)")
+SIM_MODE = re.compile(r"int([2-7])-(token|dim|book)")
 
 
 def mode_bits(mode: str) -> tuple[int, int, bool]:
     """(bits, levels, per token) of a simulated setting ``int<bits>-token`` / ``int<bits>-dim`` (2-7 bits):
-    symmetric levels -(2^(bits-1) - 1)..2^(bits-1) - 1."""
+    symmetric levels -(2^(bits-1) - 1)..2^(bits-1) - 1; ``int<bits>-book``: 2^bits levels of a codebook per
+    dimension (``levels`` is then that count)."""
     m = SIM_MODE.fullmatch(mode)
     if m is None:
-        raise ValueError(f"not a simulated setting: {mode!r} (int<2-7>-token or int<2-7>-dim)")
+        raise ValueError(f"not a simulated setting: {mode!r} (int<2-7>-token, int<2-7>-dim or int<2-7>-book)")
     bits = int(m.group(1))
-    return bits, 2 ** (bits - 1) - 1, m.group(2) == "token"
+    levels = 2**bits if m.group(2) == "book" else 2 ** (bits - 1) - 1
+    return bits, levels, m.group(2) == "token"
 
 
 def sim_bytes_per_token(fields: dict[str, int], mode: str) -> float:
@@ -89,11 +100,9 @@ def sim_bytes_per_token(fields: dict[str, int], mode: str) -> float:
     return sum(d * bits / 8 + (2 if per_token else 0) for d in fields.values())
 
 
-def int4_dim_scales(
-    reader: StoreReader, batch: int = 256, levels: int = INT4_LEVELS
-) -> dict[str, torch.Tensor]:
-    """Per field, one scale per dimension: the INT4_QUANTILE of |x| over up to INT4_SAMPLE_TOKENS real tokens (the
-    first documents' in store order) / ``levels``."""
+def sample_tokens(reader: StoreReader, batch: int = 256) -> dict[str, torch.Tensor]:
+    """Per field, up to INT4_SAMPLE_TOKENS real tokens [tokens, dim] in float32: the first documents' in store
+    order (what a calibration at index time would see first)."""
     docids, seen, parts = reader.docids(), 0, {}
     for s in range(0, len(docids), batch):
         got = reader.fetch(docids[s : s + batch])
@@ -104,19 +113,42 @@ def int4_dim_scales(
             seen += n
         if seen >= INT4_SAMPLE_TOKENS:
             break
+    return {k: torch.cat(v)[:INT4_SAMPLE_TOKENS] for k, v in parts.items()}
+
+
+def int4_dim_scales(
+    reader: StoreReader, batch: int = 256, levels: int = INT4_LEVELS
+) -> dict[str, torch.Tensor]:
+    """Per field, one scale per dimension: the INT4_QUANTILE of |x| over the sample (:func:`sample_tokens`) /
+    ``levels``."""
     return {
-        k: torch.quantile(torch.cat(v)[:INT4_SAMPLE_TOKENS].abs(), INT4_QUANTILE, dim=0).clamp(min=1e-12)
-        / levels
-        for k, v in parts.items()
+        k: torch.quantile(v.abs(), INT4_QUANTILE, dim=0).clamp(min=1e-12) / levels
+        for k, v in sample_tokens(reader, batch).items()
     }
+
+
+def calibration(reader: StoreReader, mode: str) -> dict[str, torch.Tensor]:
+    """What a store of ``mode`` keeps per collection, per field: nothing for ``int<b>-token``, a scale per dimension
+    [dim] for ``int<b>-dim``, a codebook per dimension [dim, 2^b] (``store.quant.fit_codebooks``: Lloyd-Max on the
+    sample) for ``int<b>-book``."""
+    bits, levels, per_token = mode_bits(mode)
+    if per_token:
+        return {}
+    if mode.endswith("-book"):
+        return {k: torch.as_tensor(fit_codebooks(v.numpy(), bits)) for k, v in sample_tokens(reader).items()}
+    return int4_dim_scales(reader, levels=levels)
 
 
 def int4_values(x: torch.Tensor, mode: str, dim_scale: torch.Tensor | None) -> torch.Tensor:
     """x [T, dim] as a store of ``mode`` would give it back: its levels (4 bits: -7..7) times the token's
-    (``int<b>-token``) or the dimension's (``int<b>-dim``, clipped) scale; the token scale rounded to float16 as it
-    would be stored."""
+    (``int<b>-token``) or the dimension's (``int<b>-dim``, clipped) scale, the token scale rounded to float16 as it
+    would be stored; for ``int<b>-book`` (``dim_scale`` is then the codebooks [dim, 2^b]) each value's nearest level
+    of its dimension's codebook."""
     _, levels, per_token = mode_bits(mode)
     x = x.float()
+    if mode.endswith("-book"):
+        books = dim_scale.numpy()
+        return torch.as_tensor(decode_codebooks(encode_codebooks(x.numpy(), books), books))
     if per_token:
         scale = (x.abs().amax(-1, keepdim=True) / levels).half().float().clamp(min=1e-12)
     else:
@@ -125,15 +157,14 @@ def int4_values(x: torch.Tensor, mode: str, dim_scale: torch.Tensor | None) -> t
 
 
 def simulate_int4(src: Path, dst: Path, mode: str, batch: int = 256) -> tuple[float, float]:
-    """A float16 store of the values ``mode`` (``int<b>-token`` / ``int<b>-dim``) would store (dense/ copied as it
+    """A float16 store of the values ``mode`` (``int<b>-token`` / ``-dim`` / ``-book``) would store (dense/ copied as it
     is); (seconds taken, 0 if it exists, and the bytes per token that store would take)."""
     t0 = time.perf_counter()
-    _, levels, per_token_scales = mode_bits(mode)
     with StoreReader(src) as reader:
         per_token = sim_bytes_per_token(reader.spec.fields, mode)
         if (dst / "manifest.json").exists():
             return 0.0, per_token
-        scales = {} if per_token_scales else int4_dim_scales(reader, levels=levels)
+        scales = calibration(reader, mode)
         docids = reader.docids()
         with StoreWriter(dst, reader.spec) as writer:
             for s in range(0, len(docids), batch):
@@ -193,6 +224,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=range(2, 8),  # 8 bits is the int8 store itself
         help="also simulated per-dimension settings of these bits (2-7)",
     )
+    p.add_argument(
+        "--book-bits",
+        type=int,
+        nargs="+",
+        default=[],
+        choices=range(2, 8),
+        help="also simulated per-dimension codebooks of 2^bits levels (Lloyd-Max on a sample; 2-7 bits)",
+    )
+    p.add_argument(
+        "--store-dtypes",
+        nargs="+",
+        default=[],
+        choices=["book4", "book2"],
+        help="also real stores of these codebook dtypes (written by StoreWriter from the float16 store)",
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "quant_effect.json")
     return p.parse_args(argv)
 
@@ -206,7 +252,13 @@ def main(argv: list[str] | None = None) -> int:
         int8 = args.work / f"{name}-int8"
         seconds = requantise(store, int8)
         settings = [("float16", store, None), ("int8", int8, None)]
+        written = {"int8": seconds}
+        for dtype in args.store_dtypes:
+            path = args.work / f"{name}-{dtype}"
+            written[dtype] = requantise(store, path, dtype=dtype)
+            settings.append((dtype, path, None))
         modes = (["int4-token", "int4-dim"] if args.int4 else []) + [f"int{b}-dim" for b in args.dim_bits]
+        modes += [f"int{b}-book" for b in args.book_bits]
         if modes:
             for mode in dict.fromkeys(modes):
                 path = args.work / f"{name}-{mode}-sim"
@@ -222,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                 run = args.work / f"{name}-{dtype}-{label}.trec"
                 row[f"ndcg10_{label}"] = rerank(ckpt, path, args, run, pure)
                 row[f"run_{label}"] = str(run)
-            if dtype == "int8":
-                row["requantise_s"] = round(seconds, 1)
+            if dtype in written:
+                row["requantise_s"] = round(written[dtype], 1)
             rows.append(row)
             console.print(row)
     by = {(r["case"], r["dtype"]): r for r in rows}

@@ -195,7 +195,7 @@ def shard_task(
         torch.set_num_threads(threads)
     ranker = get_ranker(checkpoint, strategy, device, max_doc_len, encoder)
     spec = StoreSpec(**spec_dict)
-    fields = encode_shard_texts(ranker, texts, batch_size, half=spec.dtype == "float16")
+    fields = encode_shard_texts(ranker, texts, batch_size, half=spec.dtype != "int8")
     return write_shard(store_dir, shard_index, spec, docids, fields)
 
 
@@ -351,7 +351,7 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
         from aheadrank.store import write_shard
 
         tokenized = ((i, ids, ranker.tokenize_documents(texts)) for i, ids, texts in todo)
-        half = spec.dtype == "float16"
+        half = spec.dtype != "int8"  # codebook dtypes fit and code the float16 values
         # shard i is written (HDF5, fsync, sha256) in the background while shard i+1 is encoded
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="aheadrank-writer") as writer:
             pending = None

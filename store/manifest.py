@@ -78,7 +78,7 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         spec = self.spec
-        stored = "int8" if spec.dtype == "int8" else "float16"
+        stored = {"int8": "int8", "float16": "float16"}.get(spec.dtype, "uint8")
         return {
             "format": FORMAT,
             "format_version": self.format_version,
@@ -92,6 +92,14 @@ class Manifest:
                     "dim": dim,
                     "dtype": stored,
                     **({"scale": "float32/token"} if stored == "int8" else {}),
+                    **(
+                        {
+                            "codes": f"{spec.book_bits} bits/value, {8 // spec.book_bits} a byte, low bits first",
+                            "codebook": f"float32 [{dim}, {2**spec.book_bits}] per shard (books/{name})",
+                        }
+                        if spec.book_bits is not None
+                        else {}
+                    ),
                 }
                 for name, dim in spec.fields.items()
             ],

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from aheadrank.store._io import sha256_file
 from aheadrank.store.manifest import Manifest, read_manifest
-from aheadrank.store.quant import dequantize_int8
+from aheadrank.store.quant import byte_table, decode_packed, dequantize_int8
 from aheadrank.store.shard import DatasetLoc, ShardMeta, read_shard_meta
 from aheadrank.store.spec import StoreSpec
 from aheadrank.store.vmap import Segment, Stitched, stitch
@@ -110,6 +110,14 @@ class _MappedShard:
             raise
         self.fields = {name: self._view(loc) for name, loc in meta.fields.items()}
         self.scales = {name: self._view(loc) for name, loc in meta.scales.items()}
+        self._tables: dict[str, np.ndarray] = {}
+
+    def book_table(self, name: str, bits: int) -> np.ndarray:
+        """A codebook field's lookup table (``store.quant.byte_table`` of the shard's codebooks), built once."""
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = byte_table(self.meta.books[name], bits)
+        return table
 
     def changed(self) -> str | None:
         """Why the file may no longer be read through its mapping (None while it is as it was at open)."""
@@ -506,7 +514,9 @@ class StoreReader:
         rows = self._start[index][:, None] + np.minimum(positions[None, :], last)
         out: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
         for name, dim in spec.fields.items():
-            if spec.compression == "none":
+            if spec.book_bits is not None:
+                values = self._decode_books(name, self._take("fields", name, groups, shard_of, rows), groups)
+            elif spec.compression == "none":
                 values = self._take("fields", name, groups, shard_of, rows)
             else:
                 values = self._decompress(name, groups, index, lengths, width, dim)
@@ -544,6 +554,19 @@ class StoreReader:
             out=out.reshape(batch * width, *tail),
             mode="clip",
         )
+        return out
+
+    def _decode_books(
+        self, name: str, packed: np.ndarray, groups: list[tuple[int, np.ndarray]]
+    ) -> np.ndarray:
+        """A codebook field's packed codes [B, T, dim·bits/8] -> float16 [B, T, dim], each document through its own
+        shard's codebooks."""
+        bits = self.spec.book_bits
+        if len(groups) == 1:
+            return decode_packed(packed, self._shards[groups[0][0]].book_table(name, bits))
+        out = np.empty((*packed.shape[:-1], self.spec.fields[name]), np.float16)
+        for shard, where in groups:
+            out[where] = decode_packed(packed[where], self._shards[shard].book_table(name, bits))
         return out
 
     def _decompress(

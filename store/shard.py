@@ -8,7 +8,10 @@ Layout of a shard (HDF5, every dataset contiguous so that a reader can memory-ma
 * ``offsets``: int64 [n_docs + 1] into the token axis (document i is rows offsets[i]:offsets[i+1]);
 * ``fields/<name>``: ``none`` -> [n_tokens, dim] float16 (or int8); ``zstd`` -> uint8 [n_bytes], one
   zstd frame per document, with ``blob_offsets/<name>`` int64 [n_docs + 1] into it;
-* ``scales/<name>``: float32 [n_tokens] (int8 stores only; never compressed).
+* ``scales/<name>``: float32 [n_tokens] (int8 stores only; never compressed);
+* codebook dtypes (``book4``, ``book2``; never compressed): ``fields/<name>`` uint8 [n_tokens, dim·bits/8], the
+  packed codes (``store.quant.pack_codes``), and ``books/<name>`` float32 [dim, 2^bits], the shard's codebooks
+  (Lloyd-Max on up to ``BOOK_SAMPLE_TOKENS`` of its tokens, evenly spaced), ascending per dimension.
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ from typing import Any
 import numpy as np
 from aheadrank.store._io import commit_file, sha256_file, temp_name
 from aheadrank.store.manifest import ShardInfo, shard_file_name
-from aheadrank.store.quant import all_finite_float16, cast, quantize_int8
+from aheadrank.store.quant import (
+    all_finite_float16,
+    cast,
+    encode_codebooks,
+    fit_codebooks,
+    pack_codes,
+    quantize_int8,
+    sample_rows,
+)
 from aheadrank.store.spec import FORMAT, FORMAT_VERSION, ZSTD_LEVEL, StoreSpec
 
 from aheadrank.errors import StoreError
@@ -57,7 +68,8 @@ def _as_numpy(value: Any, docid: str, name: str) -> np.ndarray:
 
 @dataclass
 class ShardBuffer:
-    """Documents of one shard, already encoded (float16, or int8 + scale, zstd-compressed if asked)."""
+    """Documents of one shard, already encoded (float16, or int8 + scale, zstd-compressed if asked; codebook dtypes
+    keep float16 until :meth:`write`, which fits the shard's codebooks and encodes)."""
 
     spec: StoreSpec
     docids: list[str] = field(default_factory=list)
@@ -172,7 +184,7 @@ class ShardBuffer:
             string_type = h5py.string_dtype("utf-8", ids.dtype.itemsize)
             h5.create_dataset("docids", data=ids.astype(string_type), track_times=False)
             h5.create_dataset("offsets", data=offsets, track_times=False)
-            for name, dim in spec.fields.items():
+            for name in spec.fields:
                 parts = self.data[name]
                 if spec.compression == "zstd":
                     blob_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
@@ -181,9 +193,13 @@ class ShardBuffer:
                     h5.create_dataset(f"fields/{name}", data=blob, track_times=False)
                     h5.create_dataset(f"blob_offsets/{name}", data=blob_offsets, track_times=False)
                 else:
+                    if spec.book_bits is not None:
+                        books = fit_codebooks(sample_rows(parts), spec.book_bits)
+                        h5.create_dataset(f"books/{name}", data=books, track_times=False)
+                        parts = [pack_codes(encode_codebooks(p, books), spec.book_bits) for p in parts]
                     dset = h5.create_dataset(
                         f"fields/{name}",
-                        shape=(int(offsets[-1]), dim),
+                        shape=(int(offsets[-1]), spec.stored_width(name)),
                         dtype=parts[0].dtype,
                         track_times=False,
                     )
@@ -258,6 +274,7 @@ class ShardMeta:
     fields: dict[str, DatasetLoc]
     scales: dict[str, DatasetLoc]
     blob_offsets: dict[str, np.ndarray]
+    books: dict[str, np.ndarray] = field(default_factory=dict)  # codebook dtypes: float32 [dim, 2^bits]
 
 
 def _locate(dset: Any, file: Path, file_size: int) -> DatasetLoc:
@@ -304,9 +321,11 @@ def read_shard_meta(file: Path, spec: StoreSpec, expected_index: int | None = No
                 raise StoreError(
                     f"{file.name}: fields {sorted(stored)} differ from the manifest's {sorted(spec.fields)}"
                 )
-            fields, scales, blob_offsets = {}, {}, {}
+            fields, scales, blob_offsets, books = {}, {}, {}, {}
             for name, dim in spec.fields.items():
                 fields[name] = _locate(h5[f"fields/{name}"], file, file_size)
+                if spec.book_bits is not None:
+                    books[name] = _read_books(h5, name, dim, spec.book_bits, file)
                 if spec.dtype == "int8":
                     scales[name] = _locate(h5[f"scales/{name}"], file, file_size)
                     if scales[name].shape != (n_tokens,):
@@ -316,9 +335,10 @@ def read_shard_meta(file: Path, spec: StoreSpec, expected_index: int | None = No
                     _check_offsets(
                         blob_offsets[name], n_docs, fields[name].shape[0], file, f"blob_offsets/{name}"
                     )
-                elif fields[name].shape != (n_tokens, dim):
+                elif fields[name].shape != (n_tokens, spec.stored_width(name)):
                     raise StoreError(
-                        f"{file.name}: fields/{name} has shape {fields[name].shape}, expected {(n_tokens, dim)}"
+                        f"{file.name}: fields/{name} has shape {fields[name].shape}, expected "
+                        f"{(n_tokens, spec.stored_width(name))}"
                     )
     except StoreError:
         raise
@@ -330,7 +350,21 @@ def read_shard_meta(file: Path, spec: StoreSpec, expected_index: int | None = No
     lengths = np.diff(offsets)
     if n_docs and (lengths.min() < 1 or lengths.max() > spec.max_doc_len):
         raise StoreError(f"{file.name}: document lengths outside 1..{spec.max_doc_len}")
-    return ShardMeta(file, index, n_docs, n_tokens, docids, offsets, fields, scales, blob_offsets)
+    return ShardMeta(file, index, n_docs, n_tokens, docids, offsets, fields, scales, blob_offsets, books)
+
+
+def _read_books(h5: Any, name: str, dim: int, bits: int, file: Path) -> np.ndarray:
+    """A codebook dtype's ``books/<name>``, checked: float32 [dim, 2^bits], finite, ascending per dimension."""
+    if f"books/{name}" not in h5:
+        raise StoreError(f"{file.name}: no books/{name} (a codebook store's shard without its codebooks)")
+    books = np.asarray(h5[f"books/{name}"][()])
+    if books.shape != (dim, 2**bits) or books.dtype != np.float32:
+        raise StoreError(
+            f"{file.name}: books/{name} is {books.dtype} {books.shape}, expected float32 {(dim, 2**bits)}"
+        )
+    if not np.isfinite(books).all() or np.any(np.diff(books, axis=1) < 0):
+        raise StoreError(f"{file.name}: books/{name} is corrupt (not finite, or not ascending)")
+    return books
 
 
 def _check_offsets(offsets: np.ndarray, n_docs: int, total: int, file: Path, what: str) -> None:

@@ -13,7 +13,10 @@ from aheadrank.errors import StoreError
 FORMAT = "aheadrank-store"
 FORMAT_VERSION = 1
 COMPRESSIONS = ("none", "zstd")
-DTYPES = ("float16", "int8")
+DTYPES = ("float16", "int8", "book4", "book2")
+# codebook dtypes: per shard, field and dimension a codebook of 2^bits float32 levels (Lloyd-Max on the shard's
+# tokens); each value stored as its nearest level's code, ``bits`` per value, packed low bits first
+BOOK_BITS = {"book4": 4, "book2": 2}
 ZSTD_LEVEL = 3
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
@@ -63,6 +66,16 @@ class StoreSpec:
             raise StoreError(f"compression must be one of {COMPRESSIONS}, got {self.compression!r}")
         if self.dtype not in DTYPES:
             raise StoreError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        bits = BOOK_BITS.get(self.dtype)
+        if bits is not None:
+            if self.compression != "none":
+                raise StoreError(f"dtype {self.dtype!r} packs codes already: use compression='none'")
+            for name, dim in self.fields.items():
+                if isinstance(dim, int) and dim * bits % 8:
+                    raise StoreError(
+                        f"dtype {self.dtype!r} packs {8 // bits} values a byte: field {name!r} has dim {dim}, "
+                        f"not a multiple of {8 // bits}"
+                    )
         for name in ("max_doc_len", "shard_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -71,6 +84,16 @@ class StoreSpec:
             raise StoreError("StoreSpec.config must be a dict")
         object.__setattr__(self, "fields", {str(k): int(v) for k, v in self.fields.items()})
         object.__setattr__(self, "config", _normalise_config(self.config))
+
+    @property
+    def book_bits(self) -> int | None:
+        """Bits a value of a codebook dtype (``book4``: 4, ``book2``: 2); None for float16 and int8."""
+        return BOOK_BITS.get(self.dtype)
+
+    def stored_width(self, name: str) -> int:
+        """Columns of a field's stored rows: its dim, or the bytes of its packed codes (dim·bits/8)."""
+        bits = self.book_bits
+        return self.fields[name] if bits is None else self.fields[name] * bits // 8
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -73,3 +73,43 @@ def test_more_bits_per_dimension_give_finer_levels_and_count_their_bytes():
     with pytest.raises(SystemExit):
         quant_effect.parse_args(["--case", "a", "b", "c", "--collection", "x", "--candidates", "y", "--work", "w",
                                  "--dim-bits", "8"])  # fmt: skip
+
+
+def test_codebook_settings_give_back_each_values_nearest_level(tmp_path):
+    """intB-book: per dimension 2^B levels fitted to the sample (store.quant.fit_codebooks), dim·B/8 bytes per
+    token; the simulated store holds each value's nearest level, and a real codebook store (requantise with
+    dtype=book4) gives back the same values when its one shard fits the same sample."""
+    assert quant_effect.mode_bits("int3-book") == (3, 8, False)
+    assert quant_effect.sim_bytes_per_token({"doc": 128}, "int2-book") == 32
+    rng = np.random.default_rng(0)
+    docs = {
+        f"d{i}": (rng.standard_normal((int(rng.integers(1, 9)), 8)) * 2 + 5).astype(np.float32)
+        for i in range(30)
+    }
+    spec = StoreSpec(fields={"doc": 8}, fingerprint="f", ranker_kind="prettr", max_doc_len=8, shard_size=64)
+    with StoreWriter(tmp_path / "src", spec) as writer:
+        for docid, x in docs.items():
+            writer.add(docid, {"doc": x})
+    _, per_token = quant_effect.simulate_int4(tmp_path / "src", tmp_path / "sim", "int4-book")
+    assert per_token == 4
+    quant_effect.requantise(tmp_path / "src", tmp_path / "real", dtype="book4")
+    with StoreReader(tmp_path / "src") as src:
+        books = quant_effect.calibration(src, "int4-book")["doc"].numpy()
+    with StoreReader(tmp_path / "sim") as sim, StoreReader(tmp_path / "real") as real:
+        assert real.spec.dtype == "book4"
+        a, b = sim.fetch(list(docs)), real.fetch(list(docs))
+    for i, docid in enumerate(docs):
+        n = len(docs[docid])
+        x = docs[docid].astype(np.float16).astype(np.float32)
+        levels = books.astype(np.float16).astype(np.float32)  # the store holds the level rounded to float16
+        nearest = np.abs(x[:, :, None] - books[None]).argmin(-1)
+        want = np.take_along_axis(levels[None], nearest[..., None], axis=-1)[..., 0]
+        assert np.allclose(np.abs(a.fields["doc"][i, :n].astype(np.float32) - x), np.abs(want - x), atol=1e-6)
+        assert np.array_equal(a.fields["doc"][i, :n], b.fields["doc"][i, :n])
+    args = ["--case", "a", "b", "c", "--collection", "x", "--candidates", "y", "--work", "w"]
+    assert quant_effect.parse_args([*args, "--book-bits", "2", "4", "--store-dtypes", "book2"]).book_bits == [
+        2,
+        4,
+    ]
+    with pytest.raises(SystemExit):
+        quant_effect.parse_args([*args, "--store-dtypes", "int8"])

@@ -125,7 +125,12 @@ def index_cmd(
         min=1,
     ),
     device: str = opt("cpu", "--device", help="cpu or cuda."),
-    dtype: str = opt("float16", "--dtype", help="float16 or int8."),
+    dtype: str = opt(
+        "float16",
+        "--dtype",
+        help="float16, int8 (a float32 scale per token), book4 or book2 (4 / 2 bits a value: per shard and dimension "
+        "a codebook fitted to the shard's values).",
+    ),
     compression: str = opt("none", "--compression", help="none or zstd."),
     scheduler: str | None = opt(None, "--scheduler", help="Dask scheduler address, tcp://HOST:PORT."),
     workers: int | None = opt(None, "--workers", min=1, help="Run on a local Dask cluster of N workers."),

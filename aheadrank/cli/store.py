@@ -9,6 +9,12 @@ import typer
 from aheadrank.cli.app import app
 from aheadrank.cli.options import user_errors
 
+DTYPE_NOTES = {
+    "int8": " (per-token float32 scale)",
+    "book4": " (4-bit codes, 2 a byte; per shard a float32 codebook of 16 levels per dimension)",
+    "book2": " (2-bit codes, 4 a byte; per shard a float32 codebook of 4 levels per dimension)",
+}
+
 
 def _summary(path: Path) -> dict:
     from aheadrank.store.manifest import read_manifest
@@ -63,7 +69,7 @@ def store_info(
         ("bytes", f"{info['bytes']:,} ({info['bytes'] / 2**30:.3f} GiB)"),
         ("bytes per token", f"{info['bytes_per_token']}"),
         ("fields", fields),
-        ("dtype", info["dtype"] + (" (per-token float32 scale)" if info["dtype"] == "int8" else "")),
+        ("dtype", info["dtype"] + DTYPE_NOTES.get(info["dtype"], "")),
         ("compression", info["compression"]),
         ("shards", f"{info['shards']} (up to {info['shard_size']:,} documents each)"),
         ("ranker", f"{info['ranker_kind']}" + (f", strategy {info['strategy']}" if info["strategy"] else "")),

@@ -315,3 +315,28 @@ def test_index_cli_reports_errors_without_traceback(collection, checkpoints, tmp
     )
     assert res.exit_code == 2 and "corpus.jsonl:231" in res.output
     assert torch.get_num_threads() >= 1
+
+
+def test_codebook_store_holds_each_values_nearest_level(collection, checkpoints, tmp_path):
+    """`aheadrank index --dtype book4` through the build: every stored value is the level of its shard's codebook
+    nearest to the value the float16 build stores (the same float16 encodings, coded at the shard's write)."""
+    from aheadrank.store.shard import read_shard_meta
+
+    common = {"shard_size": 100, "batch_size": 16, "progress": False}
+    ckpt, coll = str(checkpoints["prettr"]), str(collection)
+    build_store(BuildOptions(ckpt, coll, str(tmp_path / "f16"), **common))
+    summary = build_store(BuildOptions(ckpt, coll, str(tmp_path / "b4"), dtype="book4", **common))
+    assert summary.documents == 230 and summary.shards == 3
+    manifest = read_manifest(tmp_path / "b4")
+    assert manifest.spec.dtype == "book4" and verify_store(tmp_path / "b4") == []
+    books = [read_shard_meta(tmp_path / "b4" / s.file, manifest.spec).books["doc"] for s in manifest.shards]
+    plain, coded = read_all(tmp_path / "f16"), read_all(tmp_path / "b4")
+    assert list(coded) == list(plain)
+    for i, docid in enumerate(plain):
+        x = plain[docid]["doc"].astype(np.float32)
+        levels = books[i // 100]
+        nearest = np.take_along_axis(
+            levels[None], np.abs(x[:, :, None] - levels[None]).argmin(-1)[..., None], -1
+        )
+        want = np.abs(nearest[..., 0].astype(np.float16).astype(np.float32) - x)
+        assert np.allclose(np.abs(coded[docid]["doc"].astype(np.float32) - x), want, atol=1e-6), docid
