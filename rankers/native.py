@@ -7,9 +7,7 @@ few rows (``blocks.layer_native``: the query encoders).
 The C source (``native_kernels.c``, shipped with the package) is compiled with the machine's C compiler
 (``$CC``, else ``cc``/``gcc``) for this CPU (``-O3 -march=native -ffast-math -fopenmp``: GCC vectorises
 ``expf`` through glibc's libmvec), then linked without ``-ffast-math``, so that loading it leaves the process's
-floating-point mode alone. The shared library goes under ``$AHEADRANK_NATIVE_CACHE`` (default
-``$XDG_CACHE_HOME/aheadrank/native``), named by a hash of the source, the compiler, the flags and the CPU's
-model and feature flags, so a cache shared between machines never hands one CPU another's build. It is
+floating-point mode alone (the build and its cache: :mod:`aheadrank.cbuild`, shared with the store's decoder). It is
 loaded with :mod:`ctypes` (a call releases the GIL). A kernel splits its documents over
 ``torch.get_num_threads()`` OpenMP threads, and those are PyTorch's own: the library needs ``libgomp.so.1``,
 which the dynamic loader resolves to the copy PyTorch has already loaded (same soname), so the threads that
@@ -25,18 +23,15 @@ float32 rounding (``tests/rankers/test_native.py``).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
-import platform
-import shutil
 import subprocess
-import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path
 
 from torch import Tensor
+
+from aheadrank import cbuild
 
 log = logging.getLogger("aheadrank.native")
 
@@ -112,33 +107,16 @@ def attention_head_dim(dh: int) -> bool:
 _lock = threading.Lock()
 
 
-ENVIRONMENT = "AHEADRANK_NATIVE"  # 0 / false / no / off: the kernels are off (read at every call)
+# AHEADRANK_NATIVE: 0 / false / no / off, the kernels are off (read at every call)
+ENVIRONMENT = cbuild.ENVIRONMENT
 
 
 def enabled() -> bool:
-    return os.environ.get(ENVIRONMENT, "1").strip().lower() not in ("0", "false", "no", "off")
+    return cbuild.enabled()
 
 
-def _cpu_signature() -> str:
-    """The CPU's model and feature flags (what -march=native compiles for)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.machine() + platform.processor()
-    keep = [ln for ln in lines if ln.startswith(("model name", "flags", "Features", "CPU part"))]
-    return platform.machine() + "\n" + "\n".join(dict.fromkeys(keep))
-
-
-def _compiler() -> str | None:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    return cc if cc and shutil.which(cc) else None
-
-
-def cache_dir() -> Path:
-    if os.environ.get("AHEADRANK_NATIVE_CACHE"):
-        return Path(os.environ["AHEADRANK_NATIVE_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "aheadrank" / "native"
+_compiler = cbuild.compiler
+cache_dir = cbuild.cache_dir
 
 
 def _build(cc: str, source: Path = SOURCE) -> Path:
@@ -155,32 +133,7 @@ def _build(cc: str, source: Path = SOURCE) -> Path:
 
 
 def _build_with(cc: str, flags: tuple[str, ...], link_flags: tuple[str, ...], source: Path = SOURCE) -> Path:
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
-    key = hashlib.sha256(
-        "\0".join([source.read_text(), cc, version, " ".join(flags + link_flags), _cpu_signature()]).encode()
-    ).hexdigest()[:20]
-    target = cache_dir() / f"kernels-{key}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # compiled beside the target and renamed into place: concurrent builders never load a half-written file
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
-        obj = tmp[:-3] + ".o"
-        for cmd in ([cc, *flags, "-c", str(source), "-o", obj], [cc, *link_flags, obj, "-o", tmp, "-lm"]):
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-            if done.returncode != 0:
-                raise RuntimeError(
-                    f"{' '.join(cmd)} exited with {done.returncode}: {done.stderr.strip()[-2000:]}"
-                )
-        os.replace(tmp, target)
-    finally:
-        for path in (tmp, tmp[:-3] + ".o"):
-            if os.path.exists(path):
-                os.unlink(path)
-    log.info("compiled %s -> %s", source.name, target)
-    return target
+    return cbuild.build_with(cc, flags, link_flags, source, "kernels")
 
 
 def load_source(source: Path, require_all: bool = True) -> ctypes.CDLL:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from aheadrank.store import native
 
 INT8_MAX = 127
 _TORCH_GRAIN = 32_000  # values per torch call: below at::internal::GRAIN_SIZE, so single-threaded
@@ -184,7 +185,8 @@ def byte_table(books: np.ndarray, bits: int) -> np.ndarray:
 
 def decode_packed(packed: np.ndarray, table: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Packed codes [..., P] -> float16 [..., P·8/bits] through ``table`` [P, 256, 8/bits] (:func:`byte_table`):
-    each byte's values read as one 2 (book8) / 4 (book4) / 8 (book2) byte word."""
+    each byte's values read as one 2 (8 bits) / 4 (book4) / 8 (book2) byte word: by the compiled decode
+    (``store/native.py``) when there is one, else ``torch.take`` a block at a time."""
     torch = load_torch()
     positions, _, per = table.shape
     word = {1: np.int16, 2: np.int32, 4: np.int64}[per]
@@ -194,6 +196,11 @@ def decode_packed(packed: np.ndarray, table: np.ndarray, out: np.ndarray | None 
         out = np.empty((*p.shape[:-1], positions * per), np.float16)
     flat_out = out.reshape(-1, positions * per).view(word)  # [rows, P]
     rows = p.reshape(-1, positions)
+    lib = native.library()
+    if lib is not None and flat_out.flags.c_contiguous:
+        decode = getattr(lib, native.ENTRY_POINTS[2 * per])
+        decode(rows.ctypes.data, words.ctypes.data, flat_out.ctypes.data, len(rows), positions)
+        return out
     base = np.arange(positions, dtype=np.int64) * 256
     if torch is None:  # pragma: no cover - torch is a dependency of aheadrank
         np.take(words, rows.astype(np.int64) + base, out=flat_out)

@@ -16,12 +16,13 @@ FOLDERS["services"] = "aheadrank.services"
 
 # (module prefix, layer): a module may import its own layer or a lower one; the longest prefix decides
 LAYERS = {
-    # 0: what every part may use: errors, file-system faults, the line reader, run/qrels conventions
+    # 0: what every part may use: errors, file-system faults, the line reader, run/qrels conventions, the C build
     "aheadrank": 0,
     "aheadrank.errors": 0,
     "aheadrank.fsfaults": 0,
     "aheadrank.textio": 0,
     "aheadrank.evaluation": 0,
+    "aheadrank.cbuild": 0,
     # 1: the models and the store, side by side
     "aheadrank.rankers": 1,
     "aheadrank.store": 1,

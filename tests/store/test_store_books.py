@@ -184,3 +184,25 @@ def test_a_book_store_is_not_continued_as_another_dtype(tmp_path):
     build(tmp_path, make_spec(fields=dict(BOOK_FIELDS), dtype="book4"), make_docs(3, BOOK_FIELDS))
     with pytest.raises(StoreError, match="dtype: 'book2' != 'book4'"):
         StoreWriter(tmp_path, make_spec(fields=dict(BOOK_FIELDS), dtype="book2"))
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_compiled_decode_equals_torchs(bits, monkeypatch):
+    """store/native.py's decode (when this machine compiles it) gives the bits torch.take gives; with
+    AHEADRANK_NATIVE=0 torch runs."""
+    from aheadrank.store import native
+
+    rng = np.random.default_rng(4)
+    books = np.sort(rng.standard_normal((24, 2**bits)).astype(np.float32), axis=1)
+    packed = rng.integers(0, 256, (5, 37, 24 * bits // 8)).astype(np.uint8)
+    table = byte_table(books, bits)
+    if native.library() is None:
+        pytest.skip("no compiled decode on this machine")
+    got = decode_packed(packed, table)
+    monkeypatch.setenv("AHEADRANK_NATIVE", "0")
+    assert native.library() is None
+    want = decode_packed(packed, table)
+    assert np.array_equal(got, want)
+    assert np.array_equal(
+        want.reshape(-1, 24), decode_codebooks(unpack_codes(packed, bits).reshape(-1, 24), books)
+    )
