@@ -105,9 +105,8 @@ def fit_codebooks(sample: np.ndarray, bits: int, iterations: int = BOOK_ITERATIO
     its values (a level that gets none stays). On the sorted sample with prefix sums (float64), an iteration is a
     search of the boundaries, not a pass over the values. Deterministic: same sample, same books."""
     torch = load_torch()
-    x = (
-        torch.as_tensor(cast(sample, np.float32)).T.double().sort(dim=1).values.contiguous()
-    )  # [dim, tokens] ascending
+    # [dim, tokens] ascending: sorted as float32 (4x faster than float64 here), summed in float64
+    x = torch.as_tensor(cast(sample, np.float32)).T.contiguous().sort(dim=1).values.double()
     dim, n = x.shape
     k = 2**bits
     if n == 0:
@@ -221,4 +220,8 @@ def sample_rows(parts: list[np.ndarray], limit: int = BOOK_SAMPLE_TOKENS) -> np.
     wanted = np.linspace(0, total - 1, limit).round().astype(np.int64)
     starts = np.cumsum([0] + [len(p) for p in parts[:-1]])
     which = np.searchsorted(starts, wanted, side="right") - 1
-    return np.stack([cast(parts[w][r - starts[w]], np.float32) for w, r in zip(which, wanted, strict=True)])
+    # the wanted rows grouped by part (ascending): one take per part
+    cuts = np.flatnonzero(np.diff(which)) + 1
+    groups = zip(np.split(which, cuts), np.split(wanted, cuts), strict=True)
+    picked = [parts[int(w[0])][r - starts[int(w[0])]] for w, r in groups]
+    return cast(np.concatenate(picked), np.float32)
