@@ -190,15 +190,14 @@ def test_sigkill_midway_then_resume_equals_uninterrupted(collection, checkpoints
     assert all(np.array_equal(a[d][f], b[d][f]) for d in a for f in a[d])
 
 
-def test_local_dask_cluster_builds_the_same_store(collection, checkpoints, tmp_path):
+@pytest.mark.parametrize("dtype", ["float16", "book4"])
+def test_local_dask_cluster_builds_the_same_store(collection, checkpoints, tmp_path, dtype):
+    """Byte for byte; a codebook store's shards fit their codebooks on their own workers, deterministically."""
     local, dask = tmp_path / "local", tmp_path / "dask"
-    build_store(
-        BuildOptions(str(checkpoints["tk"]), str(collection), str(local), shard_size=50, progress=False)
-    )
+    common = {"shard_size": 50, "progress": False, "dtype": dtype}
+    build_store(BuildOptions(str(checkpoints["tk"]), str(collection), str(local), **common))
     summary = build_store(
-        BuildOptions(
-            str(checkpoints["tk"]), str(collection), str(dask), shard_size=50, workers=2, progress=False
-        )
+        BuildOptions(str(checkpoints["tk"]), str(collection), str(dask), workers=2, **common)
     )
     assert summary.documents == 230 and summary.shards == 5
     assert shard_hashes(dask) == shard_hashes(local)
