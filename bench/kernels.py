@@ -578,7 +578,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--source-rev", default="HEAD", help="the revision whose native_kernels.c the source part compares"
     )
     p.add_argument("--int8-rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
-    p.add_argument("--book-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e0"])
+    p.add_argument(
+        "--book-rankers",
+        nargs="+",
+        default=["prettr-l5-e128", "prettr-l5-e0", "mores-2ib-s1", "mores-2ib-s2"],
+    )
     p.add_argument("--tmp", default=None, help="folder for the int8 and books parts' temporary stores")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "kernels.json")
     args = p.parse_args(argv)
