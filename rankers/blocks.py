@@ -227,13 +227,14 @@ def _onednn_inference(x: Tensor, w: Tensor) -> bool:
     )
 
 
-def matmul_t(x: Tensor, w: Tensor, packed: Tensor | None = None) -> Tensor:
-    """``x @ wᵀ`` for x [..., k] and w [N, k]: through oneDNN over ``packed`` (:func:`pack_weight` of w) when
-    given, else a plain matmul. For a right-hand side shared by many calls (a query's vectors against every
-    candidate block: TK's cosines, PreTTR's and MORES S1's folded scores)."""
+def matmul_t(x: Tensor, w: Tensor, packed: Tensor | None = None, bias: Tensor | None = None) -> Tensor:
+    """``x @ wᵀ (+ bias)`` for x [..., k], w [N, k] and bias [N]: through oneDNN over ``packed`` (:func:`pack_weight`
+    of w; the bias added as the GEMM stores its output) when given, else a plain matmul. For a right-hand side
+    shared by many calls (a query's vectors against every candidate block: TK's cosines, PreTTR's and MORES S1's
+    folded scores)."""
     if packed is not None:
-        return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-    return x @ w.T
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return x @ w.T if bias is None else torch.nn.functional.linear(x, w, bias)
 
 
 def token_scores(u: Tensor, x: Tensor, packed: Tensor | None = None) -> Tensor:

@@ -71,6 +71,8 @@ class DecompressionFold:
     gamma: Tensor
     beta: Tensor
     eps: float
+    out: Tensor  # [n, width]: γ ⊙ [w, b, 0...], the weighted sums' map back to ŝ (β: its bias)
+    packed_out: Tensor | None
 
 
 def query_prior(q: Tensor, q_scores: Tensor, n_rows: int) -> Tensor:
@@ -306,7 +308,7 @@ class PrettrRanker(Ranker):
             nb, t, _ = block.shape
             flat = block.reshape(-1, e)
             # 1/σ_j from r_j·(G·r_j + 2g) + |b̃|² (G's product: one GEMM over the block)
-            quad = matmul_t(flat, fold.gram, fold.packed_gram).add_(fold.g2).mul_(flat).sum(-1)
+            quad = matmul_t(flat, fold.gram, fold.packed_gram, fold.g2).mul_(flat).sum(-1)
             inv = quad.add_(fold.bb).clamp_(min=0.0).div_(n).add_(fold.eps).rsqrt_().view(nb, t)
             # the keys [r_j/σ_j, 1/σ_j], widened by the kernel from the stored r (in cache now)
             stored = r[sl]
@@ -317,9 +319,9 @@ class PrettrRanker(Ranker):
             if found is None:
                 return None
             sums[sl], lse[sl] = found[0], found[1][:, 0]
-        flat_sums = sums.view(-1, width)
-        out = matmul_t(flat_sums[:, :e], fold.w, fold.packed_w) + flat_sums[:, e : e + 1] * fold.b
-        out = torch.addcmul(fold.beta, out, fold.gamma).view(b, -1, n)
+        # γ ⊙ (W̃·Σ p r/σ + b̃·Σ p/σ) + β as one GEMM over the kernel's whole rows (γ folded into [W̃, b̃, 0],
+        # β its bias): no elementwise passes over [B·R, n]
+        out = matmul_t(sums.view(-1, width), fold.out, fold.packed_out, fold.beta).view(b, -1, n)
         return out, lse + rows @ fold.beta  # u_h·β: the same for every token, but part of the log-sum-exp
 
     def decompression_fold(self, like: Tensor) -> DecompressionFold:
@@ -342,6 +344,11 @@ class PrettrRanker(Ranker):
             f32 = {"dtype": torch.float32, "device": like.device}
             w32 = w_c.to(**f32).contiguous()
             gram = (w_c.T @ w_c).to(**f32).contiguous()
+            n, e = w_c.shape
+            out = torch.zeros(n, folded_width(e), dtype=torch.float64, device=w_c.device)
+            out[:, :e] = gamma[:, None] * w_c
+            out[:, e] = gamma * b_c
+            out32 = out.to(**f32).contiguous()
             fold = DecompressionFold(
                 w=w32,
                 packed_w=pack_weight(w32, like),
@@ -353,6 +360,8 @@ class PrettrRanker(Ranker):
                 gamma=gamma.to(**f32),
                 beta=beta.to(**f32),
                 eps=float(self.decompressor_norm.eps),
+                out=out32,
+                packed_out=pack_weight(out32, like),
             )
         self.__dict__["_fold"] = (key, fold)
         return fold
