@@ -522,3 +522,28 @@ def test_api_keys_file_and_the_command_line_warning(service_env, tmp_path):
         capture_output=True, text=True, timeout=120, env={**os.environ, "AHEADRANK_API_KEYS": "k9"},
     )  # fmt: skip
     assert cli.returncode == 2 and "warning" not in cli.stderr, cli.stderr
+
+
+def test_serves_a_codebook_store(service_env, tmp_path):
+    """A book4 store of the same checkpoint (`aheadrank index --dtype book4`) is served like any other: /v1/info
+    names its dtype, and the served ranking is the batch path's over that store (scores from its decoded values)."""
+    from aheadrank.indexer.build import BuildOptions, build_store
+
+    from aheadrank.runs import bm25_candidates, rerank_run
+
+    store = tmp_path / "book4"
+    build_store(BuildOptions(str(service_env.checkpoint), str(service_env.collection), str(store), dtype="book4",
+                             shard_size=400, progress=False))  # fmt: skip
+    env = type(service_env)(service_env.collection, service_env.lucene, service_env.checkpoint, store, store)
+    books = make_backend(env, max_candidates=300)
+    try:
+        with TestClient(create_app(books)) as c:
+            assert c.get("/v1/info").json()["store"]["dtype"] == "book4"
+            r = rerank(c, depth=30)
+            assert r.status_code == 200, r.text
+        cands = bm25_candidates(service_env.lucene, {"q": QUERY}, 30)
+        run, _ = rerank_run(service_env.checkpoint, store, {"q": QUERY}, cands, progress=False)
+        expected = sorted(run["q"].items(), key=lambda x: (-x[1], x[0]))
+        assert [(x["docid"], x["score"]) for x in r.json()["results"]] == expected
+    finally:
+        books.close()
