@@ -112,9 +112,8 @@ def fit_codebooks(sample: np.ndarray, bits: int, iterations: int = BOOK_ITERATIO
     if n == 0:
         return np.zeros((dim, k), np.float32)
     prefix = torch.cat([torch.zeros(dim, 1, dtype=torch.float64), x.cumsum(dim=1)], dim=1)  # [dim, n + 1]
-    at = (
-        ((torch.arange(k, dtype=torch.float64) + 0.5) / k * (n - 1)).round().long()
-    )  # the sorted values there
+    # the sorted values at the quantiles (k + 1/2) / 2^bits
+    at = ((torch.arange(k, dtype=torch.float64) + 0.5) / k * (n - 1)).round().long()
     books = x[:, at].contiguous()
     ends = torch.full((dim, 1), n, dtype=torch.int64)
     starts = torch.zeros((dim, 1), dtype=torch.int64)
@@ -174,9 +173,8 @@ def byte_table(books: np.ndarray, bits: int) -> np.ndarray:
     256, 8/bits], so that decoding is one lookup a byte (:func:`decode_packed`)."""
     dim, levels = books.shape
     per = 8 // bits
-    v = unpack_codes(
-        np.arange(256, dtype=np.uint8)[:, None], bits
-    )  # [256, per]: the codes in each byte value
+    # [256, per]: the codes each byte value holds
+    v = unpack_codes(np.arange(256, dtype=np.uint8)[:, None], bits)
     b = np.asarray(books, np.float32).reshape(dim // per, per, levels)  # [P, per, levels]
     table = b[:, np.arange(per)[None, :], v]  # [P, 256, per]
     return table.astype(np.float16)

@@ -62,9 +62,8 @@ def test_few_distinct_values_are_kept_exactly():
 def test_codes_are_the_nearest_levels():
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((500, 6)) * 2 + 4).astype(np.float32)
-    books = fit_codebooks(
-        x[:100], 4
-    )  # fitted on part of the values: the rest includes values beyond the levels
+    # fitted on part of the values: the rest includes values beyond the levels
+    books = fit_codebooks(x[:100], 4)
     got = decode_codebooks(encode_codebooks(x, books), books).astype(np.float32)
     want = nearest_levels(x, books)
     assert np.allclose(np.abs(got - x), np.abs(want.astype(np.float16).astype(np.float32) - x), atol=2e-3)
