@@ -30,8 +30,8 @@ BOOK_FIELDS = {"k1": 8, "v1": 4}
 
 
 def nearest_levels(x: np.ndarray, books: np.ndarray) -> np.ndarray:
-    """Brute force: per value the level of its dimension's codebook closest to it (the lower on a tie... or the
-    upper: both are as close, so the distance is what a test compares)."""
+    """Brute force: per value the level of its dimension's codebook closest to it. On a tie either level is as
+    close, so the tests compare distances to the original value, not the levels themselves."""
     d = np.abs(x[..., :, None] - books[None, :, :])  # [T, dim, levels]
     return np.take_along_axis(books[None], d.argmin(-1)[..., None], axis=-1)[..., 0]
 
