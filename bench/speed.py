@@ -169,9 +169,14 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
             # per batch (PrettrRanker.upper_from_stored: the same for every document)
             per_chunk = one_row_query(n) + 4 * heads * tq * n
         if folded:  # PrettrRanker.weighted_folded: no decompression, attention over [r/σ, 1/σ]
-            # G's quadratic form per token, scores and sums over the width, W̃ per row; [CLS]'s value map, O, FFN
+            # G's quadratic form per token (diagonal in a canonical basis: 2·e, else a GEMM), scores and sums over
+            # the width, W̃ per row; [CLS]'s value map, O, FFN
+            diagonal = prettr.gram_is_diagonal(ranker.decompression_gram())
             per_doc += (
-                lin(td, e, e) + 4 * heads * td * width + lin(heads, e, n) + one_row_rest(0, n, f, heads)
+                (2 * td * e if diagonal else lin(td, e, e))
+                + 4 * heads * td * width
+                + lin(heads, e, n)
+                + one_row_rest(0, n, f, heads)
             )
         elif split == L - 1:
             per_doc += one_row_rest(td, n, f, heads)

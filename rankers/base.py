@@ -58,6 +58,17 @@ class Ranker(nn.Module):
             state.pop(name, None)
         return state
 
+    def canonicalize(self) -> bool:
+        """Bring a reparametrisation that leaves every score unchanged to its canonical form (PreTTR: the stored
+        basis, :meth:`PrettrRanker.canonicalize_basis`); True when something changed. New rankers and saved
+        checkpoints are canonical; none by default."""
+        return False
+
+    def canonical_copy(self) -> Ranker | None:
+        """A canonical deep copy when this ranker is not canonical (what :func:`save_checkpoint` writes, leaving
+        a model in training as it is), else None."""
+        return None
+
     # ---- what each ranker defines -------------------------------------------------------------
     # the submodules that start from scratch rather than from the base's weights (TrainConfig.fresh_lr)
     fresh_modules: ClassVar[tuple[str, ...]] = ("head", "sim")

@@ -124,13 +124,19 @@ def init_ranker(kind: str, base: str | os.PathLike | None = None, seed: int = 0,
     torch.manual_seed(seed)
     ranker = build_ranker(config, base_dir)
     ranker.init_from_base(sd)
+    ranker.canonicalize()
     return ranker.eval()
+
+
+OPTIONAL_WEIGHTS = ("stored_basis",)
 
 
 def save_checkpoint(
     ranker: Ranker, out: str | os.PathLike, overwrite: bool = False, extra: dict | None = None
 ) -> str:
-    """Write the checkpoint directory atomically; returns its fingerprint."""
+    """Write the checkpoint directory atomically; returns its fingerprint. A ranker that is not canonical
+    (:meth:`Ranker.canonicalize`: PreTTR's stored basis after training moved its decompressor) is written in its
+    canonical form, from a copy: the same scores, and the model in memory stays as it is."""
     out = Path(out)
     if out.exists() and not overwrite:
         raise CheckpointError(f"{out} already exists (pass overwrite to replace it)")
@@ -140,7 +146,8 @@ def save_checkpoint(
         config = ranker.config
         if extra:
             config.extra = {**config.extra, **extra}
-        (tmp / "config.json").write_text(config.to_json())
+        ranker = ranker.canonical_copy() or ranker  # after extra: the copy carries it
+        (tmp / "config.json").write_text(ranker.config.to_json())
         state = {k: v for k, v in ranker.state_dict().items()}
         cpu_model = ranker if all(v.device.type == "cpu" for v in state.values()) else None
         if cpu_model is None:
@@ -202,6 +209,9 @@ def load_ranker(
         missing, unexpected = load_model(ranker, str(path / "model.safetensors"), strict=False)
     except Exception as exc:  # safetensors raises various errors for shape mismatches
         raise CheckpointError(f"checkpoint {path}: weights do not match its config.json ({exc})") from exc
+    # weights a checkpoint of an earlier version lacks and whose default keeps its meaning (PreTTR's stored
+    # basis: the identity, r as it was stored then)
+    missing = [k for k in missing if k not in OPTIONAL_WEIGHTS]
     if missing or unexpected:
         raise CheckpointError(
             f"checkpoint {path}: weights do not match a {config.kind} ranker "

@@ -73,6 +73,18 @@ class DecompressionFold:
     eps: float
     out: Tensor  # [n, width]: γ ⊙ [w, b, 0...], the weighted sums' map back to ŝ (β: its bias)
     packed_out: Tensor | None
+    diagonal: Tensor | None = None  # G's diagonal [e] when G is diagonal (canonicalize_basis): σ_j in O(e)
+
+
+# G counts as diagonal when dropping its off-diagonal part moves r·G·r by at most this much relative to
+# max G_ii·|r|² (e·max|G_ij| bounds it): a canonical basis rounded to float32 reads ~1e-6 here
+GRAM_OFF_DIAGONAL = 1e-5
+
+
+def gram_is_diagonal(gram: Tensor) -> bool:
+    off = gram - torch.diag_embed(torch.diagonal(gram))
+    bound = gram.shape[0] * off.abs().max()
+    return bool(bound <= GRAM_OFF_DIAGONAL * torch.diagonal(gram).abs().max().clamp(min=1e-30))
 
 
 def query_prior(q: Tensor, q_scores: Tensor, n_rows: int) -> Tensor:
@@ -103,6 +115,9 @@ class PrettrRanker(Ranker):
             self.compressor = Linear(n, e)
             self.decompressor = Linear(e, n)
             self.decompressor_norm = nn.LayerNorm(n, eps=config.bert["layer_norm_eps"])
+            # the stored r in the basis that makes the decompression's Gram matrix diagonal (canonicalize_basis):
+            # saved with the weights; a checkpoint without it (before the 16th session) reads as the identity
+            self.register_buffer("stored_basis", torch.eye(e))
         if config.sim:
             self.sim = SimilarityResidual()
             self.pool_map = Linear(n, n)  # identity until fit_pool_map
@@ -121,7 +136,50 @@ class PrettrRanker(Ranker):
         return [*pieces, self._text().sep]
 
     def compress(self, s: Tensor) -> Tensor:
-        return F.gelu(self.compressor(s)) if self.config.compress else s
+        if not self.config.compress:
+            return s
+        r = F.gelu(self.compressor(s))
+        return r @ self.stored_basis.to(r.dtype)
+
+    def canonicalize(self) -> bool:
+        return self.canonicalize_basis()
+
+    def canonical_copy(self) -> PrettrRanker | None:
+        if not self.config.compress or gram_is_diagonal(self.decompression_gram()):
+            return None
+        import copy
+
+        twin = copy.deepcopy(self)
+        twin.canonicalize_basis()
+        return twin
+
+    def decompression_gram(self) -> Tensor:
+        """G = W̃ᵀW̃ in float64 (W̃: the decompressor's weight less its mean output)."""
+        w = self.decompressor.weight.detach().double()
+        w_c = w - w.mean(0, keepdim=True)
+        return w_c.T @ w_c
+
+    @torch.no_grad()
+    def canonicalize_basis(self) -> bool:
+        """Rotate the stored space so that the decompression's Gram matrix G = W̃ᵀW̃ (W̃: the decompressor's weight
+        less its mean output) is diagonal: with W̃ = U·S·Vᵀ, the stored r becomes r·V (``stored_basis`` ← B·V) and
+        the decompressor's weight Wd·V, so decompress(compress(s)) is unchanged (float64, rounded once to float32),
+        and :meth:`weighted_folded` computes the LayerNorm's σ_j in O(e) a token instead of e². V's columns are
+        signed so that each one's largest entry is positive (deterministic). Nothing is done (False) without a
+        compressor or when G is diagonal already, so canonicalising twice changes nothing."""
+        if not self.config.compress:
+            return False
+        if gram_is_diagonal(self.decompression_gram()):
+            return False
+        w = self.decompressor.weight.detach().double()
+        _, _, vh = torch.linalg.svd(w - w.mean(0, keepdim=True), full_matrices=False)
+        v = vh.T  # [e, e]
+        top = v.abs().argmax(0)
+        v = v * torch.sign(v[top, torch.arange(v.shape[1])])[None, :]
+        basis = self.stored_basis.double() @ v
+        self.stored_basis.copy_(basis.to(self.stored_basis.dtype))
+        self.decompressor.weight.copy_((w @ v).to(self.decompressor.weight.dtype))
+        return True
 
     def decompress(self, r: Tensor) -> Tensor:
         return self.decompressor_norm(self.decompressor(r)) if self.config.compress else r
@@ -308,7 +366,10 @@ class PrettrRanker(Ranker):
             nb, t, _ = block.shape
             flat = block.reshape(-1, e)
             # 1/σ_j from r_j·(G·r_j + 2g) + |b̃|² (G's product: one GEMM over the block)
-            quad = matmul_t(flat, fold.gram, fold.packed_gram, fold.g2).mul_(flat).sum(-1)
+            if fold.diagonal is not None:  # r_j·(diag(G)·r_j + 2g): two passes, no GEMM
+                quad = torch.addcmul(fold.g2, flat, fold.diagonal).mul_(flat).sum(-1)
+            else:
+                quad = matmul_t(flat, fold.gram, fold.packed_gram, fold.g2).mul_(flat).sum(-1)
             inv = quad.add_(fold.bb).clamp_(min=0.0).div_(n).add_(fold.eps).rsqrt_().view(nb, t)
             # the keys [r_j/σ_j, 1/σ_j], widened by the kernel from the stored r (in cache now)
             stored = r[sl]
@@ -362,6 +423,7 @@ class PrettrRanker(Ranker):
                 eps=float(self.decompressor_norm.eps),
                 out=out32,
                 packed_out=pack_weight(out32, like),
+                diagonal=torch.diagonal(gram).contiguous() if gram_is_diagonal(w_c.T @ w_c) else None,
             )
         self.__dict__["_fold"] = (key, fold)
         return fold
@@ -447,6 +509,10 @@ class PrettrRanker(Ranker):
         self.decompressor.bias.copy_((mean - p @ shift).to(self.decompressor.bias.dtype))
         self.decompressor_norm.weight.copy_(norm.weight)
         self.decompressor_norm.bias.copy_(norm.bias)
+        self.stored_basis.copy_(
+            torch.eye(e, dtype=self.stored_basis.dtype)
+        )  # the maps above are in r's own basis
+        self.canonicalize_basis()
         self.train(was_training)
         explained = float(evals[-e:].sum() / evals.sum().clamp(min=1e-12))
         record = {"kind": "pca", "documents": len(texts), "tokens": len(u), "explained": round(explained, 4)}

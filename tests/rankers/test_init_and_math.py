@@ -108,6 +108,7 @@ def test_prettr_compressor_round_trip_by_hand(tiny_base):
         r.compressor.bias.copy_(torch.from_numpy(bc))
         r.decompressor.weight.copy_(torch.from_numpy(wd))
         r.decompressor.bias.copy_(torch.from_numpy(bd))
+        r.stored_basis.copy_(torch.eye(2))  # the maps above are written in r's own basis
     s = np.zeros((1, 1, n), np.float32)
     s[0, 0, :3] = [1.0, 0.5, 2.0]
     # r = GELU(s·Wc + bc): pre = [1 + 0.5, 2*0.5 - 2] = [1.5, -1.0]
