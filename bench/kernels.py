@@ -36,6 +36,8 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``int8``: fetch + score of N candidates from a store on disk (warm page cache): float16 store vs int8 store
   served the old way (dequantised to a float16 copy, then widened) and the new way (int8 + scales handed to
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
+* ``basis``: PreTTR's folded path with G's quadratic form as a GEMM (as before the stored basis) vs the diagonal
+  G of the canonical stored basis (``PrettrRanker.canonicalize_basis``: σ_j in O(e)), in the whole timed path.
 * ``books``: the same from a float16 store vs the codebook stores ``book4`` and ``book2`` (decoded to float16 by
   the reader, a byte-table lookup per packed byte); the score difference is the codebooks' rounding.
 
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -298,6 +301,22 @@ def prettr_decompressing():
     return mock.patch.object(prettr, "FOLD_DECOMPRESSION", 0.0)
 
 
+def prettr_gram_gemm():
+    """PreTTR's folded path computing G's quadratic form by its GEMM even where G is diagonal (the path before the
+    stored basis made it so: ``DecompressionFold.diagonal`` None)."""
+    real = prettr.PrettrRanker.decompression_fold
+
+    def with_gemm(self, like):
+        return dataclasses.replace(real(self, like), diagonal=None)
+
+    return mock.patch.object(prettr.PrettrRanker, "decompression_fold", with_gemm)
+
+
+def part_basis(args) -> list[dict]:
+    names = args.basis_rankers
+    return old_vs_new("basis", names, prettr_gram_gemm, "G by its GEMM", "diagonal G (stored basis)", args)
+
+
 def part_prettrfold(args) -> list[dict]:
     names = args.prettrfold_rankers
     return old_vs_new("prettrfold", names, prettr_decompressing, "decompressed", "folded", args)
@@ -538,6 +557,7 @@ PARTS = {
     "source": part_source,
     "int8": part_int8,
     "books": part_books,
+    "basis": part_basis,
 }
 
 
@@ -565,6 +585,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tkpass-rankers", nargs="+", default=["tk-1l", "tk-2l"])
     p.add_argument("--prettrnorm-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e256"])
     p.add_argument("--prettrfold-rankers", nargs="+", default=["prettr-l5-e128"])
+    p.add_argument("--basis-rankers", nargs="+", default=["prettr-l5-e128"])
     p.add_argument("--prior-rankers", nargs="+", default=["prettr-l5-e0", "prettr-l5-e256"])
     p.add_argument(
         "--skinny-rankers", nargs="+", default=["tk-2l", "tk-6l-base", "prettr-l5-e0", "mores-1ib-s2"]
