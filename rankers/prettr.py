@@ -59,10 +59,9 @@ def folded_width(e: int) -> int:
 class DecompressionFold:
     """PreTTR's decompression ŝ = LN(r·Wdᵀ + bd) as :meth:`PrettrRanker.weighted_folded` reads it: Wd and bd
     centred over the n outputs (w [n, e], b [n]), G = wᵀw [e, e], g2 = 2·wᵀb, bb = |b|², the LayerNorm's γ, β
-    and ε; w and G packed for oneDNN where that applies."""
+    and ε; G and the output map packed for oneDNN where that applies."""
 
     w: Tensor
-    packed_w: Tensor | None
     gram: Tensor
     packed_gram: Tensor | None
     g2: Tensor
@@ -403,16 +402,15 @@ class PrettrRanker(Ranker):
             w_c = w - w.mean(0, keepdim=True)  # [n, e]: each output less the mean output
             b_c = bias - bias.mean()
             f32 = {"dtype": torch.float32, "device": like.device}
-            w32 = w_c.to(**f32).contiguous()
-            gram = (w_c.T @ w_c).to(**f32).contiguous()
+            gram64 = w_c.T @ w_c
+            gram = gram64.to(**f32).contiguous()
             n, e = w_c.shape
             out = torch.zeros(n, folded_width(e), dtype=torch.float64, device=w_c.device)
             out[:, :e] = gamma[:, None] * w_c
             out[:, e] = gamma * b_c
             out32 = out.to(**f32).contiguous()
             fold = DecompressionFold(
-                w=w32,
-                packed_w=pack_weight(w32, like),
+                w=w_c.to(**f32).contiguous(),
                 gram=gram,
                 packed_gram=pack_weight(gram, like),
                 g2=(2 * w_c.T @ b_c).to(**f32),
@@ -423,7 +421,7 @@ class PrettrRanker(Ranker):
                 eps=float(self.decompressor_norm.eps),
                 out=out32,
                 packed_out=pack_weight(out32, like),
-                diagonal=torch.diagonal(gram).contiguous() if gram_is_diagonal(w_c.T @ w_c) else None,
+                diagonal=torch.diagonal(gram).contiguous() if gram_is_diagonal(gram64) else None,
             )
         self.__dict__["_fold"] = (key, fold)
         return fold
