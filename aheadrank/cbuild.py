@@ -10,6 +10,7 @@ CPU another's build. ``AHEADRANK_NATIVE=0`` switches every compiled part off (it
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import os
@@ -17,6 +18,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("aheadrank.native")
@@ -81,3 +83,17 @@ def build_with(
                 os.unlink(path)
     log.info("compiled %s -> %s", source.name, target)
     return target
+
+
+def load_or_none(load: Callable[[str], ctypes.CDLL], what: str, instead: str) -> ctypes.CDLL | None:
+    """``load(cc)`` with this machine's compiler, or None where there is none or the build or load fails: logged
+    as a warning (``what`` is unavailable, ``instead`` runs), for the callers to cache so that it is said once."""
+    cc = compiler()
+    if cc is None:
+        log.warning("no C compiler found ($CC, cc, gcc): %s unavailable, %s", what, instead)
+        return None
+    try:
+        return load(cc)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        log.warning("%s unavailable, %s: %s", what, instead, e)
+        return None

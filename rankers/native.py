@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import subprocess
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -153,15 +152,9 @@ def load_source(source: Path, require_all: bool = True) -> ctypes.CDLL:
 
 @lru_cache(maxsize=1)
 def _load() -> ctypes.CDLL | None:
-    if _compiler() is None:
-        log.warning("no C compiler found ($CC, cc, gcc): the native kernels are off, PyTorch's code runs")
-        return None
-    try:
-        lib = load_source(SOURCE)
-    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        log.warning("native kernels unavailable, PyTorch's code runs instead: %s", e)
-        return None
-    return lib
+    return cbuild.load_or_none(
+        lambda cc: load_source(SOURCE), "native kernels", "PyTorch's code runs instead"
+    )
 
 
 def library() -> ctypes.CDLL | None:

@@ -7,15 +7,11 @@ use, ``-O3 -march=native``, one thread): a table word per packed byte, 0.49 ns a
 from __future__ import annotations
 
 import ctypes
-import logging
-import subprocess
 import threading
 from functools import lru_cache
 from pathlib import Path
 
 from aheadrank import cbuild
-
-log = logging.getLogger("aheadrank.native")
 
 SOURCE = Path(__file__).with_name("native_decode.c")
 FLAGS = ("-O3", "-march=native", "-fPIC")
@@ -26,21 +22,17 @@ ENTRY_POINTS = {2: "decode_bytes16", 4: "decode_bytes32", 8: "decode_bytes64"}
 _lock = threading.Lock()
 
 
-@lru_cache(maxsize=1)
-def _load() -> ctypes.CDLL | None:
-    cc = cbuild.compiler()
-    if cc is None:
-        log.warning("no C compiler found ($CC, cc, gcc): the store's codebook decode runs torch")
-        return None
-    try:
-        lib = ctypes.CDLL(str(cbuild.build_with(cc, FLAGS, LINK_FLAGS, SOURCE, "store")))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        log.warning("the store's compiled decode is unavailable, torch runs instead: %s", e)
-        return None
+def _build_and_load(cc: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(cbuild.build_with(cc, FLAGS, LINK_FLAGS, SOURCE, "store")))
     for name in ENTRY_POINTS.values():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = [_P, _P, _P, _I, _I], ctypes.c_int
     return lib
+
+
+@lru_cache(maxsize=1)
+def _load() -> ctypes.CDLL | None:
+    return cbuild.load_or_none(_build_and_load, "the store's compiled codebook decode", "torch runs instead")
 
 
 def library() -> ctypes.CDLL | None:
