@@ -307,7 +307,7 @@ def prettr_gram_gemm():
     real = prettr.PrettrRanker.decompression_fold
 
     def with_gemm(self, like):
-        return dataclasses.replace(real(self, like), diagonal=None)
+        return dataclasses.replace(real(self, like), diagonal=None, quad=None)
 
     return mock.patch.object(prettr.PrettrRanker, "decompression_fold", with_gemm)
 

@@ -168,15 +168,17 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
             # [CLS] is the query's: its folded query, and its scores and sums over the query's own tokens, once
             # per batch (PrettrRanker.upper_from_stored: the same for every document)
             per_chunk = one_row_query(n) + 4 * heads * tq * n
-        if folded:  # PrettrRanker.weighted_folded: no decompression, attention over [r/σ, 1/σ]
+        if folded:  # PrettrRanker.context_folded: no decompression, attention over [r/σ, 1/σ]
             # G's quadratic form per token (diagonal in a canonical basis: 2·e, else a GEMM), scores and sums over
-            # the width, W̃ per row; [CLS]'s value map, O, FFN
+            # the e + 1 values; per head the sums mapped to its value vector (the value map folded into the map
+            # back: e + 1 → dh per head, e + 1 → n in all), then O and the FFN for [CLS]
             diagonal = prettr.gram_is_diagonal(ranker.decompression_gram())
             per_doc += (
                 (2 * td * e if diagonal else lin(td, e, e))
                 + 4 * heads * td * width
-                + lin(heads, e, n)
+                + lin(1, width, n)
                 + one_row_rest(0, n, f, heads)
+                - lin(1, n, n)  # one_row_rest's value map, folded away
             )
         elif split == L - 1:
             per_doc += one_row_rest(td, n, f, heads)
@@ -186,7 +188,7 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
         if c.sim:  # q̄: the query alone through layers l+1..L; per document the mean of ŝ (one more row of the
             # weighted sum: over [r/σ, 1/σ] and through W̃ where folded) and the pool map P
             query += (L - split) * layer_flops(tq, n, f)
-            per_doc += (2 * td * width + lin(1, e, n) if folded else 2 * td * n) + lin(1, n, n)
+            per_doc += (2 * td * width + lin(1, width, n) if folded else 2 * td * n) + lin(1, n, n)
         per_doc += head
     elif ranker.kind == "tk":
         f_tk = c.tk_ffn or n

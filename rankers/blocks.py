@@ -416,20 +416,23 @@ def attend_native(
     key_scale: Tensor | None = None,
     extra: Tensor | None = None,
     prior: Tensor | None = None,
+    quad: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None] | None:
     """:func:`context_native` with the scores' scale given (``scale·q·kᵀ``) and, with ``lse``, also each row's
     log-sum-exp of its scores [B, h, Tq], for merging with scores over other keys (PreTTR's query tokens). A
-    head may be as wide as the states (dh a multiple of 64 up to 512: h = 1 reads whole rows), and v may be k.
+    head may be as wide as the states (dh a multiple of 16 up to 512: h = 1 reads whole rows), and v may be k.
     With ``norm`` (a LayerNorm over the rows; h = 1 and v = k only), the attention is over ``norm(k)``, each row
     normalised as it is widened, without a normalised copy in memory (PreTTR's decompressed states). With
-    ``key_scale`` [B, T] (v = k only) each token's row is multiplied by its scale (with an int8 field's own), and
-    with ``extra`` [B, T] (h = 1, v = k) the keys are the k rows (n wide, a multiple of 16) followed by one more
-    column holding ``extra`` and zeros up to dh ≥ n + 1, both as widened (PreTTR's folded decompression: keys
-    [r/σ, 1/σ] read from the stored r). With ``prior`` [h, Tq, dh + 2] float32, each row's softmax also runs over
-    keys outside the documents, the same for every document (PreTTR's query tokens), given per head and row as
-    ``[Σ_j e^(s_j − m)·v_j, m, Σ_j e^(s_j − m)]`` with m their largest score (a row whose last value is 0 has
-    none): the output and the lse are then over both, with no merge pass after. Returns (context [B, Tq, h·dh],
-    lse or None), or None where the kernel does not apply."""
+    ``key_scale`` [B, T] (v = k only) each token's row is multiplied by its scale (with an int8 field's own).
+    With ``extra`` [B, T] or ``quad`` (h = 1, v = k, no norm or prior) each key and value is its row followed by one
+    more value x_j, q's rows are n + 1 wide (their last value: the coefficient on x_j) and so is the output;
+    ``extra`` gives x_j, ``quad`` [2n + 3] = (diag, g2, bb, 1/n, ε) has the kernel compute it from the row it
+    widens, x_j = (max(r_j·(diag ⊙ r_j + g2) + bb, 0)/n + ε)^−½, and scale the row by it (PreTTR's folded
+    decompression: keys [r/σ, 1/σ] read from the stored r). With ``prior`` [h, Tq, dh + 2] float32, each row's
+    softmax also runs over keys outside the documents, the same for every document (PreTTR's query tokens), given
+    per head and row as ``[Σ_j e^(s_j − m)·v_j, m, Σ_j e^(s_j − m)]`` with m their largest score (a row whose last
+    value is 0 has none): the output and the lse are then over both, with no merge pass after. Returns (context
+    [B, Tq, h·dh], lse or None), or None where the kernel does not apply."""
     if q.device.type != "cpu" or q.dtype != torch.float32 or q.dim() != 4:
         return None
     if torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v)):
@@ -440,21 +443,29 @@ def attend_native(
     kind = native_kind(k)
     if kind is None or (not quant and v.dtype != k.dtype):
         return None
-    bq, h, tq, dh = q.shape
+    bq, h, tq, width = q.shape
     b, t, n = k.shape
+    extended = extra is not None or quad is not None
+    dh = width - 1 if extended else width
     if (
         not native.attention_head_dim(dh)
         or not 1 <= tq <= native.ATTENTION_MAX_ROWS
         or not 1 <= t <= native.ATTENTION_MAX_KEYS
-        or (n != h * dh if extra is None else (h != 1 or n % 16 or not 16 <= n < dh))
+        or n != h * dh
         or bq not in (1, b)
         or b == 0
     ):
         return None
+    if extended and (h != 1 or bq != 1 or v is not k or norm is not None or prior is not None):
+        return None
+    if extra is not None and quad is not None:
+        return None
+    if quad is not None and (
+        quad.shape != (2 * n + 3,) or quad.dtype != torch.float32 or key_scale is not None
+    ):
+        return None
     per_token = [x for x in (key_scale, extra) if x is not None]
     if per_token and (v is not k or any(x.shape != (b, t) or x.device.type != "cpu" for x in per_token)):
-        return None
-    if extra is not None and norm is not None:
         return None
     if prior is not None and (
         prior.shape != (h, tq, dh + 2) or prior.dtype != torch.float32 or prior.device.type != "cpu"
@@ -472,7 +483,12 @@ def attend_native(
     lib = native.library()
     if lib is None:
         return None
-    qs = (q * scale).contiguous()
+    qs = q * scale
+    coef = None
+    if extended:  # the rows' coefficients on the extra value go in apart from the rows
+        coef = qs[0, 0, :, dh].contiguous()
+        qs = qs[..., :dh]
+    qs = qs.contiguous()
     keep = None if mask is None else mask.reshape(-1, t).expand(b, t).contiguous().view(torch.uint8)
 
     k_values, k_scales = native_values(k)
@@ -481,9 +497,9 @@ def attend_native(
         k_scales = k_scales.contiguous()
     v_values, v_scales = (k_values, k_scales) if v is k else native_values(v)  # one tensor: widened once
     extra = None if extra is None else extra.float().contiguous()
+    quad = None if quad is None else quad.contiguous()
     prior = None if prior is None else prior.contiguous()
-    width = h * dh
-    out = torch.empty(b, tq, width, dtype=torch.float32)
+    out = torch.empty(b, tq, h * dh + extended, dtype=torch.float32)
     lse_out = torch.empty(b, h, tq, dtype=torch.float32) if lse else None
     status = lib.cross_attention(
         native.ptr(qs),
@@ -504,8 +520,9 @@ def attend_native(
         None if ln is None else native.ptr(ln[0]),
         None if ln is None else native.ptr(ln[1]),
         0.0 if ln is None else ln[2],
-        n,
         None if extra is None else native.ptr(extra),
+        None if coef is None else native.ptr(coef),
+        None if quad is None else native.ptr(quad),
         None if prior is None else native.ptr(prior),
         torch.get_num_threads(),
     )

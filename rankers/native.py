@@ -59,7 +59,7 @@ _SIGNATURES = {
     # q, d, d scales, kind, mask, B, Td, n, Tq, chain..., out, threads
     "tk_stored_sums": [_P, _P, _P, _I, _P, _I, _I, _I, _I, *_CHAIN, _P, _I],
     # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, lse, ln weight, ln bias, ln eps,
-    # stored key width, extra column, prior, threads
+    # extra values, their coefficients, the quadratic form giving them, prior, threads
     "cross_attention": [
         _P,
         _I,
@@ -79,7 +79,8 @@ _SIGNATURES = {
         _P,
         _P,
         _F,
-        _I,
+        _P,
+        _P,
         _P,
         _P,
         _I,
@@ -99,8 +100,9 @@ SKINNY_PANEL = 32  # native_kernels.c: SK_NR, the output columns of one packed p
 
 
 def attention_head_dim(dh: int) -> bool:
-    """Whether the compiled attention takes heads dh wide: 32, or a multiple of 64 up to 512."""
-    return dh == 32 or (dh % 64 == 0 and 0 < dh <= ATTENTION_MAX_HEAD_DIM)
+    """Whether the compiled attention takes heads dh wide: a multiple of 16 up to 512 (32 and multiples of 64 run
+    its widest blocks)."""
+    return dh % 16 == 0 and 0 < dh <= ATTENTION_MAX_HEAD_DIM
 
 
 _lock = threading.Lock()

@@ -128,17 +128,22 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
    (kind 3); v may be k itself (widened once); mask [B, T] (nonzero: a real token) or NULL; out [B, Tq, H*dh]
    float32; lse [B, H, Tq] or NULL: log sum_t e^score per row, for merging with scores over other keys; ln_w,
    ln_b [dh] (or NULL): the keys (which must be the values, H = 1: whole rows) are LayerNorm-ed with these weights
-   and eps as they are widened (PreTTR's decompressed states: no normalised copy of them is written); kn: the
-   stored key rows' width (H*dh, or less with xcol); xcol [B, T] (or NULL): the keys (which must be the values,
-   H = 1) are the stored rows, kn wide, then one more column holding xcol, then zeros up to dh (PreTTR's folded
-   decompression: [r_j / sigma_j, 1 / sigma_j]); ks / vs may scale float16, bfloat16 and float32 keys / values
-   per token too (int8: they are its scales). prior [H, Tq, dh + 2] (or NULL): per head and row, keys outside
+   and eps as they are widened (PreTTR's decompressed states: no normalised copy of them is written); ks / vs may
+   scale float16, bfloat16 and float32 keys / values per token too (int8: they are its scales). xq [Tq] (or NULL):
+   an extra value per key (H = 1, the keys being the values): key j is its stored row (times its scale) followed
+   by x_j, row i's coefficient on x_j is xq[i] (already scaled), and the output rows are dh + 1 wide, column dh
+   holding the weighted sum of x_j (PreTTR's folded decompression: keys and values [r_j / sigma_j, 1 / sigma_j],
+   no padding); x_j is xcol[b, j] ([B, T]), or, with quad [2 dh + 3] = (diag, g2, bb, 1/n, eps) instead, computed
+   from the widened row r_j itself, x_j = 1 / sqrt(max(r_j.(diag * r_j + g2) + bb, 0) / n + eps), the row then
+   multiplied by x_j (PreTTR's 1/sigma_j in a canonical basis: no per-token pass outside the kernel).
+   prior [H, Tq, dh + 2] (or NULL): per head and row, keys outside
    the documents that every document's softmax also runs over (PreTTR's query tokens), given as the weighted
    sum of their values relative to their largest score (dh values: sum_j e^(s_j - m0) v_j), that largest score
    m0 and sum_j e^(s_j - m0); a row whose last value is 0 has none. The output is then the softmax over both
    (and lse too). The documents split over `threads` OpenMP threads. A document
    without a real token gets zeros (and lse -1e30).
-   Limits: dh 32 or a multiple of 64 up to ATT_MAXDH, 1 <= Tq <= ATT_ROWS, T <= ATT_MAXT; AVX-512F builds only
+   Limits: dh a multiple of 16 up to ATT_MAXDH (32 and multiples of 64 run the widest blocks), 1 <= Tq <= ATT_ROWS,
+   T <= ATT_MAXT; AVX-512F builds only
    (elsewhere the entry point returns -1 and the caller runs PyTorch's code). */
 #define ATT_ROWS 32
 #define ATT_MAXT 4096
@@ -247,8 +252,9 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
                                                             const int32_t *idx, int64_t nv, int64_t n, int64_t col,
                                                             float *kb, float *vb, float *s, float *out,
                                                             float *lse, int64_t Tq, const float *ln_w,
-                                                            const float *ln_b, float ln_eps, int64_t kn,
-                                                            const float *xcol, const char *pk, const char *pv,
+                                                            const float *ln_b, float ln_eps, const float *xcol,
+                                                            const float *xqt, const float *quad, float *xv,
+                                                            int64_t ostride, const char *pk, const char *pv,
                                                             int64_t plines, const float *prior) {
     const int64_t DV = dh / 16;
     const int64_t per_row = (plines + nv - 1) / nv; /* the next document's lines to prefetch per widened row */
@@ -257,8 +263,8 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
     for (int64_t t = 0; t < nv; t++) { /* widen the head's key and value rows of the real tokens */
         const int64_t j = idx[t];
         if (t + ATT_PREFETCH < nv) { /* rows n apart: a new page every few rows, which hardware prefetch misses */
-            const size_t at = (size_t)(idx[t + ATT_PREFETCH] * kn + col) * elem;
-            for (size_t line = 0; line < (size_t)(dh < kn ? dh : kn) * elem; line += 64) {
+            const size_t at = (size_t)(idx[t + ATT_PREFETCH] * n + col) * elem;
+            for (size_t line = 0; line < (size_t)dh * elem; line += 64) {
                 _mm_prefetch((const char *)k + at + line, _MM_HINT_T0);
                 if (!same) _mm_prefetch((const char *)v + at + line, _MM_HINT_T0);
             }
@@ -269,15 +275,24 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
         }
         const float kscale = ks ? ks[j] : 1.0f, vscale = vs ? vs[j] : 1.0f;
         for (int64_t d = 0; d < DV; d++) {
-            __m512 x;
-            if (col + 16 * d < kn) /* a stored value */
-                x = att_scaled16(k, j * kn + col + 16 * d, kind, kscale, ks != NULL);
-            else /* past the stored row (xcol only): the extra column, then zeros */
-                x = 16 * d == kn ? _mm512_maskz_mov_ps(1, _mm512_set1_ps(xcol[j])) : _mm512_setzero_ps();
-            _mm512_store_ps(kb + t * dh + 16 * d, x);
-            if (!same) _mm512_store_ps(vb + t * dh + 16 * d, att_scaled16(v, j * kn + col + 16 * d, kind, vscale, vs != NULL));
+            _mm512_store_ps(kb + t * dh + 16 * d, att_scaled16(k, j * n + col + 16 * d, kind, kscale, ks != NULL));
+            if (!same) _mm512_store_ps(vb + t * dh + 16 * d, att_scaled16(v, j * n + col + 16 * d, kind, vscale, vs != NULL));
         }
         if (ln_w) att_layer_norm(kb + t * dh, dh, ln_w, ln_b, ln_eps); /* the row normalised where it lies */
+        if (quad) { /* x_j = 1 / sqrt(max(r.(diag r + g2) + bb, 0) / n + eps), and the row times x_j */
+            float *row = kb + t * dh;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t d = 0; d < dh; d += 16) {
+                const __m512 r = _mm512_load_ps(row + d);
+                acc = _mm512_fmadd_ps(r, _mm512_fmadd_ps(_mm512_loadu_ps(quad + d), r, _mm512_loadu_ps(quad + dh + d)), acc);
+            }
+            const float form = _mm512_reduce_add_ps(acc) + quad[2 * dh];
+            const float x = 1.0f / sqrtf((form > 0.0f ? form : 0.0f) * quad[2 * dh + 1] + quad[2 * dh + 2]);
+            const __m512 xs = _mm512_set1_ps(x);
+            for (int64_t d = 0; d < dh; d += 16) _mm512_store_ps(row + d, _mm512_mul_ps(_mm512_load_ps(row + d), xs));
+            xv[t] = x;
+        } else if (xqt)
+            xv[t] = xcol[j];
     }
     /* scores s[t][i] = q_i . k_t, ATT_KEYS keys at a time */
     int64_t t = 0;
@@ -293,6 +308,11 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
                 for (int q = 0; q < NQ; q++) acc[r][q] = _mm512_fmadd_ps(kv, qv[q], acc[r][q]);
             }
         }
+        if (xqt) /* the extra value of each key times each row's coefficient */
+            for (int r = 0; r < ATT_KEYS; r++) {
+                const __m512 kv = _mm512_set1_ps(xv[t + r]);
+                for (int q = 0; q < NQ; q++) acc[r][q] = _mm512_fmadd_ps(kv, _mm512_load_ps(xqt + 16 * q), acc[r][q]);
+            }
         for (int r = 0; r < ATT_KEYS; r++)
             for (int q = 0; q < NQ; q++) _mm512_store_ps(s + (t + r) * ATT_ROWS + 16 * q, acc[r][q]);
     }
@@ -303,6 +323,8 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
             const __m512 kv = _mm512_set1_ps(kb[t * dh + c]);
             for (int q = 0; q < NQ; q++) acc[q] = _mm512_fmadd_ps(kv, _mm512_load_ps(qt + c * ATT_ROWS + 16 * q), acc[q]);
         }
+        if (xqt)
+            for (int q = 0; q < NQ; q++) acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(xv[t]), _mm512_load_ps(xqt + 16 * q), acc[q]);
         for (int q = 0; q < NQ; q++) _mm512_store_ps(s + t * ATT_ROWS + 16 * q, acc[q]);
     }
     /* softmax over the keys, down each query row's lane */
@@ -338,32 +360,46 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
     }
     if (lse)
         for (int64_t i = 0; i < Tq; i++) lse[i] = mx[i] + logf(sum[i]);
+    if (xqt) { /* the extra value's weighted sum, in the output's column dh */
+        __m512 xs[2];
+        for (int q = 0; q < NQ; q++) xs[q] = _mm512_setzero_ps();
+        for (int64_t u = 0; u < nv; u++) {
+            const __m512 x = _mm512_set1_ps(xv[u]);
+            for (int q = 0; q < NQ; q++) xs[q] = _mm512_fmadd_ps(_mm512_load_ps(s + u * ATT_ROWS + 16 * q), x, xs[q]);
+        }
+        float xsum[ATT_ROWS] __attribute__((aligned(64)));
+        for (int q = 0; q < NQ; q++) _mm512_store_ps(xsum + 16 * q, xs[q]);
+        for (int64_t i = 0; i < Tq; i++) out[i * ostride + dh] = xsum[i] / sum[i];
+    }
     /* out_i = sum_t p[t][i] v_t / sum_i: a block of query rows and ND vectors of the values at a time (blocks of
        24/ND rows while more than 16/ND are left: 24 accumulators, then 16/ND or 8/ND) */
     for (int64_t d0 = 0; d0 < DV; d0 += ND)
         for (int64_t i0 = 0; i0 < Tq;) {
             const int64_t left = Tq - i0;
             if (left > 16 / ND)
-                att_pv(ND, 24 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out, prior, pc);
+                att_pv(ND, 24 / ND, vb, s, sum, nv, dh, d0, i0, Tq, ostride, col, out, prior, pc);
             else if (left > 8 / ND)
-                att_pv(ND, 16 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out, prior, pc);
+                att_pv(ND, 16 / ND, vb, s, sum, nv, dh, d0, i0, Tq, ostride, col, out, prior, pc);
             else
-                att_pv(ND, 8 / ND, vb, s, sum, nv, dh, d0, i0, Tq, n, col, out, prior, pc);
+                att_pv(ND, 8 / ND, vb, s, sum, nv, dh, d0, i0, Tq, ostride, col, out, prior, pc);
             i0 += left > 16 / ND ? 24 / ND : (left > 8 / ND ? 16 / ND : 8 / ND);
         }
 }
 
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, int64_t kn,
-                    const float *xcol, const float *prior, int64_t threads) {
-    if ((dh != 32 && (dh % 64 != 0 || dh > ATT_MAXDH)) || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 3 ||
+                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, const float *xcol,
+                    const float *xq, const float *quad, const float *prior, int64_t threads) {
+    const int extra = xq != NULL;
+    if (dh < 16 || dh % 16 || dh > ATT_MAXDH || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 3 ||
         (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)) || threads < 1 ||
         (ln_w && (H != 1 || k != v || ks != vs || !ln_b)) || /* LayerNorm: of whole rows, that are keys and values */
-        (!xcol && kn != H * dh) || /* an extra column: one head, keys that are the values, stored rows narrower */
-        (xcol && (H != 1 || k != v || ks != vs || ln_w || kn < 16 || kn % 16 || kn + 1 > dh)))
+        /* an extra value: one head, keys that are the values, no LayerNorm or prior; from xcol or from quad */
+        (extra && (H != 1 || k != v || ks != vs || ln_w || prior || (xcol != NULL) == (quad != NULL) ||
+                   (quad && ks && kind != 2))) ||
+        (!extra && (xcol || quad)))
         return -1;
-    const int64_t n = H * dh, per_q = H * Tq * dh;
+    const int64_t n = H * dh, per_q = H * Tq * dh, ostride = n + extra;
     const size_t elem = att_elem(kind);
     const int same = k == v && ks == vs;
     int status = 0;
@@ -375,19 +411,25 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
         float *vb = att_alloc(sizeof(float) * (size_t)(T * dh));
         float *s = att_alloc(sizeof(float) * (size_t)(T * ATT_ROWS));
         float *qt = att_alloc(sizeof(float) * (size_t)(H * dh * ATT_ROWS));
+        float *xqt = extra ? att_alloc(sizeof(float) * ATT_ROWS) : NULL; /* the rows' extra coefficients, by lane */
+        float *xv = extra ? att_alloc(sizeof(float) * (size_t)T) : NULL; /* each real token's extra value */
         int32_t *idx = malloc(sizeof(int32_t) * (size_t)T);
-        const int ok = kb && vb && s && qt && idx;
+        const int ok = kb && vb && s && qt && idx && (!extra || (xqt && xv));
+        if (ok && extra) {
+            memset(xqt, 0, sizeof(float) * ATT_ROWS);
+            for (int64_t i = 0; i < Tq; i++) xqt[i] = xq[i];
+        }
         if (!ok) status = -2;
         int64_t q_doc = -1; /* the document whose query rows qt holds */
 #pragma omp for schedule(dynamic, 4) /* a descheduled thread (a busy server) leaves its documents to the others */
         for (int64_t b = 0; b < B; b++) {
             if (!ok) continue;
-            float *ob = out + b * Tq * n;
+            float *ob = out + b * Tq * ostride;
             int64_t nv = 0;
             for (int64_t j = 0; j < T; j++)
                 if (!mask || mask[b * T + j]) idx[nv++] = (int32_t)j;
             if (nv == 0) { /* zeros, or a row's prior alone */
-                memset(ob, 0, sizeof(float) * (size_t)(Tq * n));
+                memset(ob, 0, sizeof(float) * (size_t)(Tq * ostride));
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t i = 0; i < Tq; i++) {
                         const float *pr = prior ? prior + (h * Tq + i) * (dh + 2) : NULL;
@@ -406,8 +448,8 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                         for (int64_t c = 0; c < dh; c++) qt[(h * dh + c) * ATT_ROWS + i] = qb[(h * Tq + i) * dh + c];
                 q_doc = b;
             }
-            const void *kd = (const char *)k + (size_t)(b * T * kn) * elem;
-            const void *vd = (const char *)v + (size_t)(b * T * kn) * elem;
+            const void *kd = (const char *)k + (size_t)(b * T * n) * elem;
+            const void *vd = (const char *)v + (size_t)(b * T * n) * elem;
             const float *xb = xcol ? xcol + b * T : NULL;
             const float *ksb = ks ? ks + b * T : NULL, *vsb = vs ? vs + b * T : NULL;
             /* several heads: the next document's rows (up to its last real token) on their way into L2 while
@@ -422,9 +464,9 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                 int64_t last = T;
                 if (mask)
                     while (last > 0 && !mask[(b + 1) * T + last - 1]) last--;
-                next_lines = (int64_t)(((size_t)(last * kn) * elem + 63) / 64);
-                kn_next = (const char *)k + (size_t)((b + 1) * T * kn) * elem;
-                vn_next = same ? NULL : (const char *)v + (size_t)((b + 1) * T * kn) * elem;
+                next_lines = (int64_t)(((size_t)(last * n) * elem + 63) / 64);
+                kn_next = (const char *)k + (size_t)((b + 1) * T * n) * elem;
+                vn_next = same ? NULL : (const char *)v + (size_t)((b + 1) * T * n) * elem;
             }
             for (int64_t h = 0; h < H; h++) {
                 const float *qh = qt + h * dh * ATT_ROWS;
@@ -432,20 +474,30 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                 const int64_t l0 = next_lines * h / H, pl = next_lines * (h + 1) / H - l0;
                 const char *pk = kn_next ? kn_next + l0 * 64 : NULL, *pv = vn_next ? vn_next + l0 * 64 : NULL;
                 const float *ph = prior ? prior + h * Tq * (dh + 2) : NULL;
+#define ATT_HEAD(ND, NQ, DH) \
+    att_head(ND, NQ, DH, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, \
+             xb, xqt, quad, xv, ostride, pk, pv, pl, ph)
                 if (dh == 32 && Tq <= 16)
-                    att_head(2, 1, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl, ph);
+                    ATT_HEAD(2, 1, 32);
                 else if (dh == 32)
-                    att_head(2, 2, 32, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl, ph);
-                else if (Tq <= 16)
-                    att_head(4, 1, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl, ph);
+                    ATT_HEAD(2, 2, 32);
+                else if (dh % 64 == 0 && Tq <= 16)
+                    ATT_HEAD(4, 1, dh);
+                else if (dh % 64 == 0)
+                    ATT_HEAD(4, 2, dh);
+                else if (Tq <= 16) /* a multiple of 16: one value vector per chunk of the weighted sum */
+                    ATT_HEAD(1, 1, dh);
                 else
-                    att_head(4, 2, dh, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, kn, xb, pk, pv, pl, ph);
+                    ATT_HEAD(1, 2, dh);
+#undef ATT_HEAD
             }
         }
         free(kb);
         free(vb);
         free(s);
         free(qt);
+        free(xqt);
+        free(xv);
         free(idx);
     }
     return status;
@@ -748,9 +800,9 @@ int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t
 #else
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, int64_t kn,
-                    const float *xcol, const float *prior, int64_t threads) {
-    (void)threads, (void)lse, (void)ln_w, (void)ln_b, (void)ln_eps, (void)kn, (void)xcol, (void)prior, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
+                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, const float *xcol,
+                    const float *xq, const float *quad, const float *prior, int64_t threads) {
+    (void)threads, (void)lse, (void)ln_w, (void)ln_b, (void)ln_eps, (void)xq, (void)quad, (void)xcol, (void)prior, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
     (void)dh, (void)Tq, (void)out;
     return -1;
 }

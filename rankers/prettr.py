@@ -39,9 +39,10 @@ from aheadrank.rankers.blocks import (
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
-# weighted_folded runs where e is at most this fraction of n: G's quadratic form (e² per token) and the attention
-# over [r/σ, 1/σ] (e + 1 rounded up to 64 wide) against decompressing (n·e) and attending over ŝ (n wide). At
-# n = 384: e = 128 1.30x the whole path (d = 128), e = 256 only 1.06x (scratch A/B), so it folds up to n / 2
+# context_folded runs where e is at most this fraction of n: G's quadratic form (e per token in a canonical basis,
+# else e²) and the attention over [r/σ, 1/σ] (e + 1 values) against decompressing (n·e) and attending over ŝ (n
+# wide). At n = 384: e = 128 1.30x the whole path (d = 128), e = 256 only 1.06x (scratch A/B, before the fold took
+# the value map and the kernel σ), so it folds up to n / 2
 FOLD_DECOMPRESSION = 0.5
 # The query tokens' part of [CLS]'s attention (the same for every document) enters the compiled attention as each
 # row's prior (query_prior), so that the kernel's output is final, instead of a merge after it by log-sum-exps (two
@@ -50,16 +51,17 @@ QUERY_PRIOR = True
 
 
 def folded_width(e: int) -> int:
-    """The head width of the folded attention over [r/σ, 1/σ] (e + 1 values): the kernel's heads are multiples
-    of 64 wide."""
-    return -(-(e + 1) // 64) * 64
+    """The width of the folded attention's keys and values [r/σ, 1/σ]: e + 1 (the kernel takes the last value
+    apart from the rows, so no padding)."""
+    return e + 1
 
 
 @dataclass(frozen=True)
 class DecompressionFold:
-    """PreTTR's decompression ŝ = LN(r·Wdᵀ + bd) as :meth:`PrettrRanker.weighted_folded` reads it: Wd and bd
-    centred over the n outputs (w [n, e], b [n]), G = wᵀw [e, e], g2 = 2·wᵀb, bb = |b|², the LayerNorm's γ, β
-    and ε; G and the output map packed for oneDNN where that applies."""
+    """PreTTR's decompression ŝ = LN(r·Wdᵀ + bd) and layer L's value map as :meth:`PrettrRanker.context_folded`
+    reads them: Wd and bd centred over the n outputs (w [n, e], b [n]), G = wᵀw [e, e], g2 = 2·wᵀb, bb = |b|², the
+    LayerNorm's γ, β and ε; ``out`` maps the weighted sums over [r/σ, 1/σ] back to ŝ and ``values`` on to each
+    head's value vector; G and the output map packed for oneDNN where that applies."""
 
     w: Tensor
     gram: Tensor
@@ -70,9 +72,12 @@ class DecompressionFold:
     gamma: Tensor
     beta: Tensor
     eps: float
-    out: Tensor  # [n, width]: γ ⊙ [w, b, 0...], the weighted sums' map back to ŝ (β: its bias)
+    out: Tensor  # [n, e + 1]: γ ⊙ [w, b], the weighted sums' map back to ŝ (β: its bias)
     packed_out: Tensor | None
+    values: Tensor  # [H, e + 1, dh]: per head (W_vh·out)ᵀ, the weighted sums' map to the head's value vector
+    value_bias: Tensor  # [H, dh]: W_vh·β + b_vh
     diagonal: Tensor | None = None  # G's diagonal [e] when G is diagonal (canonicalize_basis): σ_j in O(e)
+    quad: Tensor | None = None  # [2e + 3] (diag G, g2, bb, 1/n, ε): the kernel's σ_j where G is diagonal
 
 
 # G counts as diagonal when dropping its off-diagonal part moves r·G·r by at most this much relative to
@@ -98,6 +103,15 @@ def query_prior(q: Tensor, q_scores: Tensor, n_rows: int) -> Tensor:
     prior[0, :n_heads, n] = top[:, 0]
     prior[0, :n_heads, n + 1] = weights.sum(-1)
     return prior
+
+
+def merge_weights(lse_d: Tensor, q_scores: Tensor) -> tuple[Tensor, Tensor]:
+    """The shares of a document's tokens and of the query's tokens in [CLS]'s softmax over both, from the rows'
+    log-sum-exps over the document's tokens lse_d [B, H] and the scores over the query's q_scores [H, tq] (−inf at
+    padding): (e^(lse_d − total), e^(lse_q − total)) with total = log(e^lse_d + e^lse_q), each [B, H]."""
+    lse_q = torch.logsumexp(q_scores, -1)  # [H]
+    total = torch.logaddexp(lse_d, lse_q)
+    return (lse_d - total).exp_(), (lse_q - total).exp_()
 
 
 class PrettrRanker(Ranker):
@@ -163,7 +177,7 @@ class PrettrRanker(Ranker):
         """Rotate the stored space so that the decompression's Gram matrix G = W̃ᵀW̃ (W̃: the decompressor's weight
         less its mean output) is diagonal: with W̃ = U·S·Vᵀ, the stored r becomes r·V (``stored_basis`` ← B·V) and
         the decompressor's weight Wd·V, so decompress(compress(s)) is unchanged (float64, rounded once to float32),
-        and :meth:`weighted_folded` computes the LayerNorm's σ_j in O(e) a token instead of e². V's columns are
+        and :meth:`context_folded` computes the LayerNorm's σ_j in O(e) a token instead of e². V's columns are
         signed so that each one's largest entry is positive (deterministic). Nothing is done (False) without a
         compressor or when G is diagonal already, so canonicalising twice changes nothing."""
         if not self.config.compress:
@@ -249,9 +263,16 @@ class PrettrRanker(Ranker):
         att = last.attention
         u = att.folded_query(q[:, :1])[0]  # [H, n]
         q_scores = (q[0] @ u.T).T.masked_fill(~q_mask[0], float("-inf"))  # [H, tq], every document's
-        found = self.weighted_native(q, u, q_scores, r, d_mask)
-        weighted, pooled = found if found is not None else self.weighted_blocks(q, u, q_scores, r, d_mask)
-        score = self.head(last.ffn(att.output(att.folded_values(weighted), q[:, :1]))[:, 0]).squeeze(-1)
+        e = self.config.compress
+        found = None
+        if e and e <= FOLD_DECOMPRESSION * q.shape[2]:
+            found = self.context_folded(q, u, q_scores, r, d_mask)
+        if found is None:
+            found = self.weighted_native(q, u, q_scores, r, d_mask)
+            weighted, pooled = found if found is not None else self.weighted_blocks(q, u, q_scores, r, d_mask)
+            found = att.folded_values(weighted), pooled
+        context, pooled = found
+        score = self.head(last.ffn(att.output(context, q[:, :1]))[:, 0]).squeeze(-1)
         return self.with_sim(score, q_pool, pooled)
 
     def weighted_blocks(
@@ -286,23 +307,16 @@ class PrettrRanker(Ranker):
         """:meth:`weighted_blocks` by the compiled attention (``blocks.attend_native``): the H folded rows (and a
         zero row more for ``sim``, whose weights are uniform over the document's tokens: the mean of ŝ) as the
         query rows of one head as wide as the states, over the stored states themselves (l5/e0: float16 or int8
-        read in place), over r with the decompression folded away (:meth:`weighted_folded`, e ≤ n/2), or over
-        each block's decompressed ŝ (its LayerNorm applied by the kernel as it reads each row: no normalised
-        copy). The query tokens' part, the same for every document, goes into the kernel as each row's prior
-        (:func:`query_prior`: its softmax then runs over the query's and the document's tokens at once), or, where
-        the kernel's values are not the states (folded), is merged in after by the rows' log-sum-exps:
-        weighted = w_d·Σ_d + w_q·Σ_q, w = e^(lse − logaddexp(lse_q, lse_d)). None where the kernel does not
-        apply."""
+        read in place) or over each block's decompressed ŝ (its LayerNorm applied by the kernel as it reads each
+        row: no normalised copy). The query tokens' part, the same for every document, goes into the kernel as
+        each row's prior (:func:`query_prior`: its softmax then runs over the query's and the document's tokens at
+        once), or, with ``QUERY_PRIOR`` off, is merged in after by the rows' log-sum-exps (:func:`merge_query`).
+        None where the kernel does not apply."""
         n_heads, n = u.shape
         rows = torch.cat([u, u.new_zeros(1, n)]) if self.config.sim else u  # [R, n]; u carries the 1/√dh
-        e = self.config.compress
-        folded = bool(e) and e <= FOLD_DECOMPRESSION * n
-        # where the kernel's values are the states (n wide), the query tokens' part goes in as each row's prior
-        prior = None if folded or not QUERY_PRIOR else query_prior(q[0], q_scores, rows.shape[0])
+        prior = query_prior(q[0], q_scores, rows.shape[0]) if QUERY_PRIOR else None
         lse = prior is None
-        if folded:
-            found = self.weighted_folded(q, rows, r, d_mask)
-        elif e:
+        if self.config.compress:
             parts = []
             for sl, block in widened(r, q.dtype):
                 y = self.decompressor(block)  # ŝ before its LayerNorm, which the kernel applies row by row
@@ -326,94 +340,121 @@ class PrettrRanker(Ranker):
             return None
         out = found[0]  # [B, R, n]
         weighted = out[:, :n_heads]
-        if prior is None:  # merged after: weighted = w_d·Σ_d + w_q·Σ_q by the log-sum-exps
-            lse_d = found[1][:, :n_heads]  # [B, H]
-            lse_q = torch.logsumexp(q_scores, -1)  # [H]
-            total = torch.logaddexp(lse_d, lse_q)
+        if prior is None:
+            weights = merge_weights(found[1][:, :n_heads], q_scores)
             # in place over the kernel's output: two passes, no [B, H, n] temporaries (fresh pages cost here)
-            weighted.mul_((lse_d - total).exp_().unsqueeze(-1))
-            weighted.addcmul_((lse_q - total).exp_().unsqueeze(-1), q_scores.softmax(-1) @ q[0])
+            weighted.mul_(weights[0].unsqueeze(-1))
+            weighted.addcmul_(weights[1].unsqueeze(-1), q_scores.softmax(-1) @ q[0])
         return weighted, out[:, n_heads] if self.config.sim else None
 
-    def weighted_folded(
-        self, q: Tensor, rows: Tensor, r: Tensor, d_mask: Tensor
-    ) -> tuple[Tensor, Tensor] | None:
-        """Per row h of ``rows`` [R, n] the softmax-weighted sum of the decompressed states over each document's
-        tokens, Σ_j p_hj·ŝ_j with p_h = softmax_j(u_h·ŝ_j), and its log-sum-exp ([B, R, n], [B, R]), without
-        decompressing: ŝ_j = γ ⊙ ỹ_j/σ_j + β with ỹ_j = W̃·r_j + b̃ (W̃, b̃: Wd and bd less their mean over the n
-        outputs, so ỹ_j is y_j − mean(y_j)) and σ_j² = |ỹ_j|²/n + ε = (r_jᵀ·G·r_j + 2·g·r_j + |b̃|²)/n + ε
-        (G = W̃ᵀW̃, g = W̃ᵀb̃: :meth:`decompression_fold`). So u_h·ŝ_j = (a_h·r_j + c_h)/σ_j + u_h·β with
-        a_h = W̃ᵀ(u_h ⊙ γ), c_h = (u_h ⊙ γ)·b̃, and Σ_j p_hj·ŝ_j = γ ⊙ (W̃·Σ_j p_hj r_j/σ_j + b̃·Σ_j p_hj/σ_j) + β.
-        The compiled attention computes both sums from keys k_j = [r_j/σ_j, 1/σ_j] (the values being the keys),
-        which it widens from the stored r itself (``attend_native``'s key_scale and extra), and query rows
-        [a_h, c_h]: per token e² + 2·R·(e + 64) multiply-adds (G's quadratic form, the scores and
-        the sums) instead of the n·e of the decompression and 2·R·n of the attention over ŝ, and W̃ once per row
-        and document. None where the kernel does not apply."""
+    def context_folded(
+        self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor
+    ) -> tuple[Tensor, Tensor | None] | None:
+        """[CLS]'s attention context in layer L [B, 1, n] (and, with ``sim``, the mean of ŝ over each document's
+        tokens [B, n]) straight from the stored r, without decompressing. Per head h (u_h: its folded query,
+        :meth:`Attention.folded_query`) the kernel computes the softmax-weighted sums of the keys k_j = [r_j/σ_j,
+        1/σ_j] (the values being the keys) under query rows [a_h, c_h]: with ŝ_j = γ ⊙ ỹ_j/σ_j + β, ỹ_j = W̃·r_j +
+        b̃ (W̃, b̃: Wd and bd less their mean over the n outputs, so ỹ_j is y_j − mean(y_j)) and σ_j² = |ỹ_j|²/n + ε
+        = (r_jᵀ·G·r_j + 2·g·r_j + |b̃|²)/n + ε (G = W̃ᵀW̃, g = W̃ᵀb̃: :meth:`decompression_fold`), u_h·ŝ_j =
+        (a_h·r_j + c_h)/σ_j + u_h·β with a_h = W̃ᵀ(u_h ⊙ γ), c_h = (u_h ⊙ γ)·b̃, and Σ_j p_hj·ŝ_j = γ ⊙ (W̃·Σ_j
+        p_hj r_j/σ_j + b̃·Σ_j p_hj/σ_j) + β. Where G is diagonal (a canonical basis) the kernel computes σ_j itself
+        from each row it widens (``attend_native``'s quad); otherwise 1/σ_j comes from G's GEMM a block of
+        documents at a time. The value map is folded into the map back (``DecompressionFold.values``: W_vh·γ ⊙
+        [W̃, b̃] per head): the head's value vector is read off the e + 1 sums, and ŝ is never formed, not even
+        as the weighted sum. The query tokens' part (the same for every document) is merged in by the rows'
+        log-sum-exps. Per token e + 2·R·(e + 1) multiply-adds (σ, scores, sums) instead of the n·e of the
+        decompression and 2·R·n of the attention over ŝ. None where the kernel does not apply."""
         if native.library() is None:  # the kernel is off or unavailable: no constants, no GEMMs for nothing
             return None
+        n_heads, n = u.shape
+        rows = torch.cat([u, u.new_zeros(1, n)]) if self.config.sim else u  # [R, n]; u carries the 1/√dh
         fold = self.decompression_fold(q)
-        e, n = r.shape[-1], rows.shape[1]
-        width = folded_width(e)
+        e = r.shape[-1]
         ug = rows * fold.gamma
-        query = rows.new_zeros(rows.shape[0], width)
-        query[:, :e] = ug @ fold.w  # a_h
-        query[:, e] = ug @ fold.b  # c_h
-        b = r.shape[0]
-        sums = q.new_empty(b, rows.shape[0], width)
-        lse = q.new_empty(b, rows.shape[0])
-        for sl, block in widened(r, q.dtype):
-            nb, t, _ = block.shape
-            flat = block.reshape(-1, e)
-            # 1/σ_j from r_j·(G·r_j + 2g) + |b̃|² (G's product: one GEMM over the block)
-            if fold.diagonal is not None:  # r_j·(diag(G)·r_j + 2g): two passes, no GEMM
-                quad = torch.addcmul(fold.g2, flat, fold.diagonal).mul_(flat).sum(-1)
-            else:
-                quad = matmul_t(flat, fold.gram, fold.packed_gram, fold.g2).mul_(flat).sum(-1)
-            inv = quad.add_(fold.bb).clamp_(min=0.0).div_(n).add_(fold.eps).rsqrt_().view(nb, t)
-            # the keys [r_j/σ_j, 1/σ_j], widened by the kernel from the stored r (in cache now)
-            stored = r[sl]
-            mask = key_mask(d_mask[sl])
-            found = attend_native(
-                query[None, None], stored, stored, mask, 1.0, lse=True, key_scale=inv, extra=inv
-            )
+        query = torch.cat([ug @ fold.w, (ug @ fold.b)[:, None]], 1)  # [R, e + 1]: [a_h, c_h]
+        if fold.quad is not None:  # σ_j by the kernel, from each row as it widens it
+            found = attend_native(query[None, None], r, r, key_mask(d_mask), 1.0, lse=True, quad=fold.quad)
             if found is None:
                 return None
-            sums[sl], lse[sl] = found[0], found[1][:, 0]
-        # γ ⊙ (W̃·Σ p r/σ + b̃·Σ p/σ) + β as one GEMM over the kernel's whole rows (γ folded into [W̃, b̃, 0],
-        # β its bias): no elementwise passes over [B·R, n]
-        out = matmul_t(sums.view(-1, width), fold.out, fold.packed_out, fold.beta).view(b, -1, n)
-        return out, lse + rows @ fold.beta  # u_h·β: the same for every token, but part of the log-sum-exp
+            sums, lse = found[0], found[1][:, 0]
+        else:
+            b = r.shape[0]
+            sums = q.new_empty(b, rows.shape[0], e + 1)
+            lse = q.new_empty(b, rows.shape[0])
+            for sl, block in widened(r, q.dtype):
+                nb, t, _ = block.shape
+                flat = block.reshape(-1, e)
+                # 1/σ_j from r_j·(G·r_j + 2g) + |b̃|² (G's product: one GEMM over the block)
+                quad = matmul_t(flat, fold.gram, fold.packed_gram, fold.g2).mul_(flat).sum(-1)
+                inv = quad.add_(fold.bb).clamp_(min=0.0).div_(n).add_(fold.eps).rsqrt_().view(nb, t)
+                stored = r[sl]  # read by the kernel as stored, each row times its 1/σ_j, then 1/σ_j itself
+                part = attend_native(
+                    query[None, None],
+                    stored,
+                    stored,
+                    key_mask(d_mask[sl]),
+                    1.0,
+                    lse=True,
+                    key_scale=inv,
+                    extra=inv,
+                )
+                if part is None:
+                    return None
+                sums[sl], lse[sl] = part[0], part[1][:, 0]
+        # per head: w_d·(W_vh·Σ_d + b_vh) + w_q·(W_vh·Σ_q + b_vh), Σ_d = γ ⊙ (W̃·S + b̃·s) + β over the kernel's
+        # sums [S, s]; u_h·β is the same for every token but part of the log-sum-exp
+        w_d, w_q = merge_weights(lse[:, :n_heads] + rows[:n_heads] @ fold.beta, q_scores)  # [B, H] each
+        attention = self.encoder.layer[self.config.n_layers - 1].attention
+        on_query = attention.folded_values((q_scores.softmax(-1) @ q[0])[None])[0].view(
+            n_heads, -1
+        )  # [H, dh]
+        heads = torch.bmm(sums[:, :n_heads].transpose(0, 1), fold.values)  # [H, B, dh]
+        heads.add_(fold.value_bias[:, None]).mul_(w_d.T[..., None]).add_(w_q.T[..., None] * on_query[:, None])
+        context = heads.permute(1, 0, 2).reshape(-1, 1, n)
+        pooled = None
+        if self.config.sim:  # the mean of ŝ: the last row's sums mapped back
+            pooled = matmul_t(sums[:, n_heads], fold.out, fold.packed_out, fold.beta)
+        return context, pooled
 
     def decompression_fold(self, like: Tensor) -> DecompressionFold:
-        """The decompression's constants for :meth:`weighted_folded`, computed in float64 from Wd, bd and the
-        LayerNorm's γ, β (cast to float32), and kept until any of them changes (their version counters)."""
+        """The constants of :meth:`context_folded`, computed in float64 from Wd, bd, the LayerNorm's γ, β and layer
+        L's value map (cast to float32), and kept until any of them changes (their version counters)."""
+        value = self.encoder.layer[self.config.n_layers - 1].attention.self.value
         params = (
             self.decompressor.weight,
             self.decompressor.bias,
             self.decompressor_norm.weight,
             self.decompressor_norm.bias,
+            value.weight,
+            value.bias,
         )
         key = tuple((p.data_ptr(), p._version) for p in params)
         cached = self.__dict__.get("_fold")
         if cached is not None and cached[0] == key:
             return cached[1]
         with torch.no_grad():
-            w, bias, gamma, beta = (p.detach().double() for p in params)
+            w, bias, gamma, beta, w_v, b_v = (p.detach().double() for p in params)
             w_c = w - w.mean(0, keepdim=True)  # [n, e]: each output less the mean output
             b_c = bias - bias.mean()
             f32 = {"dtype": torch.float32, "device": like.device}
             gram64 = w_c.T @ w_c
             gram = gram64.to(**f32).contiguous()
             n, e = w_c.shape
-            out = torch.zeros(n, folded_width(e), dtype=torch.float64, device=w_c.device)
-            out[:, :e] = gamma[:, None] * w_c
-            out[:, e] = gamma * b_c
+            out = torch.cat([gamma[:, None] * w_c, (gamma * b_c)[:, None]], 1)  # [n, e + 1]
             out32 = out.to(**f32).contiguous()
+            heads = self.encoder.layer[self.config.n_layers - 1].attention.heads
+            values = (w_v @ out).view(heads, n // heads, e + 1).transpose(1, 2)  # [H, e + 1, dh]
+            diagonal = torch.diagonal(gram).contiguous() if gram_is_diagonal(gram64) else None
+            g2 = (2 * w_c.T @ b_c).to(**f32)
+            quad = None
+            if diagonal is not None:
+                scalars = torch.tensor([float(b_c @ b_c), 1.0 / n, float(self.decompressor_norm.eps)])
+                quad = torch.cat([diagonal, g2, scalars.to(**f32)]).contiguous()
             fold = DecompressionFold(
                 w=w_c.to(**f32).contiguous(),
                 gram=gram,
                 packed_gram=pack_weight(gram, like),
-                g2=(2 * w_c.T @ b_c).to(**f32),
+                g2=g2,
                 bb=float(b_c @ b_c),
                 b=b_c.to(**f32),
                 gamma=gamma.to(**f32),
@@ -421,7 +462,10 @@ class PrettrRanker(Ranker):
                 eps=float(self.decompressor_norm.eps),
                 out=out32,
                 packed_out=pack_weight(out32, like),
-                diagonal=torch.diagonal(gram).contiguous() if gram_is_diagonal(gram64) else None,
+                values=values.to(**f32).contiguous(),
+                value_bias=(w_v @ beta + b_v).view(heads, -1).to(**f32).contiguous(),
+                diagonal=diagonal,
+                quad=quad,
             )
         self.__dict__["_fold"] = (key, fold)
         return fold

@@ -43,12 +43,13 @@ def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Te
     ("b", "h", "dh", "tq", "t", "per_doc_q"),
     [(9, 12, 32, 19, 130, False), (5, 12, 32, 19, 37, True), (4, 6, 64, 16, 21, False), (3, 2, 32, 1, 9, True),
      (6, 4, 64, 32, 70, True), (17, 3, 32, 17, 8, False), (7, 2, 32, 24, 32, True), (4, 12, 32, 25, 48, False),
-     (6, 5, 32, 21, 16, False)],
+     (6, 5, 32, 21, 16, False), (5, 2, 48, 19, 30, False), (4, 3, 16, 9, 25, True)],
 )  # fmt: skip
 def test_equals_the_formula(kind, b, h, dh, tq, t, per_doc_q):
     """Every stored dtype, one query for all documents or one per document, query-row counts on both sides of a
     vector (16), key counts that are no multiple of the key block, padding at the end and holes inside, a
-    document with a single real token: within float32 rounding of the float64 formula (1e-5 of the largest
+    document with a single real token, head widths of 32, multiples of 64 and other multiples of 16: within
+    float32 rounding of the float64 formula (1e-5 of the largest
     value: the kernel's exp is a degree-6 polynomial with relative error < 2e-7)."""
     g = torch.Generator().manual_seed(7)
     k, v, k64, v64 = _fields(b, t, h * dh, kind)
@@ -92,7 +93,7 @@ def test_declines_where_it_does_not_apply(monkeypatch):
     keep = torch.ones(4, 1, 1, 10, dtype=torch.bool)
     with torch.inference_mode():
         assert context_native(q, k, v, keep) is not None
-        assert context_native(q.view(1, 6, 5, 16), k, v, keep) is None  # dh = 16
+        assert context_native(q.view(1, 12, 5, 8), k, v, keep) is None  # dh = 8
         assert context_native(torch.randn(1, 3, 33, 32), k, v, keep) is None  # 33 rows
         assert context_native(q, k, v, keep.expand(4, 1, 5, 10)) is None  # a mask per query row
         assert context_native(q, k, v.bfloat16(), keep) is None
@@ -109,16 +110,29 @@ def test_declines_where_it_does_not_apply(monkeypatch):
 
 @needs_kernel
 def test_the_c_entry_point_refuses_arguments_outside_its_limits():
-    """Called directly with a head size or row count it cannot take, cross_attention returns -1 and writes
-    nothing (the Python side checks the same limits first)."""
+    """Called directly with a head size or row count it cannot take, or extra values that are not one head's,
+    given twice or not at all, cross_attention returns -1 and writes nothing (the Python side checks the same
+    limits first)."""
     lib = native.library()
     k = torch.zeros(2, 4, 96, dtype=torch.float16)
-    out = torch.full((2, 3, 96), -7.0)
-    for dh, tq in ((48, 3), (32, 0), (32, native.ATTENTION_MAX_ROWS + 1), (96, 2)):
+    out = torch.full((2, 3, 97), -7.0)
+    ones = torch.ones(2, 4)
+    xq, quad = torch.ones(3), torch.ones(2 * 96 + 3)
+    # (head width, rows, extra values, their coefficients, quadratic form)
+    cases = [(40, 3, None, None, None), (8, 3, None, None, None), (32, 0, None, None, None)]
+    cases += [(32, native.ATTENTION_MAX_ROWS + 1, None, None, None)]
+    cases += [
+        (32, 3, None, xq, quad),
+        (96, 3, ones, xq, quad),
+        (96, 3, None, xq, None),
+        (96, 3, ones, None, None),
+    ]
+    for dh, tq, xcol, coef, form in cases:
         q = torch.zeros(1, 96 // dh, max(tq, 1), dh)
         status = lib.cross_attention(
             q.data_ptr(), 1, k.data_ptr(), k.data_ptr(), None, None, 0, None, 2, 4, 96 // dh, dh, tq,
-            out.data_ptr(), None, None, None, 0.0, 96, None, None, 1,
+            out.data_ptr(), None, None, None, 0.0, *(None if x is None else x.data_ptr() for x in (xcol, coef, form)),
+            None, 1,
         )  # fmt: skip
         assert status == -1
     assert (out == -7.0).all()
@@ -282,12 +296,16 @@ def test_keys_layer_normed_as_they_are_widened(kind):
 
 @needs_kernel
 @pytest.mark.parametrize("kind", ["float16", "bfloat16", "int8", "float32"])
-def test_keys_scaled_per_token_with_an_extra_column(kind):
-    """key_scale and extra (PreTTR's folded decompression): the keys, which are the values, are each stored row
-    times its token's scale (with int8's own scale), then one column holding ``extra``, then zeros up to the head's
-    width; as the float64 formula, with the log-sum-exps, padding holding NaN (float kinds) never read."""
+@pytest.mark.parametrize("source", ["given", "quad"])
+@pytest.mark.parametrize("n", [48, 64])
+def test_keys_scaled_per_token_with_an_extra_value(kind, source, n):
+    """An extra value per key (PreTTR's folded decompression): the keys, which are the values, are each stored row
+    times its token's scale (with int8's own scale) followed by x_j, given (``extra``, with ``key_scale``) or
+    computed by the kernel from the row (``quad``: x_j = (max(r·(diag ⊙ r + g2) + bb, 0)/n + ε)^−½, the row scaled
+    by it); the query rows are n + 1 wide, so is the output. As the float64 formula, with the log-sum-exps,
+    padding holding NaN (float kinds) never read."""
     g = torch.Generator().manual_seed(12)
-    b, t, n, dh = 5, 37, 48, 64
+    b, t = 5, 37
     k, _, k64, _ = _fields(b, t, n, kind, seed=3)
     keep = torch.rand(b, t, generator=g) > 0.3
     keep[:, 0] = True
@@ -295,19 +313,25 @@ def test_keys_scaled_per_token_with_an_extra_column(kind):
     if kind != "int8":
         k = k.clone()
         k[~keep] = float("nan")
-    key_scale = torch.rand(b, t, generator=g) + 0.2
-    extra = torch.randn(b, t, generator=g)
-    q = torch.randn(1, 1, 9, dh, generator=g) * 0.3
+    r = k64.nan_to_num()
+    if source == "given":
+        scale = torch.rand(b, t, generator=g).double() + 0.2
+        kwargs = {"key_scale": scale.float(), "extra": scale.float()}
+        x = scale
+    else:
+        diag, g2 = torch.rand(n, generator=g) + 0.1, torch.randn(n, generator=g)
+        bb, eps = 3.0, 1e-5
+        quad = torch.cat([diag, g2, torch.tensor([bb, 1.0 / n, eps])])
+        kwargs = {"quad": quad}
+        form = (r * (diag.double() * r + g2.double())).sum(-1) + bb
+        x = (form.clamp(min=0) / n + eps).rsqrt()
+    q = torch.randn(1, 1, 9, n + 1, generator=g) * 0.3
     with torch.inference_mode():
-        found = attend_native(
-            q, k, k, keep[:, None, None, :], 1.0, lse=True, key_scale=key_scale, extra=extra
-        )
+        found = attend_native(q, k, k, keep[:, None, None, :], 1.0, lse=True, **kwargs)
     assert found is not None
     out, lse = found
-    assert out.shape == (b, 9, dh)
-    keys = torch.zeros(b, t, dh, dtype=torch.float64)
-    keys[..., :n] = k64.nan_to_num() * key_scale[..., None].double()
-    keys[..., n] = extra.double()
+    assert out.shape == (b, 9, n + 1)
+    keys = torch.cat([r * x[..., None], x[..., None]], -1)  # [b, t, n + 1]
     scores = (q.double()[0, 0] @ keys.transpose(1, 2)).masked_fill(~keep[:, None, :], float("-inf"))
     real = [i for i in range(b) if i != 2]
     want = scores.softmax(-1)[real] @ keys[real]
@@ -318,21 +342,32 @@ def test_keys_scaled_per_token_with_an_extra_column(kind):
 
 
 @needs_kernel
-def test_an_extra_column_declines_outside_its_limits():
-    """An extra column needs one head wider than the stored rows, rows a multiple of 16 wide, the values being the
-    keys, per-token tensors [B, T], and no LayerNorm; otherwise None."""
+def test_an_extra_value_declines_outside_its_limits():
+    """An extra value needs one head, query rows one wider than the stored rows (a multiple of 16), the values
+    being the keys, per-token tensors [B, T], a quadratic form [2n + 3] given alone, no LayerNorm and no prior;
+    otherwise None."""
     k = torch.randn(3, 5, 48)
     ones = torch.ones(3, 5)
-    q64, q48, q2 = torch.randn(1, 1, 4, 64), torch.randn(1, 1, 4, 48), torch.randn(1, 2, 4, 32)
+    quad = torch.ones(2 * 48 + 3)
+    q49, q48, q2 = torch.randn(1, 1, 4, 49), torch.randn(1, 1, 4, 48), torch.randn(1, 2, 4, 25)
+    prior = torch.zeros(1, 4, 50)
     with torch.inference_mode():
-        assert attend_native(q64, k, k, None, 1.0, extra=ones) is not None
-        assert attend_native(q48, k, k, None, 1.0, extra=ones) is None  # no room for the column
+        assert attend_native(q49, k, k, None, 1.0, extra=ones) is not None
+        assert attend_native(q49, k, k, None, 1.0, quad=quad) is not None
+        assert attend_native(q48, k, k, None, 1.0, extra=ones) is None  # no coefficient for the value
         assert attend_native(q2, k, k, None, 1.0, extra=ones) is None
-        assert attend_native(q64, k, k.clone(), None, 1.0, extra=ones) is None
-        assert attend_native(q64, k, k, None, 1.0, extra=ones[:, :4]) is None
-        assert attend_native(q64, k, k, None, 1.0, key_scale=ones[:2]) is None
-        assert attend_native(q64, k[..., :40], k[..., :40], None, 1.0, extra=ones) is None
-        assert attend_native(q64, k, k, None, 1.0, extra=ones, norm=torch.nn.LayerNorm(48)) is None
+        assert attend_native(q49, k, k.clone(), None, 1.0, extra=ones) is None
+        assert attend_native(q49, k, k, None, 1.0, extra=ones[:, :4]) is None
+        assert attend_native(q49, k, k, None, 1.0, key_scale=ones[:2]) is None
+        assert attend_native(q49, k[..., :40], k[..., :40], None, 1.0, extra=ones) is None
+        assert attend_native(q49, k, k, None, 1.0, extra=ones, norm=torch.nn.LayerNorm(48)) is None
+        assert attend_native(q49, k, k, None, 1.0, extra=ones, quad=quad) is None
+        assert attend_native(q49, k, k, None, 1.0, quad=quad[:-1]) is None
+        assert attend_native(q49, k, k, None, 1.0, quad=quad, key_scale=ones) is None
+        assert attend_native(q49, k, k, None, 1.0, extra=ones, prior=prior) is None
+        assert (
+            attend_native(q49.expand(3, -1, -1, -1), k, k, None, 1.0, extra=ones) is None
+        )  # rows per document
 
 
 @needs_kernel
@@ -471,28 +506,35 @@ def _decompression_not_the_identity(ranker, seed: int = 4) -> None:
 @needs_kernel
 @pytest.mark.parametrize("sim", [False, True])
 @pytest.mark.parametrize("stored", ["float16", "int8"])
-def test_prettr_decompression_folded_equals_decompressing(head32_base, texts, sim, stored, monkeypatch):
-    """PreTTR at l = L − 1 with e ≤ n/2 scores over r with the decompression folded away (weighted_folded:
-    G's quadratic form for σ, the LayerNorm's centring in the weights, keys [r/σ, 1/σ]); the same scores as
-    decompressing each block and attending over ŝ (1e-5 of the spread), with rows far from zero mean."""
+@pytest.mark.parametrize("canonical", [False, True])
+def test_prettr_decompression_folded_equals_decompressing(
+    head32_base, texts, sim, stored, canonical, monkeypatch
+):
+    """PreTTR at l = L − 1 with e ≤ n/2 scores over r with the decompression folded away (context_folded:
+    G's quadratic form for σ — in the kernel where the stored basis makes G diagonal, else by its GEMM —, the
+    LayerNorm's centring in the weights, keys [r/σ, 1/σ], the value map folded into the map back); the same
+    scores as decompressing each block and attending over ŝ (1e-5 of the spread), with rows far from zero mean."""
     ranker = init_ranker("prettr", base=head32_base, max_doc_len=48, layer=2, compress=16, sim=sim)
     _decompression_not_the_identity(ranker)
+    if canonical:
+        assert ranker.canonicalize_basis()
     queries, docs = texts
     fields, mask = _stored_fields(ranker, docs, stored)
     mask[5, 1:] = False
     folds: list[bool] = []
-    real = ranker.weighted_folded
+    real = ranker.context_folded
 
     def counted(*args, **kwargs):
         out = real(*args, **kwargs)
         folds.append(out is not None)
         return out
 
-    monkeypatch.setattr(ranker, "weighted_folded", counted)
+    monkeypatch.setattr(ranker, "context_folded", counted)
     with torch.inference_mode():
         qs = ranker.encode_query(queries[0])
         folded = ranker.score_batch(qs, fields, mask)
         assert folds == [True]
+        assert (ranker.__dict__["_fold"][1].quad is not None) == canonical
         monkeypatch.setattr("aheadrank.rankers.prettr.FOLD_DECOMPRESSION", 0.0)
         decompressed = ranker.score_batch(qs, fields, mask)
         assert folds == [True]  # not asked the second time
