@@ -38,6 +38,9 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
 * ``basis``: PreTTR's folded path with G's quadratic form as a GEMM (as before the stored basis) vs the diagonal
   G of the canonical stored basis (``PrettrRanker.canonicalize_basis``: σ_j in O(e)), in the whole timed path.
+* ``amx``: the compiled attention's scores by AVX-512 (``AHEADRANK_AMX=0``) vs by AMX (bfloat16 tiles, each float16
+  key split exactly into two parts and each query value into three), where the CPU has AMX, in the whole timed
+  path (int8 fields keep AVX-512 either way: a control).
 * ``books``: the same from a float16 store vs the codebook stores ``book4`` and ``book2`` (decoded to float16 by
   the reader, a byte-table lookup per packed byte); the score difference is the codebooks' rounding.
 
@@ -312,6 +315,27 @@ def prettr_gram_gemm():
     return mock.patch.object(prettr.PrettrRanker, "decompression_fold", with_gemm)
 
 
+@contextlib.contextmanager
+def scores_by_avx512():
+    """The compiled attention's scores by AVX-512 even where AMX is there (``AHEADRANK_AMX=0``, read per call)."""
+    before = os.environ.get("AHEADRANK_AMX")
+    os.environ["AHEADRANK_AMX"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["AHEADRANK_AMX"]
+        else:
+            os.environ["AHEADRANK_AMX"] = before
+
+
+def part_amx(args) -> list[dict]:
+    if not native.attention_amx():
+        print("amx: no AMX here (CPU, kernel or build): nothing to compare", file=sys.stderr)
+        return []
+    return old_vs_new("amx", args.amx_rankers, scores_by_avx512, "scores by AVX-512", "scores by AMX", args)
+
+
 def part_basis(args) -> list[dict]:
     names = args.basis_rankers
     return old_vs_new("basis", names, prettr_gram_gemm, "G by its GEMM", "diagonal G (stored basis)", args)
@@ -558,6 +582,7 @@ PARTS = {
     "int8": part_int8,
     "books": part_books,
     "basis": part_basis,
+    "amx": part_amx,
 }
 
 
@@ -586,6 +611,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prettrnorm-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e256"])
     p.add_argument("--prettrfold-rankers", nargs="+", default=["prettr-l5-e128"])
     p.add_argument("--basis-rankers", nargs="+", default=["prettr-l5-e128"])
+    p.add_argument("--amx-rankers", nargs="+", default=["mores-1ib-s2", "mores-2ib-s2", "prettr-l5-e0"])
     p.add_argument("--prior-rankers", nargs="+", default=["prettr-l5-e0", "prettr-l5-e256"])
     p.add_argument(
         "--skinny-rankers", nargs="+", default=["tk-2l", "tk-6l-base", "prettr-l5-e0", "mores-1ib-s2"]

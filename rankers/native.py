@@ -60,6 +60,7 @@ _SIGNATURES = {
     "tk_stored_sums": [_P, _P, _P, _I, _P, _I, _I, _I, _I, *_CHAIN, _P, _I],
     # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, lse, ln weight, ln bias, ln eps,
     # extra values, their coefficients, the quadratic form giving them, prior, threads
+    "attention_amx": [],
     "cross_attention": [
         _P,
         _I,
@@ -97,6 +98,13 @@ ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT, ATT_MAXDH
 ATTENTION_MAX_KEYS = 4096
 ATTENTION_MAX_HEAD_DIM = 512
 SKINNY_PANEL = 32  # native_kernels.c: SK_NR, the output columns of one packed panel
+
+
+def attention_amx() -> bool:
+    """Whether the compiled attention computes its scores with AMX here (a CPU with it, the tile state granted by
+    the kernel, ``AHEADRANK_AMX`` not 0): float16 and bfloat16 keys, heads a multiple of 32 wide."""
+    lib = library()
+    return bool(lib is not None and lib.attention_amx())
 
 
 def attention_head_dim(dh: int) -> bool:
