@@ -19,7 +19,7 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   the compiled attention reads them, vs normalised by the kernel as it reads each row (``attend_native``'s
   ``norm``), from float16 and int8 fields, inside the whole timed path.
 * ``prettrfold``: PreTTR l = L − 1 decompressing each block and attending over ŝ vs attending over r with the
-  decompression folded away (``PrettrRanker.weighted_folded``), from float16 and int8 fields, in the whole path.
+  decompression folded away (``PrettrRanker.context_folded``), from float16 and int8 fields, in the whole path.
 * ``skinny``: the linear layers over a query's few rows (its encoder's layers, [CLS]-only rows) through oneDNN's
   packed linear (``blocks.SKINNY_MAX_ROWS`` 0) vs the compiled skinny linear (``blocks.linear_native``), inside
   the whole timed path.

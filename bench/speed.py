@@ -162,7 +162,7 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
         split, e = c.layer, c.compress
         query = split * layer_flops(tq, n, f)
         folded = split == L - 1 and e and e <= prettr.FOLD_DECOMPRESSION * n
-        width = prettr.folded_width(e)
+        width = e + 1  # the folded attention's keys and values [r/σ, 1/σ]
         per_doc = lin(td, e, n) if e and not folded else 0  # decompression
         if split == L - 1:
             # [CLS] is the query's: its folded query, and its scores and sums over the query's own tokens, once

@@ -50,12 +50,6 @@ FOLD_DECOMPRESSION = 0.5
 QUERY_PRIOR = True
 
 
-def folded_width(e: int) -> int:
-    """The width of the folded attention's keys and values [r/σ, 1/σ]: e + 1 (the kernel takes the last value
-    apart from the rows, so no padding)."""
-    return e + 1
-
-
 @dataclass(frozen=True)
 class DecompressionFold:
     """PreTTR's decompression ŝ = LN(r·Wdᵀ + bd) and layer L's value map as :meth:`PrettrRanker.context_folded`
@@ -310,7 +304,7 @@ class PrettrRanker(Ranker):
         read in place) or over each block's decompressed ŝ (its LayerNorm applied by the kernel as it reads each
         row: no normalised copy). The query tokens' part, the same for every document, goes into the kernel as
         each row's prior (:func:`query_prior`: its softmax then runs over the query's and the document's tokens at
-        once), or, with ``QUERY_PRIOR`` off, is merged in after by the rows' log-sum-exps (:func:`merge_query`).
+        once), or, with ``QUERY_PRIOR`` off, is merged in after by the rows' log-sum-exps (:func:`merge_weights`).
         None where the kernel does not apply."""
         n_heads, n = u.shape
         rows = torch.cat([u, u.new_zeros(1, n)]) if self.config.sim else u  # [R, n]; u carries the 1/√dh
