@@ -5,7 +5,8 @@ Two long-lived worker processes, one importing ``aheadrank`` from a checkout of 
 a temporary folder), one from the working tree (or ``--new``), each build the same rankers (``bench/kernels.py``:
 ``make_ranker``, seed 0) and inputs once; then, round after round, each is asked in turn to time one query
 (``run_query``: the query side, then the candidates in chunks) on every case, so a busy machine slows both
-alike. Reported per case: min and median ms of each revision, old / new, and the largest difference between
+alike. The rankers' score heads read the interaction (``benchkit.score_head_reads_interaction``: a ranker with the
+similarity residual starts with a zero head, whose scores would compare the residual alone). Reported per case: min and median ms of each revision, old / new, and the largest difference between
 their scores relative to the largest score (the two revisions' rankers must compute the same function; a
 change that moves scores beyond float32 rounding shows here). Prints a table, writes JSON.
 
@@ -39,12 +40,18 @@ import os.path
 import aheadrank.rankers
 if not os.path.realpath(aheadrank.rankers.__file__).startswith(os.path.realpath(tree) + "/"):
     raise SystemExit(f"aheadrank.rankers came from {aheadrank.rankers.__file__}, not from {tree}")
+try:
+    from aheadrank.benchkit import score_head_reads_interaction as reads_interaction
+except ImportError:  # a revision from before it
+    reads_interaction = None
 spec = json.loads(sys.argv[4])
 cases = {}
 with torch.inference_mode():
     for name in spec["rankers"]:
         for d in spec["d"]:
             ranker = make_ranker(name, d)
+            if reads_interaction is not None:  # a zero score head (sim) would leave the interaction unread
+                reads_interaction(ranker)
             q, fields, mask = inputs(ranker, spec["n"], d)
             cases[f"{name} d={d}"] = (ranker, q, fields, mask)
     print(json.dumps({"ready": list(cases)}), flush=True)
