@@ -295,6 +295,12 @@ class PrettrRanker(Ranker):
                 pooled.append(summed[:, -1])
         return weighted, torch.cat(pooled) if self.config.sim else None
 
+    def kernel_rows(self, u: Tensor) -> Tensor:
+        """The compiled attention's query rows [R, n]: [CLS]'s folded rows u [H, n] (carrying the 1/√dh), and with
+        ``sim`` a zero row more, whose weights are uniform over the document's tokens (the mean the residual
+        pools)."""
+        return torch.cat([u, u.new_zeros(1, u.shape[1])]) if self.config.sim else u
+
     def weighted_native(
         self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor
     ) -> tuple[Tensor, Tensor | None] | None:
@@ -307,7 +313,7 @@ class PrettrRanker(Ranker):
         once), or, with ``QUERY_PRIOR`` off, is merged in after by the rows' log-sum-exps (:func:`merge_weights`).
         None where the kernel does not apply."""
         n_heads, n = u.shape
-        rows = torch.cat([u, u.new_zeros(1, n)]) if self.config.sim else u  # [R, n]; u carries the 1/√dh
+        rows = self.kernel_rows(u)
         prior = query_prior(q[0], q_scores, rows.shape[0]) if QUERY_PRIOR else None
         lse = prior is None
         if self.config.compress:
@@ -361,7 +367,7 @@ class PrettrRanker(Ranker):
         if native.library() is None:  # the kernel is off or unavailable: no constants, no GEMMs for nothing
             return None
         n_heads, n = u.shape
-        rows = torch.cat([u, u.new_zeros(1, n)]) if self.config.sim else u  # [R, n]; u carries the 1/√dh
+        rows = self.kernel_rows(u)
         fold = self.decompression_fold(q)
         e = r.shape[-1]
         ug = rows * fold.gamma
