@@ -220,17 +220,23 @@ def part_stored(args) -> list[dict]:
 
 
 @contextlib.contextmanager
-def native_kernels(on: bool):
-    """The compiled kernels switched on or off (``AHEADRANK_NATIVE``, read at every call)."""
-    before = os.environ.get("AHEADRANK_NATIVE")
-    os.environ["AHEADRANK_NATIVE"] = "1" if on else "0"
+def environment(name: str, value: str):
+    """``name`` set to ``value`` in the environment for the block, restored after (the kernels' switches are read
+    at every call)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop("AHEADRANK_NATIVE", None)
+            os.environ.pop(name, None)
         else:
-            os.environ["AHEADRANK_NATIVE"] = before
+            os.environ[name] = before
+
+
+def native_kernels(on: bool):
+    """The compiled kernels switched on or off (``AHEADRANK_NATIVE``)."""
+    return environment("AHEADRANK_NATIVE", "1" if on else "0")
 
 
 def part_native(args) -> list[dict]:
@@ -315,18 +321,9 @@ def prettr_gram_gemm():
     return mock.patch.object(prettr.PrettrRanker, "decompression_fold", with_gemm)
 
 
-@contextlib.contextmanager
 def scores_by_avx512():
-    """The compiled attention's scores by AVX-512 even where AMX is there (``AHEADRANK_AMX=0``, read per call)."""
-    before = os.environ.get("AHEADRANK_AMX")
-    os.environ["AHEADRANK_AMX"] = "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["AHEADRANK_AMX"]
-        else:
-            os.environ["AHEADRANK_AMX"] = before
+    """The compiled attention's scores by AVX-512 even where AMX is there (``AHEADRANK_AMX=0``)."""
+    return environment("AHEADRANK_AMX", "0")
 
 
 def part_amx(args) -> list[dict]:

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from aheadrank.benchkit import machine_info, write_record
+
 REPO = Path(__file__).resolve().parents[1]
 SETTLE_S = 0.25  # between one worker's run and the other's: OpenMP threads spin a while after their last loop
 
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     spec = {"rankers": args.rankers, "d": args.d, "n": args.n, "chunk": args.chunk}
     started = time.perf_counter()
+    machine = machine_info(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         old_tree = checkout(args.old, tmp_path / "old")
@@ -186,27 +189,25 @@ def main(argv: list[str] | None = None) -> dict:
             }
         )
     head = git_rev(args.new or "HEAD")
-    report = {
-        "command": "python bench/revisions.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "old": git_rev(args.old),
-        "new": args.new and head or f"working tree on {head}",
-        "threads": args.threads,
-        "n": args.n,
-        "rounds": args.rounds,
-        "repeats": args.repeats,
-        "cpu": cpu_name(),
-        "torch": torch_version(),
-        "rows": rows,
-        "seconds": time.perf_counter() - started,
-    }
+    report = write_record(
+        args.out,
+        "revisions",
+        argv,
+        machine,
+        started,
+        old=git_rev(args.old),
+        new=args.new and head or f"working tree on {head}",
+        n=args.n,
+        rounds=args.rounds,
+        repeats=args.repeats,
+        rows=rows,
+    )
     print(f"{'case':28s} {'old ms':>8s} {'new ms':>8s} {'old/new':>8s} {'score diff':>11s}")
     for r in rows:
         print(
             f"{r['case']:28s} {r['old_ms_min']:8.1f} {r['new_ms_min']:8.1f} {r['speedup_min']:7.2f}x "
             f"{r['max_rel_score_diff']:11.1e}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")
     return report
 
@@ -215,22 +216,6 @@ def git_rev(rev: str) -> str:
     return subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", rev], capture_output=True, text=True, check=True
     ).stdout.strip()
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
-def torch_version() -> str:
-    import torch
-
-    return torch.__version__
 
 
 if __name__ == "__main__":
