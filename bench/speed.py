@@ -18,6 +18,11 @@ gets 512 − 16 − 3 = 493 word pieces at that setting (``d_pieces`` in the JSO
     .venv/bin/python bench/speed.py                      # the full run (N = 1000, d = 128 and 512)
     .venv/bin/python bench/speed.py --quick              # smoke run (N = 48, few repeats)
     .venv/bin/python bench/speed.py --d 128 --rankers 'mores-*' bert --repeats 7
+    python bench/speed.py --device cuda --no-int8 --no-profile   # on a GPU: the same paths, every tensor there
+
+With ``--device cuda`` the rankers, the query and the candidates' float16 fields live on the GPU (as a store
+held in GPU memory would hand them over; host-to-device copies are not timed), timings synchronise the
+device, and the floor is the GPU's own float32 matmul rate (TF32 off, PyTorch's default).
 """
 
 from __future__ import annotations
@@ -209,13 +214,24 @@ def count_flops(ranker: Ranker, tq: int, td: int, n_docs: int, n_chunks: int) ->
 
 
 # ---- the machine ------------------------------------------------------------------------------------------
+DEVICE = torch.device("cpu")  # --device: where the rankers, the query and the candidates' fields live
+
+
+def sync() -> None:
+    """Wait for the device's queued work (timings of CUDA paths end when the work does, not when it is queued)."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
 def best_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
     for _ in range(warmup):
         fn()
+    sync()
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
+        sync()
         best = min(best, time.perf_counter() - t0)
     return best
 
@@ -228,21 +244,24 @@ def measure_matmul(repeats: int = 10) -> dict:
     per_shape, per_shape_linear = {}, {}
     g = torch.Generator().manual_seed(0)
     for m, k, n in shapes:
-        a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+        a, b = torch.randn(m, k, generator=g).to(DEVICE), torch.randn(k, n, generator=g).to(DEVICE)
         per_shape[f"{m}x{k}x{n}"] = lin(m, k, n) / best_time(lambda a=a, b=b: a @ b, repeats) / 1e9
-        layer = blocks.Linear(k, n, bias=False)
+        layer = blocks.Linear(k, n, bias=False).to(DEVICE)
         with torch.inference_mode():  # as the timed paths call it
             per_shape_linear[f"{m}x{k}x{n}"] = (
                 lin(m, k, n) / best_time(lambda a=a, f=layer: f(a), repeats) / 1e9
             )
     # exp() on arguments in [-80, 0] (arguments below -87.3 give subnormal or zero results and run ~30x slower)
-    args, out = torch.rand(1000 * 16 * 128 * 11, generator=g) * -80.0, torch.empty(1000 * 16 * 128 * 11)
+    args = (torch.rand(1000 * 16 * 128 * 11, generator=g) * -80.0).to(DEVICE)
+    out = torch.empty_like(args)
     exp_rate = args.numel() / best_time(lambda: torch.exp(args, out=out), repeats) / 1e9
     return {
         "gflops": max(*per_shape.values(), *per_shape_linear.values()),
         "per_shape": per_shape,
         "per_shape_linear": per_shape_linear,
-        "linear_backend": "oneDNN, packed weight" if blocks.ONEDNN_LINEAR else "torch.nn.functional.linear",
+        "linear_backend": "oneDNN, packed weight"
+        if blocks.ONEDNN_LINEAR and DEVICE.type == "cpu"
+        else "torch.nn.functional.linear",
         "exp_g_per_s": exp_rate,
     }
 
@@ -253,7 +272,7 @@ READ_MB = 1024  # measure_read_bandwidth's buffer: more than this VM's share of 
 def measure_read_bandwidth(mb: int = READ_MB, repeats: int = 5) -> float:
     """Best GB/s of reading a float32 buffer of ``mb`` MB once (a sum over it) on the run's threads: the rate at
     which the candidates' stored fields can at best come from memory, for the memory floor (finish_rows)."""
-    x = torch.ones(mb * (1 << 20) // 4)
+    x = torch.ones(mb * (1 << 20) // 4, device=DEVICE)
     return x.numel() * 4 / best_time(lambda: x.sum(), repeats, warmup=1) / 1e9
 
 
@@ -271,7 +290,7 @@ def bytes_read(fields: dict, mask: Tensor) -> int:
 # ---- documents and fields ---------------------------------------------------------------------------------
 def doc_batch(ranker: Ranker, pieces: Tensor) -> tuple[Tensor, Tensor]:
     """Word pieces [N, d] -> this ranker's document ids with its special tokens, padded, + mask."""
-    return pad([ranker.doc_ids(p) for p in pieces.tolist()], "cpu", ranker.text.pad)
+    return pad([ranker.doc_ids(p) for p in pieces.tolist()], ranker.device, ranker.text.pad)
 
 
 def chunked(
@@ -382,8 +401,10 @@ def run_query(
 
 
 def timed(fn: Callable[[], object]) -> float:
+    sync()
     t0 = time.perf_counter()
     fn()
+    sync()
     return time.perf_counter() - t0
 
 
@@ -412,9 +433,9 @@ def choose_chunk(ranker, q, fields, mask, n_docs: int, gflop: float, fixed: int 
         run_query(ranker, q, fields, mask, fixed, min(n_docs, fixed))  # warm-up
         return fixed, {}
     if gflop <= FAST_GFLOP:
-        cands = sorted(
-            {c for c in CHUNK_CANDIDATES if c < n_docs} | ({n_docs} if n_docs <= ALL_AT_ONCE_MAX else set())
-        )
+        # on a GPU the whole batch at once is tried too: there a chunk's cost is mostly launches, not cache misses
+        at_once = n_docs <= ALL_AT_ONCE_MAX or DEVICE.type == "cuda"
+        cands = sorted({c for c in CHUNK_CANDIDATES if c < n_docs} | ({n_docs} if at_once else set()))
         n = n_docs
     else:
         n = min(n_docs, max(SLOW_CHUNKS))
@@ -438,6 +459,7 @@ def rank_check(ranker, q, fields16, builder: FieldBuilder, n_check: int, n_direc
     qs = ranker.query_state(*q)
     s32 = ranker.score_batch(qs, f32, mask).float()
     s16 = ranker.score_batch(qs, {name: v[:n] for name, v in fields16.items()}, mask).float()
+    s32, s16 = s32.cpu(), s16.cpu()
     tau = float(kendalltau(s32.numpy(), s16.numpy()).statistic) if n > 1 else 1.0
     return {
         "n": n,
@@ -497,8 +519,9 @@ def bench_row(
         ranker = row.init(seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_pieces)
     if row.strategy:
         ranker.strategy = row.strategy
-    score_head_reads_interaction(ranker)
-    q = pad([ranker.query_ids(q_pieces)], "cpu", ranker.text.pad)
+    score_head_reads_interaction(ranker)  # (a CPU generator: before the move to the device)
+    ranker.to(DEVICE)
+    q = pad([ranker.query_ids(q_pieces)], DEVICE, ranker.text.pad)
     fields, mask = builder.build(ranker)
     if int8:  # int8 + one float32 scale per token, handed over as the store does (no dequantised copy)
         fields = {k: QuantizedField.quantize(v) for k, v in fields.items()}
@@ -759,6 +782,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bert-chunk", type=int, default=None, help="chunk for bert only (default: fastest)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: all cores)")
     p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda or cuda:N: where the rankers and the candidates' fields live",
+    )
+    p.add_argument(
         "--check-n", type=int, default=100, help="documents in the float16-vs-float32 ranking check"
     )
     p.add_argument("--encode-batch", type=int, default=32, help="documents per document-side batch (untimed)")
@@ -816,11 +844,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: CUDA is not available on this machine")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     t_start = time.perf_counter()
     info = machine_info(args.threads)
-    console.print(f"[bold]{info['cpu']}[/], {args.threads} threads, torch {info['torch']}")
+    info["device"] = str(DEVICE)
+    if DEVICE.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(DEVICE)
+        # a copy of the tree without .git (the device tool's) names its commit in the environment
+        info["git_commit"] = info["git_commit"] or os.environ.get("AHEADRANK_GIT_COMMIT")
+    console.print(
+        f"[bold]{info.get('gpu', info['cpu'])}[/], {args.threads} threads, torch {info['torch']}, device {DEVICE}"
+    )
     mm = measure_matmul()
     read_start = measure_read_bandwidth()
     console.print(

