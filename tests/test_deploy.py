@@ -200,6 +200,7 @@ def test_compose_services_and_volume():
         assert mounts == ["aheadrank-data:/data:ro"], f"{name}: the volume must be mounted read-only"
     assert svc["reranker"]["image"] != svc["reranker-gpu"]["image"]
     assert env_of(svc["reranker-gpu"])["AHEADRANK_DEVICE"] == "cuda"
+    assert env_of(svc["reranker-gpu"])["AHEADRANK_BATCH_SIZE"] == "1024"
 
     for service in svc.values():  # builds point into the repository
         assert (REPO / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
@@ -341,8 +342,8 @@ def test_dockerfile_shape(kind):
         "AHEADRANK_HOST": "0.0.0.0",
         "AHEADRANK_PORT": "8080",
     }
-    if kind == "cuda":
-        expected["AHEADRANK_DEVICE"] = "cuda"
+    if kind == "cuda":  # on a GPU, larger scoring passes (bench/results/gpu/speed-cuda.json)
+        expected.update(AHEADRANK_DEVICE="cuda", AHEADRANK_BATCH_SIZE="1024")
     assert {k: env.get(k) for k in expected} == expected
     assert env["PATH"].startswith("/opt/venv/bin:")
 
