@@ -2,8 +2,11 @@
 # On a lent GPU machine (torch, no aheadrank install, no Java, no ../shared), from the repo root, with the
 # device tool: run(command="bash bench/device/checks.sh", carry=[".gpu", ".whl"]). Here first:
 #   python bench/device/pack_base.py pack "$(python -c 'from aheadrank.rankers.base_model import packaged_base_dir as p; print(p())')" .gpu/base
-#   pip download the wheels the image lacks into .whl (zstandard, fastapi, starlette, pydantic, pydantic_core,
-#   pydantic-settings, python-dotenv, uvicorn, typing-inspection, annotated-types; bench/device/README.md)
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     zstandard fastapi starlette pydantic pydantic_core pydantic-settings python-dotenv uvicorn typing-inspection \
+#     annotated-types        # what the image lacks, at the versions of .venv (pip list); .gpu/ and .whl/ git-ignored
+#     (.git/info/exclude)
 # It runs the rankers' and the store's tests with CUDA present (the CUDA = CPU test among them), then
 # bench/speed.py --device cuda; logs and JSON land in $OUT. AHEADRANK_GIT_COMMIT names the tree's commit.
 set -u
