@@ -388,11 +388,16 @@ class FieldBuilder:
 
 
 # ---- timing -------------------------------------------------------------------------------------------
+def query_side(ranker: Ranker) -> Callable:
+    """``query_state``, or its CUDA graphs where ``--cuda-graphs`` turned them on (``Ranker.use_cuda_graphs``)."""
+    return ranker.query_graphs or ranker.query_state
+
+
 def run_query(
     ranker: Ranker, q: tuple[Tensor, Tensor], fields: dict[str, Tensor], mask: Tensor, chunk: int, n: int
 ):
     """The timed path: the query side once, then the per-candidate interaction over n documents in chunks."""
-    qs = ranker.query_state(*q)
+    qs = query_side(ranker)(*q)
     out = [
         ranker.score_batch(qs, {k: v[s : s + chunk] for k, v in fields.items()}, mask[s : s + chunk])
         for s in range(0, n, chunk)
@@ -521,6 +526,8 @@ def bench_row(
         ranker.strategy = row.strategy
     score_head_reads_interaction(ranker)  # (a CPU generator: before the move to the device)
     ranker.to(DEVICE)
+    if args.cuda_graphs:
+        ranker.use_cuda_graphs()
     q = pad([ranker.query_ids(q_pieces)], DEVICE, ranker.text.pad)
     fields, mask = builder.build(ranker)
     if int8:  # int8 + one float32 scale per token, handed over as the store does (no dequantised copy)
@@ -553,7 +560,7 @@ def bench_row(
         others.append(busy)
     # the query side alone (query_state: the same for any N), to split the path's time into the fixed part
     # and the per-candidate part (finish_rows: x_floor_docs)
-    query_times = [timed(lambda: ranker.query_state(*q)) for _ in range(max(10, repeats))]
+    query_times = [timed(lambda: query_side(ranker)(*q)) for _ in range(max(10, repeats))]
     n_chunks = -(-n_docs // chunk)
     flops = count_flops(ranker, tq, td, n_docs, n_chunks)
     dims = ranker.field_dims()
@@ -580,6 +587,7 @@ def bench_row(
         "bytes_read_per_query": bytes_read(fields, mask),
         "flops": flops,
         "fp16_check": check,
+        "query_graph_replays": ranker.query_graphs.replays if ranker.query_graphs else None,
         "setup_s": round(setup_s, 1),
         "other_processes_cores": round(statistics.mean(others), 2),
         "other_processes_cores_per_run": [round(o, 2) for o in others],
@@ -782,6 +790,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bert-chunk", type=int, default=None, help="chunk for bert only (default: fastest)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: all cores)")
     p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="the query side replayed from CUDA graphs (Ranker.use_cuda_graphs; a GPU only)",
+    )
+    p.add_argument(
         "--device",
         default="cpu",
         help="cpu, cuda or cuda:N: where the rankers and the candidates' fields live",
@@ -965,6 +978,8 @@ def main(argv: list[str] | None = None) -> int:
                 " floor_ms_incl_exp adds them at the measured exp() rate"
             ),
             "seed": args.seed,
+            "device": str(DEVICE),
+            "cuda_graphs": args.cuda_graphs,
         },
         "rows": rows,
         "targets": targets,

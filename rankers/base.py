@@ -14,6 +14,7 @@ from typing import ClassVar
 import torch
 from aheadrank.rankers.blocks import widened
 from aheadrank.rankers.config import RankerConfig
+from aheadrank.rankers.graphs import QueryGraphs
 from aheadrank.rankers.text import TextEncoder, pad, pad_fields
 from torch import Tensor, nn
 
@@ -38,6 +39,7 @@ class Ranker(nn.Module):
     strategies: ClassVar[tuple[str, ...]] = ("default",)
     fingerprint: str = ""  # set by load_ranker (sha256 over config + weights)
     priors: dict | None = None  # the checkpoint's priors.json, set by load_ranker (aheadrank/priors.py)
+    query_graphs: QueryGraphs | None = None  # use_cuda_graphs
 
     def __init__(self, config: RankerConfig, text: TextEncoder | None = None, strategy: str | None = None):
         super().__init__()
@@ -156,9 +158,15 @@ class Ranker(nn.Module):
     @torch.inference_mode()
     def encode_query(self, text: str) -> QueryState:
         ids, mask = pad(self.tokenize_queries([text]), self.device, self._text().pad)
-        qs = self.query_state(ids, mask)
+        qs = self.query_graphs(ids, mask) if self.query_graphs is not None else self.query_state(ids, mask)
         qs.text = text
         return qs
+
+    def use_cuda_graphs(self, on: bool = True) -> QueryGraphs | None:
+        """On a GPU, ``encode_query`` replays ``query_state`` from a CUDA graph per query shape (captured on first
+        use, :class:`~aheadrank.rankers.graphs.QueryGraphs`; a no-op elsewhere). Returns the graphs, or None."""
+        self.query_graphs = QueryGraphs(self) if on else None
+        return self.query_graphs
 
     @torch.inference_mode()
     def score(self, query_state: QueryState, docs: Sequence[dict[str, Tensor]]) -> Tensor:

@@ -164,6 +164,8 @@ class RerankBackend:
                 )
             strategy = reader.spec.strategy
         ranker = load_ranker(ckpt, device=device, strategy=strategy)
+        if settings.cuda_graphs and device.startswith("cuda"):
+            ranker.use_cuda_graphs()
         if reader is not None:
             reader.check_fingerprint(ranker.fingerprint)
         searcher = None
@@ -191,6 +193,8 @@ class RerankBackend:
                 self.searcher.search(" ".join(words[j % len(words)] for j in range(i, i + 3)), 100)
                 if time.perf_counter() - t0 > 2.0:
                     break
+        if self.ranker.query_graphs is not None:  # every query length: no capture inside a request
+            self.ranker.query_graphs.capture_all(range(1, self.ranker.config.max_query_len + 3))
         qs = self.ranker.encode_query("warm up the query encoder")
         self.score_texts("warm up", ["warm up the document encoder"])
         # the latency model is fitted on what a request costs: with the dense prior, its fetch too

@@ -75,6 +75,11 @@ class ServiceSettings(BaseSettings):
         description="the compiled kernels (rankers/native.py: the attention of a few query rows, TK's kernel "
         "stage), built on first use with the machine's C compiler; off: PyTorch's code for every stage",
     )
+    cuda_graphs: bool = Field(
+        True,
+        description="on a GPU, the query side replayed from a CUDA graph per query length (captured at warm-up): "
+        "one launch instead of ~140; off: run as usual",
+    )
     warmup: bool = True
     access_log: bool = True
 

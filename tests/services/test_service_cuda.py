@@ -1,0 +1,67 @@
+"""The service on a GPU (skipped without CUDA; run on a lent machine by bench/device/checks.sh): the same ranked
+lists as the CPU service over the same store, the query side replayed from CUDA graphs captured at warm-up."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from aheadrank.services import RerankBackend, ServiceSettings, create_app
+from fastapi.testclient import TestClient
+from services_testkit import SAMPLE
+
+QUERY = "smoking increases the risk of lung cancer"
+
+
+@pytest.fixture(scope="module")
+def stored_env(tmp_path_factory, tiny_base):
+    """A tiny MORES 2×IB checkpoint (random score head: the interaction decides) and its store of the sample."""
+    from aheadrank.indexer.build import BuildOptions, build_store
+    from aheadrank.rankers import init_ranker, save_checkpoint
+
+    root = tmp_path_factory.mktemp("cuda-service")
+    ckpt, store = root / "ckpt", root / "store"
+    save_checkpoint(init_ranker("mores", base=tiny_base, seed=0, ibs=2, sim=False), ckpt)
+    build_store(BuildOptions(str(ckpt), str(SAMPLE), str(store), shard_size=400, progress=False))
+    return ckpt, store
+
+
+def served(device: str, ckpt, store, docids: list[str]) -> tuple[dict, dict, RerankBackend]:
+    settings = ServiceSettings(checkpoint=ckpt, store=store, device=device, access_log=False, batch_size=128)
+    backend = RerankBackend.load(settings)
+    backend.warmup()
+    with TestClient(create_app(backend)) as client:
+        r = client.post("/v1/rerank", json={"query": QUERY, "candidates": docids})
+        assert r.status_code == 200, r.text
+        info = client.get("/v1/info").json()
+    return r.json(), info, backend
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_the_gpu_service_ranks_as_the_cpu_service(stored_env):
+    from aheadrank.store import StoreReader
+
+    ckpt, store = stored_env
+    with StoreReader(store) as reader:
+        docids = reader.docids()[:300]
+    cpu, _, cpu_backend = served("cpu", ckpt, store, docids)
+    gpu, info, gpu_backend = served("cuda", ckpt, store, docids)
+    try:
+        assert "cuda" in str(info)
+        graphs = gpu_backend.ranker.query_graphs
+        # every query length captured at warm-up, and the request replayed one of them
+        assert len(graphs.graphs) == gpu_backend.ranker.config.max_query_len + 2 and graphs.replays >= 1
+        a = {x["docid"]: x["score"] for x in cpu["results"]}
+        b = {x["docid"]: x["score"] for x in gpu["results"]}
+        assert a.keys() == b.keys() == set(docids)
+        spread = max(a.values()) - min(a.values())
+        assert max(abs(a[d] - b[d]) for d in a) <= 1e-3 * spread
+        # the same order but for pairs closer than that tolerance
+        order_a = [x["docid"] for x in cpu["results"]]
+        order_b = [x["docid"] for x in gpu["results"]]
+        for i, d in enumerate(order_b):
+            j = order_a.index(d)
+            if i != j:
+                assert abs(a[d] - a[order_a[i]]) <= 2e-3 * spread, (d, i, j)
+    finally:
+        cpu_backend.close()
+        gpu_backend.close()
