@@ -113,6 +113,8 @@ class PriorScorer:
                     f"the dense encoder here ({enc.fingerprint[:12]}) is not the one the priors were fitted "
                     f"with ({self.priors.dense['fingerprint'][:12]}): is the base model package another version?"
                 )
+            if getattr(self._ranker, "query_graphs", None) is not None and enc.query_graphs is None:
+                enc.use_cuda_graphs()  # the ranker's query side is graphed: the dense query embedding too
             self._encoder = enc
         return self._encoder
 

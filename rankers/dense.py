@@ -22,6 +22,7 @@ from aheadrank.rankers.base import masked_mean
 from aheadrank.rankers.base_model import load_base, resolve_base
 from aheadrank.rankers.blocks import Encoder, key_mask
 from aheadrank.rankers.config import RankerConfig
+from aheadrank.rankers.graphs import ShapeGraphs
 from aheadrank.rankers.text import TextEncoder, pad, positions
 from torch import Tensor, nn
 
@@ -35,6 +36,7 @@ class DenseEncoder(nn.Module):
 
     kind = "dense"
     strategy = None
+    query_graphs: ShapeGraphs | None = None  # use_cuda_graphs
 
     def __init__(
         self,
@@ -115,14 +117,21 @@ class DenseEncoder(nn.Module):
         return {DENSE_FIELD: self.embed(ids, mask)[:, None, :]}
 
     # ---- direct use -------------------------------------------------------------------------------
+    def use_cuda_graphs(self, on: bool = True) -> ShapeGraphs | None:
+        """On a GPU, one text at a time (a request's query) is embedded by replaying a CUDA graph per length
+        (:class:`~aheadrank.rankers.graphs.ShapeGraphs`; a no-op elsewhere). Returns the graphs, or None."""
+        self.query_graphs = ShapeGraphs(self, self.embed, max_graphs=self.max_query_len + 2) if on else None
+        return self.query_graphs
+
     @torch.inference_mode()
     def encode(self, seqs: list[list[int]], batch_size: int = 64) -> np.ndarray:
         out = np.zeros((len(seqs), int(self.bert["hidden_size"])), dtype=np.float32)
         order = np.argsort([-len(s) for s in seqs], kind="stable")
+        one = self.query_graphs if self.query_graphs is not None and len(seqs) == 1 else None
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             ids, mask = pad([seqs[i] for i in idx], self.device, self.text.pad)
-            out[idx] = self.embed(ids, mask).cpu().numpy()
+            out[idx] = (one or self.embed)(ids, mask).cpu().numpy()
         return out
 
     def encode_documents(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:

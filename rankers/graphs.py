@@ -1,48 +1,65 @@
-"""A ranker's query side replayed from CUDA graphs: one graph per query shape, captured on first use.
+"""Query-side work replayed from CUDA graphs: one graph per input shape, captured on first use.
 
 On a GPU the query side of the split rankers is launch-bound: 5-6 layers over at most 18 tokens are ~140 kernel
 launches and ~1,000 ATen calls, 1.2-5 ms of CPU time for microseconds of GPU work (README, "The online paths and
-the tests on one H100"). Queries come in few shapes (``[1, T]``, T <= max_query_len + 2), so ``query_state`` is
-captured once per shape and replayed: one launch. The graph reads the ranker's parameters where they live, so an
-in-place update is seen; a parameter replaced (a move, ``load_state_dict`` with ``assign``) drops every graph.
+the tests on one H100"); the dense prior's query embedding (the base's 6 layers) is the same story. Queries come
+in few shapes (``[1, T]``), so the work is captured once per shape and replayed: one launch.
 
-Used only where it can be: a CUDA ranker in eval mode, gradients off. Elsewhere — and for a shape whose capture
-failed (logged once, e.g. an op that synchronises with the host) — ``query_state`` runs as usual. Same values
-as ``query_state`` (the same kernels, replayed; ``tests/rankers/test_graphs.py``).
+:class:`ShapeGraphs` graphs any ``fn(ids, mask)`` of a module: :class:`QueryGraphs` a ranker's ``query_state``
+(``Ranker.use_cuda_graphs``), ``DenseEncoder.use_cuda_graphs`` its ``embed`` for one query. A graph reads the
+module's parameters where they live, so an in-place update is seen; a parameter replaced (a move,
+``load_state_dict`` with ``assign``) drops every graph. Used only where it can be: CUDA inputs, the module in eval
+mode, gradients off. Elsewhere — and for a shape whose capture failed (logged, e.g. an op that synchronises with
+the host) — ``fn`` runs as usual. Same values as ``fn`` (the same kernels, replayed; ``tests/rankers/test_graphs.py``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 log = logging.getLogger("aheadrank.rankers")
 
-WARMUP_RUNS = (
-    3  # before a capture, on a side stream (lazy initialisation of cuBLAS and friends stays out of it)
-)
+# runs before a capture, on a side stream: lazy initialisation (cuBLAS handles and workspaces) stays out of it
+WARMUP_RUNS = 3
 
 
-class QueryGraphs:
-    """``ranker.query_state(ids, mask)`` from a CUDA graph per ``ids.shape`` (at most ``max_graphs``)."""
+def _copy(out: Any, mask: Tensor) -> Any:
+    """The caller's copy of a graph's outputs (the next replay overwrites the graph's own memory)."""
+    if isinstance(out, Tensor):
+        return out.clone()
+    if isinstance(out, dict):
+        return {k: v.clone() for k, v in out.items()}
+    return type(out)(
+        {k: v.clone() for k, v in out.tensors.items()}, mask
+    )  # a QueryState, with the caller's mask
 
-    def __init__(self, ranker, max_graphs: int = 64):
-        self.ranker = ranker
+
+class ShapeGraphs:
+    """``fn(ids, mask)`` of ``module`` from a CUDA graph per input shape (at most ``max_graphs``; more shapes run
+    uncaptured). ``fn`` returns a tensor, a dict of tensors or a ``QueryState``."""
+
+    def __init__(self, module: nn.Module, fn: Callable[[Tensor, Tensor], Any], max_graphs: int = 64):
+        self.module = module
+        self.fn = fn
         self.max_graphs = max_graphs
-        self.graphs: dict[tuple, tuple | None] = {}  # shape -> (graph, static ids, static mask, static state)
+        self.graphs: dict[
+            tuple, tuple | None
+        ] = {}  # shape -> (graph, static ids, static mask, static output)
         self._params: tuple = ()
         self.replays = 0
 
     def applies(self, ids: Tensor) -> bool:
-        r = self.ranker
-        return ids.is_cuda and not r.training and not torch.is_grad_enabled()
+        return ids.is_cuda and not self.module.training and not torch.is_grad_enabled()
 
-    def __call__(self, ids: Tensor, mask: Tensor):
+    def __call__(self, ids: Tensor, mask: Tensor) -> Any:
         if not self.applies(ids):
-            return self.ranker.query_state(ids, mask)
-        params = tuple(p.data_ptr() for p in self.ranker.parameters())
+            return self.fn(ids, mask)
+        params = tuple(p.data_ptr() for p in self.module.parameters())
         if (
             params != self._params
         ):  # a parameter replaced: the graphs read memory that is no longer the model's
@@ -53,23 +70,24 @@ class QueryGraphs:
             self.graphs[key] = self._capture(ids, mask) if len(self.graphs) < self.max_graphs else None
         entry = self.graphs[key]
         if entry is None:
-            return self.ranker.query_state(ids, mask)
-        graph, static_ids, static_mask, state = entry
+            return self.fn(ids, mask)
+        graph, static_ids, static_mask, out = entry
         static_ids.copy_(ids)
         static_mask.copy_(mask)
         graph.replay()
         self.replays += 1
-        # the outputs live in the graph's memory, which the next replay overwrites: the caller gets copies
-        return type(state)({k: v.clone() for k, v in state.tensors.items()}, mask)
+        return _copy(out, mask)
 
-    def capture_all(self, lengths, device=None) -> int:
-        """Capture the graphs of single queries of these token counts ahead of time (a service's warm-up);
+    def capture_all(self, lengths: Iterable[int], pad_id: int = 0) -> int:
+        """Capture the graphs of single inputs of these token counts ahead of time (a service's warm-up);
         returns how many graphs exist."""
-        device = device or self.ranker.device
-        with torch.inference_mode():  # as encode_query runs (graphs are used with gradients off only)
+        device = next(self.module.parameters()).device
+        with torch.inference_mode():  # as the callers run (graphs are used with gradients off only)
             for t in lengths:
-                ids = torch.full((1, t), self.ranker.text.pad if self.ranker.text else 0, device=device)
-                self(ids, torch.ones(1, t, dtype=torch.bool, device=device))
+                self(
+                    torch.full((1, t), pad_id, device=device),
+                    torch.ones(1, t, dtype=torch.bool, device=device),
+                )
         return sum(v is not None for v in self.graphs.values())
 
     def _capture(self, ids: Tensor, mask: Tensor) -> tuple | None:
@@ -79,19 +97,31 @@ class QueryGraphs:
             side.wait_stream(torch.cuda.current_stream(ids.device))
             with torch.cuda.stream(side):
                 for _ in range(WARMUP_RUNS):
-                    self.ranker.query_state(static_ids, static_mask)
+                    self.fn(static_ids, static_mask)
             torch.cuda.current_stream(ids.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                state = self.ranker.query_state(static_ids, static_mask)
+                out = self.fn(static_ids, static_mask)
             torch.cuda.synchronize(ids.device)
         except Exception as exc:  # an op that cannot be captured: this shape runs as usual from now on
             log.warning(
-                "query side of %s not captured for shape %s (runs uncaptured): %s",
-                self.ranker.kind,
+                "%s not captured for shape %s (runs uncaptured): %s",
+                getattr(self.fn, "__qualname__", self.fn),
                 tuple(ids.shape),
                 exc,
             )
             torch.cuda.synchronize(ids.device)
             return None
-        return graph, static_ids, static_mask, state
+        return graph, static_ids, static_mask, out
+
+
+class QueryGraphs(ShapeGraphs):
+    """A ranker's ``query_state(ids, mask)`` from a CUDA graph per query shape."""
+
+    def __init__(self, ranker, max_graphs: int = 64):
+        super().__init__(ranker, ranker.query_state, max_graphs)
+        self.ranker = ranker
+
+    def capture_all(self, lengths: Iterable[int], pad_id: int | None = None) -> int:
+        text = self.ranker.text
+        return super().capture_all(lengths, pad_id if pad_id is not None else (text.pad if text else 0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from aheadrank.rankers import init_ranker
@@ -69,3 +70,28 @@ def test_replayed_query_states_equal_query_state(tiny_base, kind, opts):
     before = graphs.replays
     ranker.encode_query(queries[0])
     assert graphs.replays == before
+
+
+def test_dense_query_embeddings_from_graphs(tiny_base):
+    """The dense prior's encoder: one query at a time from its graphs on a GPU (equal to ``embed``), several
+    texts or the CPU as usual."""
+    from aheadrank.rankers.dense import DenseEncoder
+
+    enc = DenseEncoder(tiny_base)
+    want, one = (
+        enc.encode_queries(["dense graphs", "two queries at once"]),
+        enc.encode_queries(["dense graphs"]),
+    )
+    graphs = enc.use_cuda_graphs()
+    assert np.array_equal(enc.encode_queries(["dense graphs"]), one) and graphs.replays == 0  # the CPU
+    if not torch.cuda.is_available():
+        return
+    enc.to("cuda")
+    for q in ["dense graphs", "a somewhat longer query about dense graphs", "dense graphs"]:
+        with torch.inference_mode():
+            direct = enc.embed(*pad(enc.tokenize_queries([q]), "cuda", enc.text.pad))[0].cpu().numpy()
+        np.testing.assert_allclose(enc.encode_queries([q])[0], direct, rtol=1e-6, atol=1e-6)
+    assert graphs.replays == 3 and len(graphs.graphs) == 2
+    np.testing.assert_allclose(enc.encode_queries(["dense graphs", "two queries at once"]), want, atol=1e-5)
+    assert graphs.replays == 3  # a batch of texts is not graphed
+    assert graphs.capture_all([5, 6], enc.text.pad) == 4

@@ -15,13 +15,31 @@ QUERY = "smoking increases the risk of lung cancer"
 @pytest.fixture(scope="module")
 def stored_env(tmp_path_factory, tiny_base):
     """A tiny MORES 2×IB checkpoint (random score head: the interaction decides) and its store of the sample."""
-    from aheadrank.indexer.build import BuildOptions, build_store
+    from aheadrank.indexer.build import BuildOptions, build_dense, build_store
+    from aheadrank.indexer.topics import read_beir_split
     from aheadrank.rankers import init_ranker, save_checkpoint
+    from aheadrank.store import StoreReader
+
+    from aheadrank.rerank import fit_checkpoint_priors
 
     root = tmp_path_factory.mktemp("cuda-service")
     ckpt, store = root / "ckpt", root / "store"
     save_checkpoint(init_ranker("mores", base=tiny_base, seed=0, ibs=2, sim=False), ckpt)
-    build_store(BuildOptions(str(ckpt), str(SAMPLE), str(store), shard_size=400, progress=False))
+    opts = BuildOptions(str(ckpt), str(SAMPLE), str(store), shard_size=400, progress=False)
+    build_store(opts)
+    build_dense(opts)
+    # priors with the dense prior in them (no Java on a GPU machine: each validation query's candidates are its
+    # relevant documents and the store's first 30, with a made-up first-stage score; what is fitted is beside
+    # the point, that the served score uses the dense query embedding is not)
+    queries, qrels = read_beir_split(SAMPLE, "train")
+    val = dict(sorted(queries.items())[:20])
+    with StoreReader(store) as reader:
+        head = reader.docids()[:30]
+    candidates = {
+        q: [(d, 30.0 - i) for i, d in enumerate(dict.fromkeys([*sorted(qrels.get(q, {})), *head]))]
+        for q in val
+    }
+    fit_checkpoint_priors(ckpt, store, val, candidates, qrels, {"split": "train", "note": "test"})
     return ckpt, store
 
 
@@ -48,8 +66,13 @@ def test_the_gpu_service_ranks_as_the_cpu_service(stored_env):
     try:
         assert "cuda" in str(info)
         graphs = gpu_backend.ranker.query_graphs
-        # every query length captured at warm-up, and the request replayed one of them
+        # every query length captured at warm-up, and the request replayed one of them; the dense prior alike
         assert len(graphs.graphs) == gpu_backend.ranker.config.max_query_len + 2 and graphs.replays >= 1
+        dense = gpu_backend.scorer.encoder().query_graphs
+        assert len(dense.graphs) == dense.max_graphs and dense.replays >= 1
+        assert "dense" in gpu["scoring"] and gpu["scoring"] == cpu["scoring"]  # the served score used it
+        dense_cpu = {x["docid"]: x["dense_score"] for x in cpu["results"]}
+        assert max(abs(x["dense_score"] - dense_cpu[x["docid"]]) for x in gpu["results"]) <= 1e-4
         a = {x["docid"]: x["score"] for x in cpu["results"]}
         b = {x["docid"]: x["score"] for x in gpu["results"]}
         assert a.keys() == b.keys() == set(docids)
