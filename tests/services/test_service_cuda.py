@@ -88,3 +88,27 @@ def test_the_gpu_service_ranks_as_the_cpu_service(stored_env):
     finally:
         cpu_backend.close()
         gpu_backend.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_rerank_run_on_the_gpu_equals_the_cpu_run(stored_env):
+    """The batch path (`aheadrank rerank-run --device cuda`: CUDA graphs for each query's side and its dense
+    embedding) gives the CPU's runs, with the priors."""
+    from aheadrank.indexer.topics import read_beir_split
+    from aheadrank.store import StoreReader
+
+    from aheadrank.runs import rerank_run
+
+    ckpt, store = stored_env
+    queries, _ = read_beir_split(SAMPLE, "test")
+    queries = dict(sorted(queries.items())[:6])
+    with StoreReader(store) as reader:
+        head = reader.docids()[:120]
+    candidates = {q: [(d, 120.0 - i) for i, d in enumerate(head)] for q in queries}
+    cpu, _ = rerank_run(ckpt, store, queries, candidates, device="cpu", progress=False)
+    gpu, _ = rerank_run(ckpt, store, queries, candidates, device="cuda", progress=False)
+    assert cpu.keys() == gpu.keys() == queries.keys()
+    for q in queries:
+        spread = max(cpu[q].values()) - min(cpu[q].values())
+        assert cpu[q].keys() == gpu[q].keys()
+        assert max(abs(cpu[q][d] - gpu[q][d]) for d in cpu[q]) <= 1e-3 * spread
