@@ -39,9 +39,17 @@ def _copy(out: Any, mask: Tensor) -> Any:
     )  # a QueryState, with the caller's mask
 
 
+def _dropped() -> None:
+    return None
+
+
 class ShapeGraphs:
     """``fn(ids, mask)`` of ``module`` from a CUDA graph per input shape (at most ``max_graphs``; more shapes run
-    uncaptured). ``fn`` returns a tensor, a dict of tensors or a ``QueryState``."""
+    uncaptured). ``fn`` returns a tensor, a dict of tensors or a ``QueryState``. A copy or a pickle of the module
+    carries no graphs (they belong to this module's memory): its attribute becomes None."""
+
+    def __reduce__(self):
+        return _dropped, ()
 
     def __init__(self, module: nn.Module, fn: Callable[[Tensor, Tensor], Any], max_graphs: int = 64):
         self.module = module

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -26,6 +29,8 @@ def test_off_the_gpu_the_graphs_change_nothing(tiny_base):
     assert graphs.replays == 0 and not graphs.graphs
     for name, value in want.tensors.items():
         assert torch.equal(got[name], value)
+    assert copy.deepcopy(ranker).query_graphs is None  # copies and pickles carry no graphs
+    assert pickle.loads(pickle.dumps(ranker)).query_graphs is None
     assert ranker.use_cuda_graphs(False) is None and ranker.query_graphs is None
 
 
