@@ -342,9 +342,12 @@ def test_dockerfile_shape(kind):
         "AHEADRANK_HOST": "0.0.0.0",
         "AHEADRANK_PORT": "8080",
     }
-    if kind == "cuda":  # on a GPU, larger scoring passes (bench/results/gpu/speed-cuda.json)
-        expected.update(AHEADRANK_DEVICE="cuda", AHEADRANK_BATCH_SIZE="1024")
+    if kind == "cuda":
+        expected["AHEADRANK_DEVICE"] = "cuda"
     assert {k: env.get(k) for k in expected} == expected
+    # AHEADRANK_BATCH_SIZE is also `aheadrank index --batch-size`: set for the GPU service only (compose), never
+    # image-wide, where an index build in the image would take it as documents per forward pass
+    assert "AHEADRANK_BATCH_SIZE" not in env
     assert env["PATH"].startswith("/opt/venv/bin:")
 
     final_copies = copies(final)
