@@ -10,10 +10,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aheadrank.evaluation import by_score
-from aheadrank.indexer.bm25 import bm25_candidates  # noqa: F401  (the BM25 part; re-exported here)
 from aheadrank.rerank import nonfinite_scores, score_stored  # noqa: F401  (the rerank core; re-exported)
 
 log = logging.getLogger("aheadrank.runs")
+
+
+def _bm25_search(index: str | Path | None) -> Callable[[dict[str, str], int], dict[str, list]]:
+    """``search(queries, depth)`` over the BM25 index (the BM25 part, imported only when a search runs)."""
+    from aheadrank.indexer.bm25 import bm25_candidates
+
+    return lambda queries, depth: bm25_candidates(index, queries, depth)
+
+
+def __getattr__(name: str):
+    """``bm25_candidates``: the BM25 part's, re-exported here, imported on first use — importing it sets Java up,
+    which re-ranking given candidates (``rerank_run``) does not need."""
+    if name == "bm25_candidates":
+        from aheadrank.indexer.bm25 import bm25_candidates
+
+        return bm25_candidates
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_training_data(
@@ -31,7 +47,7 @@ def build_training_data(
 
     queries, qrels = read_beir_split(collection, split)
     texts = {d.docid: d.text for d in Collection(collection)}
-    cands = search(queries, depth) if search is not None else bm25_candidates(index, queries, depth)
+    cands = (search or _bm25_search(index))(queries, depth)
     return TrainingData(texts, queries, qrels, {q: [d for d, _ in hits] for q, hits in cands.items()})
 
 
@@ -55,7 +71,7 @@ def build_pseudo_training_data(
     pq = title_queries(collection, max_queries=max_queries, seed=seed)
     if not pq.queries:
         raise AheadrankError(f"{collection}: no document has a title of 3 words or more to use as a query")
-    cands = search(pq.queries, depth) if search is not None else bm25_candidates(index, pq.queries, depth)
+    cands = (search or _bm25_search(index))(pq.queries, depth)
     return TrainingData(
         pq.texts, pq.queries, pq.qrels, {q: [d for d, _ in hits] for q, hits in cands.items()}
     )

