@@ -34,9 +34,8 @@ def _copy(out: Any, mask: Tensor) -> Any:
         return out.clone()
     if isinstance(out, dict):
         return {k: v.clone() for k, v in out.items()}
-    return type(out)(
-        {k: v.clone() for k, v in out.tensors.items()}, mask
-    )  # a QueryState, with the caller's mask
+    # a QueryState, with the caller's mask
+    return type(out)({k: v.clone() for k, v in out.tensors.items()}, mask)
 
 
 def _dropped() -> None:
@@ -55,9 +54,8 @@ class ShapeGraphs:
         self.module = module
         self.fn = fn
         self.max_graphs = max_graphs
-        self.graphs: dict[
-            tuple, tuple | None
-        ] = {}  # shape -> (graph, static ids, static mask, static output)
+        # shape -> (graph, static ids, static mask, static output), or None: runs uncaptured
+        self.graphs: dict[tuple, tuple | None] = {}
         self._params: tuple = ()
         self.replays = 0
 
@@ -68,9 +66,8 @@ class ShapeGraphs:
         if not self.applies(ids):
             return self.fn(ids, mask)
         params = tuple(p.data_ptr() for p in self.module.parameters())
-        if (
-            params != self._params
-        ):  # a parameter replaced: the graphs read memory that is no longer the model's
+        # a parameter replaced: the graphs read memory that is no longer the model's
+        if params != self._params:
             self.graphs.clear()
             self._params = params
         key = (tuple(ids.shape), tuple(mask.shape), ids.device)

@@ -56,14 +56,11 @@ def test_replayed_query_states_equal_query_state(tiny_base, kind, opts):
     lengths = {len(ranker.tokenize_queries([q])[0]) for q in queries}
     assert len(graphs.graphs) == len(lengths) and graphs.replays == 2 * len(queries)
     new = [t for t in range(1, 20) if t not in lengths][:2]
-    assert (
-        graphs.capture_all(new) == len(lengths) + 2
-    )  # ahead of time (a service's warm-up), gradients on or off
-    first = ranker.encode_query(queries[2])
-    assert (
-        first["q" if kind != "bert" else "emb"].data_ptr()
-        != ranker.encode_query(queries[2])["q" if kind != "bert" else "emb"].data_ptr()
-    )  # copies, not the graph's memory
+    # ahead of time (a service's warm-up), gradients on or off
+    assert graphs.capture_all(new) == len(lengths) + 2
+    # copies, not the graph's memory
+    first = ranker.encode_query(queries[2])["q" if kind != "bert" else "emb"]
+    assert first.data_ptr() != ranker.encode_query(queries[2])["q" if kind != "bert" else "emb"].data_ptr()
     with torch.no_grad():
         for p in ranker.parameters():
             p.mul_(1.5)  # in place: the graphs read the new values
