@@ -126,9 +126,10 @@ def inputs(ranker, n: int, d: int, seed: int = 0) -> tuple[tuple, dict[str, torc
         [ranker.doc_ids(p[:k]) for p, k in zip(pieces, lengths, strict=True)], "cpu", ranker.text.pad
     )
     parts: dict[str, list[torch.Tensor]] = {}
-    for s in range(0, n, 32):
-        for k, v in ranker.document_fields(ids[s : s + 32], mask[s : s + 32]).items():
-            parts.setdefault(k, []).append(v.half())
+    with torch.no_grad():  # fields are data: no autograd graph kept per batch (GBs at d = 493)
+        for s in range(0, n, 32):
+            for k, v in ranker.document_fields(ids[s : s + 32], mask[s : s + 32]).items():
+                parts.setdefault(k, []).append(v.half())
     fields = {k: torch.cat(v) for k, v in parts.items()}
     return pad([ranker.query_ids(q)], "cpu", ranker.text.pad), fields, mask
 
