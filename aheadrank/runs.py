@@ -166,9 +166,8 @@ def rerank_run(
     reader = StoreReader(store)
     ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)
     reader.check_fingerprint(ranker.fingerprint)
-    if str(device).startswith(
-        "cuda"
-    ):  # one query at a time: its query side (and dense prior) from CUDA graphs
+    # one query at a time: its query side (and dense prior) from CUDA graphs
+    if str(device).startswith("cuda"):
         ranker.use_cuda_graphs()
     scorer = PriorScorer(ranker, store, device, use_priors=not pure)
     for notice in scorer.notices:

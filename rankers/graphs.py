@@ -32,8 +32,6 @@ def _copy(out: Any, mask: Tensor) -> Any:
     """The caller's copy of a graph's outputs (the next replay overwrites the graph's own memory)."""
     if isinstance(out, Tensor):
         return out.clone()
-    if isinstance(out, dict):
-        return {k: v.clone() for k, v in out.items()}
     # a QueryState, with the caller's mask
     return type(out)({k: v.clone() for k, v in out.tensors.items()}, mask)
 
@@ -44,7 +42,7 @@ def _dropped() -> None:
 
 class ShapeGraphs:
     """``fn(ids, mask)`` of ``module`` from a CUDA graph per input shape (at most ``max_graphs``; more shapes run
-    uncaptured). ``fn`` returns a tensor, a dict of tensors or a ``QueryState``. A copy or a pickle of the module
+    uncaptured). ``fn`` returns a tensor or a ``QueryState``. A copy or a pickle of the module
     carries no graphs (they belong to this module's memory): its attribute becomes None."""
 
     def __reduce__(self):
