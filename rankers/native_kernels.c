@@ -367,6 +367,177 @@ static __attribute__((noinline)) void att_scores_2_32(const float *kb, const flo
     att_scores_keys(2, kb, 32, qt, s, nv);
 }
 
+/* ------- Heads 32 wide (MORES' cross-attention: 12 heads, 18 query rows and the mean's), keys across the lanes.
+   att_head puts a block of query rows across the 16 lanes: 18 or 19 rows fill 2 vectors to 59 %, and its score
+   stage multiplies each key by 32 lanes. Here the keys are widened transposed, 16 to a block (kT [block][32][16]),
+   and each query row is broadcast against them: 38 multiply-adds per key instead of 64, the same sums in the same
+   order (the scores are bitwise those of att_head; the softmax sums run in another order). The scores sT [row]
+   [ATT_ST], then per row a softmax across the lanes and the weighted sum of the values (row-major, as att_head). */
+#define ATT_ST 528 /* transposed scores' row stride: keys <= 512 (a stride of 4 KB multiples would put every row's
+                      same key in one L1 set) */
+static inline void att_transpose16(__m512 r[16]) { /* r[i][j] -> r[j][i] */
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) {
+            t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+            t[8 * i + 4 + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+    }
+}
+/* Scores of RB query rows q (row-major, 32 apart) against every block of kT, into sT's rows */
+static inline __attribute__((always_inline)) void att_scores_t_rows(const int RB, const float *kT, int64_t blocks,
+                                                                     const float *q, float *sT) {
+    for (int64_t b = 0; b < blocks; b++) {
+        const float *kt = kT + b * 512;
+        __m512 acc[24];
+#pragma GCC unroll 24
+        for (int r = 0; r < RB; r++) acc[r] = _mm512_setzero_ps();
+        for (int c = 0; c < 32; c++) {
+            const __m512 kv = _mm512_load_ps(kt + 16 * c);
+            const float *qc = q + c;
+#pragma GCC unroll 24
+            for (int r = 0; r < RB; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(qc[32 * r]), kv, acc[r]);
+        }
+#pragma GCC unroll 24
+        for (int r = 0; r < RB; r++) _mm512_store_ps(sT + r * ATT_ST + 16 * b, acc[r]);
+    }
+}
+#define ATT_ST_CASE(R)                                  \
+    case R:                                             \
+        att_scores_t_rows(R, kT, blocks, q + 32 * i0, sT + i0 * ATT_ST); \
+        break;
+static __attribute__((noinline)) void att_scores_t32(const float *kT, int64_t blocks, const float *q, int64_t Tq,
+                                                     float *sT) {
+    for (int64_t i0 = 0; i0 < Tq; i0 += 24) {
+        switch (Tq - i0 < 24 ? Tq - i0 : 24) {
+            ATT_ST_CASE(1) ATT_ST_CASE(2) ATT_ST_CASE(3) ATT_ST_CASE(4) ATT_ST_CASE(5) ATT_ST_CASE(6)
+            ATT_ST_CASE(7) ATT_ST_CASE(8) ATT_ST_CASE(9) ATT_ST_CASE(10) ATT_ST_CASE(11) ATT_ST_CASE(12)
+            ATT_ST_CASE(13) ATT_ST_CASE(14) ATT_ST_CASE(15) ATT_ST_CASE(16) ATT_ST_CASE(17) ATT_ST_CASE(18)
+            ATT_ST_CASE(19) ATT_ST_CASE(20) ATT_ST_CASE(21) ATT_ST_CASE(22) ATT_ST_CASE(23) ATT_ST_CASE(24)
+        }
+    }
+}
+#undef ATT_ST_CASE
+/* Rows i0 .. i0 + RB - 1 of the weighted sum over the values vb [nv][32], weights e^score in sT's rows */
+static inline __attribute__((always_inline)) void att_pv_t_rows(const int RB, const float *vb, const float *sT,
+                                                                 const float *sum, int64_t nv, int64_t i0,
+                                                                 int64_t ostride, int64_t col, float *out) {
+    __m512 a0[12], a1[12];
+#pragma GCC unroll 12
+    for (int r = 0; r < RB; r++) a0[r] = a1[r] = _mm512_setzero_ps();
+    const float *p = sT + i0 * ATT_ST;
+    for (int64_t u = 0; u < nv; u++) {
+        const __m512 v0 = _mm512_load_ps(vb + 32 * u), v1 = _mm512_load_ps(vb + 32 * u + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < RB; r++) {
+            const __m512 w = _mm512_set1_ps(p[r * ATT_ST + u]);
+            a0[r] = _mm512_fmadd_ps(w, v0, a0[r]);
+            a1[r] = _mm512_fmadd_ps(w, v1, a1[r]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < RB; r++) {
+        const __m512 inv = _mm512_set1_ps(1.0f / sum[i0 + r]);
+        float *o = out + (i0 + r) * ostride + col;
+        _mm512_storeu_ps(o, _mm512_mul_ps(a0[r], inv));
+        _mm512_storeu_ps(o + 16, _mm512_mul_ps(a1[r], inv));
+    }
+}
+#define ATT_PV_CASE(R)                                                 \
+    case R:                                                            \
+        att_pv_t_rows(R, vb, sT, sum, nv, i0, ostride, col, out); \
+        break;
+/* One head (dh = 32) of one document as above: the real tokens' keys (idx [nv], nv <= ATT_ST - 16) widened
+   transposed into kT, their values into vb, with att_head's prefetches; q [Tq][32] the head's query rows; out and
+   lse (or NULL) as att_head's. Keys and values float16, bfloat16, int8 or float32, with their scales. */
+static __attribute__((noinline)) void att_head_t32(const float *q, int64_t Tq, const void *k, const void *v,
+                                                   const float *ks, const float *vs, int64_t kind,
+                                                   const int32_t *idx, int64_t nv, int64_t n, int64_t col,
+                                                   float *kT, float *vb, float *sT, float *out, float *lse,
+                                                   int64_t ostride, const char *pk, const char *pv,
+                                                   int64_t plines) {
+    const size_t elem = att_elem(kind);
+    const int64_t per_row = (plines + nv - 1) / nv;
+    for (int64_t t = 0; t < nv; t++) { /* the values, row-major; the keys' lines on their way */
+        const int64_t j = idx[t];
+        if (t + ATT_PREFETCH < nv) {
+            const size_t at = (size_t)(idx[t + ATT_PREFETCH] * n + col) * elem;
+            for (size_t line = 0; line < 32 * elem; line += 64) {
+                _mm_prefetch((const char *)k + at + line, _MM_HINT_T0);
+                _mm_prefetch((const char *)v + at + line, _MM_HINT_T0);
+            }
+        }
+        for (int64_t line = t * per_row; line < plines && line < (t + 1) * per_row; line++) {
+            _mm_prefetch(pk + line * 64, ATT_NEXT_HINT);
+            if (pv) _mm_prefetch(pv + line * 64, ATT_NEXT_HINT);
+        }
+        const float vscale = vs ? vs[j] : 1.0f;
+        _mm512_store_ps(vb + 32 * t, att_scaled16(v, j * n + col, kind, vscale, vs != NULL));
+        _mm512_store_ps(vb + 32 * t + 16, att_scaled16(v, j * n + col + 16, kind, vscale, vs != NULL));
+    }
+    const int64_t blocks = (nv + 15) / 16;
+    for (int64_t b = 0; b < blocks; b++) /* the keys, 16 to a block, transposed (past nv: zeros) */
+        for (int half = 0; half < 2; half++) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) {
+                const int64_t t = 16 * b + i;
+                if (t < nv) {
+                    const int64_t j = idx[t];
+                    r[i] = att_scaled16(k, j * n + col + 16 * half, kind, ks ? ks[j] : 1.0f, ks != NULL);
+                } else
+                    r[i] = _mm512_setzero_ps();
+            }
+            att_transpose16(r);
+            float *o = kT + b * 512 + 256 * half;
+            for (int c = 0; c < 16; c++) _mm512_store_ps(o + 16 * c, r[c]);
+        }
+    att_scores_t32(kT, blocks, q, Tq, sT);
+    /* per row: the softmax across the lanes (keys past nv out of the maximum, their weights 0) */
+    float sum[ATT_ROWS];
+    const int64_t rem = nv - 16 * (blocks - 1);
+    const __mmask16 last = rem >= 16 ? 0xFFFF : (__mmask16)((1u << rem) - 1);
+    for (int64_t i = 0; i < Tq; i++) {
+        float *row = sT + i * ATT_ST;
+        __m512 m = _mm512_set1_ps(-INFINITY);
+        for (int64_t b = 0; b < blocks; b++) {
+            const __m512 x = _mm512_load_ps(row + 16 * b);
+            m = b + 1 < blocks ? _mm512_max_ps(m, x) : _mm512_mask_max_ps(m, last, m, x);
+        }
+        const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t b = 0; b < blocks; b++) {
+            __m512 e = att_exp(_mm512_sub_ps(_mm512_load_ps(row + 16 * b), mx));
+            if (b + 1 == blocks) e = _mm512_maskz_mov_ps(last, e);
+            _mm512_store_ps(row + 16 * b, e);
+            acc = _mm512_add_ps(acc, e);
+        }
+        sum[i] = _mm512_reduce_add_ps(acc);
+        if (lse) lse[i] = _mm512_reduce_max_ps(m) + logf(sum[i]);
+    }
+    for (int64_t i0 = 0; i0 < Tq; i0 += 12) {
+        switch (Tq - i0 < 12 ? Tq - i0 : 12) {
+            ATT_PV_CASE(1) ATT_PV_CASE(2) ATT_PV_CASE(3) ATT_PV_CASE(4) ATT_PV_CASE(5) ATT_PV_CASE(6)
+            ATT_PV_CASE(7) ATT_PV_CASE(8) ATT_PV_CASE(9) ATT_PV_CASE(10) ATT_PV_CASE(11) ATT_PV_CASE(12)
+        }
+    }
+}
+#undef ATT_PV_CASE
+
 /* One head of one document. dh: the head's width (32, or a multiple of 64: PreTTR's folded [CLS] rows read whole
    384-wide states as one head); ND = vectors per chunk of the weighted sum (2 for dh = 32, else 4), NQ = vectors of
    query rows (Tq <= 16 * NQ). qt [dh][ATT_ROWS]: the head's query rows transposed (rows >= Tq zero); idx [nv]: the
@@ -566,7 +737,10 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
     {
         float *kb = att_alloc(sizeof(float) * (size_t)(T * dh));
         float *vb = att_alloc(sizeof(float) * (size_t)(T * dh));
-        float *s = att_alloc(sizeof(float) * (size_t)((T + 16) * ATT_ROWS));
+        float *s = att_alloc(sizeof(float) * (size_t)(((T + 16) > ATT_ST ? T + 16 : ATT_ST) * ATT_ROWS));
+        /* heads 32 wide, keys across the lanes (att_head_t32): the keys transposed, the scores in s */
+        const int t32 = dh == 32 && !ln_w && !extra && !prior && T <= ATT_ST - 16;
+        float *kT = t32 ? att_alloc(sizeof(float) * (size_t)((T + 15) / 16 * 512)) : NULL;
         float *qt = att_alloc(sizeof(float) * (size_t)(H * dh * ATT_ROWS));
         float *xqt = extra ? att_alloc(sizeof(float) * ATT_ROWS) : NULL; /* the rows' extra coefficients, by lane */
         float *xv = extra ? att_alloc(sizeof(float) * (size_t)T) : NULL; /* each real token's extra value */
@@ -583,7 +757,8 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
         if (amx) att_amx_config();
 #endif
         int32_t *idx = malloc(sizeof(int32_t) * (size_t)T);
-        const int ok = kb && vb && s && qt && idx && (!extra || (xqt && xv)) && (!amx || (kh && qbt && (kind || kl)));
+        const int ok = kb && vb && s && qt && idx && (!extra || (xqt && xv)) && (!amx || (kh && qbt && (kind || kl))) &&
+                       (!t32 || kT);
         if (ok && extra) {
             memset(xqt, 0, sizeof(float) * ATT_ROWS);
             for (int64_t i = 0; i < Tq; i++) xqt[i] = xq[i];
@@ -647,6 +822,12 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                 const int64_t l0 = next_lines * h / H, pl = next_lines * (h + 1) / H - l0;
                 const char *pk = kn_next ? kn_next + l0 * 64 : NULL, *pv = vn_next ? vn_next + l0 * 64 : NULL;
                 const float *ph = prior ? prior + h * Tq * (dh + 2) : NULL;
+                if (t32 && !amx) {
+                    const float *qrows = q + (Bq == 1 ? 0 : b * per_q) + h * Tq * dh;
+                    att_head_t32(qrows, Tq, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kT, vb, s, ob, lh, ostride,
+                                 pk, pv, pl);
+                    continue;
+                }
 #define ATT_HEAD(ND, NQ, DH) \
     att_head(ND, NQ, DH, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, \
              xb, xqt, quad, xv, ostride, pk, pv, pl, ph, qbt ? qbt + h * per_head_qb : NULL, kh, kl)
@@ -666,6 +847,7 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
             }
         }
         free(kb);
+        free(kT);
         free(vb);
         free(s);
         free(qt);

@@ -52,13 +52,15 @@ def scores_by(request, monkeypatch):
     ("b", "h", "dh", "tq", "t", "per_doc_q"),
     [(9, 12, 32, 19, 130, False), (5, 12, 32, 19, 37, True), (4, 6, 64, 16, 21, False), (3, 2, 32, 1, 9, True),
      (6, 4, 64, 32, 70, True), (17, 3, 32, 17, 8, False), (7, 2, 32, 24, 32, True), (4, 12, 32, 25, 48, False),
-     (6, 5, 32, 21, 16, False), (5, 2, 48, 19, 30, False), (4, 3, 16, 9, 25, True)],
+     (6, 5, 32, 21, 16, False), (5, 2, 48, 19, 30, False), (4, 3, 16, 9, 25, True),
+     (2, 3, 32, 19, 530, False)],
 )  # fmt: skip
 def test_equals_the_formula(kind, b, h, dh, tq, t, per_doc_q, scores_by):
     """Every stored dtype, the scores by AVX-512 or by AMX (float16 and bfloat16 keys, heads a multiple of 32
     wide, where the CPU has it), one query for all documents or one per document, query-row counts on both sides of a
     vector (16), key counts that are no multiple of the key block, padding at the end and holes inside, a
-    document with a single real token, head widths of 32, multiples of 64 and other multiples of 16: within
+    document with a single real token, head widths of 32 (keys across the lanes up to 512 keys, beyond them the
+    rows across the lanes), multiples of 64 and other multiples of 16: within
     float32 rounding of the float64 formula (1e-5 of the largest
     value: the kernel's exp is a degree-6 polynomial with relative error < 2e-7)."""
     g = torch.Generator().manual_seed(7)
