@@ -41,6 +41,10 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``amx``: the compiled attention's scores by AVX-512 (``AHEADRANK_AMX=0``) vs by AMX (bfloat16 tiles, each float16
   key split exactly into two parts and each query value into three), where the CPU has AMX, in the whole timed
   path (int8 fields keep AVX-512 either way: a control).
+* ``queryparts``: PreTTR l = L − 1's query-only tensors ([CLS]'s folded rows and scores over the query's tokens,
+  the folded path's rows, u_h·β, log-sum-exps and value parts, the compiled path's prior) made again for every
+  chunk of candidates vs kept per query state (``PrettrRanker.query_parts``), in the whole timed path: the
+  difference is one making per chunk after the first (N = 300 in chunks of 256: two chunks).
 * ``books``: the same from a float16 store vs the codebook stores ``book4`` and ``book2`` (decoded to float16 by
   the reader, a byte-table lookup per packed byte); the score difference is the codebooks' rounding.
 
@@ -395,6 +399,19 @@ def part_prior(args) -> list[dict]:
     return old_vs_new("prior", names, prior_after, "merged after", "prior in the kernel", args)
 
 
+def query_parts_per_chunk():
+    """PreTTR's query-only tensors made for every chunk of candidates (nothing kept in the query state)."""
+    made = prettr.PrettrRanker.query_parts
+    return mock.patch.object(
+        prettr.PrettrRanker, "query_parts", lambda self, q, q_mask, cache: made(self, q, q_mask, None)
+    )
+
+
+def part_queryparts(args) -> list[dict]:
+    names = args.queryparts_rankers
+    return old_vs_new("queryparts", names, query_parts_per_chunk, "per chunk", "per query", args)
+
+
 def part_gelu(args) -> list[dict]:
     return old_vs_new("gelu", args.skinny_rankers, gelu_apart, "F.gelu after", "GELU in the linear", args)
 
@@ -576,6 +593,7 @@ PARTS = {
     "addnorm": part_addnorm,
     "layer": part_layer,
     "prior": part_prior,
+    "queryparts": part_queryparts,
     "source": part_source,
     "int8": part_int8,
     "books": part_books,
@@ -611,6 +629,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--basis-rankers", nargs="+", default=["prettr-l5-e128"])
     p.add_argument("--amx-rankers", nargs="+", default=["mores-1ib-s2", "mores-2ib-s2", "prettr-l5-e0"])
     p.add_argument("--prior-rankers", nargs="+", default=["prettr-l5-e0", "prettr-l5-e256"])
+    p.add_argument("--queryparts-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e0"])
     p.add_argument(
         "--skinny-rankers", nargs="+", default=["tk-2l", "tk-6l-base", "prettr-l5-e0", "mores-1ib-s2"]
     )

@@ -99,11 +99,13 @@ def query_prior(q: Tensor, q_scores: Tensor, n_rows: int) -> Tensor:
     return prior
 
 
-def merge_weights(lse_d: Tensor, q_scores: Tensor) -> tuple[Tensor, Tensor]:
+def merge_weights(lse_d: Tensor, q_scores: Tensor, lse_q: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The shares of a document's tokens and of the query's tokens in [CLS]'s softmax over both, from the rows'
     log-sum-exps over the document's tokens lse_d [B, H] and the scores over the query's q_scores [H, tq] (−inf at
-    padding): (e^(lse_d − total), e^(lse_q − total)) with total = log(e^lse_d + e^lse_q), each [B, H]."""
-    lse_q = torch.logsumexp(q_scores, -1)  # [H]
+    padding; or their log-sum-exps lse_q [H], given): (e^(lse_d − total), e^(lse_q − total)) with total =
+    log(e^lse_d + e^lse_q), each [B, H]."""
+    if lse_q is None:
+        lse_q = torch.logsumexp(q_scores, -1)  # [H]
     total = torch.logaddexp(lse_d, lse_q)
     return (lse_d - total).exp_(), (lse_q - total).exp_()
 
@@ -241,33 +243,73 @@ class PrettrRanker(Ranker):
         q_pool = qs["q_pool"] if self.config.sim else None
         last_only = self.config.layer == self.config.n_layers - 1 and q.shape[0] == 1
         if last_only and r.dtype != q.dtype and r.device.type == "cpu":
-            return self.upper_from_stored(q, qs.mask, r, mask, q_pool)
+            return self.upper_from_stored(q, qs.mask, r, mask, q_pool, qs.extra)
         return self.upper(q, qs.mask, self.decompress(r.to(self.dtype)), mask, q_pool)
 
     def upper_from_stored(
-        self, q: Tensor, q_mask: Tensor, r: Tensor, d_mask: Tensor, q_pool: Tensor | None
+        self,
+        q: Tensor,
+        q_mask: Tensor,
+        r: Tensor,
+        d_mask: Tensor,
+        q_pool: Tensor | None,
+        cache: dict | None = None,
     ) -> Tensor:
         """:meth:`upper` for l = L−1 from the stored field (float16, or int8 + scales), a block of documents at
         a time while it is in cache: widened, decompressed, scored by [CLS]'s folded query and summed
         (``Attention.one_row_context``, written out here so that the query tokens' part, the same for every
         document, is computed once and never copied beside each document's; the residual's mean of ŝ is one
         more row of the same sum). No float32 copy of every candidate's field, of ŝ or of a [query; document]
-        concatenation, and no keys or values."""
+        concatenation, and no keys or values. What depends on the query alone ([CLS]'s folded rows, its scores over
+        the query's tokens and what the paths below derive from them) is computed on the first call and kept in
+        ``cache`` (the query state's ``extra``: one request's chunks of candidates share it) while the weights it
+        was computed from are unchanged."""
         last = self.encoder.layer[self.config.n_layers - 1]
         att = last.attention
-        u = att.folded_query(q[:, :1])[0]  # [H, n]
-        q_scores = (q[0] @ u.T).T.masked_fill(~q_mask[0], float("-inf"))  # [H, tq], every document's
+        parts = self.query_parts(q, q_mask, cache)
+        u, q_scores = parts["u"], parts["q_scores"]
         e = self.config.compress
         found = None
         if e and e <= FOLD_DECOMPRESSION * q.shape[2]:
-            found = self.context_folded(q, u, q_scores, r, d_mask)
+            found = self.context_folded(q, u, q_scores, r, d_mask, parts)
         if found is None:
-            found = self.weighted_native(q, u, q_scores, r, d_mask)
+            found = self.weighted_native(q, u, q_scores, r, d_mask, parts)
             weighted, pooled = found if found is not None else self.weighted_blocks(q, u, q_scores, r, d_mask)
             found = att.folded_values(weighted), pooled
         context, pooled = found
         score = self.head(last.ffn(att.output(context, q[:, :1]))[:, 0]).squeeze(-1)
         return self.with_sim(score, q_pool, pooled)
+
+    def query_parts(self, q: Tensor, q_mask: Tensor, cache: dict | None) -> dict:
+        """[CLS]'s folded rows u [H, n] (:meth:`Attention.folded_query`) and its scores over the query's own tokens
+        q_scores [H, tq] (−inf at padding), in a dict that :meth:`context_folded` and :meth:`weighted_native` add
+        their own query-only tensors to; taken from ``cache`` where it holds them for the same query states and
+        unchanged weights (the layer's query, key and value maps, the decompression's fold: version counters and
+        storage), else computed and stored there."""
+        att = self.encoder.layer[self.config.n_layers - 1].attention
+        params = (
+            att.self.query.weight,
+            att.self.query.bias,
+            att.self.key.weight,
+            att.self.value.weight,
+            att.self.value.bias,
+        )
+        if any(p.is_inference() for p in params):  # no version counters to tell a change by: not kept
+            cache = None
+        key = (
+            None
+            if cache is None
+            else (id(self), id(q), q.data_ptr(), *((p._version, p.data_ptr()) for p in params))
+        )
+        if cache is not None:
+            found = cache.get("prettr_query_parts")
+            if found is not None and found[0] == key:
+                return found[1]
+        u = att.folded_query(q[:, :1])[0]  # [H, n]
+        parts = {"u": u, "q_scores": (q[0] @ u.T).T.masked_fill(~q_mask[0], float("-inf"))}  # [H, tq]
+        if cache is not None:
+            cache["prettr_query_parts"] = (key, parts)
+        return parts
 
     def weighted_blocks(
         self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor
@@ -302,7 +344,7 @@ class PrettrRanker(Ranker):
         return torch.cat([u, u.new_zeros(1, u.shape[1])]) if self.config.sim else u
 
     def weighted_native(
-        self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor
+        self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor, parts: dict | None = None
     ) -> tuple[Tensor, Tensor | None] | None:
         """:meth:`weighted_blocks` by the compiled attention (``blocks.attend_native``): the H folded rows (and a
         zero row more for ``sim``, whose weights are uniform over the document's tokens: the mean of ŝ) as the
@@ -311,10 +353,13 @@ class PrettrRanker(Ranker):
         row: no normalised copy). The query tokens' part, the same for every document, goes into the kernel as
         each row's prior (:func:`query_prior`: its softmax then runs over the query's and the document's tokens at
         once), or, with ``QUERY_PRIOR`` off, is merged in after by the rows' log-sum-exps (:func:`merge_weights`).
-        None where the kernel does not apply."""
+        None where the kernel does not apply. ``parts`` (:meth:`query_parts`) keeps the query-only rows and prior."""
         n_heads, n = u.shape
-        rows = self.kernel_rows(u)
-        prior = query_prior(q[0], q_scores, rows.shape[0]) if QUERY_PRIOR else None
+        parts = {} if parts is None else parts
+        if "native_rows" not in parts:
+            rows = self.kernel_rows(u)
+            parts["native_rows"] = rows, query_prior(q[0], q_scores, rows.shape[0]) if QUERY_PRIOR else None
+        rows, prior = parts["native_rows"]
         lse = prior is None
         if self.config.compress:
             parts = []
@@ -348,7 +393,7 @@ class PrettrRanker(Ranker):
         return weighted, out[:, n_heads] if self.config.sim else None
 
     def context_folded(
-        self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor
+        self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor, parts: dict | None = None
     ) -> tuple[Tensor, Tensor | None] | None:
         """[CLS]'s attention context in layer L [B, 1, n] (and, with ``sim``, the mean of ŝ over each document's
         tokens [B, n]) straight from the stored r, without decompressing. Per head h (u_h: its folded query,
@@ -363,15 +408,28 @@ class PrettrRanker(Ranker):
         [W̃, b̃] per head): the head's value vector is read off the e + 1 sums, and ŝ is never formed, not even
         as the weighted sum. The query tokens' part (the same for every document) is merged in by the rows'
         log-sum-exps. Per token e + 2·R·(e + 1) multiply-adds (σ, scores, sums) instead of the n·e of the
-        decompression and 2·R·n of the attention over ŝ. None where the kernel does not apply."""
+        decompression and 2·R·n of the attention over ŝ. None where the kernel does not apply. ``parts``
+        (:meth:`query_parts`) keeps what depends on the query alone: the kernel's rows, u_h·β, the query tokens'
+        log-sum-exps and their part of each head's value vector."""
         if native.library() is None:  # the kernel is off or unavailable: no constants, no GEMMs for nothing
             return None
         n_heads, n = u.shape
-        rows = self.kernel_rows(u)
         fold = self.decompression_fold(q)
         e = r.shape[-1]
-        ug = rows * fold.gamma
-        query = torch.cat([ug @ fold.w, (ug @ fold.b)[:, None]], 1)  # [R, e + 1]: [a_h, c_h]
+        attention = self.encoder.layer[self.config.n_layers - 1].attention
+        parts = {} if parts is None else parts
+        if parts.get("fold") is not fold:  # the fold is made again when its weights change
+            rows = self.kernel_rows(u)
+            ug = rows * fold.gamma
+            parts["fold"] = fold
+            parts["folded"] = (
+                rows,
+                torch.cat([ug @ fold.w, (ug @ fold.b)[:, None]], 1),  # [R, e + 1]: [a_h, c_h]
+                rows[:n_heads] @ fold.beta,  # u_h·β: the same for every token, part of the log-sum-exp
+                torch.logsumexp(q_scores, -1),  # [H]: over the query's tokens
+                attention.folded_values((q_scores.softmax(-1) @ q[0])[None])[0].view(n_heads, -1),  # [H, dh]
+            )
+        rows, query, beta_scores, lse_q, on_query = parts["folded"]
         if fold.quad is not None:  # σ_j by the kernel, from each row as it widens it
             found = attend_native(query[None, None], r, r, key_mask(d_mask), 1.0, lse=True, quad=fold.quad)
             if found is None:
@@ -403,11 +461,7 @@ class PrettrRanker(Ranker):
                 sums[sl], lse[sl] = part[0], part[1][:, 0]
         # per head: w_d·(W_vh·Σ_d + b_vh) + w_q·(W_vh·Σ_q + b_vh), Σ_d = γ ⊙ (W̃·S + b̃·s) + β over the kernel's
         # sums [S, s]; u_h·β is the same for every token but part of the log-sum-exp
-        w_d, w_q = merge_weights(lse[:, :n_heads] + rows[:n_heads] @ fold.beta, q_scores)  # [B, H] each
-        attention = self.encoder.layer[self.config.n_layers - 1].attention
-        on_query = attention.folded_values((q_scores.softmax(-1) @ q[0])[None])[0].view(
-            n_heads, -1
-        )  # [H, dh]
+        w_d, w_q = merge_weights(lse[:, :n_heads] + beta_scores, q_scores, lse_q)  # [B, H] each
         heads = torch.bmm(sums[:, :n_heads].transpose(0, 1), fold.values)  # [H, B, dh]
         heads.add_(fold.value_bias[:, None]).mul_(w_d.T[..., None]).add_(w_q.T[..., None] * on_query[:, None])
         context = heads.permute(1, 0, 2).reshape(-1, 1, n)
