@@ -362,7 +362,7 @@ class PrettrRanker(Ranker):
         rows, prior = parts["native_rows"]
         lse = prior is None
         if self.config.compress:
-            parts = []
+            blocks = []
             for sl, block in widened(r, q.dtype):
                 y = self.decompressor(block)  # ŝ before its LayerNorm, which the kernel applies row by row
                 mask = key_mask(d_mask[sl])
@@ -371,12 +371,12 @@ class PrettrRanker(Ranker):
                 )
                 if part is None:
                     return None
-                parts.append(part)
+                blocks.append(part)
             found = None
-            if parts:
+            if blocks:
                 found = (
-                    torch.cat([p[0] for p in parts]),
-                    torch.cat([p[1][:, 0] for p in parts]) if lse else None,
+                    torch.cat([p[0] for p in blocks]),
+                    torch.cat([p[1][:, 0] for p in blocks]) if lse else None,
                 )
         else:
             part = attend_native(rows[None, None], r, r, key_mask(d_mask), 1.0, lse=lse, prior=prior)
