@@ -738,9 +738,6 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
         float *kb = att_alloc(sizeof(float) * (size_t)(T * dh));
         float *vb = att_alloc(sizeof(float) * (size_t)(T * dh));
         float *s = att_alloc(sizeof(float) * (size_t)(((T + 16) > ATT_ST ? T + 16 : ATT_ST) * ATT_ROWS));
-        /* heads 32 wide, keys across the lanes (att_head_t32): the keys transposed, the scores in s */
-        const int t32 = dh == 32 && !ln_w && !extra && !prior && T <= ATT_ST - 16;
-        float *kT = t32 ? att_alloc(sizeof(float) * (size_t)((T + 15) / 16 * 512)) : NULL;
         float *qt = att_alloc(sizeof(float) * (size_t)(H * dh * ATT_ROWS));
         float *xqt = extra ? att_alloc(sizeof(float) * ATT_ROWS) : NULL; /* the rows' extra coefficients, by lane */
         float *xv = extra ? att_alloc(sizeof(float) * (size_t)T) : NULL; /* each real token's extra value */
@@ -748,6 +745,10 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
            multiple of 32 wide; the keys' bfloat16 parts, the query rows as B tiles per head */
         const int NQT = Tq <= 16 ? 1 : 2;
         const int amx = ATT_AMX && use_amx && (kind == 0 || kind == 1) && !ks && !ln_w && !extra && dh % 32 == 0;
+        /* heads 32 wide, keys across the lanes (att_head_t32; AMX keeps its own score stage): the keys transposed,
+           the scores in s */
+        const int t32 = !amx && dh == 32 && !ln_w && !extra && !prior && T <= ATT_ST - 16;
+        float *kT = t32 ? att_alloc(sizeof(float) * (size_t)((T + 15) / 16 * 512)) : NULL;
         const size_t per_head_qb = (size_t)(NQT * (dh / 32) * 3 * 512);
         const int64_t Tp = (T + 15) / 16 * 16;
         uint16_t *kh = amx ? att_alloc(sizeof(uint16_t) * (size_t)(Tp * dh)) : NULL;
@@ -822,7 +823,7 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                 const int64_t l0 = next_lines * h / H, pl = next_lines * (h + 1) / H - l0;
                 const char *pk = kn_next ? kn_next + l0 * 64 : NULL, *pv = vn_next ? vn_next + l0 * 64 : NULL;
                 const float *ph = prior ? prior + h * Tq * (dh + 2) : NULL;
-                if (t32 && !amx) {
+                if (t32) {
                     const float *qrows = q + (Bq == 1 ? 0 : b * per_q) + h * Tq * dh;
                     att_head_t32(qrows, Tq, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kT, vb, s, ob, lh, ostride,
                                  pk, pv, pl);
