@@ -24,6 +24,13 @@ def key_mask(mask: Tensor) -> Tensor:
     return mask[:, None, None, :]
 
 
+def weights_key(*params: Tensor) -> tuple:
+    """What changes when any of these tensors does, in place (an optimiser step, a load: the version counter) or
+    by a new storage: the key under which something derived from them is kept (packed weights, folded constants).
+    Not for inference tensors, which have no version counter."""
+    return tuple((p._version, p.data_ptr()) for p in params)
+
+
 class Embeddings(nn.Module):
     """word + token-type + position embeddings, LayerNorm, dropout (as BERT)."""
 
@@ -169,7 +176,7 @@ class Linear(nn.Linear):
     def _onednn(self, x: Tensor, post_op: str = "none", algorithm: str = "") -> Tensor:
         """oneDNN's linear over the packed copy (made or remade as the weight requires), with a post-op."""
         w = self.weight
-        key = (w._version, w.data_ptr())
+        key = weights_key(w)
         if self._packed is None or self._packed[0] != key:
             self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), 64))
         return torch.ops.mkldnn._linear_pointwise(x, self._packed[1], self.bias, post_op, [], algorithm)
@@ -194,7 +201,7 @@ class Linear(nn.Linear):
         """The weight as the compiled skinny linear reads it (:func:`pack_panels`), packed on the first call and
         again whenever the weight has changed since."""
         w = self.weight
-        key = (w._version, w.data_ptr())
+        key = weights_key(w)
         if self._panels is None or self._panels[0] != key:
             self._panels = (key, pack_panels(w))
         return self._panels[1]
@@ -809,7 +816,7 @@ def _layer_arguments(layer: TransformerLayer) -> tuple[int, tuple] | None:
     params = [p for m in (*linears, *norms) for p in (m.weight, m.bias)]
     if any(p is None for p in params):
         return None
-    key = tuple((p._version, p.data_ptr()) for p in params)
+    key = weights_key(*params)
     cached = layer.__dict__.get("_native_arguments")
     if cached is not None and cached[0] == key:
         return cached[1]

@@ -33,6 +33,7 @@ from aheadrank.rankers.blocks import (
     matmul_t,
     pack_weight,
     token_scores,
+    weights_key,
     widened,
     zero_head,
 )
@@ -296,11 +297,7 @@ class PrettrRanker(Ranker):
         )
         if any(p.is_inference() for p in params):  # no version counters to tell a change by: not kept
             cache = None
-        key = (
-            None
-            if cache is None
-            else (id(self), id(q), q.data_ptr(), *((p._version, p.data_ptr()) for p in params))
-        )
+        key = None if cache is None else (id(self), id(q), q.data_ptr(), weights_key(*params))
         if cache is not None:
             found = cache.get("prettr_query_parts")
             if found is not None and found[0] == key:
@@ -482,7 +479,7 @@ class PrettrRanker(Ranker):
             value.weight,
             value.bias,
         )
-        key = tuple((p.data_ptr(), p._version) for p in params)
+        key = weights_key(*params)
         cached = self.__dict__.get("_fold")
         if cached is not None and cached[0] == key:
             return cached[1]
