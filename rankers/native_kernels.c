@@ -367,6 +367,26 @@ static __attribute__((noinline)) void att_scores_2_32(const float *kb, const flo
     att_scores_keys(2, kb, 32, qt, s, nv);
 }
 
+/* att_head's prefetches for its widened row t: the row ATT_PREFETCH ahead of the keys (and of v, not NULL), rows
+   n apart — a new page every few rows, which hardware prefetch misses — and this row's share (per_row lines) of
+   the next document's plines lines from pk (and pv, not NULL), on their way into L2 while this one is computed. */
+static inline __attribute__((always_inline)) void att_prefetch_rows(const void *k, const void *v, const int32_t *idx,
+                                                                     int64_t t, int64_t nv, int64_t n, int64_t col,
+                                                                     size_t elem, size_t row_bytes, const char *pk,
+                                                                     const char *pv, int64_t per_row, int64_t plines) {
+    if (t + ATT_PREFETCH < nv) {
+        const size_t at = (size_t)(idx[t + ATT_PREFETCH] * n + col) * elem;
+        for (size_t line = 0; line < row_bytes; line += 64) {
+            _mm_prefetch((const char *)k + at + line, _MM_HINT_T0);
+            if (v) _mm_prefetch((const char *)v + at + line, _MM_HINT_T0);
+        }
+    }
+    for (int64_t line = t * per_row; line < plines && line < (t + 1) * per_row; line++) {
+        _mm_prefetch(pk + line * 64, ATT_NEXT_HINT);
+        if (pv) _mm_prefetch(pv + line * 64, ATT_NEXT_HINT);
+    }
+}
+
 /* ------- Heads 32 wide (MORES' cross-attention: 12 heads, 18 query rows and the mean's), keys across the lanes.
    att_head puts a block of query rows across the 16 lanes: 18 or 19 rows fill 2 vectors to 59 %, and its score
    stage multiplies each key by 32 lanes. Here the keys are widened transposed, 16 to a block (kT [block][32][16]),
@@ -475,17 +495,7 @@ static __attribute__((noinline)) void att_head_t32(const float *q, int64_t Tq, c
     const int64_t per_row = (plines + nv - 1) / nv;
     for (int64_t t = 0; t < nv; t++) { /* the values, row-major; the keys' lines on their way */
         const int64_t j = idx[t];
-        if (t + ATT_PREFETCH < nv) {
-            const size_t at = (size_t)(idx[t + ATT_PREFETCH] * n + col) * elem;
-            for (size_t line = 0; line < 32 * elem; line += 64) {
-                _mm_prefetch((const char *)k + at + line, _MM_HINT_T0);
-                _mm_prefetch((const char *)v + at + line, _MM_HINT_T0);
-            }
-        }
-        for (int64_t line = t * per_row; line < plines && line < (t + 1) * per_row; line++) {
-            _mm_prefetch(pk + line * 64, ATT_NEXT_HINT);
-            if (pv) _mm_prefetch(pv + line * 64, ATT_NEXT_HINT);
-        }
+        att_prefetch_rows(k, v, idx, t, nv, n, col, elem, 32 * elem, pk, pv, per_row, plines);
         const float vscale = vs ? vs[j] : 1.0f;
         _mm512_store_ps(vb + 32 * t, att_scaled16(v, j * n + col, kind, vscale, vs != NULL));
         _mm512_store_ps(vb + 32 * t + 16, att_scaled16(v, j * n + col + 16, kind, vscale, vs != NULL));
@@ -559,17 +569,7 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
     const size_t elem = att_elem(kind);
     for (int64_t t = 0; t < nv; t++) { /* widen the head's key and value rows of the real tokens */
         const int64_t j = idx[t];
-        if (t + ATT_PREFETCH < nv) { /* rows n apart: a new page every few rows, which hardware prefetch misses */
-            const size_t at = (size_t)(idx[t + ATT_PREFETCH] * n + col) * elem;
-            for (size_t line = 0; line < (size_t)dh * elem; line += 64) {
-                _mm_prefetch((const char *)k + at + line, _MM_HINT_T0);
-                if (!same) _mm_prefetch((const char *)v + at + line, _MM_HINT_T0);
-            }
-        }
-        for (int64_t line = t * per_row; line < plines && line < (t + 1) * per_row; line++) {
-            _mm_prefetch(pk + line * 64, ATT_NEXT_HINT);
-            if (pv) _mm_prefetch(pv + line * 64, ATT_NEXT_HINT);
-        }
+        att_prefetch_rows(k, same ? NULL : v, idx, t, nv, n, col, elem, (size_t)dh * elem, pk, pv, per_row, plines);
         const float kscale = ks ? ks[j] : 1.0f, vscale = vs ? vs[j] : 1.0f;
         for (int64_t d = 0; d < DV; d++) {
             _mm512_store_ps(kb + t * dh + 16 * d, att_scaled16(k, j * n + col + 16 * d, kind, kscale, ks != NULL));
