@@ -22,7 +22,7 @@ from aheadrank.rankers.base import masked_mean
 from aheadrank.rankers.base_model import load_base, resolve_base
 from aheadrank.rankers.blocks import Encoder, key_mask
 from aheadrank.rankers.config import RankerConfig
-from aheadrank.rankers.graphs import ShapeGraphs
+from aheadrank.rankers.graphs import ShapeGraphs, query_lengths
 from aheadrank.rankers.text import TextEncoder, pad, positions
 from torch import Tensor, nn
 
@@ -120,7 +120,9 @@ class DenseEncoder(nn.Module):
     def use_cuda_graphs(self, on: bool = True) -> ShapeGraphs | None:
         """On a GPU, one text at a time (a request's query) is embedded by replaying a CUDA graph per length
         (:class:`~aheadrank.rankers.graphs.ShapeGraphs`; a no-op elsewhere). Returns the graphs, or None."""
-        self.query_graphs = ShapeGraphs(self, self.embed, max_graphs=self.max_query_len + 2) if on else None
+        self.query_graphs = (
+            ShapeGraphs(self, self.embed, max_graphs=len(query_lengths(self.max_query_len))) if on else None
+        )
         return self.query_graphs
 
     @torch.inference_mode()

@@ -28,6 +28,12 @@ log = logging.getLogger("aheadrank.rankers")
 WARMUP_RUNS = 3
 
 
+def query_lengths(max_query_len: int) -> range:
+    """Every token count a query can have: its pieces (at most ``max_query_len``) with [CLS] and [SEP] — the shapes a
+    service captures at warm-up, so that no request pays for a capture."""
+    return range(1, max_query_len + 3)
+
+
 def _copy(out: Any, mask: Tensor) -> Any:
     """The caller's copy of a graph's outputs (the next replay overwrites the graph's own memory)."""
     if isinstance(out, Tensor):

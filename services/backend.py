@@ -194,11 +194,13 @@ class RerankBackend:
                 if time.perf_counter() - t0 > 2.0:
                     break
         if self.ranker.query_graphs is not None:  # every query length: no capture inside a request
-            self.ranker.query_graphs.capture_all(range(1, self.ranker.config.max_query_len + 3))
+            from aheadrank.rankers.graphs import query_lengths
+
+            self.ranker.query_graphs.capture_all(query_lengths(self.ranker.config.max_query_len))
             if self.stored_dense_on(False):  # the dense prior's query embedding, graphed alike
                 dense = self.scorer.encoder()
                 if dense.query_graphs is not None:
-                    dense.query_graphs.capture_all(range(1, dense.max_query_len + 3), dense.text.pad)
+                    dense.query_graphs.capture_all(query_lengths(dense.max_query_len), dense.text.pad)
         qs = self.ranker.encode_query("warm up the query encoder")
         self.score_texts("warm up", ["warm up the document encoder"])
         # the latency model is fitted on what a request costs: with the dense prior, its fetch too
