@@ -157,6 +157,42 @@ def test_cuda_matches_cpu(tiny_base, texts):
         assert_close_rel(gpu, cpu, 1e-3)
 
 
+def _on(fields: dict, device: str) -> dict:
+    return {
+        k: QuantizedField(v.values.to(device), v.scale.to(device))
+        if isinstance(v, QuantizedField)
+        else v.to(device)
+        for k, v in fields.items()
+    }
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize(("kind", "opts"), CASES, ids=IDS)
+def test_cuda_scores_stored_dtype_fields_as_the_cpu(tiny_base, texts, kind, opts):
+    """float16 and int8 (QuantizedField) fields handed to score_batch as the store hands them over, every
+    strategy: on CUDA the CPU's scores (float32 compute on both, 1e-3 relative)."""
+    ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
+    queries, docs = texts
+    for strategy in ranker.strategies:
+        ranker.strategy = strategy
+        ranker.to("cpu")
+        full, mask = pad_fields(ranker.encode_documents(docs[:37]), "cpu", torch.float32)
+        stored = [
+            {k: v.half() for k, v in full.items()},
+            {k: QuantizedField.quantize(v) for k, v in full.items()},
+        ]
+        with torch.inference_mode():
+            qs = ranker.encode_query(queries[0])
+            cpu = [ranker.score_batch(qs, fields, mask) for fields in stored]
+        ranker.to("cuda")
+        with torch.inference_mode():
+            qs = ranker.encode_query(queries[0])
+            gpu = [ranker.score_batch(qs, _on(fields, "cuda"), mask.to("cuda")) for fields in stored]
+        for got, want in zip(gpu, cpu, strict=True):
+            assert got.device.type == "cuda"
+            assert_close_rel(got.cpu(), want, 1e-3)
+
+
 @pytest.mark.parametrize(("kind", "opts"), CASES, ids=IDS)
 @pytest.mark.parametrize("block_values", [1, 5000, 1 << 30])  # one document a block, a few, all at once
 def test_stored_dtype_fields_score_as_widened_ones(tiny_base, texts, kind, opts, block_values, monkeypatch):
