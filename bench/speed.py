@@ -868,8 +868,9 @@ def main(argv: list[str] | None = None) -> int:
     info["device"] = str(DEVICE)
     if DEVICE.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(DEVICE)
-        # a copy of the tree (the device tool's) names its commit in the environment: its .git may be stale
-        info["git_commit"] = os.environ.get("AHEADRANK_GIT_COMMIT") or info["git_commit"]
+    # a copy of the tree (the device tool's, on its GPU or its CPU) names its commit in the environment: its .git
+    # may be stale
+    info["git_commit"] = os.environ.get("AHEADRANK_GIT_COMMIT") or info["git_commit"]
     console.print(
         f"[bold]{info.get('gpu', info['cpu'])}[/], {args.threads} threads, torch {info['torch']}, device {DEVICE}"
     )
