@@ -45,6 +45,10 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   the folded path's rows, u_h·β, log-sum-exps and value parts, the compiled path's prior) made again for every
   chunk of candidates vs kept per query state (``PrettrRanker.query_parts``), in the whole timed path: the
   difference is one making per chunk after the first (N = 300 in chunks of 256: two chunks).
+* ``queryside``: the query side alone (``query_state``: the query encoder's layers, each one compiled call) with
+  the kernels of ``--source-rev`` and its layers' weights looked up through ``nn.Module`` attributes (as before
+  the 20th session) vs the working tree's kernels and the lookup through the modules' own dicts
+  (``blocks._submodule``); the states' difference is the softmax's vectorised ``exp``.
 * ``books``: the same from a float16 store vs the codebook stores ``book4`` and ``book2`` (decoded to float16 by
   the reader, a byte-table lookup per packed byte); the score difference is the codebooks' rounding.
 
@@ -447,6 +451,45 @@ def part_source(args) -> list[dict]:
         return old_vs_new("source", args.source_rankers, old, f"C at {args.source_rev}", "C now", args)
 
 
+def module_attribute_lookups():
+    """``blocks._layer_arguments`` preceded by the layer's weights looked up through ``nn.Module`` attributes, as
+    it did before the lookups went through the modules' own dicts (the same arguments: the cached ones)."""
+    current = blocks._layer_arguments
+
+    def looked_up(layer):
+        att, inner = layer.attention, layer.intermediate.dense
+        linears = (att.self.query, att.self.key, att.self.value, att.output.dense, inner, layer.output.dense)
+        norms = (att.output.LayerNorm, layer.output.LayerNorm)
+        if any(p is None for m in (*linears, *norms) for p in (m.weight, m.bias)):
+            return None
+        return current(layer)
+
+    return mock.patch.object(blocks, "_layer_arguments", looked_up)
+
+
+def part_queryside(args) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        old_kernels = kernels_at(args.source_rev, Path(tmp))
+        for name in args.queryside_rankers:
+            ranker = make_ranker(name, 128)
+            q, _, _ = inputs(ranker, 1, 16)
+
+            def before(ranker=ranker, q=q):
+                with old_kernels(), module_attribute_lookups():
+                    return ranker.query_state(*q)
+
+            def now(ranker=ranker, q=q):
+                return ranker.query_state(*q)
+
+            a, b = now(), before()
+            diff = max(rel_diff(a[k], b[k]) for k in a.tensors if a[k].is_floating_point())
+            t = interleaved({"old": before, "new": now}, args.rounds * 20)
+            old = f"C at {args.source_rev}, attribute lookups"
+            rows.append(row("queryside", name, 0, 0, old, "C now, dict lookups", t, diff))
+    return rows
+
+
 def part_blocks(args) -> list[dict]:
     rows = []
     chosen = tk.COSINE_BLOCK_FACTOR
@@ -595,6 +638,7 @@ PARTS = {
     "prior": part_prior,
     "queryparts": part_queryparts,
     "source": part_source,
+    "queryside": part_queryside,
     "int8": part_int8,
     "books": part_books,
     "basis": part_basis,
@@ -630,6 +674,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--amx-rankers", nargs="+", default=["mores-1ib-s2", "mores-2ib-s2", "prettr-l5-e0"])
     p.add_argument("--prior-rankers", nargs="+", default=["prettr-l5-e0", "prettr-l5-e256"])
     p.add_argument("--queryparts-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e0"])
+    p.add_argument(
+        "--queryside-rankers", nargs="+", default=["prettr-l5-e128", "mores-1ib-s2", "mores-2ib-s2", "tk-2l"]
+    )
     p.add_argument(
         "--skinny-rankers", nargs="+", default=["tk-2l", "tk-6l-base", "prettr-l5-e0", "mores-1ib-s2"]
     )

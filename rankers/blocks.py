@@ -780,8 +780,8 @@ def layer_native(layer: TransformerLayer, x: Tensor, mask: Tensor | None) -> Ten
     apply (training, autograd, no compiled kernels, more rows, a per-row mask, weights the packed paths do not
     take): the caller runs the layer as usual. Same values within float32 rounding
     (``tests/rankers/test_native_skinny.py``)."""
-    att = layer.attention
-    if x.dim() != 3 or not _onednn_inference(x, att.self.query.weight):  # also no gradients, no autocast
+    query = _submodule(layer, _LAYER_LINEARS[0])
+    if x.dim() != 3 or not _onednn_inference(x, query.weight):  # also no gradients, no autocast
         return None
     b, t, n = x.shape
     if not 1 <= b * t <= SKINNY_MAX_ROWS or t > native.ENCODER_LAYER_MAX_TOKENS:
@@ -806,21 +806,41 @@ def layer_native(layer: TransformerLayer, x: Tensor, mask: Tensor | None) -> Ten
     return out if status == 0 else None
 
 
+# encoder_layer's linears and LayerNorms within a TransformerLayer, in its argument order
+_LAYER_LINEARS = (
+    ("attention", "self", "query"),
+    ("attention", "self", "key"),
+    ("attention", "self", "value"),
+    ("attention", "output", "dense"),
+    ("intermediate", "dense"),
+    ("output", "dense"),
+)
+_LAYER_NORMS = (("attention", "output", "LayerNorm"), ("output", "LayerNorm"))
+
+
+def _submodule(module: nn.Module, path: tuple[str, ...]) -> nn.Module:
+    """The submodule at ``path``, looked up in the modules' own dicts: ``nn.Module.__getattr__`` costs about a
+    microsecond a step, 30 µs a layer for the lookups of :func:`_layer_arguments` on every query (~3 µs so)."""
+    for name in path:
+        module = module._modules[name]
+    return module
+
+
 def _layer_arguments(layer: TransformerLayer) -> tuple[int, tuple] | None:
     """(n, the weight arguments of encoder_layer) for a layer whose linears the packed paths take (float32, not
     inference tensors, with biases; LayerNorms with weights over n), or None. Kept in the layer until any of its
     parameters changes (version counters, storage), with the panels they point into (:meth:`Linear.panels`)."""
-    att, inner = layer.attention, layer.intermediate.dense
-    linears = (att.self.query, att.self.key, att.self.value, att.output.dense, inner, layer.output.dense)
-    norms = (att.output.LayerNorm, layer.output.LayerNorm)
-    params = [p for m in (*linears, *norms) for p in (m.weight, m.bias)]
+    linears = tuple(_submodule(layer, path) for path in _LAYER_LINEARS)
+    norms = tuple(_submodule(layer, path) for path in _LAYER_NORMS)
+    params = [m._parameters.get(name) for m in (*linears, *norms) for name in ("weight", "bias")]
     if any(p is None for p in params):
         return None
     key = weights_key(*params)
     cached = layer.__dict__.get("_native_arguments")
     if cached is not None and cached[0] == key:
         return cached[1]
-    n = att.self.query.in_features
+    att, inner = layer.attention, linears[4]
+    n = linears[0].in_features
     ok = all(
         p.dtype == torch.float32 and p.device.type == "cpu" and not p.is_inference() and p.is_contiguous()
         for p in params

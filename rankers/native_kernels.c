@@ -1084,6 +1084,20 @@ int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const f
    -> LN(W2·f + b2 + h). Sums in a fixed order: the same bits for any thread count. Returns -1 for arguments
    outside its limits (T <= EL_MAXT), -2 when its scratch cannot be allocated. */
 #define EL_MAXT 512
+/* ci [16·DV] = inv · Σ_j s[j]·v_j over the T keys (v_j: v + j·stride; keys with s[j] = 0 skipped), the sums in
+   registers: accumulating into ci itself re-read and re-stored it for every key (four fifths of the stage) */
+static inline __attribute__((always_inline)) void el_weighted_sum(const int DV, const float *s, const float *v,
+                                                                  int64_t T, int64_t stride, float inv, float *ci) {
+    __m512 acc[8];
+    for (int d = 0; d < DV; d++) acc[d] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < T; j++) {
+        if (s[j] == 0.0f) continue;
+        const __m512 p = _mm512_set1_ps(s[j]);
+        for (int d = 0; d < DV; d++) acc[d] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + j * stride + 16 * d), acc[d]);
+    }
+    const __m512 scale = _mm512_set1_ps(inv);
+    for (int d = 0; d < DV; d++) _mm512_storeu_ps(ci + 16 * d, _mm512_mul_ps(acc[d], scale));
+}
 int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t *mask, int64_t H, const float *wq,
                   const float *bq, const float *wk, const float *bk, const float *wv, const float *bv,
                   const float *wo, const float *bo, const float *ln1_w, const float *ln1_b, float eps1,
@@ -1103,18 +1117,42 @@ int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t
         return -2;
     }
     const float *ws[3] = {wq, wk, wv}, *bs[3] = {bq, bk, bv};
+    int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < 3 * P; p++) /* Q, K, V side by side: qkv [M, 3n] */
             sk_panel(x, M, n, ws[p / P], bs[p / P], n, qkv + (p / P) * n, 3 * n, 0, p % P);
+        /* per sequence and head: its keys transposed (kT [dh][Tp], the columns past T zero), so that each query
+           row's scores come 16 keys at a time, one multiply-add per dimension (a dot product and its horizontal
+           sum per key before); e^(s - max) 16 at a time too (att_exp), padding's exactly 0 */
+        const int64_t Tp = (T + 15) / 16 * 16;
+        float *kT = att_alloc(sizeof(float) * (size_t)(dh * Tp));
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * H; bh++) {
+            if (!kT) {
+#pragma omp atomic write
+                failed = 1;
+                continue;
+            }
             const int64_t b = bh / H, h = bh % H;
             const uint8_t *mb = mask ? mask + b * T : NULL;
-            float s[EL_MAXT];
+            float s[EL_MAXT] __attribute__((aligned(64)));
+            __mmask16 real[EL_MAXT / 16]; /* the real keys of each block of 16 */
             int any = 0;
-            for (int64_t j = 0; j < T; j++) any |= !mb || mb[j];
+            for (int64_t j0 = 0; j0 < Tp; j0 += 16) {
+                __mmask16 bits = 0;
+                for (int64_t j = j0; j < j0 + 16 && j < T; j++) bits |= (__mmask16)((!mb || mb[j]) << (j - j0));
+                real[j0 / 16] = bits;
+                any |= bits != 0;
+            }
+            for (int64_t j = 0; j < T; j++) {
+                const float *kj = qkv + (b * T + j) * 3 * n + n + h * dh;
+                for (int64_t c = 0; c < dh; c++) kT[c * Tp + j] = kj[c];
+            }
+            for (int64_t c = 0; c < dh; c++)
+                for (int64_t j = T; j < Tp; j++) kT[c * Tp + j] = 0.0f;
+            const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
             for (int64_t i = 0; i < T; i++) {
                 const float *qi = qkv + (b * T + i) * 3 * n + h * dh;
                 float *ci = ctx + (b * T + i) * n + h * dh;
@@ -1122,31 +1160,40 @@ int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t
                     for (int64_t c = 0; c < dh; c++) ci[c] = 0.0f;
                     continue;
                 }
-                float mx = -INFINITY;
-                for (int64_t j = 0; j < T; j++) {
-                    if (mb && !mb[j]) continue;
-                    const float *kj = qkv + (b * T + j) * 3 * n + n + h * dh;
-                    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                    for (int64_t c = 0; c < dh; c++) dot += qi[c] * kj[c];
-                    s[j] = dot * scale;
-                    mx = s[j] > mx ? s[j] : mx;
+                __m512 vmax = ninf;
+                for (int64_t j0 = 0; j0 < Tp; j0 += 16) {
+                    __m512 acc = _mm512_setzero_ps();
+                    for (int64_t c = 0; c < dh; c++)
+                        acc = _mm512_fmadd_ps(_mm512_set1_ps(qi[c]), _mm512_load_ps(kT + c * Tp + j0), acc);
+                    acc = _mm512_mask_blend_ps(real[j0 / 16], ninf, _mm512_mul_ps(acc, vscale));
+                    _mm512_store_ps(s + j0, acc);
+                    vmax = _mm512_max_ps(vmax, acc);
                 }
-                float sum = 0.0f;
-                for (int64_t j = 0; j < T; j++) {
-                    s[j] = mb && !mb[j] ? 0.0f : expf(s[j] - mx);
-                    sum += s[j];
+                const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+                __m512 vsum = _mm512_setzero_ps();
+                for (int64_t j0 = 0; j0 < Tp; j0 += 16) {
+                    const __m512 e = _mm512_maskz_mov_ps(real[j0 / 16], att_exp(_mm512_sub_ps(_mm512_load_ps(s + j0), vmx)));
+                    _mm512_store_ps(s + j0, e);
+                    vsum = _mm512_add_ps(vsum, e);
                 }
-                const float inv = 1.0f / sum;
-                SIMD for (int64_t c = 0; c < dh; c++) ci[c] = 0.0f;
-                for (int64_t j = 0; j < T; j++) {
-                    if (s[j] == 0.0f) continue;
-                    const float *vj = qkv + (b * T + j) * 3 * n + 2 * n + h * dh;
-                    const float pj = s[j] * inv;
-                    SIMD for (int64_t c = 0; c < dh; c++) ci[c] += pj * vj[c];
+                const float inv = 1.0f / _mm512_reduce_add_ps(vsum);
+                const float *v = qkv + b * T * 3 * n + 2 * n + h * dh; /* key 0's value; key j's 3n further each */
+                switch (dh) {
+                    case 16: el_weighted_sum(1, s, v, T, 3 * n, inv, ci); break;
+                    case 32: el_weighted_sum(2, s, v, T, 3 * n, inv, ci); break;
+                    case 64: el_weighted_sum(4, s, v, T, 3 * n, inv, ci); break;
+                    case 128: el_weighted_sum(8, s, v, T, 3 * n, inv, ci); break;
+                    default:
+                        SIMD for (int64_t c = 0; c < dh; c++) ci[c] = 0.0f;
+                        for (int64_t j = 0; j < T; j++) {
+                            if (s[j] == 0.0f) continue;
+                            const float pj = s[j] * inv;
+                            SIMD for (int64_t c = 0; c < dh; c++) ci[c] += pj * v[j * 3 * n + c];
+                        }
                 }
             }
         }
+        free(kT);
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < P; p++) sk_panel(ctx, M, n, wo, bo, n, h1, n, 0, p);
         sk_add_norm_rows(h1, M, n, x, ln1_w, ln1_b, eps1);
@@ -1157,7 +1204,7 @@ int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t
         sk_add_norm_rows(out, M, n, h1, ln2_w, ln2_b, eps2);
     }
     free(qkv), free(ctx), free(h1), free(f);
-    return 0;
+    return failed ? -2 : 0;
 }
 #else
 int attention_amx(void) { return 0; }

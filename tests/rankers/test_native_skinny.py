@@ -205,6 +205,7 @@ def _layer(n: int, heads: int, inner: int, seed: int) -> blocks.TransformerLayer
         (3, 5, 64, 4, 96),
         (1, 1, 64, 2, 64),
         (4, 16, 48, 3, 80),
+        (1, 40, 64, 4, 96),  # the softmax's 16-key steps: two whole and a part
     ],
 )
 @pytest.mark.parametrize("padded", [False, True])
