@@ -297,9 +297,6 @@ STORED_BLOCK_VALUES = 1 << 18
 # ... but never fewer documents than this: below it the per-call cost of the attention on one long document
 # (d = 493: one document per 1 MB block) outweighs what the cache saves (bench/kernels.py, MORES 1xIB S2)
 STORED_BLOCK_MIN_DOCS = int(os.environ.get("AHEADRANK_STORED_BLOCK_MIN_DOCS", "8"))
-# On a GPU there is no cache to keep a block in, and each block costs its kernel launches (a copy, the attention,
-# ...): blocks there hold up to this many values (256 MB of float32; one block for most chunks)
-STORED_BLOCK_VALUES_GPU = int(os.environ.get("AHEADRANK_STORED_BLOCK_VALUES_GPU", str(1 << 26)))
 
 
 class QuantizedField:
@@ -354,10 +351,9 @@ class QuantizedField:
 
 def stored_blocks(x: Tensor | QuantizedField, factor: int = 1) -> list[slice]:
     """Slices of x's first dimension (documents [B, T, dim]) of about ``factor`` × STORED_BLOCK_VALUES values
-    each (off the CPU: STORED_BLOCK_VALUES_GPU), at least STORED_BLOCK_MIN_DOCS documents."""
+    each (at least STORED_BLOCK_MIN_DOCS documents)."""
     per_doc = max(1, math.prod(x.shape[1:]))
-    budget = STORED_BLOCK_VALUES if x.device.type == "cpu" else STORED_BLOCK_VALUES_GPU
-    step = max(STORED_BLOCK_MIN_DOCS, factor * budget // per_doc)
+    step = max(STORED_BLOCK_MIN_DOCS, factor * STORED_BLOCK_VALUES // per_doc)
     return [slice(lo, lo + step) for lo in range(0, x.shape[0], step)]
 
 

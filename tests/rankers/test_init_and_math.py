@@ -420,30 +420,3 @@ def test_cross_attention_from_states_folds_the_projections_exactly(broadcast, mo
     att32, x16 = att.float(), x.half()
     want16 = att32.context(q.float(), *att32.project_kv(x16.float()), mask)
     torch.testing.assert_close(att32.folded_context(q.float(), x16, mask), want16, rtol=1e-5, atol=1e-5)
-
-
-def test_stored_blocks_are_cache_sized_on_the_cpu_and_large_off_it(monkeypatch):
-    """Stored fields are widened ~1 MB of float32 at a time on the CPU (a block stays in cache), at least
-    STORED_BLOCK_MIN_DOCS documents; off the CPU (a GPU: here the meta device, shapes only) up to
-    STORED_BLOCK_VALUES_GPU values a block, where each block costs kernel launches and no cache is kept."""
-    from aheadrank.rankers import blocks
-
-    shape = (1000, 493, 768)  # MORES S2's K and V side by side at d = 493: 378,624 values a document
-    cpu = torch.zeros(1, 1, 1, dtype=torch.float16).expand(*shape)  # the shape without the memory
-    meta = torch.empty(*shape, dtype=torch.float16, device="meta")
-
-    def sizes(x) -> list[int]:
-        got = blocks.stored_blocks(x)
-        assert [s.start for s in got] == list(range(0, shape[0], got[0].stop - got[0].start))
-        return [min(s.stop, shape[0]) - s.start for s in got]
-
-    assert sizes(cpu) == [blocks.STORED_BLOCK_MIN_DOCS] * (shape[0] // blocks.STORED_BLOCK_MIN_DOCS)
-    per_block = blocks.STORED_BLOCK_VALUES_GPU // (shape[1] * shape[2])  # 177 documents
-    assert per_block > blocks.STORED_BLOCK_MIN_DOCS
-    assert sizes(meta) == [per_block] * (shape[0] // per_block) + [shape[0] % per_block]
-    quantized = blocks.QuantizedField(
-        torch.empty(*shape, dtype=torch.int8, device="meta"), torch.empty(*shape[:2], device="meta")
-    )
-    assert sizes(quantized) == sizes(meta)
-    monkeypatch.setattr(blocks, "STORED_BLOCK_VALUES_GPU", blocks.STORED_BLOCK_VALUES)  # the CPU's rule back
-    assert sizes(meta) == sizes(cpu)
