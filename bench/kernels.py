@@ -49,6 +49,9 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   the kernels of ``--source-rev`` and its layers' weights looked up through ``nn.Module`` attributes (as before
   the 20th session) vs the working tree's kernels and the lookup through the modules' own dicts
   (``blocks._submodule``); the states' difference is the softmax's vectorised ``exp``.
+* ``onerow``: [CLS]-only rows (``Attention.one_row_context``: MORES' last interaction block, bert's last layer)
+  with their scores, softmax and weighted sums as two batched products per document vs one compiled pass
+  (``blocks.one_row_native``), in the whole timed path.
 * ``books``: the same from a float16 store vs the codebook stores ``book4`` and ``book2`` (decoded to float16 by
   the reader, a byte-table lookup per packed byte); the score difference is the codebooks' rounding.
 
@@ -490,6 +493,16 @@ def part_queryside(args) -> list[dict]:
     return rows
 
 
+def one_row_in_pytorch():
+    """[CLS]-only rows' scores, softmax and weighted sums as batched products (before ``blocks.one_row_native``)."""
+    return mock.patch.object(blocks, "one_row_native", lambda *args: None)
+
+
+def part_onerow(args) -> list[dict]:
+    names = args.onerow_rankers
+    return old_vs_new("onerow", names, one_row_in_pytorch, "batched products", "one compiled pass", args)
+
+
 def part_blocks(args) -> list[dict]:
     rows = []
     chosen = tk.COSINE_BLOCK_FACTOR
@@ -639,6 +652,7 @@ PARTS = {
     "queryparts": part_queryparts,
     "source": part_source,
     "queryside": part_queryside,
+    "onerow": part_onerow,
     "int8": part_int8,
     "books": part_books,
     "basis": part_basis,
@@ -674,6 +688,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--amx-rankers", nargs="+", default=["mores-1ib-s2", "mores-2ib-s2", "prettr-l5-e0"])
     p.add_argument("--prior-rankers", nargs="+", default=["prettr-l5-e0", "prettr-l5-e256"])
     p.add_argument("--queryparts-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e0"])
+    p.add_argument("--onerow-rankers", nargs="+", default=["mores-1ib-s2", "mores-2ib-s2", "mores-1ib-s1"])
     p.add_argument(
         "--queryside-rankers", nargs="+", default=["prettr-l5-e128", "mores-1ib-s2", "mores-2ib-s2", "tk-2l"]
     )

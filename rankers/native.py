@@ -92,8 +92,11 @@ _SIGNATURES = {
     # x, B, T, n, mask, heads, then packed panels and bias of Q, K, V, O, LayerNorm 1 (weight, bias, eps),
     # W1, b1, inner width, W2, b2, LayerNorm 2 (weight, bias, eps), out, threads
     "encoder_layer": [_P, _I, _I, _I, _P, _I, *[_P] * 10, _F, _P, _P, _I, _P, _P, _P, _P, _F, _P, _I],
+    # folded rows u, their document and head strides, x, mask, B, T, n, heads, out, threads
+    "one_row_sums": [_P, _I, _I, _P, _P, _I, _I, _I, _I, _P, _I],
 }
 ENCODER_LAYER_MAX_TOKENS = 512  # native_kernels.c: EL_MAXT
+ONE_ROW_MAX_TOKENS = 512  # native_kernels.c: OR_MAXT
 ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT, ATT_MAXDH
 ATTENTION_MAX_KEYS = 4096
 ATTENTION_MAX_HEAD_DIM = 512
