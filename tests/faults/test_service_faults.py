@@ -164,9 +164,9 @@ def test_sigterm_under_load_answers_every_waiting_request(service_env, tmp_path)
         t.start()
 
     def queued() -> bool:
-        """Every request received (waiting for or holding the model, or answered): one still in the kernel's accept
-        queue or mid-upload at the signal is not waiting, and the listening socket's close resets it (a CI run saw
-        one 'connection reset' when this waited for 6 of the 12 only)."""
+        """Every request received (waiting for or holding the model, or answered): one not yet taken in at the
+        signal (in the kernel's accept queue) is not waiting, and closing the listening socket resets it (a CI run
+        saw one 'connection reset' when this waited for 6 of the 12 only)."""
         text = httpx.get(server.url + "/metrics", timeout=10).text
         line = next(x for x in text.splitlines() if x.startswith("aheadrank_queue_depth "))
         with lock:
