@@ -342,7 +342,11 @@ class QuantizedField:
         return self.widen_into(torch.empty(self.shape, dtype=dtype, device=self.device))
 
     def widen_into(self, out: Tensor) -> Tensor:
-        """``values * scale`` written into ``out`` (a float tensor of this shape): two in-place passes."""
+        """``values * scale`` written into ``out`` (a float tensor of this shape): on a GPU one pass (int8 times
+        float32, promoted as it is computed), elsewhere two in-place passes (PyTorch's mixed-dtype product runs 4.5x
+        slower than the copy and the product on the CPU). The same values either way."""
+        if out.device.type == "cuda":
+            return torch.mul(self.values, self.scale.unsqueeze(-1), out=out)
         return out.copy_(self.values).mul_(self.scale.unsqueeze(-1))
 
     def float(self) -> Tensor:
