@@ -57,10 +57,14 @@ REPO = Path(__file__).resolve().parents[1]
 QUERY_PIECES = 16
 FIRST_WORD_ID = 1000  # below: [PAD], [unusedN], [UNK], [CLS], [SEP], [MASK] in the BERT vocabulary
 # How a row is timed depends on its analytic FLOPs per pass (not on a measured rate, so every run treats
-# the same row the same way). Chunk sizes are tried on all N documents by rows of at most FAST_GFLOP. "All N at once" was the slowest choice for every row in the first full runs (float32 copies of the
-# fields fall out of cache), so it is tried only when N <= ALL_AT_ONCE_MAX; --chunk N forces it.
+# the same row the same way). Chunk sizes are tried on all N documents by rows of at most FAST_GFLOP. "All N at once"
+# was the slowest choice for every row in the first full runs (N = 1000: float32 copies of the fields fell out of
+# cache), so it is tried only when N <= ALL_AT_ONCE_MAX; --chunk N forces it. Since the paths score the stored
+# fields in place, a chunk's fixed cost (its weights read again, its query-only parts, ~25 small ops) is what
+# chunking adds: N = 300 in one pass against 256 + 44, medians of runs interleaved in one process (21st session):
+# PreTTR l5/e128 0.93x the time at d = 128 and 0.95x at 493, l5/e0 0.95x / 0.98x, MORES 1xIB S2 0.94x (d = 128).
 CHUNK_CANDIDATES = (32, 64, 128, 256)
-ALL_AT_ONCE_MAX = 256
+ALL_AT_ONCE_MAX = 512
 FAST_GFLOP = 200.0
 SLOW_CHUNKS = (16, 32)  # other rows: tried on the first 32 documents
 CHUNK_TRIALS = 3  # timed runs per chunk size for the fast rows (the best of them counts)

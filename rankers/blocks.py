@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -756,10 +756,11 @@ class TransformerLayer(nn.Module):
         self.output = _AddNorm(inner, hidden, eps, dropout)
 
     def __getstate__(self) -> dict:
-        """Pickled and deep-copied without the compiled layer's cached arguments (addresses into this copy's
-        weights and panels): a copy builds its own on its first call."""
+        """Pickled and deep-copied without the compiled layer's and stack's cached arguments (addresses into this
+        copy's weights and panels): a copy builds its own on its first call."""
         state = self.__dict__.copy()
         state.pop("_native_arguments", None)
+        state.pop("_native_stack", None)
         return state
 
     def ffn(self, x: Tensor) -> Tensor:
@@ -839,6 +840,23 @@ def layer_native(layer: TransformerLayer, x: Tensor, mask: Tensor | None) -> Ten
     apply (training, autograd, no compiled kernels, more rows, a per-row mask, weights the packed paths do not
     take): the caller runs the layer as usual. Same values within float32 rounding
     (``tests/rankers/test_native_skinny.py``)."""
+    found = _native_layer_inputs(layer, x, mask)
+    if found is None:
+        return None
+    lib, flat, keep_ptr, args, _keep = found
+    b, t, n = flat.shape
+    out = torch.empty_like(flat)
+    status = lib.encoder_layer(
+        native.ptr(flat), b, t, n, keep_ptr, *args[1], native.ptr(out), torch.get_num_threads()
+    )
+    if status == -2:
+        raise MemoryError("encoder_layer could not allocate its scratch")
+    return out if status == 0 else None
+
+
+def _native_layer_inputs(layer: TransformerLayer, x: Tensor, mask: Tensor | None) -> tuple | None:
+    """(the kernels, x contiguous, the key mask's uint8 address or None, :func:`_layer_arguments`) where
+    :func:`layer_native` applies to ``layer`` on x and mask, else None."""
     query = _submodule(layer, _LAYER_LINEARS[0])
     if x.dim() != 3 or not _onednn_inference(x, query.weight):  # also no gradients, no autocast
         return None
@@ -854,15 +872,92 @@ def layer_native(layer: TransformerLayer, x: Tensor, mask: Tensor | None) -> Ten
     args = _layer_arguments(layer) if lib is not None else None
     if args is None or n != args[0]:
         return None
-    flat = x.contiguous()
+    # the mask's bytes are kept alive by the caller's mask (a view where it was contiguous) or by this tuple
+    return lib, x.contiguous(), None if keep is None else native.ptr(keep), args, keep
+
+
+def stack_native(layers: Sequence[TransformerLayer], x: Tensor, mask: Tensor | None) -> Tensor | None:
+    """``layers`` one after the other on x by one compiled call (``native_kernels.c``: encoder_stack), each as
+    :func:`layer_native` runs it (the same bits): a query encoder's stack paid a Python wrapper, a parallel region
+    and its scratch per layer (~50 µs a layer in the PreTTR l5 query side). None where :func:`layer_native` would
+    not take one of the layers: the caller runs them as usual. The layers' weight addresses are kept in the first
+    layer's dict while every layer's own arguments (:func:`_layer_arguments`) are unchanged."""
+    if not layers or len(layers) > native.ENCODER_STACK_MAX_LAYERS:
+        return None
+    found = _native_layer_inputs(layers[0], x, mask)
+    if found is None:
+        return None
+    lib, flat, keep_ptr, first, _keep = found
+    n = first[0]
+    args = [first]
+    for layer in layers[1:]:
+        more = _layer_arguments(layer)
+        if (
+            more is None
+            or more[0] != n
+            or not _onednn_inference(flat, _submodule(layer, _LAYER_LINEARS[0]).weight)
+        ):
+            return None
+        args.append(more)
+    packed = _stack_arguments(layers[0], args)
+    b, t, _ = flat.shape
     out = torch.empty_like(flat)
-    keep_ptr = None if keep is None else native.ptr(keep)
-    status = lib.encoder_layer(
-        native.ptr(flat), b, t, n, keep_ptr, *args[1], native.ptr(out), torch.get_num_threads()
+    tmp = torch.empty_like(flat) if len(layers) > 1 else None
+    status = lib.encoder_stack(
+        native.ptr(flat),
+        b,
+        t,
+        n,
+        keep_ptr,
+        len(layers),
+        *(native.ptr(p) for p in packed[1:]),
+        native.ptr(out),
+        None if tmp is None else native.ptr(tmp),
+        torch.get_num_threads(),
     )
     if status == -2:
-        raise MemoryError("encoder_layer could not allocate its scratch")
+        raise MemoryError("encoder_stack could not allocate its scratch")
     return out if status == 0 else None
+
+
+def run_layers(layers: Sequence[TransformerLayer], x: Tensor, mask: Tensor | None) -> Tensor:
+    """``layers`` one after the other on x with the key mask: a few rows in inference by one compiled call for all
+    of them (:func:`stack_native`), else layer by layer."""
+    if len(layers) > 1 and not any(layer.training for layer in layers):
+        stacked = stack_native(layers, x, mask)
+        if stacked is not None:
+            return stacked
+    for layer in layers:
+        x = layer(x, mask)
+    return x
+
+
+def _stack_arguments(holder: nn.Module, args: list[tuple]) -> tuple:
+    """(the layers' argument tuples, their weights' addresses int64 [L, 16], [heads, inner] int64 [L, 2], the
+    LayerNorms' eps float32 [L, 2]) for encoder_stack, kept in ``holder`` while the same argument tuples (made
+    anew by :func:`_layer_arguments` when a weight changes) are given."""
+    cached = holder.__dict__.get("_native_stack")
+    if (
+        cached is not None
+        and len(cached[0]) == len(args)
+        and all(a is c for a, c in zip(args, cached[0], strict=True))
+    ):
+        return cached
+    ptrs, dims, eps = [], [], []
+    for _, a in args:
+        # encoder_layer's order: heads, Q, bq, K, bk, V, bv, O, bo, ln1 w, b, eps1, W1, b1, inner, W2, b2, ln2 w, b, eps2
+        heads, *qkvo, ln1_w, ln1_b, eps1, w1, b1, inner, w2, b2, ln2_w, ln2_b, eps2 = a
+        ptrs.append([*qkvo, ln1_w, ln1_b, w1, b1, w2, b2, ln2_w, ln2_b])
+        dims.append([heads, inner])
+        eps.append([eps1, eps2])
+    packed = (
+        tuple(args),
+        torch.tensor(ptrs, dtype=torch.int64),
+        torch.tensor(dims, dtype=torch.int64),
+        torch.tensor(eps, dtype=torch.float32),
+    )
+    holder.__dict__["_native_stack"] = packed
+    return packed
 
 
 # encoder_layer's linears and LayerNorms within a TransformerLayer, in its argument order
@@ -1008,10 +1103,8 @@ class Encoder(nn.Module):
         self.layer = nn.ModuleList(make_layer(cfg) for _ in range(n_layers))
 
     def run(self, x: Tensor, mask: Tensor | None, start: int = 0, stop: int | None = None) -> Tensor:
-        """Run layers ``start..stop-1`` (0-based) on hidden states x with an attention mask."""
-        for layer in self.layer[start:stop]:
-            x = layer(x, mask)
-        return x
+        """Run layers ``start..stop-1`` (0-based) on hidden states x with an attention mask (:func:`run_layers`)."""
+        return run_layers(self.layer[start:stop], x, mask)
 
 
 def _bert_shape(cfg: dict) -> tuple:

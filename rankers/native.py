@@ -2,7 +2,8 @@
 or with the cosines, from the stored term vectors: ``tk.kernel_sums_stored``), the attention of a few query rows
 (``blocks.attend_native``: MORES' interaction blocks, PreTTR's [CLS], the query encoders) and the linear layers over
 a few rows (``blocks.linear_native``: the query encoders' layers, [CLS]-only rows), and whole BERT layers over a
-few rows (``blocks.layer_native``: the query encoders).
+few rows (``blocks.layer_native``, and consecutive layers in one call: ``blocks.stack_native``: the query
+encoders).
 
 The C source (``native_kernels.c``, shipped with the package) is compiled with the machine's C compiler
 (``$CC``, else ``cc``/``gcc``) for this CPU (``-O3 -march=native -ffast-math -fopenmp``: GCC vectorises
@@ -92,10 +93,14 @@ _SIGNATURES = {
     # x, B, T, n, mask, heads, then packed panels and bias of Q, K, V, O, LayerNorm 1 (weight, bias, eps),
     # W1, b1, inner width, W2, b2, LayerNorm 2 (weight, bias, eps), out, threads
     "encoder_layer": [_P, _I, _I, _I, _P, _I, *[_P] * 10, _F, _P, _P, _I, _P, _P, _P, _P, _F, _P, _I],
+    # x, B, T, n, mask, layers, their weights' addresses [L, 16] (encoder_layer's order), [heads, inner] [L, 2],
+    # LayerNorm eps [L, 2], out, alternate output, threads
+    "encoder_stack": [_P, _I, _I, _I, _P, _I, _P, _P, _P, _P, _P, _I],
     # folded rows u, their document and head strides, x, mask, B, T, n, heads, out, threads
     "one_row_sums": [_P, _I, _I, _P, _P, _I, _I, _I, _I, _P, _I],
 }
 ENCODER_LAYER_MAX_TOKENS = 512  # native_kernels.c: EL_MAXT
+ENCODER_STACK_MAX_LAYERS = 64  # native_kernels.c: encoder_stack
 ONE_ROW_MAX_TOKENS = 512  # native_kernels.c: OR_MAXT
 ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT, ATT_MAXDH
 ATTENTION_MAX_KEYS = 4096

@@ -1128,27 +1128,26 @@ static inline float exp_row(float *s, int64_t T, float mx) {
     }
     return _mm512_reduce_add_ps(vsum);
 }
-int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t *mask, int64_t H, const float *wq,
-                  const float *bq, const float *wk, const float *bk, const float *wv, const float *bv,
-                  const float *wo, const float *bo, const float *ln1_w, const float *ln1_b, float eps1,
-                  const float *w1, const float *b1, int64_t inner, const float *w2, const float *b2,
-                  const float *ln2_w, const float *ln2_b, float eps2, float *out, int64_t threads) {
-    if (B < 1 || T < 1 || T > EL_MAXT || n < 1 || H < 1 || n % H || inner < 1 || !wq || !wk || !wv || !wo ||
-        !w1 || !w2 || !ln1_w || !ln1_b || !ln2_w || !ln2_b || threads < 1)
-        return -1;
+/* One layer's weights as encoder_layer takes them (the panels, biases and LayerNorms of el_layer) */
+struct el_weights {
+    const float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *ln1_w, *ln1_b, *w1, *b1, *w2, *b2, *ln2_w, *ln2_b;
+    int64_t H, inner;
+    float eps1, eps2;
+};
+static int el_weights_ok(const struct el_weights *w, int64_t n) {
+    return w->H >= 1 && n % w->H == 0 && w->inner >= 1 && w->wq && w->wk && w->wv && w->wo && w->w1 && w->w2 &&
+           w->ln1_w && w->ln1_b && w->ln2_w && w->ln2_b;
+}
+/* encoder_layer's body, run by every thread of a parallel region (its worksharing loops orphaned; it ends with a
+   barrier): x [M = B·T, n] -> out, over the scratch qkv [M, 3n], ctx and h1 [M, n], f [M, inner] and this thread's
+   kT [n·Tp] (NULL: *failed set) */
+static void el_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t *mask,
+                     const struct el_weights *w, float *out, float *qkv, float *ctx, float *h1, float *f, float *kT,
+                     int *failed) {
+    const int64_t H = w->H, inner = w->inner;
     const int64_t M = B * T, dh = n / H, P = (n + SK_NR - 1) / SK_NR, PF = (inner + SK_NR - 1) / SK_NR;
     const float scale = 1.0f / sqrtf((float)dh);
-    float *qkv = att_alloc(sizeof(float) * (size_t)(M * 3 * n));
-    float *ctx = att_alloc(sizeof(float) * (size_t)(M * n));
-    float *h1 = att_alloc(sizeof(float) * (size_t)(M * n));
-    float *f = att_alloc(sizeof(float) * (size_t)(M * inner));
-    if (!qkv || !ctx || !h1 || !f) {
-        free(qkv), free(ctx), free(h1), free(f);
-        return -2;
-    }
-    const float *ws[3] = {wq, wk, wv}, *bs[3] = {bq, bk, bv};
-    int failed = 0;
-#pragma omp parallel num_threads(threads)
+    const float *ws[3] = {w->wq, w->wk, w->wv}, *bs[3] = {w->bq, w->bk, w->bv};
     {
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < 3 * P; p++) /* Q, K, V side by side: qkv [M, 3n] */
@@ -1157,12 +1156,11 @@ int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t
            row's scores come 16 keys at a time, one multiply-add per dimension (a dot product and its horizontal
            sum per key before); e^(s - max) 16 at a time too (att_exp), padding's exactly 0 */
         const int64_t Tp = (T + 15) / 16 * 16;
-        float *kT = att_alloc(sizeof(float) * (size_t)(dh * Tp));
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (!kT) {
 #pragma omp atomic write
-                failed = 1;
+                *failed = 1;
                 continue;
             }
             const int64_t b = bh / H, h = bh % H;
@@ -1213,18 +1211,78 @@ int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t
                 }
             }
         }
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < P; p++) sk_panel(ctx, M, n, w->wo, w->bo, n, h1, n, 0, p);
+        sk_add_norm_rows(h1, M, n, x, w->ln1_w, w->ln1_b, w->eps1);
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < PF; p++) sk_panel(h1, M, n, w->w1, w->b1, inner, f, inner, 1, p);
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < P; p++) sk_panel(f, M, inner, w->w2, w->b2, n, out, n, 0, p);
+        sk_add_norm_rows(out, M, n, h1, w->ln2_w, w->ln2_b, w->eps2);
+    }
+}
+/* Layers ws[0 .. L-1] one after the other over x [B·T, n] -> out, in one parallel region (el_layer each): the
+   scratch for the widest layer, each thread's kT once, the layers' outputs alternating between out and tmp so that
+   the last lands in out. 0, -1 (arguments), -2 (scratch). */
+static int el_stack(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t *mask,
+                    const struct el_weights *ws, int64_t L, float *out, float *tmp, int64_t threads) {
+    if (B < 1 || T < 1 || T > EL_MAXT || n < 1 || L < 1 || threads < 1 || (L > 1 && !tmp)) return -1;
+    int64_t inner = 0;
+    for (int64_t l = 0; l < L; l++) {
+        if (!el_weights_ok(ws + l, n)) return -1;
+        if (ws[l].inner > inner) inner = ws[l].inner;
+    }
+    const int64_t M = B * T, Tp = (T + 15) / 16 * 16;
+    float *qkv = att_alloc(sizeof(float) * (size_t)(M * 3 * n));
+    float *ctx = att_alloc(sizeof(float) * (size_t)(M * n));
+    float *h1 = att_alloc(sizeof(float) * (size_t)(M * n));
+    float *f = att_alloc(sizeof(float) * (size_t)(M * inner));
+    if (!qkv || !ctx || !h1 || !f) {
+        free(qkv), free(ctx), free(h1), free(f);
+        return -2;
+    }
+    int failed = 0;
+#pragma omp parallel num_threads(threads)
+    {
+        float *kT = att_alloc(sizeof(float) * (size_t)(n * Tp)); /* dh <= n for every layer */
+        const float *in = x;
+        for (int64_t l = 0; l < L; l++) { /* layer l into out when L - 1 - l is even: the last one there */
+            float *dst = (L - 1 - l) % 2 == 0 ? out : tmp;
+            el_layer(in, B, T, n, mask, ws + l, dst, qkv, ctx, h1, f, kT, &failed); /* ends with a barrier */
+            in = dst;
+        }
         free(kT);
-#pragma omp for schedule(static)
-        for (int64_t p = 0; p < P; p++) sk_panel(ctx, M, n, wo, bo, n, h1, n, 0, p);
-        sk_add_norm_rows(h1, M, n, x, ln1_w, ln1_b, eps1);
-#pragma omp for schedule(static)
-        for (int64_t p = 0; p < PF; p++) sk_panel(h1, M, n, w1, b1, inner, f, inner, 1, p);
-#pragma omp for schedule(static)
-        for (int64_t p = 0; p < P; p++) sk_panel(f, M, inner, w2, b2, n, out, n, 0, p);
-        sk_add_norm_rows(out, M, n, h1, ln2_w, ln2_b, eps2);
     }
     free(qkv), free(ctx), free(h1), free(f);
     return failed ? -2 : 0;
+}
+int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t *mask, int64_t H, const float *wq,
+                  const float *bq, const float *wk, const float *bk, const float *wv, const float *bv,
+                  const float *wo, const float *bo, const float *ln1_w, const float *ln1_b, float eps1,
+                  const float *w1, const float *b1, int64_t inner, const float *w2, const float *b2,
+                  const float *ln2_w, const float *ln2_b, float eps2, float *out, int64_t threads) {
+    const struct el_weights w = {wq, bq, wk, bk, wv, bv, wo, bo, ln1_w, ln1_b, w1, b1, w2, b2, ln2_w, ln2_b,
+                                 H, inner, eps1, eps2};
+    return el_stack(x, B, T, n, mask, &w, 1, out, NULL, threads);
+}
+/* L consecutive layers (a query encoder's stack) in one call: the query side paid a Python wrapper, a parallel
+   region and a scratch allocation per layer. ptrs [L][16]: per layer wq, bq, wk, bk, wv, bv, wo, bo, ln1_w, ln1_b,
+   w1, b1, w2, b2, ln2_w, ln2_b as addresses (encoder_layer's order); dims [L][2]: heads, inner width; eps [L][2]:
+   the two LayerNorms'. tmp [B·T, n]: the alternate output (unused for L = 1). Same bits as encoder_layer layer by
+   layer. */
+int encoder_stack(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t *mask, int64_t L,
+                  const int64_t *ptrs, const int64_t *dims, const float *eps, float *out, float *tmp,
+                  int64_t threads) {
+    if (L < 1 || L > 64 || !ptrs || !dims || !eps) return -1;
+    struct el_weights ws[64];
+    for (int64_t l = 0; l < L; l++) {
+        const float *p[16];
+        for (int i = 0; i < 16; i++) p[i] = (const float *)(intptr_t)ptrs[l * 16 + i];
+        ws[l] = (struct el_weights){p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11],
+                                    p[12], p[13], p[14], p[15], dims[2 * l], dims[2 * l + 1], eps[2 * l],
+                                    eps[2 * l + 1]};
+    }
+    return el_stack(x, B, T, n, mask, ws, L, out, tmp, threads);
 }
 /* [CLS]-only rows (Attention.one_row_context): per document b and head h, the weighted sum of the document's
    token states w_bh = Σ_j p_bhj·x_bj with p_bh = softmax_j(u_bh·x_bj) over its real tokens, u_bh the head's folded
@@ -1336,6 +1394,13 @@ int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t
     (void)x, (void)B, (void)T, (void)n, (void)mask, (void)H, (void)wq, (void)bq, (void)wk, (void)bk, (void)wv;
     (void)bv, (void)wo, (void)bo, (void)ln1_w, (void)ln1_b, (void)eps1, (void)w1, (void)b1, (void)inner, (void)w2;
     (void)b2, (void)ln2_w, (void)ln2_b, (void)eps2, (void)out, (void)threads;
+    return -1;
+}
+int encoder_stack(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t *mask, int64_t L,
+                  const int64_t *ptrs, const int64_t *dims, const float *eps, float *out, float *tmp,
+                  int64_t threads) {
+    (void)x, (void)B, (void)T, (void)n, (void)mask, (void)L, (void)ptrs, (void)dims, (void)eps, (void)out, (void)tmp;
+    (void)threads;
     return -1;
 }
 #endif

@@ -33,6 +33,7 @@ from aheadrank.rankers.blocks import (
     native_kind,
     native_values,
     pack_weight,
+    run_layers,
     sinusoidal_positions,
     widened,
 )
@@ -421,8 +422,7 @@ class TkRanker(Ranker):
         else:
             t = self.embeddings(ids)
             x = t + sinusoidal_positions(ids.shape[1], t.shape[-1], t.device)
-        for layer in self.layers:
-            x = layer(x, key_mask(mask))
+        x = run_layers(self.layers, x, key_mask(mask))
         h = self.mixer * t + (1 - self.mixer) * x
         return F.normalize(h, dim=-1) * mask[..., None].to(h.dtype)
 
