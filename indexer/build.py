@@ -196,7 +196,8 @@ def shard_task(
     ranker = get_ranker(checkpoint, strategy, device, max_doc_len, encoder)
     spec = StoreSpec(**spec_dict)
     fields = encode_shard_texts(ranker, texts, batch_size, half=spec.dtype != "int8")
-    return write_shard(store_dir, shard_index, spec, docids, fields)
+    digested = texts if encoder == "ranker" else None  # the service looks texts up in the ranker's store
+    return write_shard(store_dir, shard_index, spec, docids, fields, digested)
 
 
 # ---- reading the collection in shards -------------------------------------------------------------
@@ -350,16 +351,19 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
 
         from aheadrank.store import write_shard
 
-        tokenized = ((i, ids, ranker.tokenize_documents(texts)) for i, ids, texts in todo)
+        digests = opts.encoder == "ranker"  # text digests (store/texts.py): the service looks texts up
+        tokenized = (
+            (i, ids, texts if digests else None, ranker.tokenize_documents(texts)) for i, ids, texts in todo
+        )
         half = spec.dtype != "int8"  # codebook dtypes fit and code the float16 values
         # shard i is written (HDF5, fsync, sha256) in the background while shard i+1 is encoded
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="aheadrank-writer") as writer:
             pending = None
-            for index, docids, seqs in prefetch(tokenized):
+            for index, docids, texts, seqs in prefetch(tokenized):
                 fields = encode_token_ids(ranker, seqs, opts.batch_size, encoded, half=half)
                 if pending is not None:
                     finished(pending.result())
-                pending = writer.submit(write_shard, path, index, spec, docids, fields)
+                pending = writer.submit(write_shard, path, index, spec, docids, fields, texts)
             if pending is not None:
                 finished(pending.result())
     bar.close()

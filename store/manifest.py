@@ -34,6 +34,7 @@ class ShardInfo:
     bytes: int
     sha256: str
     source: str = ""  # sha256 of the (docid, text) pairs it was built from; "" if not recorded
+    text_digest: str = ""  # the scheme of its per-document text digests (store/texts.py); "" if it has none
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShardInfo:
@@ -46,6 +47,7 @@ class ShardInfo:
                 bytes=int(data["bytes"]),
                 sha256=str(data["sha256"]),
                 source=str(data.get("source", "")),
+                text_digest=str(data.get("text_digest", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(f"malformed shard entry in manifest: {data!r} ({exc})") from exc
@@ -75,6 +77,12 @@ class Manifest:
     @property
     def n_bytes(self) -> int:
         return sum(s.bytes for s in self.shards)
+
+    @property
+    def text_digest(self) -> str:
+        """The text digest scheme when every shard has digests of one scheme (store/texts.py), else ""."""
+        schemes = {s.text_digest for s in self.shards}
+        return schemes.pop() if len(schemes) == 1 else ""
 
     def to_dict(self) -> dict[str, Any]:
         spec = self.spec
@@ -110,7 +118,11 @@ class Manifest:
             "shard_size": spec.shard_size,
             "n_docs": self.n_docs,
             "n_tokens": self.n_tokens,
-            "shards": [{k: v for k, v in asdict(s).items() if k != "source" or v} for s in self.shards],
+            **({"text_digest": self.text_digest} if self.text_digest else {}),
+            "shards": [
+                {k: v for k, v in asdict(s).items() if k not in ("source", "text_digest") or v}
+                for s in self.shards
+            ],
             **({"collection": self.collection} if self.collection else {}),
             "config": spec.config,
             "created": self.created,

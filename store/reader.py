@@ -30,6 +30,7 @@ from aheadrank.store.manifest import Manifest, read_manifest
 from aheadrank.store.quant import byte_table, decode_packed, dequantize_int8
 from aheadrank.store.shard import DatasetLoc, ShardMeta, read_shard_meta
 from aheadrank.store.spec import StoreSpec
+from aheadrank.store.texts import DIGEST_BYTES, TEXT_DIGEST
 from aheadrank.store.vmap import Segment, Stitched, stitch
 
 from aheadrank.errors import StoreDamagedError, StoreError
@@ -277,6 +278,44 @@ class StoreReader:
             raise StoreError(
                 f"the store at {self.path} holds docid {ordered[dup[0]].decode('utf-8')!r} twice"
             )
+        self._index_texts(metas)
+
+    def _index_texts(self, metas: list[ShardMeta]) -> None:
+        """The text digests of the shards that have them (store/texts.py), sorted once: a request's texts are
+        found with one vectorised binary search (:meth:`find_texts`), as docids are."""
+        keys, rows = [], []
+        first = 0
+        for meta in metas:
+            if meta.text_digests is not None and meta.text_digest == TEXT_DIGEST:
+                keys.append(np.ascontiguousarray(meta.text_digests).view(f"S{DIGEST_BYTES}").reshape(-1))
+                rows.append(np.arange(first, first + meta.n_docs, dtype=np.int64))
+            first += meta.n_docs
+        self.text_shards = len(keys)  # shards whose texts can be looked up (of len(manifest.shards))
+        digests = np.concatenate(keys) if keys else np.zeros(0, dtype=f"S{DIGEST_BYTES}")
+        order = np.argsort(digests, kind="stable")  # equal texts: the first document in store order
+        self._text_keys = digests[order]
+        self._text_rows = np.concatenate(rows)[order] if rows else np.zeros(0, dtype=np.int64)
+
+    def find_texts(self, digests: Sequence[bytes]) -> list[tuple[str, int] | None]:
+        """For each text digest (``store.texts.text_digest``): ``(docid, tokens)`` of the stored document with
+        that text, or None (not in the store, in a shard without digests, or in a refused shard)."""
+        n = len(self._text_keys)
+        if not digests or n == 0:
+            return [None] * len(digests)
+        query = np.frombuffer(b"".join(digests), dtype=f"S{DIGEST_BYTES}")
+        if len(query) != len(digests):
+            raise StoreError(f"text digests are {DIGEST_BYTES} bytes each")
+        pos = np.minimum(np.searchsorted(self._text_keys, query), n - 1)
+        found = self._text_keys[pos] == query
+        rows = self._text_rows[pos]
+        damaged = set(self._damaged)
+        out: list[tuple[str, int] | None] = []
+        for hit, row in zip(found.tolist(), rows.tolist(), strict=True):
+            if not hit or int(self._shard_of[row]) in damaged:
+                out.append(None)
+            else:
+                out.append((self._ids[row].decode("utf-8"), int(self._len[row])))
+        return out
 
     # -- damage: shards that changed or broke under a running reader ------------------------------------
 

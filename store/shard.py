@@ -9,6 +9,8 @@ Layout of a shard (HDF5, every dataset contiguous so that a reader can memory-ma
 * ``fields/<name>``: ``none`` -> [n_tokens, dim] float16 (or int8); ``zstd`` -> uint8 [n_bytes], one
   zstd frame per document, with ``blob_offsets/<name>`` int64 [n_docs + 1] into it;
 * ``scales/<name>``: float32 [n_tokens] (int8 stores only; never compressed);
+* ``text_sha256`` (optional; root attribute ``text_digest`` names its scheme, store/texts.py): uint8
+  [n_docs, 32], the digest of each document's normalised text, which the reader looks texts up by;
 * codebook dtypes (``book4``, ``book2``; never compressed): ``fields/<name>`` uint8 [n_tokens, dim·bits/8], the
   packed codes (``store.quant.pack_codes``), and ``books/<name>`` float32 [dim, 2^bits], the shard's codebooks
   (Lloyd-Max on up to ``BOOK_SAMPLE_TOKENS`` of its tokens, evenly spaced), ascending per dimension.
@@ -35,6 +37,8 @@ from aheadrank.store.quant import (
     sample_rows,
 )
 from aheadrank.store.spec import FORMAT, FORMAT_VERSION, ZSTD_LEVEL, StoreSpec
+from aheadrank.store.texts import DATASET as TEXT_DATASET
+from aheadrank.store.texts import DIGEST_BYTES, TEXT_DIGEST, text_digests
 
 from aheadrank.errors import StoreError
 
@@ -76,6 +80,7 @@ class ShardBuffer:
     lengths: list[int] = field(default_factory=list)
     data: dict[str, list[Any]] = field(default_factory=dict)
     scales: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    digests: list[bytes] = field(default_factory=list)  # text digests (store/texts.py): all or none
     _seen: set[str] = field(default_factory=set)
     _compressor: Any = None
 
@@ -90,10 +95,16 @@ class ShardBuffer:
     def __len__(self) -> int:
         return len(self.docids)
 
-    def add(self, docid: str, fields: Mapping[str, Any]) -> None:
+    def add(self, docid: str, fields: Mapping[str, Any], text_digest: bytes | None = None) -> None:
+        """Buffer one document; ``text_digest`` (``store.texts.text_digest`` of its text) is given for every
+        document of a shard or for none."""
         validate_docid(docid)
         if docid in self._seen:
             raise StoreError(f"duplicate docid {docid!r}")
+        if (text_digest is not None) != bool(self.digests) and self.docids:
+            raise StoreError(f"document {docid!r}: a shard has a text digest for every document or for none")
+        if text_digest is not None and (type(text_digest) is not bytes or len(text_digest) != DIGEST_BYTES):
+            raise StoreError(f"document {docid!r}: a text digest is {DIGEST_BYTES} bytes: {text_digest!r}")
         encoded = self._encode(docid, fields)
         for name, (values, scale) in encoded.items():
             self.data[name].append(
@@ -102,6 +113,8 @@ class ShardBuffer:
             if scale is not None:
                 self.scales[name].append(scale)
         self._seen.add(docid)
+        if text_digest is not None:
+            self.digests.append(text_digest)
         self.docids.append(docid)
         self.lengths.append(next(iter(encoded.values()))[0].shape[0])
 
@@ -158,7 +171,10 @@ class ShardBuffer:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        return ShardInfo(final.name, index, len(self.docids), int(sum(self.lengths)), size, digest)
+        scheme = TEXT_DIGEST if self.digests else ""
+        return ShardInfo(
+            final.name, index, len(self.docids), int(sum(self.lengths)), size, digest, text_digest=scheme
+        )
 
     def _write_h5(self, file: Path, index: int) -> None:
         import h5py
@@ -184,6 +200,10 @@ class ShardBuffer:
             string_type = h5py.string_dtype("utf-8", ids.dtype.itemsize)
             h5.create_dataset("docids", data=ids.astype(string_type), track_times=False)
             h5.create_dataset("offsets", data=offsets, track_times=False)
+            if self.digests:
+                h5.attrs["text_digest"] = TEXT_DIGEST
+                table = np.frombuffer(b"".join(self.digests), dtype=np.uint8).reshape(-1, DIGEST_BYTES)
+                h5.create_dataset(TEXT_DATASET, data=table, track_times=False)
             for name in spec.fields:
                 parts = self.data[name]
                 if spec.compression == "zstd":
@@ -232,11 +252,13 @@ def write_shard(
     spec: StoreSpec,
     docids: Sequence[str],
     field_dicts: Sequence[Mapping[str, Any]],
+    texts: Sequence[str] | None = None,
 ) -> ShardInfo:
     """Write one complete shard (for distributed builds: one task per shard, then :func:`write_manifest`).
 
     Shard ``shard_index`` must hold documents [shard_index*shard_size, (shard_index+1)*shard_size) of the
-    collection: ``spec.shard_size`` documents, fewer only for the last shard.
+    collection: ``spec.shard_size`` documents, fewer only for the last shard. ``texts`` (the documents' texts,
+    as the ranker read them) adds their text digests (``text_sha256``, store/texts.py).
     """
     if len(docids) != len(field_dicts):
         raise StoreError(f"{len(docids)} docids but {len(field_dicts)} field dicts")
@@ -246,9 +268,12 @@ def write_shard(
         raise StoreError(f"shard_index must be a non-negative int, got {shard_index!r}")
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
+    if texts is not None and len(texts) != len(docids):
+        raise StoreError(f"{len(docids)} docids but {len(texts)} texts")
+    digests = text_digests(texts) if texts is not None else None
     buffer = ShardBuffer(spec)
-    for docid, fields in zip(docids, field_dicts, strict=True):
-        buffer.add(docid, fields)
+    for i, (docid, fields) in enumerate(zip(docids, field_dicts, strict=True)):
+        buffer.add(docid, fields, None if digests is None else digests[i].tobytes())
     return buffer.write(directory, shard_index)
 
 
@@ -275,6 +300,8 @@ class ShardMeta:
     scales: dict[str, DatasetLoc]
     blob_offsets: dict[str, np.ndarray]
     books: dict[str, np.ndarray] = field(default_factory=dict)  # codebook dtypes: float32 [dim, 2^bits]
+    text_digest: str = ""  # the scheme of ``text_digests`` ("" when the shard has none)
+    text_digests: np.ndarray | None = None  # uint8 [n_docs, 32] (store/texts.py)
 
 
 def _locate(dset: Any, file: Path, file_size: int) -> DatasetLoc:
@@ -316,6 +343,7 @@ def read_shard_meta(file: Path, spec: StoreSpec, expected_index: int | None = No
             n_docs, n_tokens = int(attrs["n_docs"]), int(attrs["n_tokens"])
             docids = np.asarray(h5["docids"][()], dtype=np.bytes_)
             offsets = np.asarray(h5["offsets"][()], dtype=np.int64)
+            scheme, digests = _read_digests(h5, n_docs, file)
             stored = set(h5["fields"].keys())
             if stored != set(spec.fields):
                 raise StoreError(
@@ -350,7 +378,26 @@ def read_shard_meta(file: Path, spec: StoreSpec, expected_index: int | None = No
     lengths = np.diff(offsets)
     if n_docs and (lengths.min() < 1 or lengths.max() > spec.max_doc_len):
         raise StoreError(f"{file.name}: document lengths outside 1..{spec.max_doc_len}")
-    return ShardMeta(file, index, n_docs, n_tokens, docids, offsets, fields, scales, blob_offsets, books)
+    return ShardMeta(
+        file, index, n_docs, n_tokens, docids, offsets, fields, scales, blob_offsets, books, scheme, digests
+    )
+
+
+def _read_digests(h5: Any, n_docs: int, file: Path) -> tuple[str, np.ndarray | None]:
+    """A shard's text digest scheme and ``text_sha256`` (uint8 [n_docs, 32]), checked; ("", None) without."""
+    scheme = h5.attrs.get("text_digest", "")
+    scheme = scheme.decode() if isinstance(scheme, bytes) else str(scheme)
+    if TEXT_DATASET not in h5:
+        if scheme:
+            raise StoreError(f"{file.name}: text_digest {scheme!r} but no {TEXT_DATASET} dataset")
+        return "", None
+    digests = np.asarray(h5[TEXT_DATASET][()])
+    if not scheme or digests.dtype != np.uint8 or digests.shape != (n_docs, DIGEST_BYTES):
+        raise StoreError(
+            f"{file.name}: {TEXT_DATASET} is {digests.dtype} {digests.shape} (scheme {scheme!r}), expected "
+            f"uint8 {(n_docs, DIGEST_BYTES)} with a text_digest scheme"
+        )
+    return scheme, digests
 
 
 def _read_books(h5: Any, name: str, dim: int, bits: int, file: Path) -> np.ndarray:

@@ -28,6 +28,7 @@ from aheadrank.store.manifest import (
 )
 from aheadrank.store.shard import ShardBuffer, read_shard_meta, validate_docid
 from aheadrank.store.spec import StoreSpec
+from aheadrank.store.texts import text_digest
 
 from aheadrank.errors import StoreError
 
@@ -176,8 +177,10 @@ class StoreWriter:
     def shards(self) -> list[ShardInfo]:
         return list(self._shards)
 
-    def add(self, docid: str, fields: Mapping[str, Any]) -> None:
-        """Append one document: ``fields`` maps each spec field to a [doc_len, dim] float array or tensor."""
+    def add(self, docid: str, fields: Mapping[str, Any], text: str | None = None) -> None:
+        """Append one document: ``fields`` maps each spec field to a [doc_len, dim] float array or tensor;
+        ``text`` (the text the fields were encoded from) stores its digest (store/texts.py), so the service can
+        look the text up: give it for every document of a shard or for none."""
         if self._closed:
             raise StoreError("the writer is closed")
         if self._complete:
@@ -185,17 +188,22 @@ class StoreWriter:
         validate_docid(docid)
         if docid in self._seen:
             raise StoreError(f"duplicate docid {docid!r}: already in the store")
-        self._buffer.add(docid, fields)
+        self._buffer.add(docid, fields, None if text is None else text_digest(text))
         self._seen.add(docid)
         if len(self._buffer) >= self.spec.shard_size:
             self._finish_shard()
             self._write_manifest(complete=False)
 
-    def add_many(self, docids: Sequence[str], field_dicts: Sequence[Mapping[str, Any]]) -> None:
-        if len(docids) != len(field_dicts):
-            raise StoreError(f"{len(docids)} docids but {len(field_dicts)} field dicts")
-        for docid, fields in zip(docids, field_dicts, strict=True):
-            self.add(docid, fields)
+    def add_many(
+        self,
+        docids: Sequence[str],
+        field_dicts: Sequence[Mapping[str, Any]],
+        texts: Sequence[str] | None = None,
+    ) -> None:
+        if len(docids) != len(field_dicts) or (texts is not None and len(texts) != len(docids)):
+            raise StoreError(f"{len(docids)} docids but {len(field_dicts)} field dicts (and texts)")
+        for i, (docid, fields) in enumerate(zip(docids, field_dicts, strict=True)):
+            self.add(docid, fields, None if texts is None else texts[i])
 
     def _finish_shard(self) -> None:
         self._shards.append(self._buffer.write(self.path, len(self._shards)))

@@ -41,7 +41,24 @@ def _summary(path: Path) -> dict:
         "strategy": spec.strategy,
         "fingerprint": spec.fingerprint,
         "created": manifest.created,
+        "dense_field": _dense_state(path, manifest),
+        "text_digest": manifest.text_digest or None,
     }
+
+
+def _dense_state(path: Path, manifest) -> str:
+    """What the store's dense field (dense/) is: complete, incomplete, missing, or none."""
+    from aheadrank.store.manifest import DENSE_DIR, MANIFEST_NAME, read_manifest
+
+    sub = Path(path) / DENSE_DIR
+    if (sub / MANIFEST_NAME).is_file():
+        dense = read_manifest(sub)
+        if dense.complete:
+            return f"complete ({dense.n_docs:,} documents, {DENSE_DIR}/)"
+        return f"INCOMPLETE ({dense.n_docs:,} documents so far: resume the build)"
+    if manifest.dense:
+        return f"MISSING ({DENSE_DIR}/ was requested: resume the build)"
+    return "none (--no-dense)" if manifest.dense is False else "none"
 
 
 @app.command("store-info")
@@ -74,6 +91,8 @@ def store_info(
         ("shards", f"{info['shards']} (up to {info['shard_size']:,} documents each)"),
         ("ranker", f"{info['ranker_kind']}" + (f", strategy {info['strategy']}" if info["strategy"] else "")),
         ("fingerprint", info["fingerprint"]),
+        ("dense field", info["dense_field"]),
+        ("text digests", info["text_digest"] or "none (texts sent to /rerank are encoded online)"),
         ("format version", str(info["format_version"])),
     ]
     width = max(len(key) for key, _ in rows)
@@ -85,11 +104,23 @@ def store_info(
 @user_errors
 def verify_store_cmd(
     path: Path = typer.Argument(..., help="Store directory to check."),
+    collection: Path | None = typer.Option(
+        None,
+        "--collection",
+        help="the collection the store was built from: also check each document's docid and text digest "
+        "(what /rerank looks texts up by) against its text",
+    ),
 ) -> None:
-    """Check the manifest and every shard's size, sha256 and layout; exit 1 naming each bad shard."""
+    """Check the manifest and every shard's size, sha256 and layout, the dense field's (dense/) too, and that
+    dense/ is complete when the store was built with it and of the same collection; exit 1 naming each problem."""
     from aheadrank.store.verify import verify_store
 
-    problems = verify_store(path)
+    texts = None
+    if collection is not None:
+        from aheadrank.indexer.collections import Collection
+
+        texts = ((doc.docid, doc.text) for doc in Collection(collection))
+    problems = verify_store(path, texts=texts)
     if problems:
         for problem in problems:
             typer.echo(f"FAILED {problem}", err=True)

@@ -106,6 +106,14 @@ def test_store_equals_direct_encoding(collection, checkpoints, tmp_path, name, s
     assert manifest.complete and manifest.spec.fingerprint == ranker.fingerprint
     assert manifest.spec.strategy == ranker.strategy and manifest.spec.fields == ranker.field_dims()
     assert verify_store(tmp_path / "s") == []
+    # every document's text (title and body joined, as the ranker read it) is found by its digest
+    from aheadrank.store.texts import TEXT_DIGEST, text_digest
+
+    assert manifest.text_digest == TEXT_DIGEST
+    with StoreReader(tmp_path / "s") as reader:
+        found = reader.find_texts([text_digest(d.text) for d in docs])
+    assert [f[0] for f in found] == [d.docid for d in docs]
+    assert verify_store(tmp_path / "s", texts=((d.docid, d.text) for d in docs)) == []
 
 
 def assert_same_ranking(ranker, query: str, stored: list[dict], direct: list[dict]) -> None:
@@ -200,8 +208,8 @@ def test_local_dask_cluster_builds_the_same_store(collection, checkpoints, tmp_p
         BuildOptions(str(checkpoints["tk"]), str(collection), str(dask), workers=2, **common)
     )
     assert summary.documents == 230 and summary.shards == 5
-    assert shard_hashes(dask) == shard_hashes(local)
-    assert verify_store(dask) == []
+    assert shard_hashes(dask) == shard_hashes(local)  # text digests included
+    assert verify_store(dask) == [] and read_manifest(dask).text_digest
 
 
 def test_refuses_a_store_of_another_checkpoint_or_options(collection, checkpoints, tmp_path):
