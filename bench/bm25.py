@@ -1,4 +1,4 @@
-"""BM25 search time with the raw documents inside the searched Lucene index vs in their own index (13th session).
+"""BM25 search time with the raw documents inside the searched Lucene index vs in their own index (commit 14f7dea).
 
 Anserini's ``SimpleSearcher.search`` loads every hit's stored document; with the raw texts stored beside the
 postings (Pyserini's ``-storeRaw``) that load dominates a search at depth 1000. ``build_bm25_index`` now puts the

@@ -1,4 +1,4 @@
-"""One query's online path at several chunk sizes, side by side in one process (21st session): ``run_query`` of
+"""One query's online path at several chunk sizes, side by side in one process (commit 7ad67b2): ``run_query`` of
 ``bench/speed.py`` over the same N stored candidates, chunk sizes interleaved round after round, so that a busy
 machine slows all alike; prints a table and writes JSON (median and min per size, the ratio to the first size).
 

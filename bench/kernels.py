@@ -47,7 +47,7 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   difference is one making per chunk after the first (N = 300 in chunks of 256: two chunks).
 * ``queryside``: the query side alone (``query_state``: the query encoder's layers, each one compiled call) with
   the kernels of ``--source-rev`` and its layers' weights looked up through ``nn.Module`` attributes (as before
-  the 20th session) vs the working tree's kernels and the lookup through the modules' own dicts
+  commit 619441f) vs the working tree's kernels and the lookup through the modules' own dicts
   (``blocks._submodule``); the states' difference is the softmax's vectorised ``exp``.
 * ``onerow``: [CLS]-only rows (``Attention.one_row_context``: MORES' last interaction block, bert's last layer)
   with their scores, softmax and weighted sums as two batched products per document vs one compiled pass

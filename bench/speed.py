@@ -61,7 +61,7 @@ FIRST_WORD_ID = 1000  # below: [PAD], [unusedN], [UNK], [CLS], [SEP], [MASK] in 
 # was the slowest choice for every row in the first full runs (N = 1000: float32 copies of the fields fell out of
 # cache), so it is tried only when N <= ALL_AT_ONCE_MAX; --chunk N forces it. Since the paths score the stored
 # fields in place, a chunk's fixed cost (its weights read again, its query-only parts, ~25 small ops) is what
-# chunking adds: N = 300 in one pass against 256 + 44, interleaved in one process (bench/chunks.py, 21st session):
+# chunking adds: N = 300 in one pass against 256 + 44, interleaved in one process (bench/chunks.py at 7ad67b2, bench/results/chunks.json):
 # PreTTR l5/e128 0.90x the time at d = 128 and 0.94x at 493, l5/e0 0.94x / 0.96x, MORES 1xIB S2 0.97x / 0.95x.
 CHUNK_CANDIDATES = (32, 64, 128, 256)
 ALL_AT_ONCE_MAX = 512

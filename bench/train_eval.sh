@@ -1,5 +1,5 @@
 #!/bin/bash
-# One ranker through the user's commands, as the README's "Using it" runs them: train (the CPU recipe unless
+# One ranker through the user's commands, as docs/training.md runs them: train (the CPU recipe unless
 # told otherwise) -> store -> BM25 top-100 of SciFact test re-ranked by the pure neural score -> nDCG@10.
 # No bert, no baselines, no priors: for quick single-lever experiments (bench/results/ablation.md rows 9-10);
 # bench/effectiveness.py is the full, cached comparison.

@@ -68,8 +68,8 @@ def _onednn_linear_available() -> bool:
 
 
 # CPU inference runs nn.Linear through oneDNN with the weight packed once into its blocked layout, not through
-# torch's default sgemm: on the 2-core AMD EPYC (Zen 5) this project is measured on, that is 2.2x the GFLOP/s at
-# 256 rows and more at the query side's 18 (bench/speed.py measures both rates; the floor uses the faster).
+# torch's default sgemm, which runs the AMD CPUs measured here at about half oneDNN's rate (bench/speed.py records
+# both rates per run in bench/results/speed.json, `matmul`; the floor uses the faster; docs/results-log.md).
 # AHEADRANK_ONEDNN_LINEAR=0 turns it off.
 ONEDNN_LINEAR = _onednn_linear_available()
 _MIN_PACKED_FEATURES = 16  # score heads and TK's kernel weights (n -> 1, 11 -> 1) stay plain
@@ -406,7 +406,8 @@ def context_native(
     per token; float32 for the query rows' own self-attention): per document and head, the real tokens' rows are
     widened into a cache-resident scratch and used at once, padding is skipped, and no float32 copy of the
     candidates' fields is made; the documents are split over torch's OpenMP threads. PyTorch's CPU attention
-    runs ~70 GFLOP/s on these shapes (19 rows × 130 keys × 32 per head): MORES S2's cross-attention, MORES'
+    is slow on these shapes (19 rows × 130 keys × 32 per head; bench/kernels.py --parts native,
+    bench/results/kernels-native.json): MORES S2's cross-attention, MORES'
     interaction-block self-attention over the query rows of each document, and the query encoders.
     q [1 or B, h, Tq, dh] float32, k/v [B, T, h·dh], mask [B or 1, 1, 1, T] bool -> [B, Tq, h·dh]. None where it
     does not apply (no compiled kernels or no AVX-512, autograd, a head size, row or key count outside the

@@ -137,7 +137,7 @@ class RankerConfig:
 _DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
     "bert": {},
     # sim (the similarity residual) is on by default for new MORES / PreTTR rankers: without it MORES barely
-    # learns from a bi-encoder base (README, "Effectiveness with more compute"); old checkpoints load as they were
+    # learns from a bi-encoder base (docs/rankers.md, "The similarity residual"); old checkpoints load as they were
     "mores": {"ibs": 2, "pooling": "cls", "tied": False, "sim": True},
     "prettr": {"layer": 5, "compress": 128, "sim": True},
     "tk": {"tk_layers": 2, "tk_heads": 8, "tk_ffn": 384, "tk_base": False},

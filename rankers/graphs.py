@@ -1,8 +1,8 @@
 """Query-side work replayed from CUDA graphs: one graph per input shape, captured on first use.
 
 On a GPU the query side of the split rankers is launch-bound: 5-6 layers over at most 18 tokens are ~140 kernel
-launches and ~1,000 ATen calls, 1.2-5 ms of CPU time for microseconds of GPU work (README, "The online paths and
-the tests on one H100"); the dense prior's query embedding (the base's 6 layers) is the same story. Queries come
+launches and ~1,000 ATen calls, 1.2-5 ms of CPU time for microseconds of GPU work (docs/performance.md, "The online
+path on a GPU"); the dense prior's query embedding (the base's 6 layers) is the same story. Queries come
 in few shapes (``[1, T]``), so the work is captured once per shape and replayed: one launch.
 
 :class:`ShapeGraphs` graphs any ``fn(ids, mask)`` of a module: :class:`QueryGraphs` a ranker's ``query_state``

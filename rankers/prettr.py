@@ -126,7 +126,7 @@ class PrettrRanker(Ranker):
             self.decompressor = Linear(e, n)
             self.decompressor_norm = nn.LayerNorm(n, eps=config.bert["layer_norm_eps"])
             # the stored r in the basis that makes the decompression's Gram matrix diagonal (canonicalize_basis):
-            # saved with the weights; a checkpoint without it (before the 16th session) reads as the identity
+            # saved with the weights; a checkpoint without it (before commit b82bca7) reads as the identity
             self.register_buffer("stored_basis", torch.eye(e))
         if config.sim:
             self.sim = SimilarityResidual()

@@ -74,7 +74,7 @@ class Recipe:
 
 
 RECIPES = {
-    # 2 CPU cores: 360 steps (3x the 120 of earlier sessions: bert 0.639 -> 0.702, MORES 2xIB 0.673 -> 0.708 on
+    # 2 CPU cores: 360 steps (3x the 120 before commit a22b566: bert 0.639 -> 0.702, MORES 2xIB 0.673 -> 0.708 on
     # SciFact, ablation rows 15-16); the whole core set, training and evaluation, in 1 h 56 min on 2 cores
     # (bench/results/cpu-core-360/). PreTTR's compressor from a PCA, no attention-MSE steps (ablation.md)
     "cpu": Recipe("cpu", 360, 8, 8, 1e-4, 5e-4, 1.0, 0, "pca", 120, 100, 20, 128, True),

@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
 from aheadrank.services.backend import Cancelled, RequestError, RerankBackend, StageClock, Work
+from aheadrank.services.jsonguard import max_values, shape_problem
 from aheadrank.services.memory import HeapTrimmer
 from aheadrank.services.metrics import ServiceMetrics
 from aheadrank.services.schemas import (
@@ -30,6 +31,7 @@ from aheadrank.services.schemas import (
     CompatRerankResponse,
     DocumentsRequest,
     DocumentsV1Request,
+    DocumentTooLong,
     ErrorResponse,
     InfoResponse,
     RerankRequest,
@@ -111,8 +113,11 @@ def _error_response(
 class Gate:
     """Pure ASGI middleware: request id, arrival time, body-size limit, access log, request metrics."""
 
-    def __init__(self, app, max_body_bytes: int, metrics: ServiceMetrics, access: bool):
+    def __init__(
+        self, app, max_body_bytes: int, metrics: ServiceMetrics, access: bool, json_limits=(32, 100_000)
+    ):
         self.app, self.max_body, self.metrics, self.access = app, max_body_bytes, metrics, access
+        self.json_limits = json_limits  # (depth, values): the body's shape, checked before it is parsed
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -146,6 +151,8 @@ class Gate:
             body_receive = await self._bounded_body(scope, receive, headers)
             if body_receive is None:
                 await reject(413, f"request body over the limit of {self.max_body} bytes", "body_too_large")
+            elif isinstance(body_receive, str):  # nested too deep or too many values: refused unparsed
+                await reject(422, body_receive, "json_shape")
             else:
                 await self.app(scope, body_receive, send_with_id)
         finally:
@@ -191,6 +198,9 @@ class Gate:
         if chunks is None:
             return receive
         body, sent = b"".join(chunks), [False]
+        problem = await _json_shape(body, *self.json_limits)
+        if problem is not None:
+            return problem
 
         async def replay():
             if not sent[0]:
@@ -199,6 +209,13 @@ class Gate:
             return await receive()
 
         return replay
+
+
+async def _json_shape(body: bytes, depth: int, values: int) -> str | None:
+    """services/jsonguard.py on the raw body; a large one off the event loop (tens of ms per MB at worst)."""
+    if len(body) < 1 << 20:
+        return shape_problem(body, depth, values)
+    return await asyncio.to_thread(shape_problem, body, depth, values)
 
 
 class _Drain:
@@ -484,6 +501,15 @@ class Handlers:
                 raise ApiError(
                     422, "candidates must not be empty (leave it out for BM25 candidates)", "validation"
                 )
+            limit = self.settings.max_docid_chars
+            long = next((i for i, d in enumerate(req.candidates) if len(d) > limit), None)
+            if long is not None:  # before any lookup is sized by it
+                raise ApiError(
+                    413,
+                    f"candidates.{long} has {len(req.candidates[long])} characters; the limit for a docid is "
+                    f"{limit} (--max-docid-chars / AHEADRANK_MAX_DOCID_CHARS)",
+                    "docid_too_long",
+                )
         depth = req.depth or min(self.settings.default_depth, self.settings.max_candidates)
         if depth > self.settings.max_candidates:
             raise ApiError(
@@ -553,7 +579,9 @@ class Handlers:
         """Ad-hoc texts (the document side runs online), answered in the shape of the API `style` names."""
         self.check_query(req.query)
         try:
-            docs, items = req.docs(), req.items()
+            docs, items = req.docs(), req.items(self.settings.max_document_chars)
+        except DocumentTooLong as exc:
+            raise ApiError(413, str(exc), "document_too_long") from exc
         except ValueError as exc:
             raise ApiError(422, f"{exc}. {SHAPES[endpoint]}", "validation") from exc
         if not items:
@@ -770,7 +798,11 @@ def create_app(backend: RerankBackend) -> FastAPI:
     app.state.metrics = metrics
     app.state.begin_drain = drain.begin  # aheadrank/cli/serve.py calls it on SIGTERM/SIGINT
     app.add_middleware(
-        Gate, max_body_bytes=settings.max_body_bytes, metrics=metrics, access=settings.access_log
+        Gate,
+        max_body_bytes=settings.max_body_bytes,
+        metrics=metrics,
+        access=settings.access_log,
+        json_limits=(settings.max_json_depth, max_values(settings)),
     )
     _install_error_handlers(app, metrics)
     require_key = _key_check(settings.api_keys)

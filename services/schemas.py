@@ -124,7 +124,7 @@ class DocumentsRequest(BaseModel):
     )
     truncation: bool | None = Field(None, description="Voyage: false refuses over-long texts, like TEI's")
     rank_fields: list[str] | None = Field(
-        None, description="Cohere v1: the fields of object documents to rank on"
+        None, max_length=64, description="Cohere v1: the fields of object documents to rank on (at most 64)"
     )
     model: str | None = None
 
@@ -145,17 +145,20 @@ class DocumentsRequest(BaseModel):
             raise ValueError("`documents` (or TEI's `texts`) is required")
         return list(self.documents)
 
-    def items(self) -> list[str]:
-        """The text to rank of each document, in order; a message that names the document if one has none."""
+    def items(self, max_chars: int | None = None) -> list[str]:
+        """The text to rank of each document, in order; a message that names the document if one has none.
+        With ``max_chars``, a document built from ``rank_fields`` stops (ValueError) as soon as it is longer:
+        its size is never more than the limit plus one field, whatever the fields hold."""
         out = []
+        fields = list(dict.fromkeys(self.rank_fields or ()))  # a field named twice is ranked on once
         for i, d in enumerate(self.docs()):
             if isinstance(d, str):
                 out.append(d)
-            elif self.rank_fields:
-                missing = [f for f in self.rank_fields if f not in d]
+            elif fields:
+                missing = [f for f in fields if f not in d]
                 if missing:
-                    raise ValueError(f"documents.{i} has no field(s) {missing} named in rank_fields")
-                out.append("\n".join(f"{f}: {_as_text(d[f])}" for f in self.rank_fields))
+                    raise ValueError(f"documents.{i} has no field(s) {missing[:10]} named in rank_fields")
+                out.append(_joined(d, fields, i, max_chars))
             elif isinstance(d.get("text"), str):
                 out.append(d["text"])
             else:
@@ -164,6 +167,23 @@ class DocumentsRequest(BaseModel):
                     "rank_fields)"
                 )
         return out
+
+
+def _joined(doc: dict[str, Any], fields: list[str], i: int, max_chars: int | None) -> str:
+    parts, size = [], 0
+    for f in fields:
+        parts.append(f"{f}: {_as_text(doc[f])}")
+        size += len(parts[-1]) + 1
+        if max_chars is not None and size - 1 > max_chars:
+            raise DocumentTooLong(
+                f"documents.{i}: its rank_fields make more than {max_chars} characters "
+                "(--max-document-chars / AHEADRANK_MAX_DOCUMENT_CHARS)"
+            )
+    return "\n".join(parts)
+
+
+class DocumentTooLong(ValueError):
+    """A document's text is over ``max_document_chars`` (answered 413)."""
 
 
 def _as_text(value: Any) -> str:

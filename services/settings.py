@@ -26,6 +26,16 @@ class ServiceSettings(BaseSettings):
     max_documents: int = Field(10_000, ge=1, description="most documents per /rerank (split into batches)")
     max_query_chars: int = Field(2_000, ge=1)
     max_document_chars: int = Field(100_000, ge=1, description="per ad-hoc document in /rerank")
+    max_docid_chars: int = Field(
+        512, ge=1, description="per docid in `candidates` (checked before any lookup; longer: 413)"
+    )
+    max_json_depth: int = Field(
+        32,
+        ge=4,
+        le=200,
+        description="nesting of a request body's JSON (objects and arrays; checked on the raw body before "
+        "it is parsed; deeper: 422)",
+    )
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     max_queue: int = Field(64, ge=1, description="requests waiting for or holding the model; more get 503")
     default_depth: int = Field(100, ge=1)

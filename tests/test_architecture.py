@@ -1,4 +1,4 @@
-"""Dependencies point one way (README "Architecture"): every import in the libraries, the CLI and the
+"""Dependencies point one way (docs/architecture.md, "Layers"): every import in the libraries, the CLI and the
 benchmarks, found by walking their syntax trees (imports inside functions included), goes to the same part
 or a lower one; ``rankers`` and ``store`` know nothing of each other; nothing but the CLI imports the CLI;
 nobody imports a part by a top-level name (``store``, ``rankers``, ...) instead of ``aheadrank.<part>``."""
