@@ -113,4 +113,4 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
         "missing.md (no such file)",
         "there.md#nope (no heading #nope in there.md)",
     ]
-    assert ORDINAL_LABEL.search("measured in the " + "2" + "1st session")
+    assert ORDINAL_LABEL.search("measured in the " + str(21) + "st" + " session")
