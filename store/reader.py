@@ -478,10 +478,17 @@ class StoreReader:
         if set(map(type, docids)) != {str}:
             bad = next(d for d in docids if type(d) is not str)
             raise StoreError(f"docids must be strings, got {bad!r}")
-        plain = np.ones(n, dtype=bool)
-        if "\x00" in "".join(docids):  # never stored, and numpy's bytes would drop a trailing NUL
-            plain = np.array(["\x00" not in d for d in docids], dtype=bool)
-        query = np.char.encode(np.asarray(docids, dtype=np.str_), "utf-8")
+        # The query array is as wide as the longest *stored* docid, never as the longest asked for: a docid
+        # longer than every stored one is unknown without being encoded or widened (one long docid among
+        # many short ones must not size an array of them all). NUL: never stored, and numpy's bytes would
+        # drop a trailing one. Lone surrogates (valid in JSON) encode to bytes no stored docid holds.
+        width = self._ids.dtype.itemsize
+        encoded = [
+            d.encode("utf-8", "surrogatepass") if len(d) <= width and "\x00" not in d else None
+            for d in docids
+        ]
+        plain = np.fromiter((e is not None and len(e) <= width for e in encoded), dtype=bool, count=n)
+        query = np.array([e if ok else b"" for e, ok in zip(encoded, plain, strict=True)], dtype=f"S{width}")
         pos = np.searchsorted(self._ids, query, sorter=self._sorter)
         index = self._sorter[np.minimum(pos, len(self._ids) - 1)]
         known = (self._ids[index] == query) & plain
