@@ -50,6 +50,9 @@ class BuildOptions:
     workers: int | None = None
     progress: bool = True
     encoder: str = "ranker"  # "dense": the base bi-encoder's field for the dense prior (rankers/dense.py)
+    # recorded in the store's manifest: True: the dense field (dense/) is part of the store, so it is served
+    # only once dense/ is complete; False: --no-dense; None: not recorded (build_dense records True)
+    dense: bool | None = None
 
 
 @dataclass
@@ -384,7 +387,8 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
         "documents": collection.report.documents,
         "sha256": whole,
     }
-    write_manifest(path, spec, ordered, complete=True, collection=fingerprint)
+    dense = opts.dense if opts.encoder != "dense" else None
+    write_manifest(path, spec, ordered, complete=True, collection=fingerprint, dense=dense)
     return BuildSummary(
         store=str(path),
         documents=sum(s.n_docs for s in infos.values()),
@@ -466,6 +470,17 @@ def ensure_dense_field(
     )
 
 
+def require_dense(store: str | Path) -> None:
+    """Record in the store's manifest that its dense field is part of it (before the dense phase starts: a
+    build killed in it leaves a store that is refused, not served without the dense prior)."""
+    from aheadrank.store import read_manifest
+    from aheadrank.store.manifest import write_manifest_file
+
+    manifest = read_manifest(store)
+    if manifest.dense is not True:
+        write_manifest_file(Path(store), replace(manifest, dense=True))
+
+
 def build_dense(opts: BuildOptions, reuse: str | Path | None = None) -> BuildSummary | None:
     """The dense prior's field for ``opts.store``, written as the sub-store ``<store>/dense``.
 
@@ -474,6 +489,7 @@ def build_dense(opts: BuildOptions, reuse: str | Path | None = None) -> BuildSum
     from aheadrank.store import read_manifest
 
     target = Path(opts.store) / DENSE_DIR
+    require_dense(opts.store)
     if reuse is not None:
         src = read_manifest(reuse)
         main = read_manifest(opts.store)

@@ -69,6 +69,22 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def sha256_fd(fd: int, size: int, chunk: int = _CHUNK, on_bytes=None) -> str:
+    """sha256 of the first ``size`` bytes of an open file, read with ``pread`` (no file position, so it works on
+    a descriptor others use; a file cut short hashes what is left). ``on_bytes(n)`` after every block."""
+    digest = hashlib.sha256()
+    offset = 0
+    while offset < size:
+        block = os.pread(fd, min(chunk, size - offset), offset)
+        if not block:
+            break
+        digest.update(block)  # releases the GIL: a verifying thread leaves the others to run
+        offset += len(block)
+        if on_bytes is not None:
+            on_bytes(len(block))
+    return digest.hexdigest()
+
+
 def remove_temp_files(directory: Path) -> list[Path]:
     """Delete leftover temp files of an interrupted writer (``.*.tmp``); returns what was removed."""
     removed = []

@@ -17,6 +17,7 @@ from aheadrank.errors import StoreError
 MANIFEST_NAME = "manifest.json"
 SHARD_PREFIX = "shard-"
 SHARD_SUFFIX = ".h5"
+DENSE_DIR = "dense"  # the sub-store of the dense prior's field (verified, leased and served with the store)
 
 
 def shard_file_name(index: int) -> str:
@@ -65,6 +66,9 @@ class Manifest:
     created: str = ""
     writer: str = ""
     collection: dict[str, Any] = field(default_factory=dict)  # what it was built from (the index build)
+    # whether the build was asked for the dense field (the sub-store dense/): True: dense/ must be there and
+    # complete; False: built with --no-dense; None: not recorded (a store from before it was, or the API's)
+    dense: bool | None = None
 
     @property
     def n_docs(self) -> int:
@@ -124,6 +128,7 @@ class Manifest:
                 for s in self.shards
             ],
             **({"collection": self.collection} if self.collection else {}),
+            **({"dense": self.dense} if self.dense is not None else {}),
             "config": spec.config,
             "created": self.created,
             "updated": _now(),
@@ -165,6 +170,9 @@ def manifest_from_dict(data: Any, where: str = "manifest") -> Manifest:
     collection = data.get("collection") or {}
     if not isinstance(collection, dict):
         raise StoreError(f"{where}: 'collection' must be an object")
+    dense = data.get("dense")
+    if dense is not None and not isinstance(dense, bool):
+        raise StoreError(f"{where}: 'dense' must be true or false")
     return Manifest(
         spec,
         shards,
@@ -173,6 +181,7 @@ def manifest_from_dict(data: Any, where: str = "manifest") -> Manifest:
         str(data.get("created", "")),
         str(data.get("writer", "")),
         collection,
+        dense,
     )
 
 
@@ -219,3 +228,19 @@ def check_shard_sequence(spec: StoreSpec, shards: list[ShardInfo], complete: boo
                 f"{info.file}: {info.n_docs} documents but shard_size is {spec.shard_size}; "
                 "only the last shard may be partial"
             )
+
+
+def collection_mismatch(main: Manifest, sub: Manifest, name: str) -> str | None:
+    """Why the sub-store ``name`` (e.g. ``dense/``) does not describe the same collection as its main store
+    (documents and the sha256 over the shards' (docid, text) pairs, as the index build records them); None
+    when both record the same collection or either records none (then compare docids instead)."""
+    a, b = main.collection, sub.collection
+    if not a or not b or not a.get("sha256") or not b.get("sha256"):
+        return None
+    if (a.get("sha256"), a.get("documents")) == (b.get("sha256"), b.get("documents")):
+        return None
+    return (
+        f"{name} was built from another collection than the store: {b.get('documents')} documents, "
+        f"sha256 {str(b.get('sha256'))[:16]}... (the store: {a.get('documents')} documents, sha256 "
+        f"{str(a.get('sha256'))[:16]}...)"
+    )

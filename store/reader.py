@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 import numpy as np
-from aheadrank.store._io import sha256_file
+from aheadrank.store._io import sha256_fd, sha256_file
 from aheadrank.store.manifest import Manifest, read_manifest
 from aheadrank.store.quant import byte_table, decode_packed, dequantize_int8
 from aheadrank.store.shard import DatasetLoc, ShardMeta, read_shard_meta
@@ -186,9 +186,15 @@ class StoreReader:
     """
 
     def __init__(
-        self, path: str | Path, expected_fingerprint: str | None = None, verify: bool = False
+        self,
+        path: str | Path,
+        expected_fingerprint: str | None = None,
+        verify: bool = False,
+        label: str = "",
     ) -> None:
         self.path = Path(path)
+        self.label = label  # prefix of the shard names this reader reports (a sub-store's: "dense/")
+        self.lease: str | None = None  # after watch(): "held", or why not (a WARNING was logged)
         self.manifest: Manifest = read_manifest(self.path)
         spec = self.manifest.spec
         if not self.manifest.complete:
@@ -322,7 +328,10 @@ class StoreReader:
     @property
     def damaged(self) -> dict[str, str]:
         """``{shard file: reason}`` for every shard this reader refuses to read (empty while all is well)."""
-        return {self.manifest.shards[i].file: why for i, why in sorted(self._damaged.items())}
+        return {self._name(i): why for i, why in sorted(self._damaged.items())}
+
+    def _name(self, shard: int) -> str:
+        return self.label + self.manifest.shards[shard].file
 
     def on_damage(self, callback: Callable[[str, str], None]) -> None:
         """Call ``callback(shard file, reason)`` once per shard when it is found damaged (any thread)."""
@@ -335,7 +344,7 @@ class StoreReader:
         shards = sorted({int(s) for s in self._shard_of[index[known]]})
         for s in shards:
             self._mark(s, reason)
-        return [self.manifest.shards[s].file for s in shards]
+        return [self._name(s) for s in shards]
 
     def check_shards(self) -> dict[str, str]:
         """Compare every shard file with what it was at open (size, mtime); returns :attr:`damaged`."""
@@ -354,7 +363,7 @@ class StoreReader:
             self._notify(shard)
 
     def _notify(self, shard: int) -> None:
-        file, reason = self.manifest.shards[shard].file, self._damaged[shard]
+        file, reason = self._name(shard), self._damaged[shard]
         log.error("store %s: shard %s is refused from now on: %s", self.path.name, file, reason)
         for callback in self._listeners:
             try:
@@ -376,7 +385,7 @@ class StoreReader:
                 if s in self._damaged:
                     bad.append(s)
             if bad:
-                files = [self.manifest.shards[s].file for s in bad]
+                files = [self._name(s) for s in bad]
                 reasons = "; ".join(f"{f}: {self._damaged[s]}" for f, s in zip(files, bad, strict=True))
                 raise StoreDamagedError(
                     f"the store at {self.path.name} cannot serve these documents: damaged shard(s) {reasons}. "
@@ -404,15 +413,42 @@ class StoreReader:
 
         _install_sigio()
         _WATCHED.add(self)
-        ok = True
+        failed: list[tuple[str, OSError]] = []
         for shard in self._shards:
             try:
                 fcntl.fcntl(shard.fd, _F_SETLEASE, fcntl.F_RDLCK)
                 shard.leased = True
             except OSError as exc:  # not the file's owner, a filesystem without leases, ...
-                log.info("no file lease on %s (%s): size/mtime checks only", shard.meta.file.name, exc)
-                ok = False
-        return ok
+                failed.append((shard.meta.file.name, exc))
+        self.lease = "held"
+        if failed:
+            name, exc = failed[0]
+            self.lease = (
+                f"no file lease on {len(failed)} of {len(self._shards)} shard(s) of {self.label or self.path.name} "
+                f"({name}: {exc.strerror or exc}): a shard opened for writing while served is found by its "
+                "size/mtime only, and one rewritten with its mtime restored only by a verification (--verify-store)"
+            )
+            log.warning("store %s: %s", self.path.name, self.lease)
+        return not failed
+
+    def verify_shard(self, shard: int, on_bytes: Callable[[int], None] | None = None) -> str | None:
+        """Check the sha256 of shard ``shard`` as this reader serves it (read through its open file, so a file
+        replaced by a rename is not what gets checked); a mismatch refuses the shard from now on, like any
+        damage. Returns why it is refused (None when it verifies, or is refused already)."""
+        if shard in self._damaged or not self._shards:
+            return self._damaged.get(shard)
+        info = self.manifest.shards[shard]
+        mapped = self._shards[shard]
+        if mapped.fd < 0:
+            return None
+        digest = sha256_fd(mapped.fd, info.bytes, on_bytes=on_bytes)
+        if digest != info.sha256:
+            self._mark(
+                shard,
+                f"sha256 mismatch (manifest {info.sha256[:16]}..., file {digest[:16]}...): its bytes changed "
+                "since it was written",
+            )
+        return self._damaged.get(shard)
 
     def _lease_broken(self) -> None:
         """SIGIO (main thread): find the shards whose lease is being broken, refuse them, release later."""
@@ -465,6 +501,10 @@ class StoreReader:
     def known(self, docids: Sequence[str]) -> np.ndarray:
         """bool [n]: which of ``docids`` the store holds (one vectorised lookup)."""
         return self._lookup(list(docids))[1]
+
+    def same_docids(self, other: StoreReader) -> bool:
+        """Whether ``other`` holds the same docids in the same order (e.g. a sub-store and its store)."""
+        return np.array_equal(self._ids, other._ids)
 
     def docids(self) -> list[str]:
         """All docids in store order (shard by shard)."""

@@ -1,31 +1,55 @@
-"""``verify_store``: every check a store can fail, as a list of problems (empty when it is sound)."""
+"""``verify_store``: every check a store can fail, as a list of problems (empty when it is sound), its
+sub-store ``dense/`` included; :class:`ShardVerification`: the sha256 of every shard of open readers, as
+served, at start or in the background (``aheadrank serve --verify-store``)."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from aheadrank.store._io import sha256_file
-from aheadrank.store.manifest import ShardInfo, read_manifest
+from aheadrank.store.manifest import (
+    DENSE_DIR,
+    MANIFEST_NAME,
+    SHARD_PREFIX,
+    Manifest,
+    ShardInfo,
+    collection_mismatch,
+    read_manifest,
+)
 from aheadrank.store.shard import ShardMeta, read_shard_meta
 from aheadrank.store.texts import TEXT_DIGEST, text_digests
 
 from aheadrank.errors import StoreError
 
+if TYPE_CHECKING:
+    from aheadrank.store.reader import StoreReader
+
+log = logging.getLogger("aheadrank.store")
+VERIFY_MODES = ("off", "start", "background")
+
 
 def verify_store(
     path: str | Path,
     allow_incomplete: bool = False,
+    substores: bool = True,
     texts: Iterable[tuple[str, str]] | None = None,
 ) -> list[str]:
     """Check the manifest and every shard (presence, size, sha256, layout); each problem names its file.
 
     An interrupted (incomplete) store is a problem unless ``allow_incomplete``; its finished shards are
-    checked either way. A shard's text digests (``text_sha256``) must be there exactly when the manifest says
-    so; with ``texts`` (the ``(docid, text)`` pairs of the collection the store was built from, in its order),
-    each document's docid and text digest are checked against it.
+    checked either way. With ``substores``, the dense field (``dense/``) is checked the same way (its
+    problems name ``dense/…``), and so are what binds it to the store: present and complete when the store
+    was built with it, the same collection as the store. A shard's text digests (``text_sha256``) must be
+    there exactly when the manifest says so; with ``texts`` (the ``(docid, text)`` pairs of the collection
+    the store was built from, in its order), each document's docid and text digest are checked against it.
     """
     directory = Path(path)
     try:
@@ -66,6 +90,8 @@ def verify_store(
         problems += _check_texts(info, meta, expected)
     if pairs is not None and next(pairs, None) is not None:
         problems.append(f"the collection holds more documents than the store ({manifest.n_docs})")
+    if substores:
+        problems += _verify_dense(directory, manifest, allow_incomplete)
     return problems
 
 
@@ -98,3 +124,128 @@ def _check_texts(info: ShardInfo, meta: ShardMeta, expected: list[tuple[str, str
         f"(e.g. {[docids[i] for i in wrong[:3]]}): a wrong digest would serve another text's fields; rebuild "
         "the store (`aheadrank index --overwrite`)"
     ]
+
+
+def _verify_dense(directory: Path, manifest: Manifest, allow_incomplete: bool) -> list[str]:
+    sub = directory / DENSE_DIR
+    if not (sub / MANIFEST_NAME).is_file():
+        if manifest.dense and (manifest.complete or not allow_incomplete):
+            return [
+                f"{DENSE_DIR}/: missing, but the store was built with the dense field (its build was "
+                "interrupted?): re-run `aheadrank index` with the same flags to resume it"
+            ]
+        return []
+    problems = [
+        f"{DENSE_DIR}/{p}" if p.startswith(SHARD_PREFIX) else f"{DENSE_DIR}/: {p}"
+        for p in verify_store(sub, allow_incomplete, substores=False)
+    ]
+    try:
+        dense = read_manifest(sub)
+    except StoreError:
+        return problems  # already reported
+    why = collection_mismatch(manifest, dense, f"{DENSE_DIR}/")
+    if why is None and manifest.complete and dense.complete and manifest.n_docs != dense.n_docs:
+        why = f"{DENSE_DIR}/ holds {dense.n_docs} documents, the store {manifest.n_docs}"
+    return problems + ([why] if why else [])
+
+
+class ShardVerification:
+    """The sha256 of every shard of open readers, checked as served (through each reader's open files), one
+    shard after another; a mismatch refuses that shard from then on (``StoreReader.verify_shard``).
+
+    :meth:`run` checks them now; :meth:`start` in a daemon thread at the lowest CPU priority (hashing releases
+    the GIL, so requests keep their cores first). :meth:`status` says how far it got, for /ready and /v1/info.
+    """
+
+    def __init__(self, readers: Sequence[StoreReader | None], mode: str = "start") -> None:
+        if mode not in VERIFY_MODES:
+            raise StoreError(f"unknown store verification mode {mode!r} (one of {', '.join(VERIFY_MODES)})")
+        self.readers = [r for r in readers if r is not None]
+        self.mode = mode
+        self.state = "off" if mode == "off" else "pending"  # -> running -> verified | failed | stopped
+        self.bytes_total = sum(r.manifest.n_bytes for r in self.readers)
+        self.shards_total = sum(len(r.manifest.shards) for r in self.readers)
+        self.bytes_done = 0
+        self.shards_done = 0
+        self.failed: dict[str, str] = {}
+        self.seconds = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run(self) -> dict[str, str]:
+        """Verify every shard now; returns ``{shard: reason}`` for those refused (empty when all verify)."""
+        self.state = "running"
+        t0 = time.perf_counter()
+
+        def add(n: int) -> None:
+            self.bytes_done += n
+            self.seconds = time.perf_counter() - t0
+
+        for reader in self.readers:
+            for s, info in enumerate(reader.manifest.shards):
+                if self._stop.is_set():
+                    self.state = "stopped"
+                    return dict(self.failed)
+                before = self.bytes_done
+                why = reader.verify_shard(s, on_bytes=add)
+                if why:
+                    self.failed[reader.label + info.file] = why
+                self.bytes_done = before + info.bytes
+                self.shards_done += 1
+        self.seconds = time.perf_counter() - t0
+        self.state = "failed" if self.failed else "verified"
+        log.log(
+            logging.ERROR if self.failed else logging.INFO,
+            "store verification %s: %d shards, %.1f MB in %.1f s%s",
+            self.state,
+            self.shards_done,
+            self.bytes_done / 1e6,
+            self.seconds,
+            "; refused: " + ", ".join(self.failed) if self.failed else "",
+        )
+        return dict(self.failed)
+
+    def start(self) -> None:
+        """Verify in the background (a daemon thread at the lowest CPU priority)."""
+        if self.mode == "off" or self._thread is not None:
+            return
+
+        def work() -> None:
+            try:  # Linux: a thread is a task of its own, so this lowers only the verifier's priority
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            except (AttributeError, OSError):
+                pass
+            try:
+                self.run()
+            except Exception as exc:  # a reader closed under it (shutting down), an I/O error...
+                self.state = "stopped"
+                log.warning("store verification stopped: %s", exc)
+
+        self._thread = threading.Thread(target=work, daemon=True, name="store-verify")
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once a background verification has finished (or none runs)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def status(self) -> dict[str, Any]:
+        seconds = self.seconds
+        return {
+            "mode": self.mode,
+            "state": self.state,
+            "shards_done": self.shards_done,
+            "shards_total": self.shards_total,
+            "bytes_done": self.bytes_done,
+            "bytes_total": self.bytes_total,
+            "seconds": round(seconds, 3),
+            "mb_per_s": round(self.bytes_done / seconds / 1e6, 1) if seconds > 0 else None,
+            "refused": dict(self.failed),
+        }

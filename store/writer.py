@@ -247,6 +247,7 @@ def write_manifest(
     shard_infos: Sequence[ShardInfo],
     complete: bool = True,
     collection: dict[str, Any] | None = None,
+    dense: bool | None = None,
 ) -> Manifest:
     """Merge shards written by :func:`~store.shard.write_shard` into a store (atomically, written last).
 
@@ -276,9 +277,12 @@ def write_manifest(
         if dup.size:
             raise StoreError(f"duplicate docid {ids[dup[0]].decode('utf-8')!r} in more than one shard")
     try:
-        previous = read_manifest(directory).created
+        old = read_manifest(directory)
+        previous, dense = old.created, old.dense if dense is None else dense  # kept unless given
     except StoreError:
         previous = ""
-    manifest = Manifest(spec, list(shards), complete, created=previous or _now(), collection=collection or {})
+    manifest = Manifest(
+        spec, list(shards), complete, created=previous or _now(), collection=collection or {}, dense=dense
+    )
     write_manifest_file(directory, manifest)
     return manifest

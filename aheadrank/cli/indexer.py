@@ -173,6 +173,7 @@ def index_cmd(
         scheduler=scheduler,
         workers=workers,
         progress=progress,
+        dense=dense or dense_from is not None,  # recorded in the manifest: dense/ is then part of the store
     )
     summary = build_store(opts)
     dense_summary = build_dense(opts, dense_from) if dense or dense_from else None

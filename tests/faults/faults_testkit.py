@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import random
 import shutil
 import sys
 import time
@@ -16,7 +18,32 @@ for sub in ("store", "indexer", "services"):
 
 from store_testkit import build, make_docs, make_spec  # noqa: E402
 
-__all__ = ["build", "copy_store", "make_docs", "make_spec", "small_store", "wait_for"]
+__all__ = [
+    "build",
+    "copy_store",
+    "make_docs",
+    "make_spec",
+    "small_store",
+    "text_docs",
+    "wait_for",
+    "write_jsonl",
+]
+WORDS = "protein cell cancer tumour gene expression patient clinical trial risk therapy dose".split()
+
+
+def text_docs(n: int, seed: int) -> list[dict]:
+    """``n`` BEIR-style documents ``{"_id": "d<i>", "text": ...}`` of 3-20 random words."""
+    rng = random.Random(seed)
+    return [
+        {"_id": f"d{i}", "text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 20)))}
+        for i in range(n)
+    ]
+
+
+def write_jsonl(path: Path, docs: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
 
 
 def small_store(path: Path, n: int = 12, **spec) -> tuple[Path, dict]:

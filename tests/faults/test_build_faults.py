@@ -16,6 +16,7 @@ import pytest
 from aheadrank.indexer.build import LOCK_NAME, BuildOptions, build_store
 from aheadrank.indexer.collections import Collection
 from aheadrank.store import read_manifest, verify_store
+from faults_testkit import text_docs, write_jsonl
 from typer.testing import CliRunner
 
 from aheadrank.cli import app
@@ -24,21 +25,13 @@ from aheadrank.fsfaults import BuildLockedError, exclusive_lock
 
 SHARD = 10
 N_DOCS = 30
-WORDS = "protein cell cancer tumour gene expression patient clinical trial risk therapy dose".split()
 
 
 def _docs(n: int = N_DOCS, seed: int = 3) -> list[dict]:
-    rng = random.Random(seed)
-    return [
-        {"_id": f"d{i}", "text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 20)))}
-        for i in range(n)
-    ]
+    return text_docs(n, seed)
 
 
-def _write(path: Path, docs: list[dict]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
-    return path
+_write = write_jsonl
 
 
 @pytest.fixture(scope="module")
