@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import json
 import logging
 import math
@@ -17,8 +18,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Generator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
@@ -40,6 +40,7 @@ from aheadrank.services.schemas import (
     TeiRank,
     Timings,
 )
+from aheadrank.services.turns import TurnExecutor
 from fastapi import Body, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -66,7 +67,7 @@ ENDPOINTS = (
 )
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 415, 422, 503, 504)
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 408, 413, 415, 422, 503, 504)
 }
 NATIVE = "{query, candidates?, depth?, top_n?, time_budget_ms?, return_text?}"
 # what a body of the wrong shape is told: which shape each path takes, and where the others go
@@ -110,14 +111,34 @@ def _error_response(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+PUBLIC = ("/health", "/ready", "/metrics")  # no key asked; every other route of ENDPOINTS needs one
+_CLOSE = {"Connection": "close"}
+
+
+class BodyTimeout(Exception):
+    """The body did not arrive within ``body_timeout`` of the request's head."""
+
+
 class Gate:
-    """Pure ASGI middleware: request id, arrival time, body-size limit, access log, request metrics."""
+    """Pure ASGI middleware: request id, arrival time, access log, request metrics, and what a request must
+    pass before its body is read: Content-Type, the API key and Content-Length against the body limit, all
+    from the headers, so a request that will be refused costs no body buffer. The body is then read chunk by
+    chunk against the limit and ``body_timeout`` (408). A route outside ENDPOINTS never has its body read."""
 
     def __init__(
-        self, app, max_body_bytes: int, metrics: ServiceMetrics, access: bool, json_limits=(32, 100_000)
+        self,
+        app,
+        max_body_bytes: int,
+        metrics: ServiceMetrics,
+        access: bool,
+        api_keys: list[str] | None = None,
+        body_timeout: float = math.inf,
+        json_limits: tuple[int, int] = (32, 100_000),
     ):
         self.app, self.max_body, self.metrics, self.access = app, max_body_bytes, metrics, access
         self.json_limits = json_limits  # (depth, values): the body's shape, checked before it is parsed
+        self.keys = [k.encode() for k in api_keys or []]
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -136,9 +157,9 @@ class Gate:
                 MutableHeaders(scope=message)["x-request-id"] = rid
             await send(message)
 
-        async def reject(code: int, message: str, kind: str) -> None:
+        async def reject(code: int, message: str, kind: str, extra: dict | None = None) -> None:
             self.metrics.errors.labels(kind).inc()
-            await _error_response(rid, code, message, kind)(scope, receive, send_with_id)
+            await _error_response(rid, code, message, kind, extra)(scope, receive, send_with_id)
 
         path = scope.get("path", "")
         endpoint = path if path in ENDPOINTS else "other"
@@ -148,7 +169,24 @@ class Gate:
                 said = f"not {ctype!r}" if ctype else "and the request has none"
                 await reject(415, f"Content-Type must be application/json, {said}", "content_type")
                 return
-            body_receive = await self._bounded_body(scope, receive, headers)
+            if endpoint == "other":  # 404 / 405 from the router, which never reads a body
+                await self.app(scope, receive, send_with_id)
+                return
+            refusal = None if path in PUBLIC else key_refusal(self.keys, headers.get("authorization", ""))
+            if refusal is not None:  # unauthenticated: answered from the headers, the connection closed
+                await reject(refusal.status, refusal.message, refusal.kind, {**refusal.headers, **_CLOSE})
+                return
+            try:
+                body_receive = await self._bounded_body(scope, receive, headers, arrival)
+            except BodyTimeout:
+                await reject(
+                    408,
+                    f"the request body did not arrive within {self.body_timeout:g} s "
+                    "(--body-timeout / AHEADRANK_BODY_TIMEOUT)",
+                    "body_timeout",
+                    _CLOSE,
+                )
+                return
             if body_receive is None:
                 await reject(413, f"request body over the limit of {self.max_body} bytes", "body_too_large")
             elif isinstance(body_receive, str):  # nested too deep or too many values: refused unparsed
@@ -176,36 +214,37 @@ class Gate:
                     )
                 )
 
-    async def _bounded_body(self, scope, receive, headers):
-        """Read the whole body if it is within the limit and replay it to the app; None if it is not."""
+    async def _bounded_body(self, scope, receive, headers, arrival: float):
+        """Read the whole body if it is within the limit (and arrives within ``body_timeout``) and replay it
+        to the app; None if it is over the limit; raises BodyTimeout."""
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             return receive
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body:
             return None
-        chunks, size, more = [], 0, True
+        body, more = bytearray(), True
+        until = arrival + self.body_timeout
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(0.0, until - time.perf_counter()))
+            except asyncio.TimeoutError:
+                raise BodyTimeout from None
             if message["type"] == "http.disconnect":
-                chunks = None
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
+                return receive
+            body += message.get("body", b"")
+            if len(body) > self.max_body:
                 return None
-            chunks.append(chunk)
             more = message.get("more_body", False)
-        if chunks is None:
-            return receive
-        body, sent = b"".join(chunks), [False]
-        problem = await _json_shape(body, *self.json_limits)
+        whole, sent = bytes(body), [False]
+        del body
+        problem = await _json_shape(whole, *self.json_limits)
         if problem is not None:
             return problem
 
         async def replay():
             if not sent[0]:
                 sent[0] = True
-                return {"type": "http.request", "body": body, "more_body": False}
+                return {"type": "http.request", "body": whole, "more_body": False}
             return await receive()
 
         return replay
@@ -310,25 +349,32 @@ def _install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
         return _error_response(_rid(request), 500, f"internal error; request id {_rid(request)}", "internal")
 
 
+def key_refusal(keys: list[bytes], header: str) -> ApiError | None:
+    """Why an ``Authorization`` header is refused (None: accepted, or no keys configured)."""
+    if not keys:
+        return None
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if not header or scheme.lower() != "bearer" or not token:
+        return ApiError(
+            401,
+            "missing API key: send 'Authorization: Bearer <key>'",
+            "auth_missing",
+            {"WWW-Authenticate": "Bearer"},
+        )
+    if not any(hmac.compare_digest(token.encode(), k) for k in keys):
+        return ApiError(403, "API key not accepted", "auth_invalid")
+    return None
+
+
 def _key_check(api_keys: list[str]) -> Callable[[Request], None]:
     """The dependency that refuses a request without an accepted Bearer key (none configured: no auth)."""
     keys = [k.encode() for k in api_keys]
 
     def require_key(request: Request) -> None:
-        if not keys:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        token = token.strip()
-        if not header or scheme.lower() != "bearer" or not token:
-            raise ApiError(
-                401,
-                "missing API key: send 'Authorization: Bearer <key>'",
-                "auth_missing",
-                {"WWW-Authenticate": "Bearer"},
-            )
-        if not any(hmac.compare_digest(token.encode(), k) for k in keys):
-            raise ApiError(403, "API key not accepted", "auth_invalid")
+        refusal = key_refusal(keys, request.headers.get("authorization", ""))
+        if refusal is not None:
+            raise refusal
 
     return require_key
 
@@ -339,7 +385,7 @@ class ModelThread:
 
     def __init__(self, settings, metrics: ServiceMetrics, drain: _Drain) -> None:
         self.settings, self.metrics, self.drain = settings, metrics, drain
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aheadrank-model")
+        self.executor = TurnExecutor("aheadrank-model")  # requests take turns a chunk at a time
         self.pending = [0]
         self.pending_lock = threading.Lock()
         self.trimmer = HeapTrimmer(settings.malloc_trim_interval_s)
@@ -408,7 +454,7 @@ class ModelThread:
             self.metrics.queue.set(self.pending[0])
         work = Work(deadline=request.state.arrival + self.settings.request_timeout_s)
 
-        def run() -> T:
+        def run() -> Generator[None, None, T]:
             try:
                 with self.pending_lock:
                     if job["cancelled"]:  # answered 503 at shutdown while it waited: nothing to do
@@ -416,7 +462,10 @@ class ModelThread:
                     job["started"] = True
                 work.check()  # dropped before it starts: its client went away or it waited past its deadline
                 work.started = True
-                return fn(work)
+                out = fn(work)
+                if inspect.isgenerator(out):  # steps: other requests' chunks run between its chunks
+                    out = yield from out
+                return out
             finally:
                 with self.pending_lock:  # counted until the work ends, even if the client went away
                     self.pending[0] -= 1
@@ -520,7 +569,7 @@ class Handlers:
         arrival = request.state.arrival
         clock = StageClock()
         out = await self.model.run(
-            lambda work: self.backend.rerank(
+            lambda work: self.backend.rerank_steps(
                 req.query,
                 req.candidates,
                 depth,
@@ -614,7 +663,7 @@ class Handlers:
                         "input_too_long",
                         413,
                     )
-            return self.backend.score_texts(req.query, items, clock, w)
+            return (yield from self.backend.score_texts_steps(req.query, items, clock, w))
 
         scores, tokens = await self.model.run(work, request, endpoint)
         shown = [1.0 / (1.0 + math.exp(-s)) if not req.raw_scores else s for s in scores]
@@ -802,6 +851,8 @@ def create_app(backend: RerankBackend) -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         metrics=metrics,
         access=settings.access_log,
+        api_keys=settings.api_keys,
+        body_timeout=settings.body_timeout,
         json_limits=(settings.max_json_depth, max_values(settings)),
     )
     _install_error_handlers(app, metrics)

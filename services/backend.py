@@ -1,7 +1,8 @@
 """The model side of the service: checkpoint + store + BM25 searcher behind one object.
 
 Every method here runs on the service's single model thread (services/app.py), so the ranker, which is not
-thread-safe, is never used by two requests at once; the asyncio side only queues work and answers.
+thread-safe, is never used by two requests at once (requests take turns between scoring chunks:
+``*_steps`` yield before each, services/turns.py); the asyncio side only queues work and answers.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import logging
 import math
 import os
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aheadrank.services.budget import LatencyModel
 from aheadrank.services.memory import bound_onednn_cache
 from aheadrank.services.settings import ServiceSettings
+from aheadrank.services.turns import drive
 
 from aheadrank.errors import AheadrankError, CheckpointError, StoreError
 
@@ -294,7 +297,11 @@ class RerankBackend:
                 f"{len(unknown)} unknown docid(s), not in the store: {unknown[:10]}", "unknown_docid", 404
             )
 
-    def rerank(
+    def rerank(self, *args, **kwargs) -> RerankOutcome:
+        """:meth:`rerank_steps` run to its end in the calling thread."""
+        return drive(self.rerank_steps(*args, **kwargs))
+
+    def rerank_steps(
         self,
         query: str,
         candidates: list[str] | None,
@@ -305,7 +312,8 @@ class RerankBackend:
         want_text: bool = False,
         work: Work | None = None,
         pure: bool = False,
-    ) -> RerankOutcome:
+    ) -> Generator[None, None, RerankOutcome]:
+        """Re-rank, yielding before each scoring chunk (the model thread's turns: services/turns.py)."""
         from aheadrank.rerank import apply_priors, features_used
 
         start = time.perf_counter()
@@ -349,6 +357,7 @@ class RerankBackend:
         if budget_ms is None:  # chunk by chunk (the same batches as one call), checking the request between
             scored = []
             for begin in range(0, len(ids), step):
+                yield
                 work.check()
                 scored += self._score_chunk(qs, ids[begin : begin + step], clock.seconds, qvec, dense)
                 work.chunks_done += 1
@@ -357,6 +366,7 @@ class RerankBackend:
             planned = self.latency.depth_for(deadline - time.perf_counter(), len(ids))
             scored = []
             while len(scored) < len(ids):
+                yield  # before planning: the turns of other requests spend this one's budget too
                 n = min(
                     self.latency.depth_for(deadline - time.perf_counter(), len(ids) - len(scored)),
                     self.settings.batch_size,
@@ -400,14 +410,18 @@ class RerankBackend:
     def max_doc_len(self) -> int:
         return int(self.ranker._text().max_doc_len)
 
-    def score_texts(
+    def score_texts(self, *args, **kwargs) -> tuple[list[float], int]:
+        """:meth:`score_texts_steps` run to its end in the calling thread."""
+        return drive(self.score_texts_steps(*args, **kwargs))
+
+    def score_texts_steps(
         self,
         query: str,
         texts: list[str],
         clock: StageClock | None = None,
         work: Work | None = None,
         pure: bool = False,
-    ) -> tuple[list[float], int]:
+    ) -> Generator[None, None, tuple[list[float], int]]:
         """Ad-hoc documents: the document side online, in length-sorted batches of ``doc_batch_size``,
         checking ``work`` (deadline, client gone) before each. With priors (and unless ``pure``) the score is
         the neural score combined with the dense prior computed online (no BM25 for texts outside the
@@ -428,6 +442,7 @@ class RerankBackend:
         step = self.settings.doc_batch_size
         work.chunks_total = math.ceil(len(order) / step)
         for start in range(0, len(order), step):
+            yield  # another request's turn (services/turns.py)
             work.check()
             idx = order[start : start + step]
             t = time.perf_counter()

@@ -62,6 +62,18 @@ class ServiceSettings(BaseSettings):
     max_connections: int = Field(
         1000, ge=1, description="open connections; beyond it the oldest idle or half-sent one is closed"
     )
+    body_timeout: float = Field(
+        20.0,
+        gt=0,
+        description="seconds a request's whole body has to arrive, from its head (after the API key and "
+        "Content-Length are checked): 408 and the connection closed after",
+    )
+    send_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="seconds a response may wait for a client that does not read it (write buffer full): "
+        "the connection is then dropped and its buffers freed",
+    )
     java_heap: str = Field(
         "512m",
         pattern=r"^[1-9][0-9]*[kKmMgG]?$",

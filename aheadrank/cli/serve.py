@@ -172,7 +172,9 @@ def serve(
         log_config=None,
         log_level=log_level.lower(),
         timeout_graceful_shutdown=10,
-        http=guarded_h11(settings.read_timeout, connection_cap(settings.max_connections)),
+        http=guarded_h11(
+            settings.read_timeout, connection_cap(settings.max_connections), settings.send_timeout
+        ),
     )
     try:
         graceful_server(config).run()

@@ -375,13 +375,13 @@ def test_full_queue_answers_503_instead_of_growing(backend):
     gated = RerankBackend(settings, backend.ranker, backend.reader, backend.searcher, "cpu")
     gated.ready = True
     release = threading.Event()
-    inner = gated.rerank
+    inner = gated.rerank_steps
 
     def blocked(*args, **kwargs):
         release.wait(30)
         return inner(*args, **kwargs)
 
-    gated.rerank = blocked
+    gated.rerank_steps = blocked
     app = create_app(gated)
 
     async def scenario():
