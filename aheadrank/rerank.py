@@ -43,18 +43,81 @@ def dense_cosines(reader, qvec: np.ndarray, docids: list[str]) -> np.ndarray:
         raise StoreError(f"docids missing from the dense field {reader.path}: {fetched.unknown[:5]}")
     cos = fetched.fields["dense"][:, 0, :].astype(np.float32) @ qvec.astype(np.float32)
     if not np.all(np.isfinite(cos)):
+        from aheadrank.errors import StoreDamagedError
+
         bad = [d for d, c in zip(docids, cos, strict=True) if not np.isfinite(c)]
-        raise StoreError(
-            f"the dense field holds corrupt (non-finite) values for {bad[:5]}: run `aheadrank verify-store` "
-            "on the store's dense/ folder and rebuild it with `aheadrank index`"
+        files = reader.mark_damaged(bad, f"non-finite stored values (documents {bad[:3]})")
+        raise StoreDamagedError(
+            f"the dense field holds corrupt (non-finite) values for {bad[:5]} in {files}: those shards are "
+            "refused; run `aheadrank verify-store` on the store and rebuild it with `aheadrank index`",
+            files,
         )
     return cos
+
+
+def open_dense_field(store: str | Path, fingerprint: str, main_reader=None, notices: list | None = None):
+    """The store's dense field (``<store>/dense``) as a reader, checked against the store: None (and a notice)
+    when the store was built without it (``--no-dense``, or before it was recorded); a StoreError, never a
+    silent serve without the prior, when the store was built with it and it is missing or incomplete, was
+    written by another dense encoder than ``fingerprint`` or from another collection than the store's."""
+    from aheadrank.store import StoreReader, read_manifest
+    from aheadrank.store.manifest import collection_mismatch
+
+    notices = notices if notices is not None else []
+    main = main_reader.manifest if main_reader is not None else read_manifest(store)
+    dense_dir = Path(store) / DENSE_DIR
+    sub = read_manifest(dense_dir) if (dense_dir / "manifest.json").is_file() else None
+    if sub is None or not sub.complete:
+        state = "missing" if sub is None else f"incomplete ({sub.n_docs:,} of {main.n_docs:,} documents)"
+        resume = (
+            "its build was interrupted: re-run `aheadrank index` with the same flags to resume it (finished "
+            "dense shards are reused), or with --no-dense to serve without the dense prior"
+        )
+        if main.dense or (sub is not None and main.dense is None):
+            raise StoreError(
+                f"the store {store} was built with the dense field, but {dense_dir} is {state}: {resume}"
+            )
+        why = "built with --no-dense" if main.dense is False else "built before the dense field existed"
+        notices.append(
+            f"the store has no dense field ({why}{'; its dense/ is ' + state if sub else ''}): serving without "
+            "the dense prior; add it with `aheadrank index` (the ranker's fields are reused)"
+        )
+        return None
+    reader = StoreReader(dense_dir, label=f"{DENSE_DIR}/")
+    try:
+        if reader.spec.fingerprint != fingerprint:
+            raise StoreError(
+                f"the dense field in {dense_dir} was written by dense encoder {reader.spec.fingerprint[:12]}, "
+                f"but the checkpoint's priors were fitted with {fingerprint[:12]}: "
+                "rebuild the store's dense field (`aheadrank index`) or refit the priors"
+            )
+        why = collection_mismatch(main, reader.manifest, f"the dense field {dense_dir}")
+        if why is None and reader.manifest.n_docs != main.n_docs:
+            why = f"the dense field {dense_dir} holds {reader.manifest.n_docs:,} documents, the store {main.n_docs:,}"
+        if why is None and main_reader is not None and not reader.same_docids(main_reader):
+            why = f"the dense field {dense_dir} holds other docids than the store"
+        if why:
+            raise StoreError(
+                f"refusing the store {store}: {why}. Rebuild its dense field from the store's collection "
+                "(delete dense/, then `aheadrank index` with the store's flags)"
+            )
+    except BaseException:
+        reader.close()
+        raise
+    return reader
 
 
 class PriorScorer:
     """Priors for one (checkpoint, store) pair; ``notices`` says what is unavailable and why."""
 
-    def __init__(self, ranker, store: str | Path | None, device: str = "cpu", use_priors: bool = True):
+    def __init__(
+        self,
+        ranker,
+        store: str | Path | None,
+        device: str = "cpu",
+        use_priors: bool = True,
+        main_reader=None,
+    ):
         self.priors: Priors | None = None
         self.notices: list[str] = []
         self.dense_reader = None
@@ -70,26 +133,10 @@ class PriorScorer:
                 )
             return
         self.priors = Priors.from_dict(raw)
-        dense_dir = Path(store) / DENSE_DIR if store is not None else None
-        if self.priors.dense is None:
+        if self.priors.dense is None or store is None:
             return
-        if dense_dir is None or not (dense_dir / "manifest.json").is_file():
-            self.notices.append(
-                "the store has no dense field (built before it existed, or with --no-dense): serving "
-                "without the dense prior; rebuild with `aheadrank index` (the ranker's fields are reused)"
-            )
-            return
-        from aheadrank.store import StoreReader
-
-        reader = StoreReader(dense_dir)
-        if reader.spec.fingerprint != self.priors.dense["fingerprint"]:
-            reader.close()
-            raise StoreError(
-                f"the dense field in {dense_dir} was written by dense encoder {reader.spec.fingerprint[:12]}, "
-                f"but the checkpoint's priors were fitted with {self.priors.dense['fingerprint'][:12]}: "
-                "rebuild the store's dense field (`aheadrank index`) or refit the priors"
-            )
-        self.dense_reader = reader
+        fingerprint = self.priors.dense["fingerprint"]
+        self.dense_reader = open_dense_field(store, fingerprint, main_reader, self.notices)
 
     # ---- what is available -------------------------------------------------------------------------
     def active(self, pure: bool = False) -> bool:

@@ -169,7 +169,7 @@ def rerank_run(
     # one query at a time: its query side (and dense prior) from CUDA graphs
     if str(device).startswith("cuda"):
         ranker.use_cuda_graphs()
-    scorer = PriorScorer(ranker, store, device, use_priors=not pure)
+    scorer = PriorScorer(ranker, store, device, use_priors=not pure, main_reader=reader)
     for notice in scorer.notices:
         log.warning(notice)
     stats = RerankStats(notices=list(scorer.notices))

@@ -722,6 +722,20 @@ class Handlers:
         return JSONResponse(body, headers=headers)
 
 
+def _store_status(backend: RerankBackend, metrics: ServiceMetrics) -> dict | None:
+    """/ready's ``store``: its file leases (``held`` / ``none``) and how far the sha256 verification got."""
+    if not backend.readers():
+        return None
+    verification = backend.verification().status()
+    lease = backend.lease_state()
+    total = verification["bytes_total"]
+    metrics.store_verified.set(verification["bytes_done"] / total if total else 1.0)
+    if lease is not None:
+        metrics.store_leased.set(1 if lease == "held" else 0)
+    keys = ("mode", "state", "shards_done", "shards_total", "bytes_done", "bytes_total")
+    return {"lease": lease, "verification": {k: verification[k] for k in keys}}
+
+
 def _ops_routes(
     app: FastAPI, backend: RerankBackend, metrics: ServiceMetrics, drain: _Drain, require_key: Callable
 ) -> None:
@@ -739,7 +753,8 @@ def _ops_routes(
             return _error_response(None, 503, "warming up", "not_ready")
         if drain.on:
             return _error_response(None, 503, "shutting down", "shutting_down")
-        damaged = backend.reader.check_shards() if backend.reader is not None else {}
+        damaged = backend.check_shards()
+        store = _store_status(backend, metrics)
         if damaged:
             metrics.damaged_shards.set(len(damaged))
             problems = "; ".join(f"{file}: {why}" for file, why in damaged.items())
@@ -749,7 +764,7 @@ def _ops_routes(
                 f"store damaged, documents in these shards are refused: {problems}",
                 "store_damaged",
             )
-        return {"status": "ready", "model": backend.model_name}
+        return {"status": "ready", "model": backend.model_name, **({"store": store} if store else {})}
 
     @app.get("/metrics", tags=["ops"])
     async def prometheus() -> Response:
@@ -828,12 +843,16 @@ def create_app(backend: RerankBackend) -> FastAPI:
     ).set(1)
     drain = _Drain()
     model = ModelThread(settings, metrics, drain)
-    if backend.reader is not None:
-        backend.reader.on_damage(lambda file, reason: metrics.damaged_shards.set(len(backend.reader.damaged)))
+    for reader in backend.readers():  # the ranker's store and its dense field, counted together
+        reader.on_damage(
+            lambda file, reason: metrics.damaged_shards.set(sum(len(r.damaged) for r in backend.readers()))
+        )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         drain.bind()
+        if settings.verify_store == "background" and backend.readers():
+            backend.verification().start()  # after warm-up: the latency model is fitted without it
         yield
         model.close(jvm=backend.searcher is not None)
 

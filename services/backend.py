@@ -184,8 +184,61 @@ class RerankBackend:
                 raise
         from aheadrank.rerank import PriorScorer
 
-        scorer = PriorScorer(ranker, settings.store, device, use_priors=settings.priors)
+        try:
+            scorer = PriorScorer(
+                ranker, settings.store, device, use_priors=settings.priors, main_reader=reader
+            )
+        except BaseException:
+            if reader is not None:
+                reader.close()
+            raise
         return cls(settings, ranker, reader, searcher, device, scorer)
+
+    # ---- the store and its sub-stores, guarded alike ------------------------------------------------
+    def readers(self) -> list:
+        """The open stores: the ranker's, and its dense field (``dense/``) when the served score uses it."""
+        dense = self.scorer.dense_reader if self.scorer is not None else None
+        return [r for r in (self.reader, dense) if r is not None]
+
+    def watch(self) -> None:
+        """File leases on every shard of every open store (StoreReader.watch); where one cannot be had, a
+        WARNING and an entry in /v1/info's ``warnings`` (and /ready's ``store.lease``)."""
+        for reader in self.readers():
+            if not reader.watch() and reader.lease and reader.lease != "held":
+                self.warnings.append(reader.lease)
+
+    def lease_state(self) -> str | None:
+        """ "held" (every shard of every store leased), "none" (some not: see ``warnings``), or None (no store
+        or not watched)."""
+        states = [r.lease for r in self.readers()]
+        if not states or None in states:
+            return None
+        return "held" if all(s == "held" for s in states) else "none"
+
+    def check_shards(self) -> dict[str, str]:
+        """``{shard: reason}`` of every refused shard of every open store (``dense/…`` for the dense field)."""
+        damaged: dict[str, str] = {}
+        for reader in self.readers():
+            damaged.update(reader.check_shards())
+        return damaged
+
+    def verification(self):
+        """The store verification (store.verify.ShardVerification) of ``--verify-store``, made once."""
+        if getattr(self, "_verification", None) is None:
+            from aheadrank.store.verify import ShardVerification
+
+            self._verification = ShardVerification(self.readers(), self.settings.verify_store)
+        return self._verification
+
+    def verify_at_start(self) -> None:
+        """``--verify-store start``: every shard's sha256 now; a mismatch refuses to start, naming the shards."""
+        refused = self.verification().run()
+        if refused:
+            problems = "; ".join(f"{file}: {why}" for file, why in refused.items())
+            raise StoreError(
+                f"refusing to start: the store {self.settings.store} does not verify: {problems}. Run "
+                "`aheadrank verify-store`, restore the shards or rebuild them (`aheadrank index` resumes)"
+            )
 
     def warmup(self) -> dict:
         """Run every path once and fit the latency model on this machine; then the backend is ready."""
@@ -230,6 +283,8 @@ class RerankBackend:
 
     def close(self) -> None:
         self.ready = False
+        if getattr(self, "_verification", None) is not None:
+            self._verification.stop()
         if self.scorer is not None:
             self.scorer.close()
         if self.searcher is not None:
@@ -506,6 +561,9 @@ class RerankBackend:
                 "dtype": spec.dtype,
                 "compression": spec.compression,
                 "fingerprint": spec.fingerprint,
+                "dense_field": self.scorer is not None and self.scorer.dense_reader is not None,
+                "lease": self.lease_state(),
+                "verification": self.verification().status(),
             }
         index = None
         if self.searcher is not None:

@@ -67,6 +67,16 @@ class ServiceMetrics:
             "store shards refused since they changed or broke under the server (see /ready and the log)",
             registry=r,
         )
+        self.store_verified = Gauge(
+            "aheadrank_store_verified_ratio",
+            "share of the store's bytes (dense/ included) whose sha256 was checked since start (--verify-store)",
+            registry=r,
+        )
+        self.store_leased = Gauge(
+            "aheadrank_store_leased",
+            "1 when every store shard holds a file lease, 0 when some do not (a WARNING says why)",
+            registry=r,
+        )
         self.malloc_trim = Histogram(
             "aheadrank_malloc_trim_seconds",
             "time of each malloc_trim on the model thread (--malloc-trim-interval-s)",

@@ -102,6 +102,13 @@ class ServiceSettings(BaseSettings):
         description="on a GPU, the query side replayed from a CUDA graph per query length (captured at warm-up): "
         "one launch instead of ~140; off: run as usual",
     )
+    verify_store: str = Field(
+        "background",
+        pattern=r"^(off|start|background)$",
+        description="check the sha256 of every store shard (dense/ included) as served: 'start' before serving "
+        "(a mismatch refuses to start), 'background' after warm-up at the lowest CPU priority (a mismatch "
+        "refuses that shard; /ready shows the progress), 'off': never (size/mtime checks and leases only)",
+    )
     warmup: bool = True
     access_log: bool = True
 

@@ -146,8 +146,9 @@ def serve(
         log.warning(json.dumps({"event": "no_auth", "message": f"serving on {host} without API keys"}))
     t0 = time.perf_counter()
     backend = RerankBackend.load(settings)
-    if backend.reader is not None:
-        backend.reader.watch()  # a shard truncated or rewritten while served: refused, never read (SIGBUS)
+    backend.watch()  # a shard (dense/ too) truncated or rewritten while served: refused, never read (SIGBUS)
+    if settings.verify_store == "start":
+        backend.verify_at_start()  # every shard's sha256 before serving: a mismatch refuses to start
     if settings.warmup:
         backend.warmup()
     else:
