@@ -164,6 +164,14 @@ class Gate:
         path = scope.get("path", "")
         endpoint = path if path in ENDPOINTS else "other"
         try:
+            if "transfer-encoding" in headers and "content-length" in headers:
+                # framing the client and a proxy in front could read two ways (request smuggling): refused,
+                # and the connection closed, so nothing after this request's body is read as a request
+                self.metrics.errors.labels("bad_framing").inc()
+                message = "a request must not carry both Content-Length and Transfer-Encoding"
+                close = {"Connection": "close"}
+                await _error_response(rid, 400, message, "bad_framing", close)(scope, receive, send_with_id)
+                return
             ctype = headers.get("content-type", "").split(";")[0].strip().lower()
             if scope.get("method") == "POST" and ctype != "application/json" and not ctype.endswith("+json"):
                 said = f"not {ctype!r}" if ctype else "and the request has none"
@@ -766,6 +774,9 @@ def _ops_routes(
             )
         return {"status": "ready", "model": backend.model_name, **({"store": store} if store else {})}
 
+    for path, probe in (("/health", health), ("/ready", ready)):  # HEAD answers like GET, without a body
+        app.add_api_route(path, probe, methods=["HEAD"], include_in_schema=False)
+
     @app.get("/metrics", tags=["ops"])
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
@@ -861,6 +872,7 @@ def create_app(backend: RerankBackend) -> FastAPI:
         version=__version__,
         description="Re-ranking through precomputed document representations (DESIGN.md, 'The service').",
         lifespan=lifespan,
+        redirect_slashes=False,  # "/health/" is 404, never a redirect to a Location built from the Host header
     )
     app.state.backend = backend
     app.state.metrics = metrics
