@@ -854,6 +854,7 @@ def create_app(backend: RerankBackend) -> FastAPI:
     ).set(1)
     drain = _Drain()
     model = ModelThread(settings, metrics, drain)
+    metrics.watch_text_cache(backend.text_cache)
     for reader in backend.readers():  # the ranker's store and its dense field, counted together
         reader.on_damage(
             lambda file, reason: metrics.damaged_shards.set(sum(len(r.damaged) for r in backend.readers()))

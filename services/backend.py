@@ -18,6 +18,7 @@ from pathlib import Path
 from aheadrank.services.budget import LatencyModel
 from aheadrank.services.memory import bound_onednn_cache
 from aheadrank.services.settings import ServiceSettings
+from aheadrank.services.texts import TextCache, text_features
 from aheadrank.services.turns import drive
 
 from aheadrank.errors import AheadrankError, CheckpointError, StoreError
@@ -130,6 +131,14 @@ class RerankBackend:
             self.warnings.append(
                 f"the BM25 index holds {searcher.num_docs} documents but the store {len(reader)}: "
                 "BM25 hits missing from the store are reported in `missing_from_store`"
+            )
+            log.warning(self.warnings[-1])
+        self.text_cache = TextCache(settings.text_cache_entries, settings.text_cache_bytes)
+        if reader is not None and reader.text_shards < len(reader.manifest.shards):
+            self.warnings.append(
+                f"the store has text digests in {reader.text_shards} of its {len(reader.manifest.shards)} shards "
+                "(built before them): texts sent to /rerank that it holds elsewhere are encoded online; rebuild "
+                "it with `aheadrank index --overwrite` to look them up"
             )
             log.warning(self.warnings[-1])
 
@@ -477,8 +486,9 @@ class RerankBackend:
         work: Work | None = None,
         pure: bool = False,
     ) -> Generator[None, None, tuple[list[float], int]]:
-        """Ad-hoc documents: the document side online, in length-sorted batches of ``doc_batch_size``,
-        checking ``work`` (deadline, client gone) before each. With priors (and unless ``pure``) the score is
+        """Ad-hoc documents: a text the store holds scored from its stored fields as its docid would be, the
+        others from the cache of texts encoded before or encoded online (services/texts.py), checking ``work``
+        (deadline, client gone) before each chunk. With priors (and unless ``pure``) the score is
         the neural score combined with the dense prior computed online (no BM25 for texts outside the
         index), standardised over the request's documents. Returns (scores in input order, tokens)."""
         import numpy as np
@@ -489,31 +499,9 @@ class RerankBackend:
         qs = self.ranker.encode_query(query)
         dense_on = self.uses_priors(pure) and self.scorer.priors.dense is not None
         qvec = self.scorer.query_vector(query) if dense_on else None
-        dense = np.zeros(len(texts), dtype=np.float64)
         clock.seconds["query"] = time.perf_counter() - t
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        scores: list[float] = [math.nan] * len(texts)
-        tokens = 0
-        step = self.settings.doc_batch_size
-        work.chunks_total = math.ceil(len(order) / step)
-        for start in range(0, len(order), step):
-            yield  # another request's turn (services/turns.py)
-            work.check()
-            idx = order[start : start + step]
-            t = time.perf_counter()
-            docs = self.ranker.encode_documents([texts[i] for i in idx], batch_size=step)
-            t1 = time.perf_counter()
-            out = self.ranker.score(qs, docs).tolist()
-            clock.seconds["encode"] += t1 - t
-            clock.seconds["score"] += time.perf_counter() - t1
-            tokens += sum(int(next(iter(d.values())).shape[0]) for d in docs)
-            for i, s in zip(idx, out, strict=True):
-                scores[i] = float(s)
-            if qvec is not None:
-                t = time.perf_counter()
-                dense[idx] = self.scorer.text_dense(qvec, [texts[i] for i in idx])
-                clock.seconds["encode"] += time.perf_counter() - t
-            work.chunks_done += 1
+        # stored texts from the store, the others from the cache or encoded online (services/texts.py)
+        scores, dense, tokens = yield from text_features(self, qs, qvec, texts, clock, work)
         if self.uses_priors(pure):
             t = time.perf_counter()
             if not all(math.isfinite(s) for s in scores):

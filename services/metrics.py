@@ -87,6 +87,10 @@ class ServiceMetrics:
             "aheadrank_model_info", "the model served", ["model", "kind", "fingerprint", "device"], registry=r
         )
 
+    def watch_text_cache(self, cache) -> None:
+        """Export the ad-hoc text cache (services/texts.py ``TextCache``), read at each scrape."""
+        self.registry.register(_TextCacheCollector(cache))
+
     def observe_stages(self, endpoint: str, seconds: dict[str, float]) -> None:
         for stage, value in seconds.items():
             if value > 0 or stage in ("queue", "score"):
@@ -105,3 +109,33 @@ def sample_sum(text: str, name: str, **labels: str) -> float:
         if m and all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
             total += float(m.group(2))
     return total
+
+
+class _TextCacheCollector:
+    """``aheadrank_text_cache_*``: the ad-hoc text cache's hits, misses, evictions, entries and bytes, and
+    ``aheadrank_texts_total{source}``: ad-hoc texts served from the store, the cache, or encoded online."""
+
+    def __init__(self, cache) -> None:
+        self.cache = cache
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        s = self.cache.stats()
+        for name, help_text in (
+            ("hits", "ad-hoc texts found in the cache of online-encoded texts"),
+            ("misses", "ad-hoc texts looked for in the cache and not found (then encoded)"),
+            ("evictions", "cache entries dropped to keep within --text-cache-entries / --text-cache-bytes"),
+        ):
+            yield CounterMetricFamily(f"aheadrank_text_cache_{name}", help_text, value=s[name])
+        yield GaugeMetricFamily("aheadrank_text_cache_entries", "texts in the cache", value=s["entries"])
+        yield GaugeMetricFamily("aheadrank_text_cache_bytes", "bytes of tensors in the cache", value=s["bytes"])
+        texts = CounterMetricFamily(
+            "aheadrank_texts",
+            "distinct ad-hoc texts per request, by where their document side came from (stored: the store "
+            "holds the text; cached; encoded: online)",
+            labels=["source"],
+        )
+        for source, n in s["texts"].items():
+            texts.add_metric([source], n)
+        yield texts

@@ -41,6 +41,17 @@ class ServiceSettings(BaseSettings):
     default_depth: int = Field(100, ge=1)
     batch_size: int = Field(256, ge=1, description="stored candidates scored per forward pass")
     doc_batch_size: int = Field(64, ge=1, description="ad-hoc documents encoded per forward pass (/rerank)")
+    text_cache_entries: int = Field(
+        4096,
+        ge=0,
+        description="ad-hoc texts (/rerank) whose online-encoded document side is kept for the next request "
+        "(an LRU keyed by text digest and checkpoint fingerprint; 0: off); texts the store holds are never encoded",
+    )
+    text_cache_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=0,
+        description="most bytes of tensors the ad-hoc text cache holds (0: off); the least recently used go first",
+    )
 
     request_timeout_s: float = Field(
         30.0, gt=0, description="server-side deadline per request, from arrival (queue included): 504 after"

@@ -477,7 +477,7 @@ def test_deadline_answers_504_and_stops_the_work(service_env):
         with TestClient(create_app(backend)) as c:
             for path, body, chunks in (
                 ("/v1/rerank", {"query": QUERY, "depth": 300}, 300 // 16 + 1),
-                ("/rerank", {"query": QUERY, "texts": ["protein cell"] * 100}, 100),
+                ("/rerank", {"query": QUERY, "texts": [f"protein cell {i}" for i in range(100)]}, 100),
             ):
                 r = c.post(path, json=body)
                 assert r.status_code == 504, r.text

@@ -1,0 +1,247 @@
+"""Ad-hoc texts (``/rerank``, ``/v1/rerank`` and ``/v2/rerank`` with ``documents``): looked up, cached, or encoded.
+
+Each text of a request is recognised by its digest (store/texts.py: sha256 of the NFC, whitespace-collapsed
+text) and served the cheapest way there is:
+
+1. **stored** — the store holds a document with that text (``aheadrank index`` writes the digests): its stored
+   fields and dense vector are scored exactly as a docid of ``/v1/rerank`` (the same fetch-and-score chunks);
+2. **cached** — it was encoded online before: its fields (and dense vector) come from :class:`TextCache`, a
+   bounded LRU keyed by (text digest, checkpoint fingerprint);
+3. **encoded** — otherwise its document side runs online (length-sorted batches of ``doc_batch_size``), and the
+   result goes into the cache.
+
+Equal texts in one request are scored once. Everything here runs on the service's model thread; the cache's
+lock only guards it against ``/metrics`` reading its counters from the event loop.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from aheadrank.store.texts import text_digest
+
+SOURCES = ("stored", "cached", "encoded")
+
+
+@dataclass
+class Encoded:
+    """One text's online-encoded document side: its fields ([len, dim] tensors, as ``encode_documents`` gives
+    them) and, once the dense prior needed it, its dense embedding."""
+
+    fields: dict[str, Any]
+    dense: np.ndarray | None = None
+
+    @property
+    def tokens(self) -> int:
+        return int(next(iter(self.fields.values())).shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        size = sum(int(v.numel()) * v.element_size() for v in self.fields.values())
+        return size + (int(self.dense.nbytes) if self.dense is not None else 0)
+
+
+@dataclass
+class TextCache:
+    """A bounded LRU of :class:`Encoded` texts keyed by (text digest, checkpoint fingerprint): at most
+    ``max_entries`` entries and ``max_bytes`` bytes of tensors (either 0: off). Thread-safe."""
+
+    max_entries: int
+    max_bytes: int
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    bytes: int = 0
+    sources: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
+    _items: OrderedDict = field(default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_entries > 0 and self.max_bytes > 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: tuple[bytes, str]) -> Encoded | None:
+        if not self.enabled:
+            return None
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return item[0]
+
+    def put(self, key: tuple[bytes, str], entry: Encoded) -> None:
+        """Keep ``entry`` (replacing what ``key`` held: put it again once it grew), evicting the least recently
+        used entries until both bounds hold; an entry larger than ``max_bytes`` on its own is not kept."""
+        size = entry.nbytes
+        if not self.enabled:
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            if size > self.max_bytes:
+                return
+            while self._items and (
+                len(self._items) >= self.max_entries or self.bytes + size > self.max_bytes
+            ):
+                _, (_, dropped) = self._items.popitem(last=False)
+                self.bytes -= dropped
+                self.evictions += 1
+            self._items[key] = (entry, size)
+            self.bytes += size
+
+    def count(self, source: str, n: int) -> None:
+        with self._lock:
+            self.sources[source] += n
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "entries": len(self._items),
+                "bytes": self.bytes,
+                "max_entries": self.max_entries,
+                "max_bytes": self.max_bytes,
+                "hits": self.hits,
+                "misses": self.misses,
+                "evictions": self.evictions,
+                "texts": dict(self.sources),
+            }
+
+
+def _compact(fields: dict[str, Any]) -> dict[str, Any]:
+    """A document's fields as their own tensors (``encode_documents`` gives views into the whole batch)."""
+    return {k: v.detach().clone() for k, v in fields.items()}
+
+
+def stored_texts(backend, texts: list[str]) -> list[bool]:
+    """Which of ``texts`` the store holds (by text digest): those are scored whole, as their docids."""
+    reader = backend.reader
+    if reader is None or not reader.text_shards or not texts:
+        return [False] * len(texts)
+    return [hit is not None for hit in reader.find_texts([text_digest(x) for x in texts])]
+
+
+def text_features(
+    backend, qs, qvec: np.ndarray | None, texts: list[str], clock, work
+) -> Generator[None, None, tuple[list[float], np.ndarray | None, int]]:
+    """Neural scores (and, with a dense query vector, dense cosines) of ``texts`` for one query: stored texts
+    from the store, the others from the cache or encoded online; yields before each chunk (the model thread's
+    turns) and checks ``work`` there. Returns (scores in input order, cosines or None, tokens)."""
+    settings, ranker, cache = backend.settings, backend.ranker, backend.text_cache
+    t = time.perf_counter()
+    digests = [text_digest(x) for x in texts]
+    first: dict[bytes, int] = {}
+    for i, d in enumerate(digests):
+        first.setdefault(d, i)
+    unique = list(first)
+    stored: dict[bytes, tuple[str, int]] = {}
+    if backend.reader is not None and backend.reader.text_shards:
+        stored = {d: hit for d, hit in zip(unique, backend.reader.find_texts(unique), strict=True) if hit}
+    fp = ranker.fingerprint
+    cached: dict[bytes, Encoded] = {}
+    for d in unique:
+        if d not in stored:
+            entry = cache.get((d, fp))
+            if entry is not None:
+                cached[d] = entry
+    missing = sorted(
+        (d for d in unique if d not in stored and d not in cached), key=lambda d: len(texts[first[d]])
+    )
+    clock.seconds["fetch"] += time.perf_counter() - t
+    for source, n in zip(SOURCES, (len(stored), len(cached), len(missing)), strict=True):
+        cache.count(source, n)
+
+    neural: dict[bytes, float] = {}
+    cosine: dict[bytes, float] = {}
+    tokens: dict[bytes, int] = {d: n for d, (_, n) in stored.items()}
+    batch, step = settings.batch_size, settings.doc_batch_size
+    stored_ids = [stored[d][0] for d in unique if d in stored]
+    by_docid = {docid: d for d, (docid, _) in stored.items()}
+    stored_dense = qvec is not None and backend.stored_dense_on(False)
+    hits = list(cached)
+    work.chunks_total = math.ceil(len(stored_ids) / batch) + math.ceil(len(hits) / batch)
+    work.chunks_total += math.ceil(len(missing) / step)
+
+    # 1. texts the store holds: the docid path's own chunks (fetch, score, stored dense cosines)
+    for begin in range(0, len(stored_ids), batch):
+        yield  # another request's turn (services/turns.py)
+        work.check()
+        dense: dict[str, float] = {}
+        ids = stored_ids[begin : begin + batch]
+        for docid, s in backend._score_chunk(qs, ids, clock.seconds, qvec if stored_dense else None, dense):
+            neural[by_docid[docid]] = s
+        cosine.update({by_docid[docid]: c for docid, c in dense.items()})
+        if qvec is not None and not stored_dense:  # a store without its dense field: embedded online
+            t = time.perf_counter()
+            cos = backend.scorer.text_dense(qvec, [texts[first[by_docid[d]]] for d in ids])
+            cosine.update(zip((by_docid[d] for d in ids), cos.tolist(), strict=True))
+            clock.seconds["encode"] += time.perf_counter() - t
+        work.chunks_done += 1
+
+    # 2. texts encoded before: their cached fields (and dense vectors)
+    for begin in range(0, len(hits), batch):
+        yield
+        work.check()
+        chunk = hits[begin : begin + batch]
+        t = time.perf_counter()
+        out = ranker.score(qs, [cached[d].fields for d in chunk]).tolist()
+        clock.seconds["score"] += time.perf_counter() - t
+        neural.update(zip(chunk, (float(s) for s in out), strict=True))
+        tokens.update((d, cached[d].tokens) for d in chunk)
+        if qvec is not None:
+            grown = _dense_of(backend, [cached[d] for d in chunk], [texts[first[d]] for d in chunk], clock)
+            for i in grown:  # accounted with their dense vectors now
+                cache.put((chunk[i], fp), cached[chunk[i]])
+            cosine.update((d, float(cached[d].dense @ qvec)) for d in chunk)
+        work.chunks_done += 1
+
+    # 3. the rest: encoded online, length-sorted, then cached
+    for begin in range(0, len(missing), step):
+        yield
+        work.check()
+        chunk = missing[begin : begin + step]
+        t = time.perf_counter()
+        docs = ranker.encode_documents([texts[first[d]] for d in chunk], batch_size=step)
+        t1 = time.perf_counter()
+        out = ranker.score(qs, docs).tolist()
+        clock.seconds["encode"] += t1 - t
+        clock.seconds["score"] += time.perf_counter() - t1
+        entries = [Encoded(_compact(f)) if cache.enabled else Encoded(f) for f in docs]
+        neural.update(zip(chunk, (float(s) for s in out), strict=True))
+        tokens.update((d, e.tokens) for d, e in zip(chunk, entries, strict=True))
+        if qvec is not None:
+            _dense_of(backend, entries, [texts[first[d]] for d in chunk], clock)
+            cosine.update((d, float(e.dense @ qvec)) for d, e in zip(chunk, entries, strict=True))
+        for d, e in zip(chunk, entries, strict=True):
+            cache.put((d, fp), e)
+        work.chunks_done += 1
+
+    scores = [neural[d] for d in digests]
+    dense_out = np.array([cosine[d] for d in digests], dtype=np.float64) if qvec is not None else None
+    return scores, dense_out, sum(tokens[d] for d in digests)
+
+
+def _dense_of(backend, entries: list[Encoded], texts: list[str], clock) -> list[int]:
+    """Fill in the dense embeddings the entries lack (one batch through the dense encoder); returns which."""
+    todo = [i for i, e in enumerate(entries) if e.dense is None]
+    if not todo:
+        return todo
+    t = time.perf_counter()
+    vectors = backend.scorer.encoder().encode_documents([texts[i] for i in todo])
+    for i, v in zip(todo, vectors, strict=True):
+        entries[i].dense = np.array(v, dtype=np.float32)
+    clock.seconds["encode"] += time.perf_counter() - t
+    return todo
