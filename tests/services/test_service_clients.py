@@ -1,6 +1,6 @@
 """The clients users already have, unchanged, against a real `aheadrank serve` on 127.0.0.1: the Cohere SDK
-(`Client` → /v1/rerank, `ClientV2` → /v2/rerank) and LiteLLM's rerank providers (cohere, jina_ai, voyage,
-infinity, huggingface/TEI, hosted_vllm). Then a client that gives up: its request is dropped between chunks."""
+(`Client` → /v1/rerank, `ClientV2` → /v2/rerank), LiteLLM's rerank providers (cohere, jina_ai, voyage,
+infinity, huggingface/TEI, hosted_vllm), LangChain's and LlamaIndex's CohereRerank. Then a client that gives up: its request is dropped between chunks."""
 
 from __future__ import annotations
 
@@ -128,6 +128,32 @@ def test_litellm_rerank(server, expected, litellm, model, base, extra):
     )
     assert [r["index"] for r in out.results] == expected[:3], out
     assert [r["document"]["text"] for r in out.results] == [DOCS[i] for i in expected[:3]]
+
+
+# ---- RAG frameworks: LangChain's and LlamaIndex's Cohere rerankers ----------------------------------------
+
+
+def test_langchain_cohere_rerank(server, expected):
+    from langchain_cohere import CohereRerank
+    from langchain_core.documents import Document
+
+    reranker = CohereRerank(model="rerank-v3.5", cohere_api_key=KEY, base_url=server.url, top_n=3)
+    docs = [Document(page_content=t, metadata={"source": f"s{i}"}) for i, t in enumerate(DOCS)]
+    out = reranker.compress_documents(docs, QUERY)
+    assert [d.metadata["source"] for d in out] == [f"s{i}" for i in expected[:3]]
+    assert all(0.0 <= d.metadata["relevance_score"] <= 1.0 for d in out)
+    assert [r["index"] for r in reranker.rerank(DOCS, QUERY, top_n=2)] == expected[:2]
+
+
+def test_llama_index_cohere_rerank(server, expected):
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+    from llama_index.postprocessor.cohere_rerank import CohereRerank
+
+    reranker = CohereRerank(model="rerank-v3.5", api_key=KEY, base_url=server.url, top_n=3, max_retries=0)
+    nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=0.0) for i, t in enumerate(DOCS)]
+    out = reranker.postprocess_nodes(nodes, QueryBundle(QUERY))
+    assert [n.node.node_id for n in out] == [f"n{i}" for i in expected[:3]]
+    assert all(0.0 <= n.score <= 1.0 for n in out)
 
 
 # ---- shapes a client may get wrong, TEI's truncate -------------------------------------------------------
