@@ -40,7 +40,7 @@ from aheadrank.services.schemas import (
     TeiRank,
     Timings,
 )
-from aheadrank.services.turns import TurnExecutor
+from aheadrank.services.turns import TurnExecutor, drive
 from fastapi import Body, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -234,7 +234,10 @@ class Gate:
         until = arrival + self.body_timeout
         while more:
             try:
-                message = await asyncio.wait_for(receive(), timeout=max(0.0, until - time.perf_counter()))
+                left = until - time.perf_counter()
+                message = await (
+                    receive() if left == math.inf else asyncio.wait_for(receive(), max(0.0, left))
+                )
             except asyncio.TimeoutError:
                 raise BodyTimeout from None
             if message["type"] == "http.disconnect":
@@ -472,7 +475,7 @@ class ModelThread:
                 work.started = True
                 out = fn(work)
                 if inspect.isgenerator(out):  # steps: other requests' chunks run between its chunks
-                    out = yield from out
+                    out = (yield from out) if self.settings.interleave else drive(out)
                 return out
             finally:
                 with self.pending_lock:  # counted until the work ends, even if the client went away

@@ -23,7 +23,12 @@ class ServiceSettings(BaseSettings):
 
     # limits: every one answers 4xx with a message when exceeded
     max_candidates: int = Field(1000, ge=1, description="most candidates (depth or docids) per /v1/rerank")
-    max_documents: int = Field(10_000, ge=1, description="most documents per /rerank (split into batches)")
+    max_documents: int = Field(
+        1_000,
+        ge=1,
+        description="most documents per /rerank (split into batches); the default fits the default deadline on "
+        "2 CPU cores with room for other requests' turns (services/README.md, 'Fairness')",
+    )
     max_query_chars: int = Field(2_000, ge=1)
     max_document_chars: int = Field(100_000, ge=1, description="per ad-hoc document in /rerank")
     max_docid_chars: int = Field(
@@ -40,7 +45,12 @@ class ServiceSettings(BaseSettings):
     max_queue: int = Field(64, ge=1, description="requests waiting for or holding the model; more get 503")
     default_depth: int = Field(100, ge=1)
     batch_size: int = Field(256, ge=1, description="stored candidates scored per forward pass")
-    doc_batch_size: int = Field(64, ge=1, description="ad-hoc documents encoded per forward pass (/rerank)")
+    doc_batch_size: int = Field(
+        16,
+        ge=1,
+        description="ad-hoc documents encoded per forward pass (/rerank): also the turn a request holds the model "
+        "thread for before another request's chunk (on a GPU, larger is faster)",
+    )
     text_cache_entries: int = Field(
         4096,
         ge=0,
@@ -84,6 +94,11 @@ class ServiceSettings(BaseSettings):
         gt=0,
         description="seconds a response may wait for a client that does not read it (write buffer full): "
         "the connection is then dropped and its buffers freed",
+    )
+    interleave: bool = Field(
+        True,
+        description="requests on the model thread take turns a scoring chunk at a time (a small request waits "
+        "for one chunk of each request ahead, not their whole runs); off: first come, first served",
     )
     java_heap: str = Field(
         "512m",

@@ -1,7 +1,7 @@
 """The model thread as an executor that takes turns: requests interleaved chunk by chunk.
 
 The ranker runs on one thread (it is not thread-safe, and two forward passes at once gain nothing on a CPU
-or a GPU). Run first-come first-served, a request of 10,000 ad-hoc documents holds every other request for
+or a GPU). Run first-come first-served, a request of a thousand ad-hoc documents holds every other request for
 its whole run. :class:`TurnExecutor` is a one-thread :class:`concurrent.futures.Executor` whose jobs may be
 *generators*: a generator job runs one step (up to its next ``yield``: the backend yields before each scoring
 chunk) and goes to the back of the line, so the requests in progress take turns a chunk at a time (round
