@@ -156,7 +156,23 @@ def java_classes() -> SimpleNamespace:
             SimpleSearcher=autoclass("io.anserini.search.SimpleSearcher"),
             IndexReaderUtils=autoclass("io.anserini.index.IndexReaderUtils"),
             ArrayList=autoclass("java.util.ArrayList"),
+            IndexSearcher=autoclass("org.apache.lucene.search.IndexSearcher"),
         )
+
+
+class QueryTooComplexError(AheadrankError):
+    """A query with more distinct terms than Lucene's clause limit (``maxClauseCount``) allows."""
+
+
+def allow_clauses(n: int) -> int:
+    """Raise Lucene's clause limit (one per JVM, never lowered here) to at least ``n``: a query of ``n``
+    characters has at most ``n`` distinct terms (CJK text is one term per character), so a service that
+    accepts queries of ``n`` characters never meets it. Returns the limit now in force."""
+    searcher = java_classes().IndexSearcher
+    with _java_lock:
+        if searcher.getMaxClauseCount() < n:
+            searcher.setMaxClauseCount(int(n))
+        return int(searcher.getMaxClauseCount())
 
 
 def detach_thread() -> None:
@@ -491,13 +507,22 @@ class Bm25Searcher:
     milliseconds); for throughput use :meth:`batch_search`, which runs queries on Java threads.
     """
 
-    def __init__(self, index_dir: str | Path, *, k1: float | None = None, b: float | None = None) -> None:
+    def __init__(
+        self,
+        index_dir: str | Path,
+        *,
+        k1: float | None = None,
+        b: float | None = None,
+        max_clauses: int | None = None,
+    ) -> None:
         self.index_dir = Path(index_dir)
         if not is_lucene_index(self.index_dir):
             raise AheadrankError(
                 f"not a Lucene index: {self.index_dir} (build one with `aheadrank bm25-index`)"
             )
         self._java = java_classes()
+        if max_clauses is not None:
+            allow_clauses(max_clauses)
         self.meta = read_index_meta(self.index_dir)
         self._lock = threading.RLock()
         try:
@@ -534,7 +559,16 @@ class Bm25Searcher:
         if not query.strip():
             return []
         with self._lock:
-            hits = self._searcher.search(query, k)
+            try:
+                hits = self._searcher.search(query, k)
+            except Exception as exc:  # jnius.JavaException
+                if "TooManyClauses" not in str(exc):
+                    raise
+                limit = int(self._java.IndexSearcher.getMaxClauseCount())
+                raise QueryTooComplexError(
+                    f"the query has more distinct terms than BM25 searches at once (Lucene's limit of {limit} "
+                    "clauses): shorten it, or give `candidates`"
+                ) from None
             return [(hit.docid, float(hit.score)) for hit in hits]
 
     def batch_search(

@@ -149,11 +149,12 @@ class Gate:
         given = headers.get("x-request-id", "")
         rid = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
         scope.setdefault("state", {}).update(request_id=rid, arrival=arrival)
-        status = [500]
+        status, started = [500], [False]
 
         async def send_with_id(message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                started[0] = True
                 MutableHeaders(scope=message)["x-request-id"] = rid
             await send(message)
 
@@ -201,6 +202,12 @@ class Gate:
                 await reject(422, body_receive, "json_shape")
             else:
                 await self.app(scope, body_receive, send_with_id)
+        except Exception as exc:  # a bug, never client input: one log line and a JSON 500, not re-raised
+            self.metrics.errors.labels("internal").inc()
+            _log_internal(rid, path, exc)
+            if not started[0]:
+                message = f"internal error; request id {rid}"
+                await _error_response(rid, 500, message, "internal")(scope, receive, send_with_id)
         finally:
             took = time.perf_counter() - arrival
             self.metrics.requests.labels(endpoint, str(status[0])).inc()
@@ -313,6 +320,15 @@ class _Drain:
         )
 
 
+def _log_internal(rid: str | None, path: str, exc: BaseException) -> None:
+    """A 500: one structured line at ERROR (the exception's type and the start of its message); the
+    traceback only at DEBUG, so a request that keeps failing cannot write kilobytes per request."""
+    error = f"{type(exc).__name__}: {exc}"
+    event = {"event": "internal_error", "request_id": rid, "path": path, "error": error[:300]}
+    log.error(json.dumps(event))
+    log.debug("internal error (request id %s)", rid, exc_info=exc)
+
+
 def _validation_message(exc: RequestValidationError, path: str = "") -> str:
     parts = []
     for err in exc.errors()[:10]:
@@ -356,7 +372,7 @@ def _install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
         metrics.errors.labels("internal").inc()
-        log.exception("internal error (request id %s)", _rid(request))
+        _log_internal(_rid(request), request.url.path, exc)
         return _error_response(_rid(request), 500, f"internal error; request id {_rid(request)}", "internal")
 
 

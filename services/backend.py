@@ -185,7 +185,8 @@ class RerankBackend:
             from aheadrank.indexer.bm25 import Bm25Searcher, set_java_heap
 
             set_java_heap(settings.java_heap)  # before the JVM starts: bounded, not a quarter of the machine
-            searcher = Bm25Searcher(settings.index)
+            # a query within --max-query-chars never meets Lucene's clause limit (indexer/bm25.py)
+            searcher = Bm25Searcher(settings.index, max_clauses=settings.max_query_chars)
             try:  # an index copied without its texts/ folder: refused here, not on the first request for text
                 searcher.check_texts()
             except AheadrankError:
@@ -397,7 +398,12 @@ class RerankBackend:
                     "no_index",
                     422,
                 )
-            hits: list[tuple[str, float | None]] = list(self.searcher.search(query, depth))
+            from aheadrank.indexer.bm25 import QueryTooComplexError
+
+            try:
+                hits: list[tuple[str, float | None]] = list(self.searcher.search(query, depth))
+            except QueryTooComplexError as exc:
+                raise RequestError(str(exc), "query_too_complex", 413) from exc
             known = self.reader.known([d for d, _ in hits])
             missing = [d for (d, _), k in zip(hits, known, strict=True) if not k]
             head = [(d, s) for (d, s), k in zip(hits, known, strict=True) if k]

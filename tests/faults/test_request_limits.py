@@ -63,7 +63,7 @@ def client(service_env):
     backend = RerankBackend.load(settings)
     backend.ready = True
     with TestClient(create_app(backend)) as c:
-        c.docids = backend.reader.docids()
+        c.docids, c.backend = backend.reader.docids(), backend
         yield c
     backend.close()
 
@@ -147,3 +147,50 @@ def test_a_body_of_many_tiny_values_is_refused_unparsed(client):
     body = '{"query":"q","documents":["cell"],"padding":[' + ",".join(["{}"] * 400_000) + "]}"
     r = client.post("/v2/rerank", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["kind"] == "json_shape", r.text[:300]
+
+
+# ---- 8: a long query in any script, and what a 500 writes to the log ----------------------------------
+QUERIES = {  # each over Lucene's default 1,024 clauses, within the default --max-query-chars (2,000)
+    "han-ext-a": "".join(chr(0x3400 + 3 * i) for i in range(1_300)),  # one term per ideograph
+    "han-kana": "".join(chr(0x6000 + i) + chr(0x3041 + i % 86) for i in range(1_000)),
+    "han-emoji": "".join(chr(0x7000 + i) + ("🙂" if i % 10 else "") for i in range(1_040)),
+}
+
+
+@pytest.mark.parametrize("name", list(QUERIES))
+def test_a_long_query_with_many_distinct_terms_is_searched(client, name):
+    query = QUERIES[name]
+    assert len(query) <= 2_000  # within --max-query-chars: the server must answer it
+    r = client.post("/v1/rerank", json={"query": query, "depth": 20})
+    assert r.status_code == 200, r.text[:500]
+
+
+def test_a_query_over_lucenes_clause_limit_is_a_clear_error(client):
+    from aheadrank.indexer.bm25 import QueryTooComplexError
+
+    searcher = client.backend.searcher
+    limit = int(searcher._java.IndexSearcher.getMaxClauseCount())
+    query = "".join(chr(0x4E00 + i) for i in range(limit + 40))
+    with pytest.raises(QueryTooComplexError, match="clauses"):
+        searcher.search(query, 10)
+    assert searcher.search("cell protein", 5)  # the searcher still serves
+
+
+def test_a_500_writes_one_short_line_not_a_traceback(client, monkeypatch, caplog):
+    from aheadrank.services import create_app
+    from fastapi.testclient import TestClient
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected fault " + "x" * 8000)
+
+    monkeypatch.setattr(client.backend.ranker, "encode_query", broken)
+    caplog.set_level("INFO")
+    with TestClient(create_app(client.backend), raise_server_exceptions=False) as c:
+        for _ in range(3):
+            r = c.post("/v1/rerank", json={"query": "cell", "candidates": client.docids[:3]})
+            assert r.status_code == 500 and r.json()["kind"] == "internal", r.text
+    errors = [rec for rec in caplog.records if rec.levelname in ("ERROR", "CRITICAL")]
+    assert len(errors) == 3, [rec.getMessage()[:200] for rec in errors]
+    for rec in errors:
+        assert rec.exc_info is None and len(rec.getMessage()) < 600, rec.getMessage()[:300]
+        assert json.loads(rec.getMessage())["event"] == "internal_error"
