@@ -32,6 +32,7 @@ PRIORS_FILE = "priors.json"
 PRIORS_FORMAT = 1
 GRID_STEP = 0.05
 RRF_K = 60
+NO_EVIDENCE_SLOPE = 1e-6  # Platt's slope where the combined score does not rise with relevance
 
 
 def subset_key(features: Iterable[str]) -> str:
@@ -63,6 +64,11 @@ class Priors:
     dense: dict | None = None  # {"fingerprint", "max_len"} of rankers.dense.DenseEncoder
     fitted_on: dict = field(default_factory=dict)  # provenance: collection, split, queries, depth, metric
     format: int = PRIORS_FORMAT
+    calibration: dict | None = None  # Calibration.to_dict(): absolute, calibrated scores (None: uncalibrated)
+
+    def calibrated(self) -> Calibration | None:
+        """The absolute score's calibration, or None for priors fitted before it existed."""
+        return None if self.calibration is None else Calibration.from_dict(self.calibration)
 
     def weights_for(self, features: Iterable[str]) -> dict[str, float]:
         key = subset_key(features)
@@ -107,6 +113,9 @@ class Priors:
             dense=data.get("dense"),
             fitted_on=data.get("fitted_on", {}),
             format=int(data.get("format", PRIORS_FORMAT)),
+            calibration=None
+            if data.get("calibration") is None
+            else Calibration.from_dict(data["calibration"]).to_dict(),
         )
 
     def to_json(self) -> str:
@@ -167,6 +176,14 @@ def fit_weights(
     if not names:
         raise ValueError("no features to fit")
     z = [{f: zscore(q.features[f]) for f in names} for q in queries]
+    return _grid_search(queries, z, names, step, fixed)
+
+
+def _grid_search(
+    queries: list[QueryFeatures], z: list[dict[str, np.ndarray]], names: list[str], step: float, fixed
+) -> tuple[dict[str, float], float]:
+    """The simplex point with the best mean nDCG@10 of ``Σ w_f · z_f`` (``z``: each query's normalised
+    features)."""
     best, best_w = -1.0, None
     for w in simplex_grid(len(names), step):
         if fixed and any(w[names.index(f)] != v for f, v in fixed.items() if f in names):
@@ -201,6 +218,181 @@ def fit_priors(
         dense=dense,
         fitted_on={**fitted_on, "queries": len(queries), "grid_step": step, "val_ndcg10": metrics},
     )
+
+
+# ---- absolute, calibrated scores -------------------------------------------------------------------------
+@dataclass
+class Calibration:
+    """A score that does not depend on the other candidates, mapped to the probability of relevance.
+
+    Each feature is standardised by *fixed* statistics (its mean and std over every candidate of the fitting
+    queries), the standardised features are combined by weights fitted for that normalisation (nDCG@10, the
+    same simplex grid as :func:`fit_weights`), and the combination ``s`` is mapped by Platt scaling:
+    ``P(relevant) = sigmoid(a · s + b)``, ``a > 0`` so the mapping keeps the ranking. :meth:`logits` is
+    ``a · s + b`` (what ``raw_scores`` clients get); one per feature set, like the weights."""
+
+    stats: dict[str, list[float]]  # feature -> [mean, std] over the fitting candidates
+    weights: dict[str, dict[str, float]]  # subset_key -> {feature: weight}
+    platt: dict[str, list[float]]  # subset_key -> [a, b]
+    method: str = "platt"
+    fitted_on: dict = field(default_factory=dict)
+
+    def logits(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The calibrated log-odds of each candidate, from whichever features are given (each candidate's
+        own values only: the same document gets the same score in any request)."""
+        key = subset_key(features)
+        if key not in self.platt:
+            raise KeyError(f"no calibration fitted for the feature set {key!r} (have {sorted(self.platt)})")
+        a, b = self.platt[key]
+        return a * self.combine(features) + b
+
+    def probabilities(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-self.logits(features)))
+
+    def combine(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
+        w = self.weights[subset_key(features)]
+        n = len(next(iter(features.values())))
+        out = np.zeros(n, dtype=np.float64)
+        for name, values in features.items():
+            values = np.asarray(values, dtype=np.float64)
+            if len(values) != n:
+                raise ValueError(f"feature {name} has {len(values)} values, expected {n}")
+            if not np.all(np.isfinite(values)):
+                raise ValueError(f"non-finite score in the feature {name}")
+            if w.get(name, 0.0):
+                out += w[name] * self.normalise(name, values)
+        return out
+
+    def normalise(self, name: str, values: np.ndarray) -> np.ndarray:
+        mean, std = self.stats[name]
+        return (np.asarray(values, dtype=np.float64) - mean) / std
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Calibration:
+        if not isinstance(data, dict) or data.get("method") != "platt":
+            raise CheckpointError(f"priors.json: unknown calibration {str(data)[:80]!r}")
+        try:
+            stats = {f: [float(m), float(s)] for f, (m, s) in data["stats"].items()}
+            weights = {k: {f: float(v) for f, v in w.items()} for k, w in data["weights"].items()}
+            platt = {k: [float(a), float(b)] for k, (a, b) in data["platt"].items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"priors.json: malformed calibration: {exc}") from exc
+        for f, (m, s) in stats.items():
+            if f not in FEATURES or not (math.isfinite(m) and math.isfinite(s) and s > 0):
+                raise CheckpointError(f"priors.json: bad calibration statistics for {f!r}: {[m, s]}")
+        for key in platt:
+            if key not in weights or set(key.split("+")) - set(stats) or subset_key(key.split("+")) != key:
+                raise CheckpointError(f"priors.json: calibration for {key!r} has no weights or statistics")
+            a, b = platt[key]
+            if not (math.isfinite(a) and math.isfinite(b) and a > 0):
+                raise CheckpointError(f"priors.json: bad Platt parameters for {key!r}: {[a, b]}")
+        return cls(stats, weights, platt, "platt", dict(data.get("fitted_on", {})))
+
+
+def fixed_stats(queries: list[QueryFeatures], names: Iterable[str]) -> dict[str, list[float]]:
+    """Each feature's mean and std over every candidate of ``queries`` (a constant feature gets std 1)."""
+    out = {}
+    for f in names:
+        x = np.concatenate([np.asarray(q.features[f], dtype=np.float64) for q in queries])
+        if x.size == 0 or not np.all(np.isfinite(x)):
+            raise ValueError(f"no (or non-finite) values of the feature {f} to fit the calibration on")
+        std = float(x.std())
+        out[f] = [float(x.mean()), std if std > 0 else 1.0]
+    return out
+
+
+def platt_fit(scores: np.ndarray, labels: np.ndarray, iterations: int = 100) -> tuple[float, float]:
+    """Platt scaling: ``(a, b)`` of ``P(y=1 | s) = sigmoid(a·s + b)`` by Newton's method on the log-loss,
+    with Platt's smoothed targets ``(N₊+1)/(N₊+2)`` and ``1/(N₋+2)`` (no infinite odds on separable data)."""
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    pos, neg = float(y.sum()), float(len(y) - y.sum())
+    if pos == 0 or neg == 0:
+        raise ValueError("calibration needs relevant and non-relevant candidates among the fitting queries")
+    t = np.where(y > 0, (pos + 1) / (pos + 2), 1 / (neg + 2))
+    a, b = 1.0, math.log((pos + 1) / (neg + 1))
+    for _ in range(iterations):
+        z = np.clip(a * s + b, -50, 50)
+        p = 1.0 / (1.0 + np.exp(-z))
+        g = np.array([np.sum((p - t) * s), np.sum(p - t)])
+        h = p * (1 - p)
+        hess = np.array([[np.sum(h * s * s), np.sum(h * s)], [np.sum(h * s), np.sum(h)]]) + 1e-9 * np.eye(2)
+        step = np.linalg.solve(hess, g)
+        a, b = a - step[0], b - step[1]
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    return float(a), float(b)
+
+
+def fit_calibration(
+    queries: list[QueryFeatures],
+    fitted_on: dict | None = None,
+    step: float = GRID_STEP,
+    subsets: Iterable[Iterable[str]] | None = None,
+) -> Calibration:
+    """Fit the absolute, calibrated score on judged queries: each query's candidates with their features
+    (:class:`QueryFeatures`: docids, ``{feature: scores}``, qrels — real judgments or the label-free
+    pseudo-queries' ones). Per feature set (default: every set with the neural score that all queries have,
+    as :func:`fit_priors`): fixed statistics, weights (nDCG@10 grid) and Platt's ``(a, b)`` on the pooled
+    candidates (relevant: a qrel > 0; unjudged counts as not relevant)."""
+    if not queries:
+        raise ValueError("no queries to fit the calibration on")
+    have = [f for f in FEATURES if all(f in q.features for q in queries)]
+    if subsets is None:
+        if "neural" not in have:
+            raise ValueError("the neural score is missing from the calibration features")
+        others = [f for f in have if f != "neural"]
+        subsets = [
+            ["neural", *extra] for r in range(len(others) + 1) for extra in itertools.combinations(others, r)
+        ]
+    keys = [subset_key(names) for names in subsets]
+    for key in keys:
+        if set(key.split("+")) - set(have):
+            raise ValueError(f"the feature set {key} is not in every query's features (have {have})")
+    stats = fixed_stats(queries, have)
+    cal = Calibration(stats, {}, {}, "platt", {})
+    labels = np.concatenate([[q.qrels.get(d, 0) > 0 for d in q.docids] for q in queries]).astype(float)
+    metrics = {}
+    for key in keys:
+        names = key.split("+")
+        z = [{f: cal.normalise(f, q.features[f]) for f in names} for q in queries]
+        w, metrics[key] = _grid_search(queries, z, names, step, None)
+        cal.weights[key] = w
+        s = np.concatenate([sum(w[f] * zq[f] for f in names) for zq in z])
+        a, b = platt_fit(s, labels)
+        if a <= NO_EVIDENCE_SLOPE:  # the score does not rise with relevance here: every text gets the base
+            rate = labels.mean()  # rate (calibrated, uninformative), still ordered by the combination
+            a, b = NO_EVIDENCE_SLOPE, math.log(rate / (1 - rate))
+        cal.platt[key] = [a, b]
+    cal.fitted_on = {
+        **(fitted_on or {}),
+        "queries": len(queries),
+        "candidates": int(labels.size),
+        "relevant": int(labels.sum()),
+        "grid_step": step,
+        "val_ndcg10": metrics,
+    }
+    return cal
+
+
+def expected_calibration_error(probabilities, labels, bins: int = 10) -> tuple[float, list[dict]]:
+    """ECE over ``bins`` equal-width probability bins (the weighted mean |mean prediction - fraction
+    relevant|) and the reliability table: per non-empty bin its range, count, mean prediction, fraction."""
+    p = np.asarray(probabilities, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    idx = np.minimum((p * bins).astype(int), bins - 1)
+    ece, table = 0.0, []
+    for k in range(bins):
+        m = idx == k
+        if not m.any():
+            continue
+        conf, frac = float(p[m].mean()), float(y[m].mean())
+        ece += m.sum() / len(p) * abs(conf - frac)
+        table.append({"lo": k / bins, "hi": (k + 1) / bins, "n": int(m.sum()), "mean_p": conf, "frac": frac})
+    return float(ece), table
 
 
 # ---- the user's alternatives (baselines) ----------------------------------------------------------------

@@ -119,6 +119,7 @@ class PriorScorer:
         main_reader=None,
     ):
         self.priors: Priors | None = None
+        self.calibration = None  # aheadrank.priors.Calibration: absolute, calibrated scores
         self.notices: list[str] = []
         self.dense_reader = None
         self._encoder = None
@@ -133,6 +134,13 @@ class PriorScorer:
                 )
             return
         self.priors = Priors.from_dict(raw)
+        self.calibration = self.priors.calibrated()
+        if self.calibration is None:
+            self.notices.append(
+                "the checkpoint's priors have no calibration (fitted before it existed): /rerank's "
+                "relevance_score is relative to the request's documents, not a probability; refit them "
+                "with `aheadrank fit-priors`"
+            )
         if self.priors.dense is None or store is None:
             return
         fingerprint = self.priors.dense["fingerprint"]
@@ -349,12 +357,14 @@ def fit_checkpoint_priors(
     progress: bool = False,
 ) -> Priors:
     """Fit the priors on validation queries through the store and save them into the checkpoint."""
-    from aheadrank.priors import fit_priors
+    from aheadrank.priors import fit_calibration, fit_priors
     from aheadrank.rankers.checkpoint import write_priors
 
     feats, dense = collect_features(checkpoint, store, queries, candidates, qrels, device, progress)
     if not feats:
         raise ValueError("no validation query has a judged-relevant document among its candidates")
     priors = fit_priors(feats, dense, fitted_on)
+    # the absolute score: "neural" and "neural+dense" are what ad-hoc texts have (no BM25 outside the index)
+    priors.calibration = fit_calibration(feats, fitted_on).to_dict()
     write_priors(checkpoint, priors.to_dict())
     return priors

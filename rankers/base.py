@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 from aheadrank.rankers.blocks import widened
 from aheadrank.rankers.config import RankerConfig
-from aheadrank.rankers.graphs import QueryGraphs
+from aheadrank.rankers.graphs import QueryGraphs, query_lengths
 from aheadrank.rankers.text import TextEncoder, pad, pad_fields
 from torch import Tensor, nn
 
@@ -132,6 +132,25 @@ class Ranker(nn.Module):
             )
         self._text().max_doc_len = max_doc_len
 
+    def query_len_limit(self) -> int:
+        """The most query word pieces this ranker can read: PreTTR its checkpoint's ``max_query_len`` (the
+        stored documents' positions start after it); BERT what the base's positions leave beside the document
+        (``[CLS] q [SEP] d [SEP]``); MORES and TK the base's positions less ``[CLS]`` and ``[SEP]``."""
+        c = self.config
+        positions = int(c.bert["max_position_embeddings"])
+        if c.kind == "prettr":
+            return c.max_query_len
+        if c.kind == "bert":
+            return positions - self._text().max_doc_len - 3
+        return positions - 2
+
+    def read_queries_up_to(self, max_query_len: int) -> int:
+        """Read queries up to ``max_query_len`` word pieces where :meth:`query_len_limit` allows (a ranker
+        trained on shorter queries reads longer ones with the same weights); returns the length now read."""
+        n = max(1, min(max_query_len, self.query_len_limit()))
+        self._text().max_query_len = n
+        return n
+
     def max_doc_tokens(self) -> int:
         """The most tokens a stored document can have (word pieces plus this ranker's special tokens)."""
         return len(self.doc_ids([0] * self._text().max_doc_len))
@@ -165,7 +184,8 @@ class Ranker(nn.Module):
     def use_cuda_graphs(self, on: bool = True) -> QueryGraphs | None:
         """On a GPU, ``encode_query`` replays ``query_state`` from a CUDA graph per query shape (captured on first
         use, :class:`~aheadrank.rankers.graphs.QueryGraphs`; a no-op elsewhere). Returns the graphs, or None."""
-        self.query_graphs = QueryGraphs(self) if on else None
+        lengths = len(query_lengths(self._text().max_query_len)) if self.text is not None else 64
+        self.query_graphs = QueryGraphs(self, max(64, lengths)) if on else None  # every length read
         return self.query_graphs
 
     @torch.inference_mode()

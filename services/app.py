@@ -686,11 +686,14 @@ class Handlers:
                     raise RequestError(
                         f"{len(over)} text(s) longer than the model reads ({self.backend.max_doc_len()} word pieces), "
                         f"e.g. texts.{over[0][0]} with {over[0][1]}: `truncate: false` refuses instead of "
-                        "cutting (send `truncate: true` to cut them)",
+                        "cutting (send `truncate: true` to cut them, or leave it out to score them as passages)",
                         "input_too_long",
                         413,
                     )
-            return (yield from self.backend.score_texts_steps(req.query, items, clock, w))
+            passages = self.backend.passage_options(
+                req.max_chunks_per_doc, req.max_tokens_per_doc, req.cut_long()
+            )
+            return (yield from self.backend.score_texts_steps(req.query, items, clock, w, passages=passages))
 
         scores, tokens = await self.model.run(work, request, endpoint)
         shown = [1.0 / (1.0 + math.exp(-s)) if not req.raw_scores else s for s in scores]
@@ -700,7 +703,8 @@ class Handlers:
         total = time.perf_counter() - arrival
         self.metrics.observe_stages(endpoint, clock.seconds)
         self.metrics.candidates.labels(endpoint).observe(len(items))
-        headers = {"Server-Timing": _server_timing(clock.seconds, total)}
+        kind = self.backend.score_kind()  # calibrated / relative / uncalibrated (services/README.md)
+        headers = {"Server-Timing": _server_timing(clock.seconds, total), "X-Relevance-Score": kind}
         timings = {**clock.ms(), "total_ms": round(total * 1e3, 3)}
         if style == "tei":
             ranks = [
@@ -739,6 +743,7 @@ class Handlers:
                 "api_version": {"version": "2" if style == "v2" else "1"},
                 "billed_units": {"search_units": 1},
                 "timings": timings,
+                "relevance_score": kind,
             },
         }
         if (

@@ -18,10 +18,11 @@ from pathlib import Path
 from aheadrank.services.budget import LatencyModel
 from aheadrank.services.memory import bound_onednn_cache
 from aheadrank.services.settings import ServiceSettings
-from aheadrank.services.texts import TextCache, text_features
+from aheadrank.services.texts import TextCache, stored_texts, text_features
 from aheadrank.services.turns import drive
 
 from aheadrank.errors import AheadrankError, CheckpointError, StoreError
+from aheadrank.passages import PassageOptions, flatten, max_per_document, split_passages
 
 log = logging.getLogger("aheadrank.service")
 WARMUP_SEARCHES = 300
@@ -127,6 +128,8 @@ class RerankBackend:
         for notice in scorer.notices if scorer is not None else []:
             self.warnings.append(notice)
             log.warning(notice)
+        if getattr(ranker, "fingerprint_notice", None):  # logged by load_ranker
+            self.warnings.append(ranker.fingerprint_notice)
         if reader is not None and searcher is not None and searcher.num_docs != len(reader):
             self.warnings.append(
                 f"the BM25 index holds {searcher.num_docs} documents but the store {len(reader)}: "
@@ -176,6 +179,7 @@ class RerankBackend:
                 )
             strategy = reader.spec.strategy
         ranker = load_ranker(ckpt, device=device, strategy=strategy)
+        ranker.read_queries_up_to(settings.max_query_len)  # longer than trained on, where positions allow
         if settings.cuda_graphs and device.startswith("cuda"):
             ranker.use_cuda_graphs()
         if reader is not None:
@@ -262,7 +266,7 @@ class RerankBackend:
         if self.ranker.query_graphs is not None:  # every query length: no capture inside a request
             from aheadrank.rankers.graphs import query_lengths
 
-            self.ranker.query_graphs.capture_all(query_lengths(self.ranker.config.max_query_len))
+            self.ranker.query_graphs.capture_all(query_lengths(self.ranker._text().max_query_len))
             if self.stored_dense_on(False):  # the dense prior's query embedding, graphed alike
                 dense = self.scorer.encoder()
                 if dense.query_graphs is not None:
@@ -491,12 +495,17 @@ class RerankBackend:
         clock: StageClock | None = None,
         work: Work | None = None,
         pure: bool = False,
+        passages: PassageOptions | None = None,
     ) -> Generator[None, None, tuple[list[float], int]]:
         """Ad-hoc documents: a text the store holds scored from its stored fields as its docid would be, the
         others from the cache of texts encoded before or encoded online (services/texts.py), checking ``work``
         (deadline, client gone) before each chunk. With priors (and unless ``pure``) the score is
         the neural score combined with the dense prior computed online (no BM25 for texts outside the
-        index), standardised over the request's documents. Returns (scores in input order, tokens)."""
+        index): with the checkpoint's calibration, each text's calibrated log-odds of relevance, which do not depend
+        on the request's other texts (:meth:`score_kind`); without, standardised over the request's texts.
+        A text longer than the ranker's window is split into ``passages`` (default: :meth:`passage_options`)
+        and gets its best passage's score (MaxP, aheadrank/passages.py). Returns (scores in input order,
+        tokens)."""
         import numpy as np
 
         clock = clock or StageClock()
@@ -506,8 +515,16 @@ class RerankBackend:
         dense_on = self.uses_priors(pure) and self.scorer.priors.dense is not None
         qvec = self.scorer.query_vector(query) if dense_on else None
         clock.seconds["query"] = time.perf_counter() - t
+        # a text the store holds is scored whole, as its docid (its stored fields); only the others are split
+        split = [[x] for x in texts]
+        todo = [i for i, hit in enumerate(stored_texts(self, texts)) if not hit]
+        opts = passages or self.passage_options()
+        parts = split_passages(self.ranker._text().tokenizer, [texts[i] for i in todo], opts) if todo else []
+        for i, p in zip(todo, parts, strict=True):
+            split[i] = p
+        flat, owner = flatten(split)
         # stored texts from the store, the others from the cache or encoded online (services/texts.py)
-        scores, dense, tokens = yield from text_features(self, qs, qvec, texts, clock, work)
+        scores, dense, tokens = yield from text_features(self, qs, qvec, flat, clock, work)
         if self.uses_priors(pure):
             t = time.perf_counter()
             if not all(math.isfinite(s) for s in scores):
@@ -515,17 +532,61 @@ class RerankBackend:
             features = {"neural": np.array(scores)}
             if qvec is not None:
                 features["dense"] = dense
-            scores = self.scorer.priors.combine(features).tolist()
+            if self.scorer.calibration is not None:  # each text's own log-odds of relevance
+                scores = self.scorer.calibration.logits(features).tolist()
+            else:  # priors fitted before calibration: standardised over the request's texts
+                scores = self.scorer.priors.combine(features).tolist()
             clock.seconds["priors"] += time.perf_counter() - t
+        if len(flat) != len(texts):  # MaxP: a long text's score is its best passage's
+            scores = max_per_document(scores, owner, len(texts))
         return scores, tokens
+
+    def passage_options(
+        self, max_chunks: int | None = None, max_tokens: int | None = None, cut: bool = False
+    ) -> PassageOptions:
+        """How /rerank reads a text longer than the ranker's window: passages of the window, at most
+        ``max_chunks`` (Cohere's; capped by --max-chunks-per-doc), the text cut to ``max_tokens`` pieces
+        first (Cohere v2's ``max_tokens_per_doc``); ``cut`` (TEI's ``truncate: true``): the first window only."""
+        window = self.max_doc_len()
+        chunks = (
+            1
+            if cut
+            else min(max_chunks or self.settings.max_chunks_per_doc, self.settings.max_chunks_per_doc)
+        )
+        overlap = self.settings.passage_overlap
+        if overlap is not None:
+            overlap = min(overlap, window // 2)
+        return PassageOptions(window, overlap, chunks, max_tokens)
+
+    def score_kind(self, pure: bool = False) -> str:
+        """What /rerank's ``relevance_score`` (the sigmoid of :meth:`score_texts`' scores) is: 'calibrated'
+        (the probability of relevance, fitted on held-out queries; each text's own), 'relative' (priors
+        without calibration: standardised over the request's texts, so it depends on the others) or
+        'uncalibrated' (the ranker's own score: each text's own, but not a probability)."""
+        if not self.uses_priors(pure):
+            return "uncalibrated"
+        return "calibrated" if self.scorer.calibration is not None else "relative"
 
     # ---- info ------------------------------------------------------------------------------------------
     def priors_info(self) -> dict | None:
         p = self.scorer.priors if self.scorer is not None else None
         if p is None:
             return None
+        cal = self.scorer.calibration
         return {
             "weights": p.weights,
+            "relevance_score": self.score_kind(),
+            "calibration": None
+            if cal is None
+            else {
+                "method": cal.method,
+                "feature_sets": sorted(cal.platt),
+                "fitted_on": {
+                    k: v
+                    for k, v in cal.fitted_on.items()
+                    if k in ("split", "queries", "candidates", "relevant")
+                },
+            },
             "dense_field": self.scorer.dense_reader is not None,
             "fitted_on": {
                 k: v for k, v in p.fitted_on.items() if k in ("split", "queries", "depth", "val_ndcg10")
@@ -542,6 +603,8 @@ class RerankBackend:
             "checkpoint": Path(self.settings.checkpoint).name,  # names only: no server paths to clients
             "fingerprint": self.ranker.fingerprint,
             **self.ranker.describe(),
+            "query_len": self.ranker._text().max_query_len,  # pieces read (--max-query-len, where allowed)
+            "passage_window": self.max_doc_len(),  # longer /rerank texts: passages (--max-chunks-per-doc)
         }
         store = None
         if self.reader is not None:
@@ -588,6 +651,7 @@ class RerankBackend:
             },
             "latency": self.latency.describe(),
             "priors": self.priors_info(),
+            "relevance_score": self.score_kind(),
             "version": __version__,
             "warnings": self.warnings,
         }

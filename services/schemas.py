@@ -102,8 +102,9 @@ Document = str | dict[str, Any]
 
 class DocumentsRequest(BaseModel):
     """The union of what the Cohere (v1, v2), Jina, Voyage, TEI, vLLM and Infinity clients send. Fields those
-    clients send that do not change the ranking (``model``, ``max_chunks_per_doc``, ``max_tokens_per_doc``,
-    ``truncation_direction``, ``priority``...) are accepted and ignored."""
+    clients send that do not change the ranking (``model``, ``truncation_direction``, ``priority``...) are
+    accepted and ignored; Cohere's ``max_chunks_per_doc`` / ``max_tokens_per_doc`` and TEI's ``truncate`` say
+    how a document longer than the ranker's window is read (split into passages by default)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -120,11 +121,22 @@ class DocumentsRequest(BaseModel):
     return_text: bool = Field(False, description="TEI: echo each text")
     raw_scores: bool = Field(False, description="raw model scores instead of sigmoid(score) in [0, 1]")
     truncate: bool | None = Field(
-        None, description="TEI: false refuses a text longer than the model reads (413); absent or true: cut"
+        None,
+        description="TEI: false refuses a text longer than the model reads (413); true cuts it to the first "
+        "window; absent: a long text is split into passages and scored by its best one",
     )
     truncation: bool | None = Field(None, description="Voyage: false refuses over-long texts, like TEI's")
     rank_fields: list[str] | None = Field(
         None, max_length=64, description="Cohere v1: the fields of object documents to rank on (at most 64)"
+    )
+    max_chunks_per_doc: int | None = Field(
+        None,
+        ge=1,
+        description="Cohere v1: at most this many passages of a long document are scored (default and "
+        "upper bound: the server's --max-chunks-per-doc); the document's score is its best passage's",
+    )
+    max_tokens_per_doc: int | None = Field(
+        None, ge=1, description="Cohere v2: each document is cut to its first this many word pieces"
     )
     model: str | None = None
 
@@ -135,6 +147,10 @@ class DocumentsRequest(BaseModel):
 
     def refuse_long(self) -> bool:
         return self.truncate is False or self.truncation is False
+
+    def cut_long(self) -> bool:
+        """TEI's ``truncate: true`` / Voyage's ``truncation: true``: read the first window only."""
+        return self.truncate is True or self.truncation is True
 
     def docs(self) -> list[Document]:
         if self.documents is not None and self.texts is not None:
@@ -247,6 +263,12 @@ class InfoResponse(BaseModel):
     latency: dict
     priors: dict | None = Field(
         None, description="the fitted priors' weights per feature set (null: the pure neural score is served)"
+    )
+    relevance_score: str = Field(
+        "uncalibrated",
+        description="what /rerank's relevance_score is: 'calibrated' (the probability of relevance, the same "
+        "for a text in any request), 'relative' (priors without calibration: depends on the request's other "
+        "texts) or 'uncalibrated' (the ranker's own score through a sigmoid: not a probability)",
     )
     warnings: list[str] = Field(default_factory=list, description="what the server serves without, and why")
     version: str

@@ -51,6 +51,24 @@ class ServiceSettings(BaseSettings):
         description="ad-hoc documents encoded per forward pass (/rerank): also the turn a request holds the model "
         "thread for before another request's chunk (on a GPU, larger is faster)",
     )
+    max_chunks_per_doc: int = Field(
+        10,
+        ge=1,
+        description="passages an ad-hoc document longer than the ranker's window is split into (/rerank; its "
+        "score is its best passage's: aheadrank/passages.py); a request's Cohere `max_chunks_per_doc` may "
+        "ask for fewer, not more; TEI's `truncate: true` reads the first passage only",
+    )
+    passage_overlap: int | None = Field(
+        None, ge=0, description="word pieces consecutive passages share (default: a quarter of the window)"
+    )
+    max_query_len: int = Field(
+        64,
+        ge=1,
+        le=512,
+        description="word pieces of a query the ranker reads, where its positions allow (at most what the base "
+        "model's positions leave beside the document; PreTTR: the checkpoint's own, its stored document "
+        "positions depend on it); /v1/info's model.query_len says what is read",
+    )
     text_cache_entries: int = Field(
         4096,
         ge=0,

@@ -301,3 +301,133 @@ def test_the_service_serves_rerank_runs_scores_with_their_parts(prior_env, servi
 
     finally:
         srv.stop()
+
+
+# ---- absolute, calibrated scores ------------------------------------------------------------------------
+def logistic_queries(n: int, seed: int, a: float = 1.5, b: float = -3.0) -> list[QueryFeatures]:
+    """Queries whose candidates are relevant with probability sigmoid(a·signal + b); neural and dense are
+    the signal on other scales and offsets (the calibration must learn both)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for q in range(n):
+        signal = rng.normal(size=40)
+        docids = [f"q{q}d{i}" for i in range(40)]
+        rel = rng.random(40) < 1 / (1 + np.exp(-(a * signal + b)))
+        feats = {
+            "neural": 7.0 * signal + 2.0 + rng.normal(scale=0.5, size=40),
+            "dense": 0.1 * signal + 0.4 + rng.normal(scale=0.05, size=40),
+        }
+        out.append(QueryFeatures(docids, feats, {d: int(r) for d, r in zip(docids, rel, strict=True)}))
+    return out
+
+
+def test_platt_recovers_a_logistic_model():
+    from aheadrank.priors import platt_fit
+
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=200_000)
+    y = rng.random(s.size) < 1 / (1 + np.exp(-(2.0 * s - 1.0)))
+    a, b = platt_fit(s, y)
+    assert a == pytest.approx(2.0, rel=0.03) and b == pytest.approx(-1.0, abs=0.03)
+    with pytest.raises(ValueError, match="relevant and non-relevant"):
+        platt_fit(s[:10], np.zeros(10))
+
+
+def test_calibrated_scores_are_probabilities_on_held_out_queries():
+    from aheadrank.priors import expected_calibration_error, fit_calibration
+
+    cal = fit_calibration(logistic_queries(200, seed=1), {"split": "train"})
+    assert set(cal.platt) == {"neural", "neural+dense"} and cal.fitted_on["queries"] == 200
+    held_out = logistic_queries(200, seed=2)
+    for names in (["neural"], ["neural", "dense"]):
+        p = np.concatenate([cal.probabilities({f: q.features[f] for f in names}) for q in held_out])
+        y = np.concatenate([[q.qrels[d] for d in q.docids] for q in held_out])
+        ece, table = expected_calibration_error(p, y)
+        assert ece < 0.03, table
+        # a per-request z-score (today's relevance_score) is not a probability on the same data
+        zs = np.concatenate([1 / (1 + np.exp(-zscore(q.features["neural"]))) for q in held_out])
+        assert expected_calibration_error(zs, y)[0] > 0.1
+
+
+def test_a_calibrated_score_is_the_documents_own():
+    from aheadrank.priors import fit_calibration
+
+    cal = fit_calibration(logistic_queries(50, seed=3))
+    q = logistic_queries(1, seed=4)[0]
+    together = cal.logits(q.features)
+    alone = [cal.logits({f: v[i : i + 1] for f, v in q.features.items()})[0] for i in range(len(q.docids))]
+    assert np.allclose(together, alone, rtol=0, atol=1e-12)
+    order = np.argsort(-together)  # the calibration keeps the combination's ranking
+    assert np.all(np.diff(cal.combine(q.features)[order]) <= 0)
+
+
+def test_calibration_round_trips_and_bad_calibration_is_refused():
+    from aheadrank.priors import fit_calibration
+
+    qs = logistic_queries(30, seed=5)
+    priors = fit_priors(qs, None, {})
+    assert priors.calibrated() is None and Priors.from_dict(priors.to_dict()).calibration is None
+    priors.calibration = fit_calibration(qs).to_dict()
+    back = Priors.from_dict(json.loads(priors.to_json()))
+    assert back.calibration == priors.calibration
+    f = {k: v[:5] for k, v in qs[0].features.items()}
+    assert np.array_equal(back.calibrated().logits(f), priors.calibrated().logits(f))
+    for bad in (
+        {**priors.calibration, "method": "isotonic"},
+        {**priors.calibration, "platt": {"neural": [-1.0, 0.0]}},
+        {**priors.calibration, "stats": {"neural": [0.0, 0.0], "dense": [0.0, 1.0]}},
+        {**priors.calibration, "platt": {"neural+bm25": [1.0, 0.0]}},
+    ):
+        with pytest.raises(CheckpointError):
+            Priors.from_dict({**priors.to_dict(), "calibration": bad})
+
+
+def test_a_score_that_does_not_rise_with_relevance_gets_the_base_rate():
+    from aheadrank.priors import fit_calibration
+
+    qs = logistic_queries(40, seed=6)
+    for q in qs:  # the neural score now falls with relevance
+        q.features = {"neural": -q.features["neural"]}
+    cal = fit_calibration(qs)
+    p = cal.probabilities({"neural": np.array([-30.0, 0.0, 30.0])})
+    rate = cal.fitted_on["relevant"] / cal.fitted_on["candidates"]
+    assert np.allclose(p, rate, atol=1e-4)
+
+
+def test_the_service_scores_a_text_the_same_alone_or_among_99_others(prior_env, tmp_path):
+    """/rerank with a calibrated checkpoint: a text's relevance_score does not depend on the request's other
+    texts; a checkpoint whose priors predate calibration still serves, and says its scores are relative."""
+    import httpx
+    from aheadrank.rankers.checkpoint import write_priors
+    from services_testkit import SAMPLE, Server
+
+    texts = [json.loads(line)["text"] for line in (SAMPLE / "corpus.jsonl").open()][:100]
+    query = "smoking increases the risk of lung cancer"
+    old = tmp_path / "uncalibrated"
+    shutil.copytree(prior_env["ckpt"], old)
+    write_priors(old, {**prior_env["priors"].to_dict(), "calibration": None})
+    srv = Server("--checkpoint", str(prior_env["ckpt"]), "--no-warmup").wait_ready()
+    try:
+        client = httpx.Client(base_url=srv.url, timeout=120)
+        info = client.get("/v1/info").json()
+        assert info["relevance_score"] == "calibrated" and info["priors"]["calibration"]["method"] == "platt"
+        many = client.post("/v1/rerank", json={"query": query, "documents": texts}).json()
+        assert many["meta"]["relevance_score"] == "calibrated"
+        together = {r["index"]: r["relevance_score"] for r in many["results"]}
+        for i in (0, 37, 99):
+            one = client.post("/v1/rerank", json={"query": query, "documents": [texts[i]]}).json()
+            assert one["results"][0]["relevance_score"] == pytest.approx(together[i], abs=1e-6)
+        tei = client.post("/rerank", json={"query": query, "texts": texts[:3]})
+        assert tei.headers["x-relevance-score"] == "calibrated"
+    finally:
+        srv.stop()
+    srv = Server("--checkpoint", str(old), "--no-warmup").wait_ready()
+    try:
+        client = httpx.Client(base_url=srv.url, timeout=120)
+        info = client.get("/v1/info").json()
+        assert info["relevance_score"] == "relative" and info["priors"]["calibration"] is None
+        assert any("no calibration" in w for w in info["warnings"])
+        body = client.post("/v1/rerank", json={"query": query, "documents": texts[:2]}).json()
+        assert body["meta"]["relevance_score"] == "relative"
+    finally:
+        srv.stop()

@@ -1,0 +1,177 @@
+"""Absolute, calibrated scores (issue 39): on held-out test queries, is /rerank's relevance_score a probability,
+and does the absolute score rank a request's documents at least as well as today's per-request z-score?
+
+The checkpoint's priors and calibration come from ``aheadrank fit-priors`` (the trainer's held-out part of the
+train split). Here, on the test split (BM25 top-``--depth`` candidates, features through the store as
+``fit-priors`` collects them), per feature set:
+
+- ``relative``: today's served score, each feature z-scored over the query's candidates and combined by the
+  fitted weights; its "probability" is what /rerank returned, sigmoid of that score;
+- ``platt``: the absolute score (fixed statistics, its weights, Platt's sigmoid), the served one now;
+- ``isotonic``: isotonic regression (scikit-learn) of the same absolute combination, fitted on the same
+  held-out train queries: the alternative calibration, for comparison.
+
+ECE: 10 equal-width bins over every (query, candidate) pair. nDCG@10 within the candidates (the ranking a
+request of those documents gets). The reliability curve is plotted to ``--plot``.
+
+    .venv/bin/python bench/calibration.py --checkpoint CKPT --store STORE --index BM25 \\
+        --collection ../shared/data/scifact
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from aheadrank.benchkit import machine_info, write_record
+from aheadrank.priors import QueryFeatures, expected_calibration_error, ndcg10, read_priors
+
+REPO = Path(__file__).resolve().parents[1]
+console = Console(width=None if sys.stdout.isatty() else 160)
+FEATURE_SETS = ("neural", "neural+dense", "neural+bm25+dense")  # ad-hoc texts have the first two
+
+
+def features(args, split: str, qids: list[str] | None) -> list[QueryFeatures]:
+    from aheadrank.indexer.topics import read_beir_split
+
+    from aheadrank.rerank import collect_features
+    from aheadrank.runs import bm25_candidates
+
+    queries, qrels = read_beir_split(args.collection, split)
+    if qids is not None:
+        queries = {q: queries[q] for q in qids if q in queries}
+    cands = bm25_candidates(args.index, queries, args.depth)
+    feats, _ = collect_features(args.checkpoint, args.store, queries, cands, qrels, args.device)
+    return feats
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkpoint", type=Path, required=True)
+    ap.add_argument("--store", type=Path, required=True, help="its store, with the dense field")
+    ap.add_argument("--index", type=Path, required=True, help="the collection's BM25 index")
+    ap.add_argument("--collection", type=Path, default=REPO.parent / "shared" / "data" / "scifact")
+    ap.add_argument("--depth", type=int, default=100)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bins", type=int, default=10)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "calibration.json")
+    ap.add_argument("--plot", type=Path, default=REPO / "bench" / "results" / "calibration.png")
+    args = ap.parse_args(argv)
+    import torch
+    from aheadrank.rankers import load_config
+    from sklearn.isotonic import IsotonicRegression
+
+    torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+    priors = read_priors(args.checkpoint)
+    cal = priors.calibrated() if priors is not None else None
+    if cal is None:
+        sys.exit(f"{args.checkpoint} has no calibrated priors: run `aheadrank fit-priors` first")
+    held_out = load_config(args.checkpoint).extra.get("train", {}).get("val_qids")
+    fit = features(args, priors.fitted_on.get("split", "train"), held_out)
+    test = features(args, "test", None)
+    labels = np.concatenate([[q.qrels.get(d, 0) > 0 for d in q.docids] for q in test]).astype(float)
+    fit_labels = np.concatenate([[q.qrels.get(d, 0) > 0 for d in q.docids] for q in fit]).astype(float)
+    rows, curves = {}, {}
+    for key in FEATURE_SETS:
+        names = key.split("+")
+        if key not in cal.platt or not all(f in test[0].features for f in names):
+            continue
+
+        def feats(q, names=names):
+            return {f: q.features[f] for f in names}
+
+        relative = [priors.combine(feats(q)) for q in test]
+        absolute = [cal.logits(feats(q)) for q in test]
+        iso = IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1)
+        iso.fit(np.concatenate([cal.combine(feats(q)) for q in fit]), fit_labels)
+        isotonic = [iso.predict(cal.combine(feats(q))) for q in test]
+        methods = {
+            "relative": (relative, np.concatenate([sigmoid(s) for s in relative])),
+            "platt": (absolute, np.concatenate([sigmoid(s) for s in absolute])),
+            "isotonic": (isotonic, np.concatenate(isotonic)),
+        }
+        for method, (scores, probs) in methods.items():
+            ece, table = expected_calibration_error(probs, labels, args.bins)
+            ndcg = float(np.mean([ndcg10(s, q.docids, q.qrels) for s, q in zip(scores, test, strict=True)]))
+            rows[f"{key} {method}"] = {
+                "features": key,
+                "method": method,
+                "ece": ece,
+                "ndcg10": ndcg,
+                "mean_p": float(probs.mean()),
+                "reliability": table,
+            }
+            curves[(key, method)] = table
+    record = write_record(
+        args.out,
+        "calibration",
+        argv,
+        machine_info(args.threads),
+        t_start,
+        checkpoint=args.checkpoint.name,
+        collection=args.collection.name,
+        fit={"split": priors.fitted_on.get("split"), "queries": len(fit), "candidates": int(fit_labels.size)},
+        test={
+            "split": "test",
+            "queries": len(test),
+            "candidates": int(labels.size),
+            "relevant": int(labels.sum()),
+        },
+        depth=args.depth,
+        bins=args.bins,
+        calibration={"method": cal.method, "weights": cal.weights, "platt": cal.platt, "stats": cal.stats},
+        relative_weights=priors.weights,
+        rows=rows,
+    )
+    table = Table(title=f"calibration on {args.collection.name} test ({len(test)} queries, top-{args.depth})")
+    for col in ("features", "relevance_score", "ECE", "nDCG@10", "mean p"):
+        table.add_column(col, justify="left" if col in ("features", "relevance_score") else "right")
+    for r in rows.values():
+        table.add_row(
+            r["features"], r["method"], f"{r['ece']:.4f}", f"{r['ndcg10']:.4f}", f"{r['mean_p']:.4f}"
+        )
+    console.print(table)
+    plot(curves, args.plot, len(test))
+    return record
+
+
+def plot(curves: dict, path: Path, queries: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted({k for k, _ in curves}, key=FEATURE_SETS.index)
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 4.2), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--", label="perfect")
+        for method, style in (("platt", "o-"), ("isotonic", "s-"), ("relative", "x:")):
+            table = curves.get((key, method))
+            if table:
+                ax.plot([b["mean_p"] for b in table], [b["frac"] for b in table], style, label=method, ms=4)
+        ax.set_title(key)
+        ax.set_xlabel("predicted probability (bin mean)")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+    axes[0][0].set_ylabel("fraction relevant")
+    axes[0][0].legend(loc="upper left", fontsize=8)
+    fig.suptitle(f"relevance_score reliability, SciFact test ({queries} queries)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+
+
+if __name__ == "__main__":
+    main()
