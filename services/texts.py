@@ -16,6 +16,7 @@ lock only guards it against ``/metrics`` reading its counters from the event loo
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -32,11 +33,16 @@ SOURCES = ("stored", "cached", "encoded")
 
 @dataclass
 class Encoded:
-    """One text's online-encoded document side: its fields ([len, dim] tensors, as ``encode_documents`` gives
-    them) and, once the dense prior needed it, its dense embedding."""
+    """One text's online-encoded document side: its fields ([len, dim] float32 arrays of their own, as
+    ``encode_documents`` computes them) and, once the dense prior needed it, its dense embedding."""
 
-    fields: dict[str, Any]
+    fields: dict[str, np.ndarray]
     dense: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, fields: dict[str, Any]) -> Encoded:
+        """From ``encode_documents``' tensors (views into their batch: copied, so the batch is not kept)."""
+        return cls({k: np.array(v.detach().cpu().numpy(), dtype=np.float32) for k, v in fields.items()})
 
     @property
     def tokens(self) -> int:
@@ -44,8 +50,33 @@ class Encoded:
 
     @property
     def nbytes(self) -> int:
-        size = sum(int(v.numel()) * v.element_size() for v in self.fields.values())
+        size = sum(int(v.nbytes) for v in self.fields.values())
         return size + (int(self.dense.nbytes) if self.dense is not None else 0)
+
+
+@functools.lru_cache(maxsize=2048)
+def _digest(text: str) -> bytes:
+    """:func:`text_digest`, remembered for the texts of the last requests (a request looks each text up twice:
+    whole, then as passages)."""
+    return text_digest(text)
+
+
+def score_encoded(ranker, qs, entries: list[Encoded]) -> list[float]:
+    """Scores of online-encoded documents: padded in one numpy buffer per field (one copy per document, no
+    torch op per document), then one ``score_batch``, as stored candidates are scored."""
+    import torch
+
+    lengths = np.array([e.tokens for e in entries])
+    width = int(lengths.max())
+    fields = {}
+    for name, first in entries[0].fields.items():
+        buf = np.zeros((len(entries), width, first.shape[1]), dtype=np.float32)
+        for i, e in enumerate(entries):
+            buf[i, : lengths[i]] = e.fields[name]
+        fields[name] = torch.from_numpy(buf).to(ranker.device)
+    mask = torch.from_numpy(np.arange(width)[None, :] < lengths[:, None]).to(ranker.device)
+    with torch.inference_mode():
+        return ranker.score_batch(qs, fields, mask).float().cpu().tolist()
 
 
 @dataclass
@@ -121,17 +152,12 @@ class TextCache:
             }
 
 
-def _compact(fields: dict[str, Any]) -> dict[str, Any]:
-    """A document's fields as their own tensors (``encode_documents`` gives views into the whole batch)."""
-    return {k: v.detach().clone() for k, v in fields.items()}
-
-
 def stored_texts(backend, texts: list[str]) -> list[bool]:
     """Which of ``texts`` the store holds (by text digest): those are scored whole, as their docids."""
     reader = backend.reader
     if reader is None or not reader.text_shards or not texts:
         return [False] * len(texts)
-    return [hit is not None for hit in reader.find_texts([text_digest(x) for x in texts])]
+    return [hit is not None for hit in reader.find_texts([_digest(x) for x in texts])]
 
 
 def text_features(
@@ -142,7 +168,7 @@ def text_features(
     turns) and checks ``work`` there. Returns (scores in input order, cosines or None, tokens)."""
     settings, ranker, cache = backend.settings, backend.ranker, backend.text_cache
     t = time.perf_counter()
-    digests = [text_digest(x) for x in texts]
+    digests = [_digest(x) for x in texts]
     first: dict[bytes, int] = {}
     for i, d in enumerate(digests):
         first.setdefault(d, i)
@@ -197,7 +223,7 @@ def text_features(
         work.check()
         chunk = hits[begin : begin + batch]
         t = time.perf_counter()
-        out = ranker.score(qs, [cached[d].fields for d in chunk]).tolist()
+        out = score_encoded(ranker, qs, [cached[d] for d in chunk])
         clock.seconds["score"] += time.perf_counter() - t
         neural.update(zip(chunk, (float(s) for s in out), strict=True))
         tokens.update((d, cached[d].tokens) for d in chunk)
@@ -214,12 +240,11 @@ def text_features(
         work.check()
         chunk = missing[begin : begin + step]
         t = time.perf_counter()
-        docs = ranker.encode_documents([texts[first[d]] for d in chunk], batch_size=step)
+        entries = [Encoded.of(f) for f in ranker.encode_documents([texts[first[d]] for d in chunk], step)]
         t1 = time.perf_counter()
-        out = ranker.score(qs, docs).tolist()
+        out = score_encoded(ranker, qs, entries)
         clock.seconds["encode"] += t1 - t
         clock.seconds["score"] += time.perf_counter() - t1
-        entries = [Encoded(_compact(f)) if cache.enabled else Encoded(f) for f in docs]
         neural.update(zip(chunk, (float(s) for s in out), strict=True))
         tokens.update((d, e.tokens) for d, e in zip(chunk, entries, strict=True))
         if qvec is not None:

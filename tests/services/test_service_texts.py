@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
-import torch
 from aheadrank.services import create_app
 from aheadrank.services.metrics import sample_sum
 from aheadrank.services.texts import Encoded, TextCache
@@ -117,7 +117,9 @@ def test_the_cache_is_off_at_zero(service_env):
     try:
         calls = []
         inner = backend.ranker.encode_documents
-        backend.ranker.encode_documents = lambda t, batch_size=64: calls.append(len(t)) or inner(t, batch_size)
+        backend.ranker.encode_documents = lambda t, batch_size=64: (
+            calls.append(len(t)) or inner(t, batch_size)
+        )
         backend.score_texts(QUERY, UNKNOWN)
         backend.score_texts(QUERY, UNKNOWN)
         assert sum(calls) == 2 * len(UNKNOWN) and len(backend.text_cache) == 0
@@ -126,7 +128,7 @@ def test_the_cache_is_off_at_zero(service_env):
 
 
 def entry(tokens: int, dim: int = 4) -> Encoded:
-    return Encoded({"doc": torch.zeros(tokens, dim)})  # tokens * dim * 4 bytes
+    return Encoded({"doc": np.zeros((tokens, dim), dtype=np.float32)})  # tokens * dim * 4 bytes
 
 
 def test_the_cache_keeps_its_bounds_and_drops_the_least_recently_used():
@@ -147,7 +149,7 @@ def test_the_cache_keeps_its_bounds_and_drops_the_least_recently_used():
     cache.put((b"x" * 32, "fp"), entry(100))  # 1600 bytes: larger than the whole cache, not kept
     assert cache.get((b"x" * 32, "fp")) is None and len(cache) == 6
     grown = cache.get((bytes([9]) * 32, "fp"))
-    grown.dense = torch.zeros(40).numpy()  # + 160 bytes: put again, re-accounted
+    grown.dense = np.zeros(40, dtype=np.float32)  # + 160 bytes: put again, re-accounted
     cache.put((bytes([9]) * 32, "fp"), grown)
     assert cache.bytes == sum(e.nbytes for e, _ in cache._items.values()) <= 1000
 
