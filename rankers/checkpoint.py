@@ -1,11 +1,20 @@
 """Checkpoints: a directory with ``config.json``, ``model.safetensors``, the tokenizer files and
-``fingerprint.json`` (sha256 over config + weights). Written into a temporary sibling and renamed, so a
-checkpoint directory is either complete or absent; loading verifies the fingerprint."""
+``fingerprint.json``. Written into a temporary sibling and renamed, so a checkpoint directory is either
+complete or absent; loading verifies the fingerprint.
+
+``fingerprint.json`` records ``sha256`` (config + weights: the model fingerprint a store is bound to) and
+``tokenizer_sha256`` (every tokenizer file, :data:`TOKENIZER_FINGERPRINT_FILES`): a vocabulary with two ids
+swapped changes every score with the same weights, so loading refuses a tokenizer that is not the recorded
+one. The model fingerprint does not cover the tokenizer, so every store built before stays valid; a
+checkpoint written before ``tokenizer_sha256`` existed loads with a warning until
+``aheadrank fingerprint-tokenizer CKPT`` records it. ``priors.json`` is covered by ``priors_sha256``,
+written in two steps so that a kill at any point leaves a checkpoint that loads (:func:`write_priors`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -23,6 +32,9 @@ from aheadrank.errors import CheckpointError
 
 REQUIRED = ("config.json", "model.safetensors", "fingerprint.json", "tokenizer_config.json")
 PRIORS_FILE = "priors.json"  # optional: the fitted score combination (aheadrank/priors.py), opaque here
+# every file the tokenizer reads from a checkpoint (AutoTokenizer: tokenizer.json first, else vocab.txt)
+TOKENIZER_FINGERPRINT_FILES = (*TOKENIZER_FILES, "added_tokens.json")
+log = logging.getLogger("aheadrank.rankers")
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -38,16 +50,20 @@ def write_priors(path: str | os.PathLike, priors: dict) -> str:
 
     The model fingerprint (``sha256``: config + weights, what a store is bound to) does not change, so
     refitting the priors keeps every store of the checkpoint valid; ``priors_sha256`` makes a modified
-    ``priors.json`` fail the load like modified weights do. Returns the priors' sha256."""
+    ``priors.json`` fail the load like modified weights do. Three atomic renames, each leaving a checkpoint
+    that loads with one consistent ``priors.json``: (1) the new digest is recorded as pending beside the
+    old one, (2) ``priors.json`` is replaced, (3) the new digest becomes the only one. Returns it."""
     path = Path(path)
     fp_path = path / "fingerprint.json"
     if not fp_path.is_file():
         raise CheckpointError(f"{path} is not a checkpoint: fingerprint.json is missing")
     record = json.loads(fp_path.read_text())
-    _atomic_write(path / PRIORS_FILE, json.dumps(priors, indent=2, sort_keys=True) + "\n")
-    digest = sha256_file(path / PRIORS_FILE)
-    record["priors_sha256"] = digest
-    _atomic_write(fp_path, json.dumps(record, indent=2))
+    text = json.dumps(priors, indent=2, sort_keys=True) + "\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    _atomic_write(fp_path, json.dumps({**record, "priors_pending_sha256": digest}, indent=2))
+    _atomic_write(path / PRIORS_FILE, text)
+    record.pop("priors_pending_sha256", None)
+    _atomic_write(fp_path, json.dumps({**record, "priors_sha256": digest}, indent=2))
     return digest
 
 
@@ -57,13 +73,14 @@ def read_priors_json(path: str | os.PathLike, verify: bool = True) -> dict | Non
     file = path / PRIORS_FILE
     record = json.loads((path / "fingerprint.json").read_text())
     expected = record.get("priors_sha256")
+    pending = record.get("priors_pending_sha256")  # write_priors stopped between its steps
     if not file.is_file():
-        if expected:
+        if expected and not pending:
             raise CheckpointError(
                 f"checkpoint {path}: priors.json is recorded in fingerprint.json but missing"
             )
         return None
-    if verify and sha256_file(file) != expected:
+    if verify and sha256_file(file) not in {d for d in (expected, pending) if d}:
         raise CheckpointError(
             f"checkpoint {path}: priors.json is corrupt, was modified, or is not recorded in fingerprint.json "
             "(refit it with `aheadrank fit-priors`)"
@@ -81,6 +98,64 @@ def _atomic_write(path: Path, text: str) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself on disk before the next step
+    finally:
+        os.close(fd)
+
+
+def tokenizer_fingerprint(path: str | os.PathLike) -> tuple[str, list[str]]:
+    """(sha256 over every tokenizer file present, by name and content; their names)."""
+    h = hashlib.sha256()
+    names = [n for n in TOKENIZER_FINGERPRINT_FILES if (Path(path) / n).is_file()]
+    for name in names:
+        h.update(f"{name}\0{sha256_file(Path(path) / name)}\0".encode())
+    return h.hexdigest(), names
+
+
+def check_tokenizer(path: str | os.PathLike) -> str | None:
+    """Refuse a checkpoint whose tokenizer files are not the recorded ones (CheckpointError); a warning
+    (returned, and logged) for a checkpoint written before they were recorded."""
+    path = Path(path)
+    record = json.loads((path / "fingerprint.json").read_text())
+    expected = record.get("tokenizer_sha256")
+    if expected is None:
+        notice = (
+            f"checkpoint {path.name}: its tokenizer files are not fingerprinted (written before aheadrank "
+            "recorded them), so a changed vocabulary would go unnoticed; record them with "
+            f"`aheadrank fingerprint-tokenizer {path}` (stores built by it stay valid)"
+        )
+        log.warning(notice)
+        return notice
+    actual, names = tokenizer_fingerprint(path)
+    if actual != expected:
+        raise CheckpointError(
+            f"checkpoint {path}: its tokenizer files ({', '.join(names)}) are not the ones recorded in "
+            f"fingerprint.json (were {', '.join(record.get('tokenizer_files', []))}): a changed vocabulary "
+            "changes every score. Restore the checkpoint's own tokenizer files"
+        )
+    return None
+
+
+def record_tokenizer(path: str | os.PathLike, replace: bool = False) -> str:
+    """Record the tokenizer files' fingerprint in a checkpoint written before it existed. One already
+    recorded and different is refused unless ``replace`` (then stores built with the old tokenizer no longer
+    match what the checkpoint reads: rebuild them). Returns the fingerprint."""
+    path = Path(path)
+    record = json.loads((path / "fingerprint.json").read_text())
+    digest, names = tokenizer_fingerprint(path)
+    old = record.get("tokenizer_sha256")
+    if old is not None and old != digest and not replace:
+        raise CheckpointError(
+            f"checkpoint {path}: its tokenizer files differ from the recorded ones; restore them, or pass "
+            "--replace to record these (and rebuild every store built by this checkpoint)"
+        )
+    _atomic_write(
+        path / "fingerprint.json",
+        json.dumps({**record, "tokenizer_sha256": digest, "tokenizer_files": names}, indent=2),
+    )
+    return digest
 
 
 def compute_fingerprint(path: str | os.PathLike) -> str:
@@ -160,11 +235,10 @@ def save_checkpoint(
         if "vocab.txt" not in copied:
             ranker._text().tokenizer.save_pretrained(str(tmp))
         fp = compute_fingerprint(tmp)
-        (tmp / "fingerprint.json").write_text(
-            json.dumps(
-                {"sha256": fp, "over": ["config.json", "model.safetensors"], "kind": config.kind}, indent=2
-            )
-        )
+        tokenizer, names = tokenizer_fingerprint(tmp)
+        record = {"sha256": fp, "over": ["config.json", "model.safetensors"], "kind": config.kind}
+        record.update(tokenizer_sha256=tokenizer, tokenizer_files=names)
+        (tmp / "fingerprint.json").write_text(json.dumps(record, indent=2))
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
@@ -204,6 +278,7 @@ def load_ranker(
             raise CheckpointError(
                 f"checkpoint {path} is corrupt or was modified: fingerprint {actual[:12]} != recorded {recorded[:12]}"
             )
+    notice = check_tokenizer(path) if verify else None
     ranker = build_ranker(config, path, strategy)
     try:
         missing, unexpected = load_model(ranker, str(path / "model.safetensors"), strict=False)
@@ -218,5 +293,6 @@ def load_ranker(
             f"(missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})"
         )
     ranker.fingerprint = recorded
+    ranker.fingerprint_notice = notice  # an unfingerprinted tokenizer: the service lists it in its warnings
     ranker.priors = read_priors_json(path, verify=verify)
     return ranker.to(device).eval()

@@ -130,6 +130,8 @@ class RerankBackend:
             log.warning(notice)
         if getattr(ranker, "fingerprint_notice", None):  # logged by load_ranker
             self.warnings.append(ranker.fingerprint_notice)
+        if getattr(ranker, "fingerprint_notice", None):  # logged by load_ranker
+            self.warnings.append(ranker.fingerprint_notice)
         if reader is not None and searcher is not None and searcher.num_docs != len(reader):
             self.warnings.append(
                 f"the BM25 index holds {searcher.num_docs} documents but the store {len(reader)}: "

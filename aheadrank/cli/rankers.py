@@ -103,3 +103,23 @@ def init_ranker_cmd(
     ranker = init_ranker(kind.value, base=base, seed=seed, **init_options(kind.value, ranker_options))
     fp = save_checkpoint(ranker, out, overwrite=overwrite)
     typer.echo(f"wrote {kind.value} checkpoint to {out} (fingerprint {fp[:16]}); {ranker.describe()}")
+
+
+@app.command("fingerprint-tokenizer")
+@user_errors
+def fingerprint_tokenizer_cmd(
+    checkpoint: Path = typer.Argument(..., help="checkpoint directory"),
+    replace: bool = typer.Option(
+        False,
+        "--replace",
+        help="record tokenizer files that differ from the recorded ones (rebuild its stores)",
+    ),
+) -> None:
+    """Record the sha256 of a checkpoint's tokenizer files in its fingerprint.json (checkpoints written before
+    they were recorded load with a warning until then). The model fingerprint, and so every store built by
+    the checkpoint, does not change."""
+    from aheadrank.rankers.checkpoint import load_config, record_tokenizer
+
+    load_config(checkpoint)  # a clear error for a path that is not a checkpoint
+    digest = record_tokenizer(checkpoint, replace=replace)
+    typer.echo(f"{checkpoint}: tokenizer files recorded (sha256 {digest[:16]}...)")

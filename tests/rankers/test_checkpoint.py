@@ -152,3 +152,112 @@ def test_describe_says_whether_the_similarity_residual_is_on(tiny_base):
     off = init_ranker("mores", base=tiny_base, ibs=1, sim=False)
     assert on.describe()["sim"] is True and off.describe()["sim"] is False
     assert "sim" not in init_ranker("tk", base=tiny_base).describe()  # no residual for TK (None)
+
+
+# ---- issue 37, item 5: the tokenizer files are fingerprinted -----------------------------------------
+def _swap_tokens(ck, file: str) -> None:
+    """Give two ordinary word pieces each other's id in ``file`` (the same weights then read other rows)."""
+    if file == "tokenizer.json":
+        data = json.loads((ck / file).read_text())
+        vocab = data["model"]["vocab"]
+        vocab["protein"], vocab["tumor"] = vocab["tumor"], vocab["protein"]
+        (ck / file).write_text(json.dumps(data))
+    elif file == "vocab.txt":
+        lines = (ck / file).read_text().split("\n")
+        a, b = lines.index("insulin"), lines.index("obesity")
+        lines[a], lines[b] = lines[b], lines[a]
+        (ck / file).write_text("\n".join(lines))
+    elif file == "special_tokens_map.json":
+        data = json.loads((ck / file).read_text())
+        data["unk_token"] = "[MASK]"
+        (ck / file).write_text(json.dumps(data))
+    else:  # a tokenizer file added beside the recorded ones
+        (ck / file).write_text(json.dumps({"glucose-insulin": 30522}))
+
+
+@pytest.fixture(scope="module")
+def tokenizer_ckpt(tiny_base, tmp_path_factory):
+    ck = tmp_path_factory.mktemp("tok") / "ck"
+    fp = save_checkpoint(init_ranker("mores", base=tiny_base, ibs=1), ck)
+    return ck, fp
+
+
+@pytest.mark.parametrize(
+    "file", ["tokenizer.json", "vocab.txt", "special_tokens_map.json", "added_tokens.json"]
+)
+def test_a_changed_tokenizer_file_is_refused(tokenizer_ckpt, tmp_path, file):
+    ck, fp = tokenizer_ckpt
+    record = json.loads((ck / "fingerprint.json").read_text())
+    assert record["sha256"] == fp == compute_fingerprint(ck)  # the model fingerprint: config + weights only
+    assert "tokenizer.json" in record["tokenizer_files"] and "vocab.txt" in record["tokenizer_files"]
+    changed = shutil.copytree(ck, tmp_path / "changed")
+    _swap_tokens(changed, file)
+    with pytest.raises(CheckpointError, match="tokenizer files"):
+        load_ranker(changed)
+
+
+def test_an_old_checkpoint_loads_with_a_warning_until_its_tokenizer_is_recorded(
+    tokenizer_ckpt, tmp_path, caplog
+):
+    from aheadrank.cli import app
+
+    ck, fp = tokenizer_ckpt
+    old = shutil.copytree(ck, tmp_path / "old")
+    record = json.loads((old / "fingerprint.json").read_text())
+    for key in ("tokenizer_sha256", "tokenizer_files"):
+        record.pop(key)
+    (old / "fingerprint.json").write_text(json.dumps(record))  # as written before the tokenizer was recorded
+    with caplog.at_level("WARNING", logger="aheadrank.rankers"):
+        loaded = load_ranker(old)
+    assert loaded.fingerprint == fp and "fingerprint-tokenizer" in loaded.fingerprint_notice
+    assert any("fingerprint-tokenizer" in r.getMessage() for r in caplog.records)
+    out = CliRunner().invoke(app, ["fingerprint-tokenizer", str(old)])
+    assert out.exit_code == 0, out.output
+    assert read_fingerprint(old) == fp  # stores built by it still match
+    assert load_ranker(old).fingerprint_notice is None
+    _swap_tokens(old, "vocab.txt")
+    with pytest.raises(CheckpointError, match="tokenizer files"):
+        load_ranker(old)
+    out = CliRunner().invoke(app, ["fingerprint-tokenizer", str(old)])  # not silently re-recorded
+    assert out.exit_code != 0 and "--replace" in out.output, out.output
+
+
+# ---- issue 37, item 9: priors.json and fingerprint.json change together ---------------------------------
+_KILL_CHILD = """
+import os, signal, sys
+from aheadrank.rankers import checkpoint
+real, calls = os.replace, [0]
+def replace(src, dst):
+    calls[0] += 1
+    if calls[0] == {n} and {before}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(src, dst)
+    if calls[0] == {n} and not {before}:
+        os.kill(os.getpid(), signal.SIGKILL)
+checkpoint.os.replace = replace
+checkpoint.write_priors(sys.argv[1], {{"weights": {{"neural": {{"neural": 1.0}}}}, "fitted_on": {{"run": "new"}}}})
+"""
+
+
+@pytest.mark.parametrize("before", [True, False])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_kill_while_priors_are_written_leaves_a_checkpoint_that_loads(tokenizer_ckpt, tmp_path, n, before):
+    import subprocess
+    import sys
+
+    from aheadrank.rankers.checkpoint import write_priors
+
+    ck = shutil.copytree(tokenizer_ckpt[0], tmp_path / "ck")
+    old = {"weights": {"neural": {"neural": 1.0}}, "fitted_on": {"run": "old"}}
+    write_priors(ck, old)
+    code = _KILL_CHILD.format(n=n, before=before)
+    out = subprocess.run([sys.executable, "-c", code, str(ck)], capture_output=True, text=True, timeout=120)
+    killed = out.returncode == -9
+    assert killed or out.returncode == 0, out.stderr  # past the last rename: it finished
+    loaded = load_ranker(ck)  # never "priors.json is corrupt": one consistent pair, old or new
+    assert loaded.priors["fitted_on"]["run"] in ("old", "new")
+    if not killed:
+        assert loaded.priors["fitted_on"]["run"] == "new"
+    write_priors(ck, {**old, "fitted_on": {"run": "again"}})  # a rerun finishes the write
+    assert load_ranker(ck).priors["fitted_on"]["run"] == "again"
+    assert json.loads((ck / "fingerprint.json").read_text()).keys() >= {"sha256", "priors_sha256"}
