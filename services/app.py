@@ -275,12 +275,19 @@ async def _json_shape(body: bytes, depth: int, values: int) -> str | None:
     return await asyncio.to_thread(shape_problem, body, depth, values)
 
 
+# uvicorn's graceful shutdown (aheadrank/cli/serve.py) waits 10 s for responses, then cancels them (a
+# plain-text 500): a request on the model thread gets this long to finish, then is answered 503 in JSON
+RUNNING_GRACE_S = 5.0
+
+
 class _Drain:
     """Shutdown: from SIGTERM on, every request still waiting for the model gets 503 with ``Retry-After``
-    at once (it never reaches the model), new ones too; the one on the model thread finishes."""
+    at once (it never reaches the model), new ones too; one on the model thread may finish within
+    ``RUNNING_GRACE_S``, else it is answered 503 and stops before its next chunk."""
 
     def __init__(self) -> None:
         self.on = False
+        self.since = math.inf  # perf_counter() at SIGTERM
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
 
@@ -293,6 +300,7 @@ class _Drain:
 
     def begin(self) -> None:
         """Called from a signal handler or any thread."""
+        self.since = min(self.since, time.perf_counter())
         self.on = True
         if self._loop is not None and self._event is not None:
             self._loop.call_soon_threadsafe(self._event.set)
@@ -521,13 +529,18 @@ class ModelThread:
                 if job["cancelled"]:
                     work.cancel("shutting_down")
                     raise self.drain.refusal()
-                try:  # the request on the model thread finishes (within its deadline)
+                until = min(work.deadline, self.drain.since + RUNNING_GRACE_S)
+                try:  # the request on the model thread may finish (within its deadline and the grace)
                     await asyncio.wait_for(
-                        asyncio.shield(future), timeout=max(0.0, work.deadline - time.perf_counter())
+                        asyncio.shield(future), timeout=max(0.0, until - time.perf_counter())
                     )
                     finished = True
                 except asyncio.TimeoutError:
                     finished = None
+                if finished is None and time.perf_counter() < work.deadline:
+                    work.cancel("shutting_down")  # the model thread stops before its next chunk
+                    future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
+                    raise self.drain.refusal()
             if finished is None:
                 work.cancel("deadline")  # the model thread stops before its next chunk
                 future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
@@ -536,6 +549,8 @@ class ModelThread:
         except Cancelled as exc:
             if exc.reason == "deadline":
                 raise self.deadline_error(work) from exc
+            if exc.reason == "shutting_down":
+                raise self.drain.refusal() from exc
             raise ApiError(
                 499, "the client closed the connection; the request was dropped", exc.reason
             ) from exc
