@@ -49,6 +49,12 @@ def dense_features(
     return out
 
 
+EQUAL_FUSION = {
+    "bm25": 0.5,
+    "dense": 0.5,
+}  # the label-free fusion: z-scored BM25 and bi-encoder, equal weights
+
+
 def feature_run(features: dict[str, QueryFeatures], weights: dict[str, float]) -> Run:
     """Σ w_f · zscore(f) per query (one feature with weight 1: that feature's own order)."""
     run = {}
@@ -90,3 +96,25 @@ def fusion_teacher(
     val = [feats[q] for q in val_qids if q in feats]
     weights, _ = fit_fusion(val) if val else ({"bm25": 0.5, "dense": 0.5}, 0.0)
     return feature_run(feats, weights), weights
+
+
+def label_free_teacher(
+    dense_store: str | Path,
+    queries: dict[str, str],
+    hits: dict[str, list[tuple[str, float]]],
+    aliases: dict[str, str],
+    qrels: dict[str, dict[str, int]],
+    base: str | Path | None = None,
+    device: str = "cpu",
+) -> dict[str, dict[str, float]]:
+    """The equal-weight BM25 + bi-encoder fusion (:data:`EQUAL_FUSION`, no judgments) over each pseudo-query's
+    BM25 ``hits``, as a listwise teacher: the source document of a query is scored as itself (its full text,
+    which the query came from) and renamed to the alias the query is trained against (``qrels``)."""
+    feats = dense_features(dense_store, queries, hits, base=base, device=device)
+    run = feature_run(feats, EQUAL_FUSION)
+    out = {}
+    for q, scores in run.items():
+        alias = next(iter(qrels[q]))
+        source = aliases[alias]
+        out[q] = {alias if d == source else d: s for d, s in scores.items()}
+    return out

@@ -225,12 +225,12 @@ class Bm25Hits:
 
     def hits(self, queries: dict[str, str], depth: int) -> dict[str, list]:
         """{qid: [(docid, bm25 score), ...]} best first, as ``aheadrank.runs.bm25_candidates``."""
-        from aheadrank.runs import bm25_candidates
-
         path = self.workdir / "bm25-hits" / f"{self.key}-{digest([sorted(queries.items()), depth])}.json"
         cached = read_json(path)
         if cached is not None:
             return {q: [(d, float(s)) for d, s in hits] for q, hits in cached.items()}
+        from aheadrank.runs import bm25_candidates  # (sets Java up: only on a miss)
+
         found = bm25_candidates(self.index, queries, depth)
         write_json(path, found)
         return found

@@ -193,3 +193,32 @@ def rerank_run(
     scorer.close()
     reader.close()
     return run, stats
+
+
+def build_label_free_training_data(
+    collection: str | Path,
+    index: str | Path | None,
+    *,
+    max_queries: int = 3000,
+    depth: int = 100,
+    seed: int = 0,
+    search: Callable[[dict[str, str], int], dict[str, list]] | None = None,
+):
+    """(TrainingData, hits, the pseudo-queries) from the collection's texts alone (``indexer/pseudo_queries.py``,
+    :func:`~aheadrank.indexer.pseudo_queries.label_free_queries`): each pseudo-query's BM25 top-``depth``
+    are its candidates, with its source document replaced by the copy the query was cut from. ``hits``:
+    the BM25 lists as searched ({qid: [(docid, score), ...]}, source docids), for the teacher."""
+    from aheadrank.errors import AheadrankError
+    from aheadrank.indexer.pseudo_queries import label_free_queries
+    from aheadrank.rankers.training import TrainingData
+
+    pq = label_free_queries(collection, max_queries=max_queries, seed=seed)
+    if len(pq.queries) < 20:
+        raise AheadrankError(
+            f"{collection}: only {len(pq.queries)} documents have enough text (10+ words) to make training "
+            "queries from; a label-free ranker needs a collection of at least a few hundred such documents"
+        )
+    hits = (search or _bm25_search(index))(pq.queries, depth)
+    alias = {q: next(iter(pq.qrels[q])) for q in pq.queries}
+    cands = {q: [alias[q] if d == pq.aliases[alias[q]] else d for d, _ in hits.get(q, [])] for q in pq.queries}
+    return TrainingData(pq.texts, pq.queries, pq.qrels, cands), hits, pq

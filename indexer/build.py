@@ -476,6 +476,8 @@ def require_dense(store: str | Path) -> None:
     from aheadrank.store import read_manifest
     from aheadrank.store.manifest import write_manifest_file
 
+    if not (Path(store) / "manifest.json").is_file():  # a dense field alone (no main store to bind it to)
+        return
     manifest = read_manifest(store)
     if manifest.dense is not True:
         write_manifest_file(Path(store), replace(manifest, dense=True))

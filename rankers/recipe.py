@@ -93,6 +93,25 @@ def recipe_for(device: str, name: str = "auto") -> Recipe:
     return RECIPES[name]
 
 
+def train_config(rec: Recipe, kind: str, **overrides: Any) -> TrainConfig:
+    """The :class:`TrainConfig` of ``rec`` for a ranker of ``kind`` (its learning rate), with ``overrides``
+    (TrainConfig fields) on top: the one place a recipe becomes training options."""
+    cfg = TrainConfig(
+        steps=rec.steps,
+        group_size=rec.group_size,
+        queries_per_step=rec.queries_per_step,
+        lr=rec.lr_for(kind),
+        eval_every=rec.eval_every,
+        val_queries=rec.val_queries,
+        val_depth=rec.val_depth,
+        listwise_weight=rec.listwise_weight,
+        cpu_amp=rec.cpu_amp,
+        doc_len=rec.train_doc_len,
+        fresh_lr=rec.fresh_lr,
+    )
+    return dataclasses.replace(cfg, **overrides)
+
+
 def pseudo_config(cfg: TrainConfig, steps: int) -> TrainConfig:
     """The pseudo-query stage: ``cfg``'s groups and rates for ``steps`` steps, cross-entropy on the document
     whose title is the query (no teacher scores exist for titles), no validation."""
@@ -184,7 +203,7 @@ def train_recipe(
         kernel_fit["seconds"] = round(time.perf_counter() - t2, 1)
         log.info("TK kernel weights fitted: %s", kernel_fit)
     result = None
-    record: dict[str, Any] = {}
+    record: dict[str, Any] = dict(extra or {}) if fine_tune else {}
     if pseudo_steps < 0:
         raise AheadrankError(f"pseudo_steps must be 0 or more, got {pseudo_steps}")
     if pseudo_steps:

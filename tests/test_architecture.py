@@ -33,6 +33,7 @@ LAYERS = {
     "aheadrank.rerank": 3,
     "aheadrank.baselines": 3,
     "aheadrank.runs": 3,
+    "aheadrank.build": 3,  # corpus -> served: the stages over the parts below
     # 4: the HTTP service
     "aheadrank.services": 4,
     # 5: applications: the CLI, the demo, the benchmarks

@@ -13,10 +13,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # each module registers its commands on `app` at import (cheap: heavy imports live inside the commands)
-from aheadrank.cli import evaluate, indexer, rankers, runs, serve, store  # noqa: E402
+from aheadrank.cli import build, evaluate, indexer, rankers, runs, serve, store  # noqa: E402
 from aheadrank.cli.app import app  # noqa: E402
 
-COMMAND_MODULES = tuple(m.__name__ for m in (rankers, store, indexer, serve, evaluate, runs))
+COMMAND_MODULES = tuple(m.__name__ for m in (rankers, store, indexer, serve, evaluate, runs, build))
 
 
 def main() -> None:

@@ -101,5 +101,6 @@ def settings_block(name: str, model: Any, fields: Sequence[str], **overrides: di
             flag = f"{flag}/--no-{flag[2:]}"
         kwargs = {"help": info.description, **bounds, **overrides.get(field_name, {})}
         default = ... if info.is_required() else info.get_default()
+        default = kwargs.pop("default", default)  # e.g. a required field another argument can fill
         options[field_name] = (info.annotation, opt(default, flag, **kwargs))
     return option_block(name, **options)

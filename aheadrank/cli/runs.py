@@ -77,11 +77,12 @@ def train_cmd(
         help="word pieces per document while training (default: the recipe's; the checkpoint still reads "
         "--max-doc-len)",
     ),
-    negatives: str = opt(
-        "uniform",
+    negatives: str | None = opt(
+        None,
         "--negatives",
         help="negative sampling: uniform over the BM25 candidates, or spread (each drawn with weight 1 / how "
-        "many training queries have it as a candidate: documents near many queries recur less)",
+        "many training queries have it as a candidate: documents near many queries recur less); default: "
+        "uniform, spread for label-free training",
     ),
     fit_kernels: bool | None = opt(
         None,
@@ -114,8 +115,10 @@ def train_cmd(
     *,
     ranker_options: dict,
 ) -> None:
-    """Train a ranker on a BEIR collection: 1 relevant + n BM25 negatives per group, best checkpoint kept;
-    every option not given comes from the measured recipe (--recipe)."""
+    """Train a ranker on a collection: 1 relevant + n BM25 negatives per group, best checkpoint kept; every
+    option not given comes from the measured recipe (--recipe). A collection without qrels/<split>.tsv is
+    trained label-free: pseudo-queries cut from its own texts, the equal-weight BM25 + bi-encoder fusion as the
+    listwise teacher (`aheadrank build` does this and everything around it in one command)."""
     from aheadrank.rankers import init_ranker, load_ranker
     from aheadrank.rankers.recipe import check_compressor_init, recipe_for, train_recipe
     from aheadrank.rankers.training import NEGATIVE_SAMPLING, TrainConfig
@@ -128,9 +131,22 @@ def train_cmd(
     pseudo_steps = rec.pseudo_steps if pseudo_steps is None else pseudo_steps
     if pseudo_steps < 0:
         raise AheadrankError(f"pseudo_steps must be 0 or more, got {pseudo_steps}")
+    negatives_default = negatives is None
+    negatives = negatives or "uniform"
     if negatives not in NEGATIVE_SAMPLING:
         raise AheadrankError(f"--negatives is {' or '.join(NEGATIVE_SAMPLING)}, not {negatives!r}")
-    data = build_training_data(collection, split, index)
+    label_free = not (collection / "qrels" / f"{split}.tsv").is_file()
+    if label_free:  # no judgments: pseudo-queries cut from the collection (aheadrank/build.py, label-free)
+        from aheadrank.runs import build_label_free_training_data
+
+        data, lf_hits, lf_queries = build_label_free_training_data(collection, index, seed=seed)
+        logging.getLogger("aheadrank.train").info(
+            "no qrels/%s.tsv in %s: label-free training on %d pseudo-queries %s",
+            split, collection, len(data.queries), lf_queries.counts(),
+        )
+        negatives = "spread" if negatives_default else negatives
+    else:
+        data = build_training_data(collection, split, index)
     pseudo = build_pseudo_training_data(collection, index, seed=seed) if pseudo_steps > 0 else None
     if init is not None:
         model = load_ranker(init, device=device)
@@ -179,8 +195,16 @@ def train_cmd(
             dense_store = out.parent / f"{out.name}.dense"
             if ensure_dense_field(collection, dense_store, model_base, device, progress) is not None:
                 log.info("built the dense field of %s into %s", collection, dense_store)
-        _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
-        data.teacher, weights = fusion_teacher(dense_store, index, data, val_q, base=model_base)
+        if label_free:
+            from aheadrank.baselines import EQUAL_FUSION, label_free_teacher
+
+            data.teacher = label_free_teacher(
+                dense_store, data.queries, lf_hits, lf_queries.aliases, data.qrels, base=model_base, device=device
+            )
+            weights = EQUAL_FUSION
+        else:
+            _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
+            data.teacher, weights = fusion_teacher(dense_store, index, data, val_q, base=model_base)
         log.info("listwise teacher: BM25 + bi-encoder fusion %s", weights)
     teacher_model = load_ranker(teacher, device=device) if teacher else None
     result = train_recipe(

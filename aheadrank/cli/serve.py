@@ -83,7 +83,33 @@ SERVICE_OPTIONS = settings_block(
     "service",
     ServiceSettings,
     [name for name in ServiceSettings.model_fields if name not in ("api_keys", "api_keys_file")],
+    checkpoint={"default": None},  # or from a build directory (`aheadrank serve DIR`)
 )
+
+
+def from_build(build_dir: Path | None, service: dict) -> dict:
+    """The settings with the checkpoint, store and index of an ``aheadrank build`` directory filled in where
+    the flags did not give them."""
+    if build_dir is None:
+        if service.get("checkpoint") is None:
+            raise AheadrankError("give a build directory (aheadrank serve DIR) or --checkpoint")
+        return service
+    from aheadrank.build import BUILD_FILE, STAGES, paths, read_record
+
+    record = read_record(build_dir)
+    if record is None:
+        raise AheadrankError(
+            f"{build_dir} is not a build directory ({BUILD_FILE} missing): see `aheadrank build`"
+        )
+    missing = [s for s in STAGES if s not in record.stages]
+    if missing:
+        raise AheadrankError(
+            f"{build_dir}: the build has not finished (stages left: {', '.join(missing)}); run the same "
+            "`aheadrank build` command again to resume it"
+        )
+    p = paths(build_dir)
+    filled = {"checkpoint": p["checkpoint"], "store": p["store"], "index": p["lucene"]}
+    return {**service, **{k: v for k, v in filled.items() if service.get(k) is None}}
 
 
 @app.command("serve")
@@ -91,6 +117,9 @@ SERVICE_OPTIONS = settings_block(
 @with_options(SERVICE_OPTIONS)
 def serve(
     ctx: typer.Context,
+    build_dir: Path | None = typer.Argument(
+        None, help="a directory made by `aheadrank build` (its checkpoint, store and BM25 index)"
+    ),
     api_key: list[str] = typer.Option(
         [],
         "--api-key",
@@ -137,6 +166,7 @@ def serve(
             keys += read_keys_file(api_keys_file)
         except ValueError as exc:
             raise AheadrankError(str(exc)) from None
+    service = from_build(build_dir, service)
     try:
         settings = ServiceSettings(**service, api_keys=keys)
     except ValidationError as exc:  # a bound the flags do not check themselves (e.g. a timeout > 0)

@@ -1,0 +1,435 @@
+"""``aheadrank build``: from a collection and nothing else to a served ranker, in resumable stages.
+
+    collection -> bm25 -> queries -> dense -> train -> store -> priors
+
+- ``collection``: the collection is read once (BEIR folder, JSONL or TSV, plain or compressed); a collection
+  that cannot be used is refused with one clear line.
+- ``bm25``: the Lucene index (Pyserini), ``DIR/lucene``.
+- ``queries``: training queries. Without judgments (the default when the collection has no
+  ``qrels/train.tsv``, or ``labels="none"``): pseudo-queries cut from the collection itself
+  (:func:`aheadrank.indexer.pseudo_queries.label_free_queries`: titles, sentences or spans, inverse cloze),
+  with their BM25 top-100, saved to ``DIR/queries.json.gz`` so later stages need no Java.
+- ``dense``: the base bi-encoder's document embeddings, ``DIR/dense-field`` (the teacher's and the dense prior's).
+- ``train``: the measured recipe (:mod:`aheadrank.rankers.recipe`) into ``DIR/checkpoint``; label-free: the
+  cross-entropy on each pseudo-query's source document plus listwise KL from the equal-weight BM25 +
+  bi-encoder fusion (:data:`aheadrank.baselines.EQUAL_FUSION`), negatives drawn ``spread`` (a document near many
+  pseudo-queries is drawn less often, so it does not recur as a negative).
+- ``store``: the representation store and its dense field, ``DIR/store``.
+- ``priors``: how the neural score is combined with BM25 and the bi-encoder. With judgments: fitted on the
+  judged queries the trainer held out. Without: :data:`LABEL_FREE_WEIGHTS` (``priors="default"``), or fitted on
+  the held-out pseudo-queries (``priors="pseudo"``); ``bench/label_free.py`` measures both.
+
+``DIR/build.json`` records the plan and each finished stage with its seconds; a rerun skips what is done (a
+stage cut off half-way resumes through the resumable parts underneath it: Lucene's swap into place, the store's
+shards, training's ``train-state.pt``). ``aheadrank serve DIR`` serves the result.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from aheadrank.errors import AheadrankError
+
+log = logging.getLogger("aheadrank.build")
+
+STAGES = ("collection", "bm25", "queries", "dense", "train", "store", "priors")
+SHARED_STAGES = ("collection", "bm25", "queries", "dense")  # the same for every ranker over one collection
+BUILD_FILE = "build.json"
+BUILD_FORMAT = 1
+LABELS = ("auto", "none")  # or the name of a qrels split
+PRIORS_MODES = ("default", "pseudo")
+# the label-free served score: the neural score and the label-free fusion it is added to, in equal parts
+# (neural 1/3, BM25 1/3, bi-encoder 1/3 of the z-scores); bench/label_free.py measures it against weights fitted
+# on held-out pseudo-queries
+LABEL_FREE_WEIGHTS = {
+    "neural+bm25+dense": {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 3},
+    "neural+bm25": {"neural": 0.5, "bm25": 0.5},
+    "neural+dense": {"neural": 0.5, "dense": 0.5},
+    "neural": {"neural": 1.0},
+}
+DEFAULT_RANKER = "mores-2ib-s2"
+
+Search = Callable[[dict[str, str], int], dict[str, list]]
+
+
+@dataclass
+class BuildPlan:
+    collection: str
+    out: str
+    ranker: str = DEFAULT_RANKER  # a variant name (rankers/variants.py) or a kind: mores, prettr, tk, bert
+    device: str = "cpu"
+    labels: str = "auto"  # auto: the collection's qrels/train.tsv when it has one; none; or a split name
+    recipe: str = "auto"
+    steps: int | None = None  # None: the recipe's
+    max_queries: int = 3000  # pseudo-queries made from the collection
+    priors: str = "default"  # label-free priors: default weights or fitted on held-out pseudo-queries
+    seed: int = 0
+    base: str | None = None
+    reuse: str | None = (
+        None  # another build over the same collection: its shared stages are linked, not redone
+    )
+    progress: bool = True
+
+    def directory(self) -> Path:
+        return Path(self.out)
+
+
+@dataclass
+class BuildRecord:
+    plan: dict
+    stages: dict = field(default_factory=dict)
+    format: int = BUILD_FORMAT
+
+
+def _variant(name: str):
+    from aheadrank.rankers.variants import DEFAULTS, parse_variant
+
+    return parse_variant(DEFAULTS.get(name, name))
+
+
+def paths(out: str | Path) -> dict[str, Path]:
+    d = Path(out)
+    return {
+        "lucene": d / "lucene",
+        "dense": d / "dense-field",
+        "queries": d / "queries.json.gz",
+        "checkpoint": d / "checkpoint",
+        "store": d / "store",
+    }
+
+
+def read_record(out: str | Path) -> BuildRecord | None:
+    path = Path(out) / BUILD_FILE
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    return BuildRecord(data["plan"], data.get("stages", {}), data.get("format", BUILD_FORMAT))
+
+
+def _write_record(out: Path, record: BuildRecord) -> None:
+    tmp = out / (BUILD_FILE + ".tmp")
+    tmp.write_text(json.dumps(asdict(record), indent=2) + "\n")
+    os.replace(tmp, out / BUILD_FILE)
+
+
+# the plan's fields that decide what the stages make: a rerun that changes one a finished stage depends on is refused
+_SHARED_PINS = ("collection", "labels", "max_queries", "seed", "base")
+_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps")
+
+
+def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
+    new = asdict(plan)
+    pins = _MODEL_PINS if any(s not in SHARED_STAGES for s in done) else _SHARED_PINS
+    changed = [k for k in pins if str(old.get(k)) != str(new.get(k))]
+    if changed:
+        raise AheadrankError(
+            f"{plan.out} was built with other settings ({', '.join(f'{k}={old.get(k)!r}' for k in changed)}); "
+            "give another --out, or the same settings to resume"
+        )
+
+
+def judged_split(collection: str | Path, labels: str) -> str | None:
+    """The qrels split the build trains on, or None for the label-free recipe."""
+    if labels == "none":
+        return None
+    split = "train" if labels == "auto" else labels
+    found = (Path(collection) / "qrels" / f"{split}.tsv").is_file()
+    if labels != "auto" and not found:
+        raise AheadrankError(f"--labels {labels}: {collection} has no qrels/{split}.tsv")
+    return split if found else None
+
+
+# ---- the stages ---------------------------------------------------------------------------------------------
+def stage_collection(plan: BuildPlan) -> dict:
+    from aheadrank.indexer.collections import Collection
+
+    coll = Collection(plan.collection)
+    docs = titled = words = 0
+    for _, title, body in coll.titled():
+        docs += 1
+        titled += bool(title)
+        words += len(body.split()) + len(title.split())
+    if docs == 0:
+        raise AheadrankError(f"{plan.collection}: no usable document ({coll.report.summary()})")
+    return {
+        "documents": docs,
+        "format": coll.format.value,
+        "titled": titled,
+        "mean_words": round(words / docs, 1),
+        "skipped": coll.report.skipped,
+    }
+
+
+def stage_bm25(plan: BuildPlan) -> dict:
+    from aheadrank.indexer.bm25 import build_bm25_index, is_lucene_index
+
+    target = paths(plan.out)["lucene"]
+    if not is_lucene_index(target):
+        build_bm25_index(plan.collection, target, progress=plan.progress)
+    return {}
+
+
+def stage_dense(plan: BuildPlan) -> dict:
+    from aheadrank.indexer.build import ensure_dense_field
+
+    summary = ensure_dense_field(
+        plan.collection, paths(plan.out)["dense"], plan.base, plan.device, plan.progress
+    )
+    return {"docs_per_s": round(summary.docs_per_s, 1)} if summary else {}
+
+
+def stage_queries(plan: BuildPlan, search: Search | None = None) -> dict:
+    p = paths(plan.out)
+    split = judged_split(plan.collection, plan.labels)
+    if split is not None:
+        return {"judged_split": split}  # judged queries: searched when training (aheadrank train's data)
+    from aheadrank.runs import build_label_free_training_data
+
+    data, hits, pq = build_label_free_training_data(
+        plan.collection, p["lucene"], max_queries=plan.max_queries, seed=plan.seed, search=search
+    )
+    alias_texts = {a: pq.texts[a] for a in pq.aliases}
+    blob = {"queries": pq.queries, "qrels": pq.qrels, "aliases": pq.aliases, "alias_texts": alias_texts}
+    blob.update(kinds=pq.kinds, hits={q: [(d, round(float(x), 4)) for d, x in h] for q, h in hits.items()})
+    tmp = p["queries"].with_suffix(".tmp")
+    with gzip.open(tmp, "wt") as f:
+        json.dump(blob, f)
+    os.replace(tmp, p["queries"])
+    return {"pseudo_queries": len(pq.queries), "kinds": pq.counts()}
+
+
+def load_label_free(plan: BuildPlan):
+    """(TrainingData, hits, aliases) of the queries stage (no Java needed)."""
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.rankers.training import TrainingData
+
+    with gzip.open(paths(plan.out)["queries"], "rt") as f:
+        blob = json.load(f)
+    texts = {d.docid: d.text for d in Collection(plan.collection)}
+    aliases = blob["aliases"]
+    cands = {}
+    for q, hits in blob["hits"].items():
+        alias = next(iter(blob["qrels"][q]))
+        cands[q] = [alias if d == aliases[alias] else d for d, _ in hits]
+    texts.update(blob["alias_texts"])
+    data = TrainingData(texts, blob["queries"], blob["qrels"], cands)
+    return data, {q: [tuple(h) for h in hits] for q, hits in blob["hits"].items()}, aliases
+
+
+def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
+    from aheadrank.rankers.dense import base_of
+    from aheadrank.rankers.recipe import recipe_for, train_config, train_recipe
+
+    p = paths(plan.out)
+    variant = _variant(plan.ranker)
+    rec = recipe_for(plan.device, plan.recipe)
+    split = judged_split(plan.collection, plan.labels)
+    model = variant.init(base=plan.base, seed=plan.seed, max_doc_len=rec.max_doc_len).to(plan.device)
+    overrides = {"seed": plan.seed, **({"steps": plan.steps} if plan.steps is not None else {})}
+    if split is None:
+        from aheadrank.baselines import label_free_teacher
+
+        data, hits, aliases = load_label_free(plan)
+        cfg = train_config(rec, model.kind, negatives="spread", **overrides)
+        data.teacher = label_free_teacher(
+            p["dense"],
+            data.queries,
+            hits,
+            aliases,
+            data.qrels,
+            base=base_of(model.config),
+            device=plan.device,
+        )
+        extra = {
+            "label_free": {"teacher": "equal-weight BM25 + bi-encoder fusion", "queries": len(data.queries)}
+        }
+    else:
+        from aheadrank.baselines import fusion_teacher
+        from aheadrank.rankers.training import split_queries
+        from aheadrank.runs import build_training_data
+
+        data = build_training_data(plan.collection, split, p["lucene"], search=search)
+        cfg = train_config(rec, model.kind, **overrides)
+        _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
+        data.teacher, _ = fusion_teacher(p["dense"], p["lucene"], data, val_q, base=base_of(model.config))
+        extra = {}
+    fresh = model.kind == "prettr" and bool(model.config.compress)
+    done = train_recipe(
+        model,
+        data,
+        p["checkpoint"],
+        cfg,
+        compressor_steps=rec.compressor_steps if fresh else 0,
+        compressor_init=rec.compressor_init if fresh else "random",
+        progress=plan.progress,
+        fit_kernels=rec.fits_kernels(model.kind, model.config.tk_base),
+        extra=extra,
+    )
+    r = done.result
+    return {
+        "steps": r.steps,
+        "best_step": r.best_step,
+        "val_ndcg10": r.best_metric,
+        "train_seconds": round(r.seconds, 1),
+    }
+
+
+def stage_store(plan: BuildPlan) -> dict:
+    from aheadrank.indexer.build import BuildOptions, build_dense, build_store
+
+    p = paths(plan.out)
+    opts = BuildOptions(
+        str(p["checkpoint"]),
+        plan.collection,
+        str(p["store"]),
+        strategy=_variant(plan.ranker).strategy,
+        device=plan.device,
+        progress=plan.progress,
+    )
+    summary = build_store(opts)
+    build_dense(opts, p["dense"])
+    return {
+        "documents": summary.documents,
+        "tokens": summary.tokens,
+        "docs_per_s": round(summary.docs_per_s, 1),
+    }
+
+
+def label_free_priors(checkpoint: str | Path, fitted_on: dict):
+    """:data:`LABEL_FREE_WEIGHTS` as the checkpoint's priors (with its dense encoder's identity)."""
+    from aheadrank.priors import Priors
+    from aheadrank.rankers import load_config
+    from aheadrank.rankers.dense import base_of, dense_encoder
+
+    enc = dense_encoder(base_of(load_config(checkpoint)))
+    return Priors(
+        weights={k: dict(w) for k, w in LABEL_FREE_WEIGHTS.items()},
+        dense={"fingerprint": enc.fingerprint, "max_len": enc.max_len},
+        fitted_on=fitted_on,
+    )
+
+
+def pseudo_validation(out: str | Path) -> tuple[dict, dict, dict]:
+    """The pseudo-queries the trainer held out, their BM25 candidates and their source documents as the
+    judgments: (queries, candidates, qrels)."""
+    from aheadrank.rankers import load_config
+
+    p = paths(out)
+    with gzip.open(p["queries"], "rt") as f:
+        blob = json.load(f)
+    held_out = load_config(p["checkpoint"]).extra.get("train", {}).get("val_qids") or []
+    val = {q: blob["queries"][q] for q in held_out}
+    qrels = {q: {blob["aliases"][a]: 1 for a in blob["qrels"][q]} for q in val}
+    cands = {q: [tuple(h) for h in blob["hits"][q]] for q in val}
+    return val, cands, qrels
+
+
+def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
+    from aheadrank.rankers import load_config
+    from aheadrank.rankers.checkpoint import write_priors
+    from aheadrank.rerank import fit_checkpoint_priors
+
+    p = paths(plan.out)
+    ckpt = p["checkpoint"]
+    held_out = load_config(ckpt).extra.get("train", {}).get("val_qids") or []
+    split = judged_split(plan.collection, plan.labels)
+    if split is not None or plan.priors == "pseudo":
+        if split is not None:
+            from aheadrank.indexer.topics import read_beir_split
+            from aheadrank.runs import _bm25_search
+
+            queries, qrels = read_beir_split(plan.collection, split)
+            val = {q: queries[q] for q in held_out if q in queries}
+            cands = (search or _bm25_search(p["lucene"]))(val, 100)
+            fitted_on = {"split": split, "held_out": True}
+        else:
+            val, cands, qrels = pseudo_validation(plan.out)
+            fitted_on = {"label_free": "held-out pseudo-queries"}
+        priors = fit_checkpoint_priors(
+            ckpt, p["store"], val, cands, qrels, fitted_on, plan.device, plan.progress
+        )
+    else:
+        priors = label_free_priors(
+            ckpt, {"label_free": "default weights (aheadrank.build.LABEL_FREE_WEIGHTS)"}
+        )
+        write_priors(ckpt, priors.to_dict())
+    return {"weights": priors.weights.get("neural+bm25+dense"), "fitted_on": priors.fitted_on}
+
+
+# ---- the driver ---------------------------------------------------------------------------------------------
+def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
+    """Take the shared stages a ``reuse`` build has finished: symbolic links to its outputs."""
+    other = read_record(plan.reuse)
+    if other is None:
+        raise AheadrankError(f"--reuse {plan.reuse}: not a build directory ({BUILD_FILE} missing)")
+    for k in _SHARED_PINS:
+        if str(other.plan.get(k)) != str(getattr(plan, k)):
+            raise AheadrankError(
+                f"--reuse {plan.reuse} was built with {k}={other.plan.get(k)!r}, not {getattr(plan, k)!r}"
+            )
+    mine, theirs = paths(plan.out), paths(plan.reuse)
+    for stage in SHARED_STAGES:
+        if stage in record.stages or stage not in other.stages:
+            continue
+        key = {"bm25": "lucene", "dense": "dense", "queries": "queries"}.get(stage)
+        if key and theirs[key].exists() and not mine[key].exists():
+            mine[key].symlink_to(theirs[key].resolve())
+        record.stages[stage] = {**other.stages[stage], "reused": str(plan.reuse)}
+
+
+def build(
+    plan: BuildPlan, *, search: Search | None = None, until: str | None = None, echo=print
+) -> BuildRecord:
+    """Run (or resume) every stage not yet done, up to and including ``until``; returns the record.
+    ``search``: BM25 hits {qid: [(docid, score)]} for given queries (a cache, e.g. on a machine without Java)."""
+    if plan.labels not in LABELS and not plan.labels.strip():
+        raise AheadrankError("--labels is auto, none or a qrels split name")
+    if plan.priors not in PRIORS_MODES:
+        raise AheadrankError(f"--priors is {' or '.join(PRIORS_MODES)}, not {plan.priors!r}")
+    if until is not None and until not in STAGES:
+        raise AheadrankError(f"unknown stage {until!r}: one of {', '.join(STAGES)}")
+    _variant(plan.ranker)  # an unknown ranker fails before any work
+    out = plan.directory()
+    out.mkdir(parents=True, exist_ok=True)
+    record = read_record(out) or BuildRecord(asdict(plan))
+    _check_same_plan(record.plan, plan, record.stages)
+    record.plan = asdict(plan)
+    if plan.reuse:
+        _link_shared(plan, record)
+    runners = {
+        "collection": lambda: stage_collection(plan),
+        "bm25": lambda: stage_bm25(plan),
+        "dense": lambda: stage_dense(plan),
+        "queries": lambda: stage_queries(plan, search),
+        "train": lambda: stage_train(plan, search),
+        "store": lambda: stage_store(plan),
+        "priors": lambda: stage_priors(plan, search),
+    }
+    t_all = time.perf_counter()
+    for stage in STAGES:
+        if stage in record.stages:
+            echo(f"[{stage}] done before ({record.stages[stage].get('seconds', 0):.0f} s)")
+        else:
+            echo(f"[{stage}] ...")
+            t0 = time.perf_counter()
+            info = runners[stage]()
+            info["seconds"] = round(time.perf_counter() - t0, 1)
+            record.stages[stage] = info
+            _write_record(out, record)
+            echo(
+                f"[{stage}] {info['seconds']:.0f} s  {json.dumps({k: v for k, v in info.items() if k != 'seconds'})}"
+            )
+        if stage == until:
+            break
+    total = sum(s.get("seconds", 0) for s in record.stages.values() if "reused" not in s)
+    echo(
+        f"build {out}: {total / 60:.1f} min of stages in all ({(time.perf_counter() - t_all) / 60:.1f} min this run)"
+    )
+    return record

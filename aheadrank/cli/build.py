@@ -1,0 +1,81 @@
+"""``aheadrank build``: a collection to a served ranker in one resumable command (:mod:`aheadrank.build`)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+
+from aheadrank.cli.app import app
+from aheadrank.cli.options import opt, user_errors
+
+
+@app.command("build")
+@user_errors
+def build_cmd(
+    collection: Path = opt(..., "--collection", help="BEIR folder, JSONL or TSV (plain, .gz or .zst)"),
+    out: Path = opt(..., "--out", help="the build directory (resumable: run the same command again)"),
+    ranker: str = opt(
+        "mores",
+        "--ranker",
+        help="mores | prettr | tk | bert, or a variant (mores-2ib-s2, prettr-l5-e128, tk-2l, ...)",
+    ),
+    labels: str = opt(
+        "auto",
+        "--labels",
+        help="auto: train on the collection's qrels/train.tsv when it has one, else label-free; none: label-free "
+        "(pseudo-queries cut from the collection); or another qrels split name",
+    ),
+    device: str = opt("cpu", "--device", help="cpu or cuda (the gpu recipe)"),
+    recipe: str = opt(
+        "auto", "--recipe", help="auto (gpu on cuda, else cpu), cpu or gpu (rankers/recipe.py)"
+    ),
+    steps: int | None = opt(None, "--steps", min=0, help="training steps (default: the recipe's)"),
+    max_queries: int = opt(
+        3000, "--max-queries", min=20, help="label-free: pseudo-queries made from the collection"
+    ),
+    priors: str = opt(
+        "default",
+        "--priors",
+        help="label-free priors: default (neural, BM25 and bi-encoder in equal parts) or pseudo (fitted on held-out "
+        "pseudo-queries)",
+    ),
+    reuse: Path | None = opt(
+        None,
+        "--reuse",
+        help="another build of the same collection: its BM25 index, dense field and queries are reused",
+    ),
+    until: str | None = opt(
+        None, "--until", help="stop after this stage (collection, bm25, dense, queries, train, store)"
+    ),
+    base: Path | None = opt(
+        None, "--base", help="base model folder (default: the packaged all-MiniLM-L6-v2)"
+    ),
+    seed: int = opt(0, "--seed"),
+    progress: bool = opt(True, "--progress/--no-progress"),
+) -> None:
+    """Build everything a collection needs to be served: BM25 index, a ranker adapted to the collection (from
+    its own texts when it has no judgments), the store and its dense field, the priors. Prints each stage's
+    time; `aheadrank serve OUT` serves the result."""
+    from aheadrank.build import BuildPlan, build
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("aheadrank.train").setLevel(logging.INFO)
+    plan = BuildPlan(
+        collection=str(collection),
+        out=str(out),
+        ranker=ranker,
+        device=device,
+        labels=labels,
+        recipe=recipe,
+        steps=steps,
+        max_queries=max_queries,
+        priors=priors,
+        seed=seed,
+        base=str(base) if base else None,
+        reuse=str(reuse) if reuse else None,
+        progress=progress,
+    )
+    build(plan, until=until, echo=typer.echo)
+    typer.echo(f"serve it: aheadrank serve {out}")

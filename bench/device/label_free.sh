@@ -1,0 +1,37 @@
+#!/bin/bash
+# On a lent GPU machine, from the repo root (bench/device/label_free_payload.sh made .gpu-lf here first):
+#   run(command="bash bench/device/label_free.sh [bench args...]", carry=[".gpu-lf"])
+# Lays the package out as pyproject.toml maps it, unpacks the payload into /tmp, points the prepared builds at it
+# (the dense stage and everything after it run here), then bench/label_free.py --device cuda; results in $OUT.
+set -u
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+G=$PWD/.gpu-lf S=/tmp/site P=/tmp/pkg W=/tmp/lf-work D=/tmp/lf-data
+if [ ! -d $P/aheadrank ]; then
+  mkdir -p $P/aheadrank
+  for e in aheadrank/*; do ln -s "$PWD/$e" $P/aheadrank/; done
+  for d in rankers store indexer services; do ln -s "$PWD/$d" $P/aheadrank/$d; done
+fi
+if [ ! -d $D ]; then
+  cp -r $G/data $D && xz -d $D/*/corpus.jsonl.xz
+  cp -r $G/work $W && xz -d $W/bm25-hits/*.xz
+  python3 - "$D" "$W" <<'PY'
+import json, sys
+from pathlib import Path
+data, work = Path(sys.argv[1]), Path(sys.argv[2])
+for rec in work.glob("*/shared/build.json"):
+    r = json.loads(rec.read_text())
+    r["plan"].update(collection=str(data / rec.parent.parent.name), base="/tmp/minilm", device="cuda", recipe="cpu")
+    r["stages"] = {k: v for k, v in r["stages"].items() if k in ("collection", "bm25", "queries")}
+    rec.write_text(json.dumps(r, indent=2))
+PY
+  cp -r $G/minilm /tmp/minilm && xz -d /tmp/minilm/model.safetensors.xz
+fi
+export PYTHONPATH=$S:$P
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+t0=$(date +%s)
+timeout ${LIMIT_S:-540} ${PYBIN:-python3} -P bench/label_free.py --device ${DEVICE:-cuda} --recipe cpu --base /tmp/minilm --data $D \
+  --workdir $W --out $OUT/lf --no-progress "$@" > $OUT/label_free.log 2>&1
+echo "rc=$? after $(( $(date +%s) - t0 )) s" >> $OUT/label_free.log
+tail -n 60 $OUT/label_free.log
+tar -C $OUT -cJf $OUT/lf.tar.xz lf && rm -rf $OUT/lf
+ls -la $OUT

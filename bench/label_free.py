@@ -1,0 +1,258 @@
+"""Label-free builds measured: each collection built by ``aheadrank build --labels none`` (no judgment of it is
+read until the test split is evaluated), against what a user could assemble without labels, in one run.
+
+Per collection (BEIR folders with a test split): BM25 top-100 of the test queries, the bi-encoder alone, RRF
+(k = 60) and the equal-weight z-score fusion of the two (the baselines); per ranker variant the pure neural
+score and the served score (neural + priors, the checkpoint's ``priors.json``: ``aheadrank.build``'s label-free
+default weights), plus the priors fitted on held-out pseudo-queries (``--priors pseudo``) computed from the same
+features. Paired t-tests against the better of RRF and the equal-weight fusion, and against BM25.
+
+    .venv/bin/python bench/label_free.py --collections scifact cranfield vaswani \\
+        --rankers mores-2ib-s2 prettr-l5-e128 tk-2l [--device cuda] [--steps N]
+
+Writes ``--out`` (default bench/results/label-free): ``label_free.json``, ``label_free.md`` and the TREC runs
+``<collection>/runs/{bm25,bi-encoder,rrf,fusion-equal,<variant>,<variant>+priors}.trec.zst``.
+``--prepare`` runs only what needs Java (the BM25 stages and the test queries' hits), so that the rest can run
+on a machine without it (bench/device/label_free.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+log = logging.getLogger("bench.label_free")
+DEPTH = 100
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--collections", nargs="+", default=["scifact", "cranfield", "vaswani"])
+    ap.add_argument("--rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--recipe", default="auto")
+    ap.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
+    ap.add_argument("--max-queries", type=int, default=3000)
+    ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free")
+    ap.add_argument("--base", default=None)
+    ap.add_argument("--max-test-queries", type=int, default=None)
+    ap.add_argument("--prepare", action="store_true", help="only the stages that need Java, then stop")
+    ap.add_argument("--no-progress", dest="progress", action="store_false")
+    return ap.parse_args(argv)
+
+
+def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None = None):
+    from aheadrank.build import BuildPlan
+
+    return BuildPlan(
+        collection=str(collection),
+        out=str(out),
+        ranker=ranker,
+        device=args.device,
+        labels="none",
+        recipe=args.recipe,
+        steps=args.steps,
+        max_queries=args.max_queries,
+        base=args.base,
+        reuse=str(reuse) if reuse else None,
+        progress=args.progress,
+    )
+
+
+def runs_from(features: list, docids_weights) -> dict:
+    """{qid: {docid: score}} of Σ w·zscore(feature) per query (``features``: (qid, QueryFeatures))."""
+    from aheadrank.priors import zscore
+
+    run = {}
+    for qid, q in features:
+        s = sum(w * zscore(q.features[f]) for f, w in docids_weights.items() if w)
+        run[qid] = dict(zip(q.docids, np.asarray(s, dtype=np.float64).tolist(), strict=True))
+    return run
+
+
+def write_zst_run(path: Path, run: dict, tag: str) -> None:
+    """``NAME.trec.zst``; where zstandard is not installed (a GPU machine), ``NAME.trec``."""
+    from aheadrank.evaluation import write_run
+
+    plain = path.with_suffix("")
+    write_run(plain, run, tag)
+    try:
+        import zstandard
+    except ImportError:
+        return
+    path.write_bytes(zstandard.ZstdCompressor(level=19).compress(plain.read_bytes()))
+    plain.unlink()
+
+
+def comparison(compare, a: dict, b: dict, qrels: dict) -> dict:
+    c = compare(a, b, qrels)
+    return {"diff": round(c.mean_diff, 4), "p": c.p}
+
+
+def neural_features(
+    ckpt: Path, store: Path, queries: dict, cands: dict, qrels: dict, device: str, progress: bool
+):
+    """(qid, QueryFeatures) over the test candidates: neural (through the store), BM25, dense."""
+    from aheadrank.rerank import collect_features
+
+    qids = sorted(q for q in queries if cands.get(q) and any(r > 0 for r in qrels.get(q, {}).values()))
+    feats, _ = collect_features(ckpt, store, {q: queries[q] for q in qids}, cands, qrels, device, progress)
+    return list(zip(qids, feats, strict=True))
+
+
+def pseudo_fitted_weights(build_dir: Path, device: str, progress: bool) -> dict:
+    """The neural+bm25+dense weights fitted on the build's held-out pseudo-queries (not written anywhere)."""
+    from aheadrank.build import paths, pseudo_validation
+    from aheadrank.priors import fit_priors
+    from aheadrank.rerank import collect_features
+
+    p = paths(build_dir)
+    val, cands, qrels = pseudo_validation(build_dir)
+    feats, dense = collect_features(p["checkpoint"], p["store"], val, cands, qrels, device, progress)
+    return fit_priors(feats, dense, {}).weights["neural+bm25+dense"]
+
+
+def bench_collection(args, name: str, variants: list[str]) -> dict:
+    from aheadrank.baselines import EQUAL_FUSION, dense_features, rrf_run
+    from aheadrank.benchkit import Bm25Hits, eval_topics
+    from aheadrank.build import build, paths, read_record
+    from aheadrank.evaluation import compare, evaluate
+
+    collection = args.data / name
+    work = args.workdir / name
+    hits = Bm25Hits(collection, args.workdir, args.progress)
+    shared = work / "shared"
+    until = "queries" if args.prepare else "dense"  # --prepare: what needs Java only
+    build(plan_for(args, collection, variants[0], shared), search=hits.hits, until=until, echo=log.info)
+    queries, qrels = eval_topics(collection, "test", args.max_test_queries)
+    cands = hits.hits(queries, DEPTH)
+    if args.prepare:
+        return {}
+    out_runs = args.out / name / "runs"
+    out_runs.mkdir(parents=True, exist_ok=True)
+    feats = dense_features(paths(shared)["dense"], queries, cands, qrels, device=args.device, base=args.base)
+    qids = sorted(q for q in feats if any(r > 0 for r in qrels.get(q, {}).values()))
+    base_feats = [(q, feats[q]) for q in qids]
+    baselines = {
+        "bm25": runs_from(base_feats, {"bm25": 1.0}),
+        "bi-encoder": runs_from(base_feats, {"dense": 1.0}),
+        "rrf": rrf_run({q: f for q, f in base_feats}),
+        "fusion-equal": runs_from(base_feats, EQUAL_FUSION),
+    }
+    result = {"collection": name, "test_queries": len(qids), "baselines": {}, "variants": {}}
+    for run_name, run in baselines.items():
+        result["baselines"][run_name] = evaluate(run, qrels, ("nDCG@10",))["nDCG@10"]
+        write_zst_run(out_runs / f"{run_name}.trec.zst", run, run_name)
+    best = max(("rrf", "fusion-equal"), key=lambda k: result["baselines"][k])
+    result["best_label_free_baseline"] = best
+    shared_record = read_record(shared)
+    result["shared_stages"] = shared_record.stages if shared_record else {}
+    for v in variants:
+        t0 = time.perf_counter()
+        d = work / v
+        record = build(plan_for(args, collection, v, d, reuse=shared), search=hits.hits, echo=log.info)
+        p = paths(d)
+        vf = neural_features(p["checkpoint"], p["store"], queries, cands, qrels, args.device, args.progress)
+        from aheadrank.priors import read_priors
+
+        served_w = read_priors(p["checkpoint"]).weights["neural+bm25+dense"]
+        pseudo_w = pseudo_fitted_weights(d, args.device, args.progress)
+        runs = {
+            v: runs_from(vf, {"neural": 1.0}),
+            f"{v}+priors": runs_from(vf, served_w),
+            f"{v}+pseudo-priors": runs_from(vf, pseudo_w),
+        }
+        for k in (0.2, 0.5):  # sensitivity of the default's neural share (not used to choose anything)
+            runs[f"{v}+neural{k}"] = runs_from(vf, {"neural": k, "bm25": (1 - k) / 2, "dense": (1 - k) / 2})
+        row = {"weights": served_w, "pseudo_weights": pseudo_w, "build": record.stages, "runs": {}}
+        for run_name, run in runs.items():
+            row["runs"][run_name] = {
+                "ndcg10": evaluate(run, qrels, ("nDCG@10",))["nDCG@10"],
+                "vs_bm25": comparison(compare, baselines["bm25"], run, qrels),
+                "vs_best_baseline": comparison(compare, baselines[best], run, qrels),
+            }
+            if run_name in (v, f"{v}+priors"):
+                write_zst_run(out_runs / f"{run_name}.trec.zst", run, run_name.replace("+", "_"))
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        result["variants"][v] = row
+        log.info("%s %s: %s", name, v, {k: round(r["ndcg10"], 4) for k, r in row["runs"].items()})
+    return result
+
+
+def table(results: list[dict]) -> str:
+    lines = []
+    for r in results:
+        b = r["baselines"]
+        lines.append(f"\n### {r['collection']} ({r['test_queries']} test queries, BM25 top-{DEPTH})\n")
+        lines.append(
+            "| run | nDCG@10 | vs BM25 (diff, p) | vs best label-free fusion (diff, p) | weights n/b/d |"
+        )
+        lines.append("|---|---:|---|---|---|")
+        for k, v in b.items():
+            lines.append(f"| {k} | {v:.4f} | | | |")
+        for _name, row in r["variants"].items():
+            for run_name, x in row["runs"].items():
+                w = (
+                    row["weights"]
+                    if run_name.endswith("+priors")
+                    else row["pseudo_weights"]
+                    if "pseudo" in run_name
+                    else None
+                )
+                ws = "/".join(f"{w[f]:.2f}" for f in ("neural", "bm25", "dense")) if w else ""
+                lines.append(
+                    f"| {run_name} | {x['ndcg10']:.4f} | {x['vs_bm25']['diff']:+.4f} ({x['vs_bm25']['p']:.2g}) | "
+                    f"{x['vs_best_baseline']['diff']:+.4f} ({x['vs_best_baseline']['p']:.2g}) vs {r['best_label_free_baseline']} | {ws} |"
+                )
+        lines.append(
+            "\nbuild stages (s): "
+            + ", ".join(
+                f"{n}: "
+                + " ".join(
+                    f"{s}={i.get('seconds', 0):.0f}" for s, i in row["build"].items() if "reused" not in i
+                )
+                for n, row in r["variants"].items()
+            )
+            + "; shared: "
+            + " ".join(f"{s}={i.get('seconds', 0):.0f}" for s, i in r["shared_stages"].items())
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from aheadrank.benchkit import machine, write_record
+
+    t0 = time.perf_counter()
+    results = []
+    for name in args.collections:
+        r = bench_collection(args, name, args.rankers)
+        if r:
+            results.append(r)
+            # written after each collection: a run cut off keeps what it finished
+            write_record(
+                args.out / "label_free.json", "label_free", argv, machine(args.device), t0, results=results
+            )
+    if args.prepare:
+        return 0
+    text = table(results)
+    print(text)
+    (args.out / "label_free.md").write_text("# Label-free builds (bench/label_free.py)\n" + text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,121 @@
+"""Label-free pseudo-queries: titles, sentences or spans cut out of the copy of the document they are matched
+against; the copy replaces its source among the query's BM25 candidates; the teacher scores it as its source."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from aheadrank.indexer.pseudo_queries import ALIAS_PREFIX, label_free_queries
+
+from aheadrank.errors import AheadrankError
+from aheadrank.runs import build_label_free_training_data
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
+
+
+def corpus(path, n: int, *, titles: bool, punctuation: bool, seed: int = 0):
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        sentences = [" ".join(rng.choices(WORDS, k=rng.randint(7, 14))) for _ in range(4)]
+        body = ". ".join(sentences) + "." if punctuation else " ".join(sentences)
+        title = " ".join(rng.choices(WORDS, k=5)) if titles else ""
+        lines.append(json.dumps({"_id": f"d{i}", "title": title, "text": body}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("titles", "punctuation", "kinds"),
+    [(True, True, {"title", "sentence"}), (False, True, {"sentence"}), (False, False, {"span"})],
+)
+def test_queries_are_cut_out_of_their_documents_copy(tmp_path, titles, punctuation, kinds):
+    path = corpus(tmp_path / "corpus.jsonl", 60, titles=titles, punctuation=punctuation)
+    pq = label_free_queries(path, max_queries=40, seed=3, cut=1.0)
+    assert 20 <= len(pq.queries) <= 40 and set(pq.counts()) == kinds
+    for qid, query in pq.queries.items():
+        (alias,) = pq.qrels[qid]
+        source = pq.aliases[alias]
+        assert alias == ALIAS_PREFIX + qid and qid == f"{pq.kinds[qid]}:{source}"
+        assert query not in pq.texts[alias]  # inverse cloze: the query is not inside what it is matched to
+        assert query in pq.texts[source]  # the indexed document keeps its full text
+        assert len(pq.texts[alias].split()) >= 10
+    # the same seed, the same queries; another seed, others
+    assert label_free_queries(path, max_queries=40, seed=3, cut=1.0).queries == pq.queries
+    assert label_free_queries(path, max_queries=40, seed=4, cut=1.0).queries != pq.queries
+    # not cut (the default): the copy is the document as indexed
+    whole = label_free_queries(path, max_queries=40, seed=3, cut=0.0)
+    assert all(whole.texts[a] == whole.texts[s] for a, s in whole.aliases.items())
+
+
+def test_duplicate_queries_are_made_once(tmp_path):
+    # every document: the same boilerplate sentence, then a sentence of its own
+    rng = random.Random(1)
+    boiler = "this study was funded by the national agency for research."
+    lines = [
+        json.dumps({"_id": f"d{i}", "title": "", "text": f"{boiler} {' '.join(rng.choices(WORDS, k=12))}."})
+        for i in range(40)
+    ]
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    pq = label_free_queries(path, max_queries=40)
+    texts = [" ".join(q.lower().split()).rstrip(".") for q in pq.queries.values()]
+    assert len(set(texts)) == len(texts) and len(texts) >= 15
+    assert sum(t == boiler.rstrip(".") for t in texts) <= 1  # the boilerplate is one query at most
+
+
+def test_training_data_swaps_the_source_for_its_copy_and_the_teacher_follows(tmp_path, monkeypatch):
+    path = corpus(tmp_path / "corpus.jsonl", 40, titles=True, punctuation=True)
+
+    def search(queries, depth):  # every document, the source first when it is one of the first three
+        rng = random.Random(len(queries))
+        out = {}
+        for qid in queries:
+            source = qid.split(":", 1)[1]
+            others = [f"d{i}" for i in range(40) if f"d{i}" != source]
+            rng.shuffle(others)
+            ranked = [source, *others] if rng.random() < 0.75 else others
+            out[qid] = [(d, float(depth - r)) for r, d in enumerate(ranked[:depth])]
+        return out
+
+    data, hits, pq = build_label_free_training_data(path, None, max_queries=30, depth=10, search=search)
+    assert set(data.trainable()) == set(data.queries)
+    for qid in data.queries:
+        (alias,) = data.qrels[qid]
+        source = pq.aliases[alias]
+        listed = [d for d, _ in hits[qid]]
+        assert source not in data.candidates[qid]
+        assert (alias in data.candidates[qid]) == (source in listed)
+        if source in listed:
+            assert data.candidates[qid].index(alias) == listed.index(source)
+
+    from aheadrank import baselines
+    from aheadrank.priors import QueryFeatures
+
+    def fake_features(store, queries, cands, qrels=None, device="cpu", base=None):
+        return {
+            q: QueryFeatures(
+                [d for d, _ in cands[q]],
+                {"bm25": np.array([s for _, s in cands[q]]), "dense": np.arange(len(cands[q]), dtype=float)},
+                {},
+            )
+            for q in queries
+        }
+
+    monkeypatch.setattr(baselines, "dense_features", fake_features)
+    teacher = baselines.label_free_teacher("unused", data.queries, hits, pq.aliases, data.qrels)
+    for qid in data.queries:
+        (alias,) = data.qrels[qid]
+        assert set(teacher[qid]) == set(data.candidates[qid])  # the copy scored in its source's place
+        if alias in teacher[qid]:
+            z = baselines.feature_run({qid: fake_features(0, [qid], hits)[qid]}, baselines.EQUAL_FUSION)[qid]
+            assert teacher[qid][alias] == z[pq.aliases[alias]]
+
+
+def test_a_collection_too_small_to_train_on_is_refused(tmp_path):
+    path = corpus(tmp_path / "corpus.jsonl", 5, titles=False, punctuation=True)
+    with pytest.raises(AheadrankError, match="enough text"):
+        build_label_free_training_data(path, None, search=lambda q, d: {})
