@@ -70,6 +70,7 @@ class BuildPlan:
     steps: int | None = None  # None: the recipe's
     max_queries: int = 3000  # pseudo-queries made from the collection
     priors: str = "default"  # label-free priors: default weights or fitted on held-out pseudo-queries
+    ce_weight: float | None = None  # the cross-entropy on each query's source (None: 1, TrainConfig's)
     seed: int = 0
     base: str | None = None
     reuse: str | None = (
@@ -121,7 +122,7 @@ def _write_record(out: Path, record: BuildRecord) -> None:
 
 # the plan's fields that decide what the stages make: a rerun that changes one a finished stage depends on is refused
 _SHARED_PINS = ("collection", "labels", "max_queries", "seed", "base")
-_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps")
+_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps", "ce_weight")
 
 
 def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
@@ -233,6 +234,8 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
     split = judged_split(plan.collection, plan.labels)
     model = variant.init(base=plan.base, seed=plan.seed, max_doc_len=rec.max_doc_len).to(plan.device)
     overrides = {"seed": plan.seed, **({"steps": plan.steps} if plan.steps is not None else {})}
+    if plan.ce_weight is not None:
+        overrides["ce_weight"] = plan.ce_weight
     if split is None:
         from aheadrank.baselines import label_free_teacher
 

@@ -41,6 +41,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--recipe", default="auto")
     ap.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     ap.add_argument("--max-queries", type=int, default=3000)
+    ap.add_argument("--ce-weight", type=float, default=None, help="the cross-entropy's weight (default: 1)")
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free")
     ap.add_argument("--base", default=None)
@@ -62,6 +63,7 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
         recipe=args.recipe,
         steps=args.steps,
         max_queries=args.max_queries,
+        ce_weight=args.ce_weight,
         base=args.base,
         reuse=str(reuse) if reuse else None,
         progress=args.progress,

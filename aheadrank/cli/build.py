@@ -41,6 +41,13 @@ def build_cmd(
         help="label-free priors: default (neural, BM25 and bi-encoder in equal parts) or pseudo (fitted on held-out "
         "pseudo-queries)",
     ),
+    ce_weight: float | None = opt(
+        None,
+        "--ce-weight",
+        min=0.0,
+        help="weight of the cross-entropy on each training query's relevant document, beside the listwise KL from "
+        "the fusion (default 1)",
+    ),
     reuse: Path | None = opt(
         None,
         "--reuse",
@@ -72,6 +79,7 @@ def build_cmd(
         steps=steps,
         max_queries=max_queries,
         priors=priors,
+        ce_weight=ce_weight,
         seed=seed,
         base=str(base) if base else None,
         reuse=str(reuse) if reuse else None,
