@@ -48,20 +48,11 @@ def test_one_long_docid_does_not_widen_the_lookup(tmp_path):
 # ---- the service: limits before work ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def client(service_env):
-    from aheadrank.services import RerankBackend, ServiceSettings, create_app
+    from aheadrank.services import create_app
     from fastapi.testclient import TestClient
+    from test_service_api import make_backend  # tests/services: the same backend, warmed up
 
-    settings = ServiceSettings(
-        checkpoint=service_env.checkpoint,
-        store=service_env.store,
-        index=service_env.lucene,
-        device="cpu",
-        access_log=False,
-        warmup=False,
-        max_docid_chars=300,
-    )
-    backend = RerankBackend.load(settings)
-    backend.ready = True
+    backend = make_backend(service_env, max_docid_chars=300)
     with TestClient(create_app(backend)) as c:
         c.docids, c.backend = backend.reader.docids(), backend
         yield c
