@@ -6,7 +6,8 @@ is timed on its own (median of ``--repeats``) on representative bodies, and divi
 whole request it guards, served in-process (FastAPI TestClient) by a MORES 2xIB (s2) checkpoint on the
 packaged MiniLM base with its store of the bundled 1,000-document SciFact sample (built in a temporary folder
 unless ``--checkpoint``/``--store`` are given). The previous lookup (a fixed-width unicode array of every docid
-asked) is timed beside the new one for reference.
+asked) is timed beside the new one for reference, and both are measured (tracemalloc peak) on 1,000
+candidates of which one is ``--long-docid-chars`` long.
 
     .venv/bin/python bench/guards.py --threads 1        # writes bench/results/guards.json
 """
@@ -49,6 +50,21 @@ def old_lookup(reader, docids: list[str]) -> np.ndarray:
     return reader._ids[index] == query
 
 
+def lookup_memory(reader, ids: list[str], long_chars: int, n: int = 1000) -> dict:
+    """tracemalloc peak of looking up ``n`` candidates of which one is ``long_chars`` characters (Arabic: two
+    UTF-8 bytes each), with the lookup now and before (numpy reports its allocations to tracemalloc)."""
+    import tracemalloc
+
+    asked = [*ids[: n - 1], "ق" * long_chars]
+    peaks = {}
+    for name, fn in (("peak_mb", reader.known), ("old_peak_mb", lambda d: old_lookup(reader, d))):
+        tracemalloc.start()
+        fn(asked)
+        peaks[name] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    return {"candidates": n, "long_docid_chars": long_chars, **peaks}
+
+
 def build(work: Path) -> tuple[Path, Path]:
     from aheadrank.indexer.build import BuildOptions, build_store
     from aheadrank.rankers import init_ranker, save_checkpoint
@@ -65,6 +81,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--store", type=Path)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=15)
+    p.add_argument(
+        "--long-docid-chars", type=int, default=50_000, help="the one long docid of the memory case"
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "guards.json")
     args = p.parse_args(argv)
     t_start = time.perf_counter()
@@ -123,8 +142,13 @@ def main(argv: list[str] | None = None) -> None:
                 guard_us = row["shape_us"] + row.get("lookup_us", 0.0)
                 row["guards_pct"] = 100 * guard_us / (row["request_ms"] * 1e3)
                 rows.append(row)
+        memory = lookup_memory(reader, ids, args.long_docid_chars)
         backend.close()
 
+    console.print(
+        f"one docid of {args.long_docid_chars:,} characters among {memory['candidates']:,} candidates: lookup peak "
+        f"{memory['peak_mb']:.2f} MB (before: {memory['old_peak_mb']:.0f} MB)"
+    )
     table = Table(title=f"input guards ({args.threads} thread(s); medians)")
     for col in ("case", "body KB", "request ms", "shape µs", "lookup µs (old)", "guards / request"):
         table.add_column(col, justify="left" if col == "case" else "right")
@@ -139,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['guards_pct']:.2f} %",
         )
     console.print(table)
-    write_record(args.out, "guards.py", argv, machine_info(args.threads), t_start, rows=rows)
+    write_record(args.out, "guards.py", argv, machine_info(args.threads), t_start, rows=rows, memory=memory)
     console.print(f"wrote {args.out}")
 
 
