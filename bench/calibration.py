@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aheadrank.benchkit import machine_info, write_record
+from aheadrank.evaluation import paired_test
 from aheadrank.priors import QueryFeatures, expected_calibration_error, ndcg10, read_priors
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,12 +105,30 @@ def main(argv: list[str] | None = None) -> dict:
         }
         for method, (scores, probs) in methods.items():
             ece, table = expected_calibration_error(probs, labels, args.bins)
-            ndcg = float(np.mean([ndcg10(s, q.docids, q.qrels) for s, q in zip(scores, test, strict=True)]))
+            # the top 10 of each query by this score: what a RAG app thresholds after re-ranking
+            top = [np.argsort(-np.asarray(s), kind="stable")[:10] for s in scores]
+            offsets = np.cumsum([0] + [len(q.docids) for q in test])[:-1]
+            pick = np.concatenate([o + t for o, t in zip(offsets, top, strict=True)])
+            ece10, _ = expected_calibration_error(probs[pick], labels[pick], args.bins)
+            per_query = {
+                str(i): ndcg10(s, q.docids, q.qrels)
+                for i, (s, q) in enumerate(zip(scores, test, strict=True))
+            }
+            ndcg = float(np.mean(list(per_query.values())))
+            if method == "relative":
+                today = per_query
+            vs = paired_test(today, per_query, "nDCG@10", margins=(0.02,))
             rows[f"{key} {method}"] = {
                 "features": key,
                 "method": method,
                 "ece": ece,
+                "ece_top10": ece10,
                 "ndcg10": ndcg,
+                "vs_relative": {
+                    "diff": vs.mean_diff,
+                    "p": vs.p,
+                    "non_inferior_2pct": vs.non_inferiority[0].non_inferior,
+                },
                 "mean_p": float(probs.mean()),
                 "reliability": table,
             }
@@ -136,15 +155,59 @@ def main(argv: list[str] | None = None) -> dict:
         rows=rows,
     )
     table = Table(title=f"calibration on {args.collection.name} test ({len(test)} queries, top-{args.depth})")
-    for col in ("features", "relevance_score", "ECE", "nDCG@10", "mean p"):
+    for col in ("features", "relevance_score", "ECE", "ECE top 10", "nDCG@10", "mean p"):
         table.add_column(col, justify="left" if col in ("features", "relevance_score") else "right")
     for r in rows.values():
         table.add_row(
-            r["features"], r["method"], f"{r['ece']:.4f}", f"{r['ndcg10']:.4f}", f"{r['mean_p']:.4f}"
+            r["features"],
+            r["method"],
+            f"{r['ece']:.4f}",
+            f"{r['ece_top10']:.4f}",
+            f"{r['ndcg10']:.4f}",
+            f"{r['mean_p']:.4f}",
         )
     console.print(table)
     plot(curves, args.plot, len(test))
+    write_markdown(args.out.with_suffix(".md"), record, args.plot.name)
     return record
+
+
+def write_markdown(path: Path, record: dict, plot_name: str) -> None:
+    """The table and, per feature set, the reliability of the served (Platt) score, beside the plot."""
+    t = record["test"]
+    lines = [
+        f"# Calibration of relevance_score: {record['collection']} test ({t['queries']} queries, BM25 "
+        f"top-{record['depth']}, {t['candidates']:,} pairs, {t['relevant']} relevant)",
+        "",
+        f"Checkpoint `{record['checkpoint']}`; priors and calibration fitted by `aheadrank fit-priors` on "
+        f"{record['fit']['queries']} held-out {record['fit']['split']} queries ({record['fit']['candidates']:,} "
+        f"pairs). Command: `{record['command']}`. ECE: {record['bins']} equal-width bins; 'top 10': the 10 best "
+        "of each query by that score. Plot: [" + plot_name + "](" + plot_name + ").",
+        "",
+        "| features | relevance_score | ECE | ECE top 10 | nDCG@10 | vs relative: diff, p, non-inferior (2 %) | mean p |",
+        "|---|---|---:|---:|---:|---|---:|",
+    ]
+    for r in record["rows"].values():
+        lines.append(
+            f"| {r['features']} | {r['method']} | {r['ece']:.4f} | {r['ece_top10']:.4f} | {r['ndcg10']:.4f} "
+            f"| {r['vs_relative']['diff']:+.4f}, p {r['vs_relative']['p']:.2f}, "
+            f"{'yes' if r['vs_relative']['non_inferior_2pct'] else 'no'} | {r['mean_p']:.4f} |"
+        )
+    for r in record["rows"].values():
+        if r["method"] != "platt":
+            continue
+        lines += [
+            "",
+            f"Reliability, {r['features']} (served):",
+            "",
+            "| bin | pairs | mean p | fraction relevant |",
+        ]
+        lines.append("|---|---:|---:|---:|")
+        for b in r["reliability"]:
+            lines.append(
+                f"| {b['lo']:.1f}-{b['hi']:.1f} | {b['n']:,} | {b['mean_p']:.3f} | {b['frac']:.3f} |"
+            )
+    path.write_text("\n".join(lines) + "\n")
 
 
 def plot(curves: dict, path: Path, queries: int) -> None:
