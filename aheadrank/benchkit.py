@@ -141,6 +141,13 @@ def cpu_sample() -> tuple[float, int, int]:
     return time.perf_counter(), busy, own
 
 
+def others_cores(start: tuple[float, int, int], end: tuple[float, int, int]) -> float:
+    """CPU cores other processes kept busy between two :func:`cpu_sample` s (0 where /proc is unavailable)."""
+    dt = end[0] - start[0]
+    ticks = (end[1] - start[1]) - (end[2] - start[2])
+    return max(0.0, ticks / os.sysconf("SC_CLK_TCK") / dt) if dt > 0 else 0.0
+
+
 def proc_status(pid: int | str = "self") -> dict[str, int] | None:
     """VmRSS, VmHWM, RssAnon, RssFile, RssShmem (kB) of a process from /proc; None once it is gone."""
     try:

@@ -204,12 +204,18 @@ def stored_fields(fetched) -> dict:
 
 
 def score_stored(
-    ranker, reader, qs, docids: list[str], seconds: dict[str, float], batch: int = 256
+    ranker, reader, qs, docids: list[str], seconds: dict[str, float], batch: int | None = None
 ) -> tuple[list[tuple[str, float]], list[str]]:
-    """Score ``docids`` (in batches of ``batch``) from their stored fields: ``([(docid, score)] for the known
-    ones in input order, [unknown docids])``; fetch and score time are added to ``seconds``. The one
-    scoring loop that ``rerank-run`` and the service share, so both give the same scores."""
+    """Score ``docids`` (in batches of ``batch``, default the rankers' ``SCORE_BATCH``) from their stored
+    fields: ``([(docid, score)] for the known ones in input order, [unknown docids])``; fetch and score time
+    are added to ``seconds``. The one scoring loop that ``rerank-run`` and the service share; the public
+    ``Ranker.score`` scores fields handed to it the same way (the stored dtype, the same batches), so all
+    give the same scores (tests/test_score_paths.py)."""
     import torch
+
+    from aheadrank.rankers.base import SCORE_BATCH
+
+    batch = batch or SCORE_BATCH
 
     scored: list[tuple[str, float]] = []
     unknown: list[str] = []

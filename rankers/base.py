@@ -20,6 +20,12 @@ from torch import Tensor, nn
 
 from aheadrank.errors import CheckpointError
 
+# documents per score_batch call wherever stored fields are scored: the public score and the rerank core's
+# score_stored (rerank-run, the service, whose --batch-size defaults to the same 256), so all score alike
+SCORE_BATCH = 256
+# the stored dtypes the scoring paths read as they are (widened a block at a time), never copied to float32
+STORED_DTYPES = (torch.float16, torch.bfloat16)
+
 
 @dataclass
 class QueryState:
@@ -189,10 +195,21 @@ class Ranker(nn.Module):
         return self.query_graphs
 
     @torch.inference_mode()
-    def score(self, query_state: QueryState, docs: Sequence[dict[str, Tensor]]) -> Tensor:
-        """Scores [n_docs] (float32, CPU) from stored fields; float16 fields are accepted."""
-        fields, mask = pad_fields(docs, self.device, self.dtype)
-        return self.score_batch(query_state, fields, mask).float().cpu()
+    def score(
+        self, query_state: QueryState, docs: Sequence[dict[str, Tensor]], batch: int = SCORE_BATCH
+    ) -> Tensor:
+        """Scores [n_docs] (float32, CPU) from stored fields, as the service scores the store's candidates
+        (:func:`aheadrank.rerank.score_stored`): ``batch`` documents a :meth:`score_batch`, float16 and
+        bfloat16 fields (what the store keeps) in their own dtype, anything else (``encode_documents``'
+        float32) in the model's."""
+        docs = list(docs)
+        if not docs:
+            raise ValueError("no documents to score")
+        out = []
+        for start in range(0, len(docs), batch):
+            fields, mask = pad_fields(docs[start : start + batch], self.device, self.dtype, STORED_DTYPES)
+            out.append(self.score_batch(query_state, fields, mask).float().cpu())
+        return torch.cat(out)
 
     def score_pairs(self, query: str, texts: Sequence[str], batch_size: int = 64) -> Tensor:
         """The full, unsplit model: scores [n_docs] (float32, CPU). Gradients flow unless the caller disables them."""

@@ -243,7 +243,9 @@ class PrettrRanker(Ranker):
         r, q = fields["doc"], qs["q"]
         q_pool = qs["q_pool"] if self.config.sim else None
         last_only = self.config.layer == self.config.n_layers - 1 and q.shape[0] == 1
-        if last_only and r.dtype != q.dtype and r.device.type == "cpu":
+        # the stored path for a narrower stored dtype, and for float32 fields (encode_documents') wherever no
+        # gradient is wanted, so the public score takes the service's path (tests/test_score_paths.py)
+        if last_only and r.device.type == "cpu" and (r.dtype != q.dtype or not torch.is_grad_enabled()):
             return self.upper_from_stored(q, qs.mask, r, mask, q_pool, qs.extra)
         return self.upper(q, qs.mask, self.decompress(r.to(self.dtype)), mask, q_pool)
 

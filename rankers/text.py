@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 
 
 class TextEncoder:
@@ -63,22 +64,30 @@ def positions(mask: Tensor, offset: int = 0) -> Tensor:
 
 
 def pad_fields(
-    docs: Sequence[dict[str, Tensor]], device: torch.device, dtype: torch.dtype
+    docs: Sequence[dict[str, Tensor]],
+    device: torch.device | str,
+    dtype: torch.dtype,
+    keep: tuple[torch.dtype, ...] = (),
 ) -> tuple[dict[str, Tensor], Tensor]:
-    """A list of per-document field dicts ([len, dim] each) -> padded fields [B, T, dim] + mask [B, T]."""
+    """A list of per-document field dicts ([len, dim] each, tensors or arrays) -> padded fields [B, T, dim] +
+    mask [B, T], one copy per document and field (``pad_sequence``). A field whose documents all come in one
+    of the ``keep`` dtypes stays in it (the stored float16 as the store hands it over); others are in ``dtype``."""
     if not docs:
         raise ValueError("no documents to score")
     names = list(docs[0])
-    lengths = [int(d[names[0]].shape[0]) for d in docs]
-    width = max(lengths)
+    for i, d in enumerate(docs):
+        if set(d) != set(names):
+            raise ValueError(f"document {i} has fields {sorted(d)}, expected {sorted(names)}")
+    lengths: list[int] = []
     out = {}
     for name in names:
-        dim = docs[0][name].shape[1]
-        buf = torch.zeros(len(docs), width, dim, dtype=dtype)
-        for i, d in enumerate(docs):
-            if set(d) != set(names):
-                raise ValueError(f"document {i} has fields {sorted(d)}, expected {sorted(names)}")
-            buf[i, : lengths[i]] = torch.as_tensor(d[name]).to(dtype)
-        out[name] = buf.to(device)
-    mask = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
+        rows = [torch.as_tensor(d[name]) for d in docs]
+        if not lengths:
+            lengths = [int(r.shape[0]) for r in rows]
+        elif [int(r.shape[0]) for r in rows] != lengths:
+            raise ValueError(f"field {name!r} has other lengths than field {names[0]!r}")
+        same = all(r.dtype == rows[0].dtype for r in rows)
+        want = rows[0].dtype if same and rows[0].dtype in keep else dtype
+        out[name] = pad_sequence([r.to(want) for r in rows], batch_first=True).to(device)
+    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
     return out, mask.to(device)
