@@ -13,7 +13,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -192,7 +191,7 @@ def test_compose_services_and_volume():
     for name, dockerfile in (("reranker", "Dockerfile.cpu"), ("reranker-gpu", "Dockerfile.cuda")):
         service = svc[name]
         assert service["build"]["dockerfile"] == f"docker/{dockerfile}"
-        assert argv(service["command"])[0] == "serve"
+        assert argv(service["command"]) == ["serve", "/data/build"]  # the index job's $AHEADRANK_DATA/build
         assert service["depends_on"]["index"]["condition"] == "service_completed_successfully"
         assert service["restart"] == "unless-stopped"
         assert env_of(service)["AHEADRANK_HOST"] == "0.0.0.0"
@@ -245,7 +244,7 @@ def test_compose_healthchecks_probe_ready():
 def test_compose_and_job_call_existing_commands():
     commands = cli_commands()
     calls = aheadrank_calls()
-    assert {"bm25-index", "train", "init-ranker", "index"} <= {sub for sub, _, _ in calls}
+    assert [sub for sub, _, where in calls if where == "docker/index-job.sh"] == ["build"]
     check_calls([c for c in calls if c[0] != "serve"], commands)
 
 
@@ -416,6 +415,17 @@ def write_beir(path: Path, n_docs: int = 30, n_queries: int = 6, train: bool = T
     return path
 
 
+def write_passages(path: Path, n_docs: int = 60) -> Path:
+    """A plain JSONL of passages without titles or judgments: the label-free journey."""
+    rng = random.Random(11)
+    lines = []
+    for i in range(n_docs):
+        sentences = [" ".join(rng.choices(WORDS, k=rng.randint(7, 12))) for _ in range(3)]
+        lines.append(json.dumps({"id": f"p{i}", "contents": ". ".join(sentences) + "."}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def job_env(data: Path, collection: Path, base: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AHEADRANK_")}
     env.update(
@@ -425,13 +435,11 @@ def job_env(data: Path, collection: Path, base: Path, **extra: str) -> dict[str,
         TOKENIZERS_PARALLELISM="false",
         AHEADRANK_DATA=str(data),
         AHEADRANK_COLLECTION=str(collection),
-        AHEADRANK_BASE=str(base),
+        AHEADRANK_BASE=str(
+            base
+        ),  # `aheadrank build --base`, as every other AHEADRANK_* the job passes through
         AHEADRANK_TRAIN_STEPS="2",
-        AHEADRANK_EVAL_EVERY="2",
-        AHEADRANK_VAL_QUERIES="1",
-        AHEADRANK_QUERIES_PER_STEP="2",
-        AHEADRANK_GROUP_SIZE="3",
-        AHEADRANK_THREADS="1",
+        AHEADRANK_MAX_QUERIES="30",
         AHEADRANK_PROGRESS="false",
         OMP_NUM_THREADS="1",
     )
@@ -439,27 +447,40 @@ def job_env(data: Path, collection: Path, base: Path, **extra: str) -> dict[str,
     return env
 
 
-def run_job(env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
-    start = time.perf_counter()
-    result = subprocess.run(
-        ["bash", str(INDEX_JOB)], env=env, cwd=REPO, capture_output=True, text=True, timeout=240
+def run_job(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(INDEX_JOB)], env=env, cwd=REPO, capture_output=True, text=True, timeout=480
     )
-    return result, time.perf_counter() - start
 
 
 def job_log(result: subprocess.CompletedProcess) -> str:
     return f"rc {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
 
 
-def assert_outputs(data: Path) -> None:
+def compose_build_dir(data: Path) -> Path:
+    """The build directory the compose rerankers serve (`serve /data/build`), under ``data`` instead of /data."""
+    args = argv(services()["reranker"]["command"])
+    assert args[0] == "serve" and len(args) == 2 and args[1].startswith("/data/"), args
+    return data / Path(args[1]).relative_to("/data")
+
+
+def assert_build(build: Path, n_docs: int) -> dict:
+    """A finished build: every stage recorded, a Lucene index, a complete store bound to the checkpoint."""
+    from aheadrank.rankers import read_fingerprint
     from aheadrank.store.manifest import read_manifest
 
-    assert any(p.name.startswith("segments_") for p in (data / "lucene").iterdir())
-    fingerprint = json.loads((data / "ckpt" / "fingerprint.json").read_text())["sha256"]
-    manifest = read_manifest(data / "store")
-    assert manifest.complete
-    assert manifest.spec.fingerprint == fingerprint
-    assert manifest.n_docs == 30
+    from aheadrank.build import STAGES, paths, read_record
+
+    record = read_record(build)
+    assert record is not None and list(record.stages) == list(STAGES), record
+    p = paths(build)
+    assert any(f.name.startswith("segments_") for f in p["lucene"].iterdir())
+    fingerprint = json.loads((p["checkpoint"] / "fingerprint.json").read_text())["sha256"]
+    assert read_fingerprint(p["checkpoint"]) == fingerprint
+    manifest = read_manifest(p["store"])
+    assert manifest.complete and manifest.spec.fingerprint == fingerprint
+    assert manifest.n_docs == n_docs
+    return record.stages
 
 
 def test_index_job_is_executable_bash():
@@ -470,76 +491,101 @@ def test_index_job_is_executable_bash():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_index_job_trains_indexes_and_resumes(tmp_path, tiny_base):
-    from aheadrank.rankers import read_fingerprint
+@pytest.mark.timeout(900)
+def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
+    from aheadrank.services.process import ServeProcess
 
-    collection = write_beir(tmp_path / "beir")
+    from aheadrank.build import LABEL_FREE_WEIGHTS, STAGES, paths
+    from aheadrank.priors import read_priors
+
+    collection = write_passages(tmp_path / "passages.jsonl")
     data = tmp_path / "data"
+    build = compose_build_dir(data)
     env = job_env(data, collection, tiny_base)
 
-    first, _ = run_job(env)
-    assert first.returncode == 0, job_log(first)
-    assert "checkpoint: training tk for 2 steps" in first.stdout, job_log(first)
-    assert "UNTRAINED" not in first.stderr
-    assert_outputs(data)
-    ckpt = data / "ckpt"
-    assert (ckpt / "train-history.json").is_file()
-    assert not (data / "ckpt.train-state.pt").exists()
-    config = json.loads((ckpt / "config.json").read_text())
-    assert config["kind"] == "tk"
-    assert read_fingerprint(ckpt) == json.loads((ckpt / "fingerprint.json").read_text())["sha256"]
-
-    stamps = {p: p.stat().st_mtime_ns for p in (ckpt / "fingerprint.json", data / "store" / "manifest.json")}
-    second, _ = run_job(env)
-    assert second.returncode == 0, job_log(second)
-    for step in ("bm25", "checkpoint", "store"):
-        assert f"{step}: skipped" in second.stdout, job_log(second)
-    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing redone (not a wall-clock bound)
-
-    # killed mid-training: a checkpoint (written at each improving validation) and a resume point, but no
-    # train-history.json (written at the end), so the job resumes training instead of taking the checkpoint
+    # a job cut off after the queries stage (the same build, stopped there)
     subprocess.run(
-        ["aheadrank", "train", "--ranker", "tk", "--layers", "2", "--collection", str(collection)]
-        + ["--index", str(data / "lucene"), "--out", str(ckpt), "--steps", "2"],
+        ["aheadrank", "build", "--collection", str(collection), "--out", str(build), "--ranker", "tk"]
+        + ["--steps", "2", "--until", "queries"],
         env=env,
         capture_output=True,
         check=True,
-        timeout=120,
+        timeout=240,
     )
-    (ckpt / "train-history.json").unlink()
-    assert (data / "ckpt.train-state.pt").is_file()
-    resumed, _ = run_job(env)
-    assert resumed.returncode == 0, job_log(resumed)
-    assert "(resuming)" in resumed.stdout and "bm25: skipped" in resumed.stdout, job_log(resumed)
-    assert (ckpt / "train-history.json").is_file() and not (data / "ckpt.train-state.pt").exists()
-    assert_outputs(data)
+    first = run_job(env)
+    assert first.returncode == 0, job_log(first)
+    assert "label-free: no qrels/train.tsv" in first.stdout, job_log(first)
+    for stage in ("collection", "bm25", "queries"):
+        assert f"[{stage}] done before" in first.stdout, job_log(first)
+    assert "[train] done before" not in first.stdout
+    assert "UNTRAINED" not in first.stdout + first.stderr
+    stages = assert_build(build, 60)
+    assert stages["queries"]["pseudo_queries"] >= 20 and stages["train"]["steps"] == 2
+    ckpt = paths(build)["checkpoint"]
+    assert json.loads((ckpt / "config.json").read_text())["kind"] == "tk"
+    assert read_priors(ckpt).weights == LABEL_FREE_WEIGHTS  # neural, BM25, bi-encoder: 1/3 each
 
-    # a checkpoint replaced behind the job's back: the store is rebuilt for it, nothing else reruns
-    shutil.rmtree(ckpt)
-    third, _ = run_job({**env, "AHEADRANK_TRAIN_STEPS": "0"})
-    assert third.returncode == 0, job_log(third)
-    assert "bm25: skipped" in third.stdout and "UNTRAINED" in third.stderr
-    assert "built by another checkpoint; rebuilding" in third.stdout, job_log(third)
-    assert_outputs(data)
+    # a finished volume: every stage skipped, nothing rewritten (not a wall-clock bound)
+    outputs = (ckpt / "fingerprint.json", ckpt / "priors.json", paths(build)["store"] / "manifest.json")
+    stamps = {f: f.stat().st_mtime_ns for f in outputs}
+    second = run_job(env)
+    assert second.returncode == 0, job_log(second)
+    assert sum(f"[{s}] done before" in second.stdout for s in STAGES) == len(STAGES), job_log(second)
+    assert {f: f.stat().st_mtime_ns for f in stamps} == stamps
+
+    # another ranker on the finished volume: one clear error, nothing mixed in
+    other = run_job({**env, "AHEADRANK_RANKER": "mores"})
+    assert other.returncode == 2, job_log(other)
+    assert "other settings" in other.stderr and "ranker=" in other.stderr and "Traceback" not in other.stderr
+    assert {f: f.stat().st_mtime_ns for f in stamps} == stamps
+
+    # the compose reranker's command serves what the job built
+    command = argv(services()["reranker"]["command"])[1:]
+    serve_args = [str(build) if a.startswith("/data/") else a for a in command]
+    server = ServeProcess(
+        serve_args,
+        tmp_path / "serve.log",
+        env={"AHEADRANK_THREADS": "1", "OMP_NUM_THREADS": "1"},
+        clean_env=True,
+    )
+    try:
+        server.wait_ready(180)
+        import httpx
+
+        r = httpx.post(
+            server.url + "/v1/rerank", json={"query": "heart disease risk", "depth": 10}, timeout=60
+        )
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["results"] and body["scoring"] == "neural+bm25+dense", body
+        assert all(x["neural_score"] is not None for x in body["results"]), body
+    finally:
+        assert server.stop(60) == 0, server.log_tail()
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_index_job_without_training_qrels_writes_an_untrained_checkpoint(tmp_path, tiny_base):
-    collection = write_beir(tmp_path / "beir", train=False)
+@pytest.mark.timeout(600)
+def test_index_job_trains_on_judgments_when_the_collection_has_them(tmp_path, tiny_base):
+    collection = write_beir(tmp_path / "beir")
     data = tmp_path / "data"
-    result, _ = run_job(job_env(data, collection, tiny_base, AHEADRANK_RANKER="mores", AHEADRANK_IBS="1"))
+    result = run_job(job_env(data, collection, tiny_base, AHEADRANK_RANKER="mores-1ib-s2"))
     assert result.returncode == 0, job_log(result)
-    assert "WARNING" in result.stderr and "UNTRAINED mores checkpoint" in result.stderr, job_log(result)
-    assert "qrels/train.tsv" in result.stderr
-    assert_outputs(data)
+    assert "labels auto" in result.stdout, job_log(result)
+    stages = assert_build(compose_build_dir(data), 30)
+    assert stages["queries"] == {"judged_split": "train", "seconds": stages["queries"]["seconds"]}
+    assert stages["priors"]["fitted_on"]["split"] == "train"
 
 
 def test_index_job_rejects_bad_settings(tmp_path):
     env = job_env(tmp_path / "data", tmp_path / "missing", tmp_path)
-    result, _ = run_job(env)
+    result = run_job(env)
     assert result.returncode == 2 and "does not exist" in result.stderr, job_log(result)
     (tmp_path / "c.tsv").write_text("d1\tsome text\n")
-    result, _ = run_job({**env, "AHEADRANK_COLLECTION": str(tmp_path / "c.tsv"), "AHEADRANK_RANKER": "x"})
+    env["AHEADRANK_COLLECTION"] = str(tmp_path / "c.tsv")
+    result = run_job({**env, "AHEADRANK_RANKER": "x"})
     assert result.returncode == 2 and "AHEADRANK_RANKER" in result.stderr, job_log(result)
+    for steps in ("0", "ten"):  # 0 would serve an untrained ranker as a third of the score
+        result = run_job({**env, "AHEADRANK_TRAIN_STEPS": steps})
+        assert result.returncode == 2, job_log(result)
+        assert "[index-job] error: AHEADRANK_TRAIN_STEPS must be" in result.stderr, job_log(result)
+    assert not (tmp_path / "data").exists()  # refused before anything was written
