@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from aheadrank.errors import CheckpointError
+from aheadrank.errors import CheckpointError, StoreError
 from aheadrank.priors import (
     FEATURES,
     Priors,
@@ -222,9 +222,17 @@ def test_precomputed_run_with_priors_equals_the_unsplit_model_with_priors(prior_
 def test_a_store_without_the_dense_field_serves_with_a_notice(prior_env, tmp_path):
     from aheadrank.runs import rerank_run
 
+    from dataclasses import replace
+
+    from aheadrank.store import read_manifest
+    from aheadrank.store.manifest import write_manifest_file
+
     store = tmp_path / "store"
     shutil.copytree(prior_env["store"], store)
     shutil.rmtree(store / "dense")
+    with pytest.raises(StoreError, match="built with the dense field"):  # a dense field lost: refused
+        rerank_run(prior_env["ckpt"], store, prior_env["queries"], prior_env["candidates"], progress=False)
+    write_manifest_file(store, replace(read_manifest(store), dense=False))  # as `aheadrank index --no-dense`
     run, stats = rerank_run(
         prior_env["ckpt"], store, prior_env["queries"], prior_env["candidates"], progress=False
     )
