@@ -38,16 +38,16 @@ import torch
 from aheadrank.rankers.base import SCORE_BATCH
 from aheadrank.rankers.text import pad
 from aheadrank.rankers.variants import parse_variant
-from rich.console import Console
-from rich.table import Table
-
-from aheadrank.benchkit import (
+from benchkit import (
     cpu_sample,
     machine_info,
     others_cores,
     score_head_reads_interaction,
     write_record,
 )
+from rich.console import Console
+from rich.table import Table
+
 from aheadrank.rerank import score_stored
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,6 +1,7 @@
-"""What the benchmark scripts under ``bench/`` share, importable and tested (tests/test_benchkit.py): JSON
-results, the machine record, CPU samples, and the stages several benchmarks cache (the BM25 index of a
-collection, a split's topics). The scripts stay thin: argument parsing, the measurement, the report.
+"""What the benchmark scripts under ``bench/`` share, tested (tests/test_benchkit.py) and kept beside them, out of the
+installed package: JSON results, the machine record, CPU samples, and the stages several benchmarks cache (the BM25
+index of a collection, a split's topics). A script run as ``python bench/<name>.py`` imports it as ``benchkit``
+(its folder is first on ``sys.path``). The scripts stay thin: argument parsing, the measurement, the report.
 Ranker variants and their names come from :mod:`rankers.variants`; training from :mod:`rankers.recipe`.
 """
 
@@ -24,8 +25,10 @@ for _name, _value in (
 ):
     os.environ.setdefault(_name, _value)
 
-SAMPLE = Path(__file__).resolve().parent / "data" / "scifact-sample"  # the bundled SciFact sample
-_SOURCE = Path(__file__).resolve().parents[1]  # a checkout's root (for the git commit in machine records)
+import aheadrank  # noqa: E402  (after the offline variables)
+
+SAMPLE = Path(aheadrank.__file__).resolve().parent / "data" / "scifact-sample"  # the bundled SciFact sample
+_SOURCE = Path(__file__).resolve().parents[1]  # the checkout's root (for the git commit in machine records)
 log = logging.getLogger("bench")
 
 

@@ -21,10 +21,9 @@ import time
 from pathlib import Path
 
 from aheadrank.indexer.bm25 import Bm25Searcher, build_bm25_index
+from benchkit import machine_info, write_record
 from rich.console import Console
 from rich.table import Table
-
-from aheadrank.benchkit import machine_info, write_record
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data" / "scifact"

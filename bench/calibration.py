@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchkit import machine_info, write_record
 from rich.console import Console
 from rich.table import Table
 
-from aheadrank.benchkit import machine_info, write_record
 from aheadrank.evaluation import paired_test
 from aheadrank.priors import QueryFeatures, expected_calibration_error, ndcg10, read_priors
 

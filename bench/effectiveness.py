@@ -55,8 +55,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from aheadrank.rankers.training import NEGATIVE_SAMPLING  # noqa: E402
 from aheadrank.rankers.variants import CATALOGUE as ALL_RANKERS  # noqa: E402  (the one registry; was defined here)
 from aheadrank.rankers.variants import Variant, match_variants, parse_variant  # noqa: E402
-
-from aheadrank.benchkit import (  # noqa: E402  (the shared helpers; were defined here)
+from benchkit import (  # noqa: E402  (the shared helpers; were defined here)
     SAMPLE,
     Bm25Hits,
     bm25_index_path,

@@ -32,8 +32,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import httpx  # noqa: E402
 from aheadrank.services.process import ServeProcess  # noqa: E402
 from aheadrank.services.settings import ServiceSettings  # noqa: E402
-
-from aheadrank.benchkit import SAMPLE, machine_info, write_record  # noqa: E402
+from benchkit import SAMPLE, machine_info, write_record  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

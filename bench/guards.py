@@ -23,10 +23,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchkit import machine_info, write_record
 from rich.console import Console
 from rich.table import Table
-
-from aheadrank.benchkit import machine_info, write_record
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "aheadrank" / "data" / "scifact-sample"

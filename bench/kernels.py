@@ -83,10 +83,10 @@ from aheadrank.rankers import QuantizedField, blocks, native, prettr, tk
 from aheadrank.rankers.text import pad
 from aheadrank.rankers.variants import parse_variant
 from aheadrank.store import StoreReader, StoreSpec, StoreWriter
+from benchkit import cpu_sample, machine_info, score_head_reads_interaction, write_record
 from rich.console import Console
 from rich.table import Table
 
-from aheadrank.benchkit import cpu_sample, machine_info, score_head_reads_interaction, write_record
 from aheadrank.rerank import stored_fields
 
 REPO = Path(__file__).resolve().parents[1]

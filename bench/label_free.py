@@ -124,8 +124,9 @@ def pseudo_fitted_weights(build_dir: Path, device: str, progress: bool) -> dict:
 
 
 def bench_collection(args, name: str, variants: list[str]) -> dict:
+    from benchkit import Bm25Hits, eval_topics
+
     from aheadrank.baselines import EQUAL_FUSION, dense_features, rrf_run
-    from aheadrank.benchkit import Bm25Hits, eval_topics
     from aheadrank.build import build, paths, read_record
     from aheadrank.evaluation import compare, evaluate
 
@@ -236,7 +237,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from aheadrank.benchkit import machine, write_record
+    from benchkit import machine, write_record
 
     t0 = time.perf_counter()
     results = []

@@ -26,8 +26,7 @@ import tracemalloc
 from pathlib import Path
 
 from aheadrank.services.memory import malloc_stats, trim_heap
-
-from aheadrank.benchkit import least_squares_slope, proc_status, write_json  # sets the offline variables
+from benchkit import least_squares_slope, proc_status, write_json  # sets the offline variables
 
 
 def anon_mb() -> float:

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from benchkit import Bm25Hits, eval_topics, machine_info, write_record
 from rich.console import Console
 from rich.table import Table
 
-from aheadrank.benchkit import Bm25Hits, eval_topics, machine_info, write_record
 from aheadrank.evaluation import evaluate
 
 REPO = Path(__file__).resolve().parents[1]

@@ -43,10 +43,10 @@ import torch
 from aheadrank.indexer.topics import read_qrels
 from aheadrank.store import StoreReader, StoreWriter
 from aheadrank.store.quant import decode_codebooks, encode_codebooks, fit_codebooks
+from benchkit import machine_info, write_record
 from rich.console import Console
 from rich.table import Table
 
-from aheadrank.benchkit import machine_info, write_record
 from aheadrank.evaluation import evaluate, paired_test, per_query, read_run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -48,9 +48,8 @@ import httpx  # noqa: E402
 import serve as serve_bench  # noqa: E402  (bench/serve.py: checkpoints, stores, the server process)
 from aheadrank.services.metrics import sample_sum  # noqa: E402
 from aheadrank.services.process import ServeProcess  # noqa: E402
+from benchkit import SAMPLE, machine_info, write_record  # noqa: E402
 from rich.table import Table  # noqa: E402
-
-from aheadrank.benchkit import SAMPLE, machine_info, write_record  # noqa: E402
 
 DEFAULT_RANKERS = ("mores-2ib-s2", "prettr-l5-e128", "tk-2l", "bert")
 CELLS = ("native", "stored", "online", "cached")

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from aheadrank.benchkit import machine_info, write_record
+from benchkit import machine_info, write_record
 
 REPO = Path(__file__).resolve().parents[1]
 SETTLE_S = 0.25  # between one worker's run and the other's: OpenMP threads spin a while after their last loop
@@ -43,9 +43,12 @@ import aheadrank.rankers
 if not os.path.realpath(aheadrank.rankers.__file__).startswith(os.path.realpath(tree) + "/"):
     raise SystemExit(f"aheadrank.rankers came from {aheadrank.rankers.__file__}, not from {tree}")
 try:
-    from aheadrank.benchkit import score_head_reads_interaction as reads_interaction
-except ImportError:  # a revision from before it
-    reads_interaction = None
+    from benchkit import score_head_reads_interaction as reads_interaction
+except ImportError:
+    try:  # a revision whose benchkit was inside the package
+        from aheadrank.benchkit import score_head_reads_interaction as reads_interaction
+    except ImportError:  # a revision from before it
+        reads_interaction = None
 spec = json.loads(sys.argv[4])
 cases = {}
 with torch.inference_mode():

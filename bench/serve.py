@@ -49,10 +49,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 from aheadrank.services.process import AHEADRANK, ServeProcess  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from aheadrank.benchkit import (  # noqa: E402
+from benchkit import (  # noqa: E402
     SAMPLE,
     cpu_sample,
     least_squares_slope,
@@ -60,6 +57,8 @@ from aheadrank.benchkit import (  # noqa: E402
     machine_info,
     proc_status,
 )
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 SHARED_SCIFACT = REPO.parent / "shared" / "data" / "scifact"

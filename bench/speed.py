@@ -45,12 +45,12 @@ from aheadrank.rankers.blocks import key_mask
 from aheadrank.rankers.text import pad, positions
 from aheadrank.rankers.variants import CATALOGUE as VARIANTS
 from aheadrank.rankers.variants import Variant, parse_variant
+from benchkit import cpu_sample, machine_info, score_head_reads_interaction
 from rich.console import Console
 from rich.table import Table
 from scipy.stats import kendalltau
 from torch import Tensor
 
-from aheadrank.benchkit import cpu_sample, machine_info, score_head_reads_interaction
 from aheadrank.errors import CheckpointError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from aheadrank.benchkit import (
+from benchkit import (
     SAMPLE,
     Bm25Hits,
     clean,

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import pytest
 
 from aheadrank.errors import CheckpointError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # benchkit, beside the scripts
 
 
 def test_every_catalogued_variant_parses_to_its_own_kind_options():
@@ -50,7 +54,7 @@ def test_options_of_another_kind_are_refused_everywhere(tiny_base):
 
 
 def test_json_helpers_round_trip_and_clean(tmp_path):
-    from aheadrank.benchkit import clean, digest, read_json, write_json
+    from benchkit import clean, digest, read_json, write_json
 
     data = {"a": (1, 2.5), "b": math.nan, 3: [math.inf, {"c": -math.inf}]}
     assert clean(data) == {"a": [1, 2.5], "b": None, "3": [None, {"c": None}]}
@@ -62,7 +66,7 @@ def test_json_helpers_round_trip_and_clean(tmp_path):
 
 
 def test_eval_topics_keeps_the_first_queries_by_qid(tmp_path):
-    from aheadrank.benchkit import SAMPLE, eval_topics
+    from benchkit import SAMPLE, eval_topics
 
     queries, qrels = eval_topics(SAMPLE, "test", 5)
     assert len(queries) == 5 and set(qrels) <= set(queries)
@@ -71,7 +75,7 @@ def test_eval_topics_keeps_the_first_queries_by_qid(tmp_path):
 
 
 def test_machine_record():
-    from aheadrank.benchkit import cpu_sample, machine
+    from benchkit import cpu_sample, machine
 
     info = machine("cpu")
     assert info["device"] == "cpu" and info["threads"] >= 1 and "torch" in info
@@ -82,7 +86,7 @@ def test_machine_record():
 def test_proc_status_and_least_squares_slope():
     """The memory record the serve and memory benches share: this process's /proc status in kB (None for a
     process that is gone), and the least-squares slope of a series."""
-    from aheadrank.benchkit import least_squares_slope, proc_status
+    from benchkit import least_squares_slope, proc_status
 
     own = proc_status()
     assert own is not None and own["VmRSS"] > 0 and own["RssAnon"] > 0
@@ -93,7 +97,7 @@ def test_proc_status_and_least_squares_slope():
 
 
 def test_lower_envelope_keeps_each_windows_minimum():
-    from aheadrank.benchkit import least_squares_slope, lower_envelope
+    from benchkit import least_squares_slope, lower_envelope
 
     # a sawtooth (growth, then a trim back to a flat floor) every 10 s over 60 s
     t = [float(x) for x in range(60)]

@@ -24,7 +24,7 @@ HF_HUB_OFFLINE=1 $PY - "$WORK" $COLLECTIONS <<'PY'
 import shutil, sys
 from pathlib import Path
 sys.path.insert(0, "bench")
-from aheadrank.benchkit import Bm25Hits, digest, eval_topics
+from benchkit import Bm25Hits, digest, eval_topics
 from label_free import DEPTH
 work = Path(sys.argv[1])
 for c in sys.argv[2:]:

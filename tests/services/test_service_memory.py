@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from aheadrank.services import memory
@@ -70,7 +72,8 @@ def _fragmented_blocks(n: int):
 def test_real_trim_gives_freed_pages_back():
     if memory._glibc_trim() is None:
         pytest.skip("no glibc malloc_trim here")
-    from aheadrank.benchkit import proc_status
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from benchkit import proc_status  # noqa: E402  (the bench helpers, beside the scripts)
 
     libc, kept, _ = _fragmented_blocks(4000)  # 250 MB
     before = proc_status()["RssAnon"]
