@@ -99,8 +99,22 @@ def flatten(passages: list[list[str]]) -> tuple[list[str], list[int]]:
 
 def max_per_document(scores: Sequence[float], owner: Sequence[int], n: int) -> list[float]:
     """MaxP: each document's best passage score."""
-    best = [float("-inf")] * n
+    return aggregate(scores, owner, n, "maxp")
+
+
+AGGREGATIONS = ("maxp", "meanp", "first+max")  # measured in bench/results/long_inputs-passages.md
+
+
+def aggregate(scores: Sequence[float], owner: Sequence[int], n: int, how: str = "maxp") -> list[float]:
+    """Each document's score from its passages' (``owner``: the document of each passage, passages in
+    document order): ``maxp`` the best, ``meanp`` the mean, ``first+max`` the mean of the first and the best."""
+    if how not in AGGREGATIONS:
+        raise ValueError(f"unknown passage aggregation {how!r}; known: {AGGREGATIONS}")
+    per: list[list[float]] = [[] for _ in range(n)]
     for s, i in zip(scores, owner, strict=True):
-        if s > best[i]:
-            best[i] = float(s)
-    return best
+        per[i].append(float(s))
+    if how == "maxp":
+        return [max(p) for p in per]
+    if how == "meanp":
+        return [sum(p) / len(p) for p in per]
+    return [(p[0] + max(p)) / 2 for p in per]

@@ -34,6 +34,14 @@ from aheadrank.passages import PassageOptions, flatten, split_passages
 from aheadrank.priors import ndcg10
 
 REPO = Path(__file__).resolve().parents[1]
+# a document's score from its passages' (in document order); aheadrank/passages.py AGGREGATIONS serves some
+AGGREGATIONS = {
+    "first": lambda s: s[0],
+    "maxp": np.max,
+    "meanp": np.mean,
+    "first+max": lambda s: (s[0] + s.max()) / 2,
+    "top2": lambda s: np.sort(s)[-2:].mean(),
+}
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
@@ -78,7 +86,7 @@ def passages_part(args, ranker, queries, qrels, cands) -> dict:
     for f, i in zip(fields, owner, strict=True):
         per_doc[ids[i]].append(f)
     encode_s = time.perf_counter() - t0
-    runs: dict[str, dict] = {m: {} for m in ("full", "truncate", "first", "maxp", "meanp")}
+    runs: dict[str, dict] = {m: {} for m in ("full", "truncate", *AGGREGATIONS)}
     for qid, query in queries.items():
         qs = ranker.encode_query(query)
         docids = [d for d, _ in cands.get(qid, [])]
@@ -91,11 +99,13 @@ def passages_part(args, ranker, queries, qrels, cands) -> dict:
         ps = [f for d in docids for f in per_doc[d]]
         owners = [k for k, d in enumerate(docids) for _ in per_doc[d]]
         s = ranker.score(qs, ps).numpy()
-        best, mean, first = {}, {}, {}
+        per: dict[str, dict[str, float]] = {m: {} for m in AGGREGATIONS}
         for k, d in enumerate(docids):
             mine = s[[i for i, o in enumerate(owners) if o == k]]
-            best[d], mean[d], first[d] = float(mine.max()), float(mine.mean()), float(mine[0])
-        runs["maxp"][qid], runs["meanp"][qid], runs["first"][qid] = best, mean, first
+            for m, agg in AGGREGATIONS.items():
+                per[m][d] = float(agg(mine))
+        for m in AGGREGATIONS:
+            runs[m][qid] = per[m]
     ranker.limit_doc_len(full_window)
     return {
         "window": args.window,
@@ -123,7 +133,7 @@ def queries_part(args, ranker, queries, qrels, cands) -> dict:
         "queries": len(queries),
         "pieces_median": statistics.median(pieces),
         "pieces_max": max(pieces),
-        "longer_than": {n: sum(p > n for p in pieces) for n in args.query_lens},
+        "longer_than": {str(n): sum(p > n for p in pieces) for n in args.query_lens},
         "trained_max_query_len": ranker.config.max_query_len,
         "rows": {},
     }
@@ -202,13 +212,13 @@ def main(argv: list[str] | None = None) -> dict:
         for n, r in q["rows"].items():
             t.add_row(
                 str(r["query_len"]),
-                str(q["longer_than"][int(n)]),
+                str(q["longer_than"][n]),
                 f"{r['ndcg10']:.4f}",
                 f"{r['ms_median']:.1f}",
                 f"{r['ms_p90']:.1f}",
             )
         console.print(t)
-    return write_record(
+    record = write_record(
         args.out,
         "long_inputs",
         argv,
@@ -219,6 +229,53 @@ def main(argv: list[str] | None = None) -> dict:
         depth=args.depth,
         **fields,
     )
+    write_markdown(args.out.with_suffix(".md"), record, len(queries))
+    return record
+
+
+def write_markdown(path: Path, record: dict, queries: int) -> None:
+    lines = [
+        f"# Long inputs: {record['collection']} test ({queries} queries, BM25 top-{record['depth']})",
+        "",
+    ]
+    lines += [f"Checkpoint `{record['checkpoint']}`, pure neural scores. Command: `{record['command']}`.", ""]
+    if "passages" in record:
+        p = record["passages"]
+        lines += [
+            f"Documents at a {p['window']}-piece window: {p['documents']:,} candidate documents, median "
+            f"{p['pieces_median']:.0f} pieces, {p['longer_than_window']:.0%} longer than the window, "
+            f"{p['passages_per_document']:.1f} passages each (overlap {p['overlap']}).",
+            "",
+            "| documents read as | nDCG@10 |",
+            "|---|---:|",
+        ]
+        names = {
+            "full": f"checkpoint's window ({p['full_window']} pieces), truncated",
+            "truncate": f"first {p['window']} pieces (truncation, today's /rerank)",
+            "first": "first passage (TEI truncate: true)",
+            "maxp": "MaxP: best passage",
+            "meanp": "MeanP: mean of the passages",
+            "first+max": "mean of the first and the best passage",
+            "top2": "mean of the two best passages",
+        }
+        lines += [f"| {names.get(m, m)} | {v:.4f} |" for m, v in p["ndcg10"].items()]
+        lines.append("")
+    if "queries" in record:
+        q = record["queries"]
+        lines += [
+            f"Queries: median {q['pieces_median']:.0f} pieces, max {q['pieces_max']}; the checkpoint was "
+            f"trained on {q['trained_max_query_len']}. Latency: encode the query and score its candidates from "
+            "the store, per query.",
+            "",
+            "| read up to | queries longer | nDCG@10 | ms median | ms p90 |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for n, r in q["rows"].items():
+            lines.append(
+                f"| {r['query_len']} | {q['longer_than'][n]} | {r['ndcg10']:.4f} | {r['ms_median']:.1f} "
+                f"| {r['ms_p90']:.1f} |"
+            )
+    path.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from aheadrank.services.texts import TextCache, stored_texts, text_features
 from aheadrank.services.turns import drive
 
 from aheadrank.errors import AheadrankError, CheckpointError, StoreError
-from aheadrank.passages import PassageOptions, flatten, max_per_document, split_passages
+from aheadrank.passages import PassageOptions, aggregate, flatten, split_passages
 
 log = logging.getLogger("aheadrank.service")
 WARMUP_SEARCHES = 300
@@ -67,6 +67,32 @@ class Work:
             self.reason = "deadline"
         if self.reason is not None:
             raise Cancelled(self.reason)
+
+
+SPLIT_CHARS_PER_TURN = 200_000  # characters tokenized per turn of the model thread (~0.1 s on one core)
+
+
+def split_in_turns(
+    tokenizer, texts: list[str], opts: PassageOptions, work: Work
+) -> Generator[None, None, list[list[str]]]:
+    """:func:`split_passages` of ``texts``, each distinct text once, in groups of about
+    ``SPLIT_CHARS_PER_TURN`` characters with a turn for the other requests (and a check of ``work``) between
+    groups: tokenizing is linear in the characters, and one turn for all of them held the model thread for
+    seconds (a request of 250 texts of 20,000 characters: 3-10 s on the shared 2-core box)."""
+    distinct = list(dict.fromkeys(texts))
+    split: dict[str, list[str]] = {}
+    group: list[str] = []
+    size = 0
+    for k, text in enumerate(distinct):
+        group.append(text)
+        size += len(text)
+        if size >= SPLIT_CHARS_PER_TURN or k == len(distinct) - 1:
+            if split:  # not before the first group: the request has just had its turn start
+                yield
+                work.check()
+            split.update(zip(group, split_passages(tokenizer, group, opts), strict=True))
+            group, size = [], 0
+    return [split[t] for t in texts]
 
 
 @dataclass
@@ -128,8 +154,6 @@ class RerankBackend:
         for notice in scorer.notices if scorer is not None else []:
             self.warnings.append(notice)
             log.warning(notice)
-        if getattr(ranker, "fingerprint_notice", None):  # logged by load_ranker
-            self.warnings.append(ranker.fingerprint_notice)
         if getattr(ranker, "fingerprint_notice", None):  # logged by load_ranker
             self.warnings.append(ranker.fingerprint_notice)
         if reader is not None and searcher is not None and searcher.num_docs != len(reader):
@@ -506,7 +530,7 @@ class RerankBackend:
         index): with the checkpoint's calibration, each text's calibrated log-odds of relevance, which do not depend
         on the request's other texts (:meth:`score_kind`); without, standardised over the request's texts.
         A text longer than the ranker's window is split into ``passages`` (default: :meth:`passage_options`)
-        and gets its best passage's score (MaxP, aheadrank/passages.py). Returns (scores in input order,
+        and gets a score from its passages' (--passage-aggregation, aheadrank/passages.py). Returns (scores in input order,
         tokens)."""
         import numpy as np
 
@@ -521,7 +545,7 @@ class RerankBackend:
         split = [[x] for x in texts]
         todo = [i for i, hit in enumerate(stored_texts(self, texts)) if not hit]
         opts = passages or self.passage_options()
-        parts = split_passages(self.ranker._text().tokenizer, [texts[i] for i in todo], opts) if todo else []
+        parts = yield from split_in_turns(self.ranker._text().tokenizer, [texts[i] for i in todo], opts, work)
         for i, p in zip(todo, parts, strict=True):
             split[i] = p
         flat, owner = flatten(split)
@@ -539,8 +563,8 @@ class RerankBackend:
             else:  # priors fitted before calibration: standardised over the request's texts
                 scores = self.scorer.priors.combine(features).tolist()
             clock.seconds["priors"] += time.perf_counter() - t
-        if len(flat) != len(texts):  # MaxP: a long text's score is its best passage's
-            scores = max_per_document(scores, owner, len(texts))
+        if len(flat) != len(texts):  # a long text's score from its passages' (--passage-aggregation)
+            scores = aggregate(scores, owner, len(texts), self.settings.passage_aggregation)
         return scores, tokens
 
     def passage_options(

@@ -4,7 +4,7 @@ also a flag of ``aheadrank serve`` (aheadrank/cli/serve.py), which mirrors the s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -55,11 +55,16 @@ class ServiceSettings(BaseSettings):
         10,
         ge=1,
         description="passages an ad-hoc document longer than the ranker's window is split into (/rerank; its "
-        "score is its best passage's: aheadrank/passages.py); a request's Cohere `max_chunks_per_doc` may "
+        "score comes from theirs: --passage-aggregation); a request's Cohere `max_chunks_per_doc` may "
         "ask for fewer, not more; TEI's `truncate: true` reads the first passage only",
     )
     passage_overlap: int | None = Field(
         None, ge=0, description="word pieces consecutive passages share (default: a quarter of the window)"
+    )
+    passage_aggregation: Literal["maxp", "meanp", "first+max"] = Field(
+        "maxp",
+        description="a long text's score from its passages': the best (maxp), their mean (meanp), or the mean of "
+        "the first and the best (first+max); measured in bench/results/long_inputs-passages.md",
     )
     max_query_len: int = Field(
         64,

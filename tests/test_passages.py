@@ -68,3 +68,15 @@ def test_max_per_document():
     flat, owner = flatten([["a", "b"], ["c"], ["d", "e", "f"]])
     assert flat == list("abcdef") and owner == [0, 0, 1, 2, 2, 2]
     assert max_per_document([0.1, 0.5, -1.0, 0.3, 0.9, 0.2], owner, 3) == [0.5, -1.0, 0.9]
+
+
+def test_aggregations():
+    from aheadrank.passages import aggregate
+
+    owner = [0, 0, 0, 1]
+    scores = [0.2, 0.8, 0.5, -1.0]
+    assert aggregate(scores, owner, 2, "maxp") == [0.8, -1.0]
+    assert aggregate(scores, owner, 2, "meanp") == pytest.approx([0.5, -1.0])
+    assert aggregate(scores, owner, 2, "first+max") == pytest.approx([0.5, -1.0])
+    with pytest.raises(ValueError, match="unknown passage aggregation"):
+        aggregate(scores, owner, 2, "sum")

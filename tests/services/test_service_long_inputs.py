@@ -18,7 +18,10 @@ QUERY = "smoking increases the risk of lung cancer"
 
 @pytest.fixture(scope="module")
 def server(service_env):
-    s = Server("--checkpoint", str(service_env.checkpoint), "--no-warmup", "--no-access-log").wait_ready()
+    s = Server(
+        "--checkpoint", str(service_env.checkpoint), "--no-warmup", "--no-access-log",
+        "--passage-aggregation", "maxp",
+    ).wait_ready()  # fmt: skip
     yield s
     assert s.stop() == 0
 
