@@ -12,7 +12,9 @@ their float16 rounding as the store keeps it. Timed under ``torch.inference_mode
 - ``api-float16``: ``Ranker.score(qs, docs)`` with one float16 dict a document (what the store keeps);
 - ``api-float32``: ``Ranker.score(qs, docs)`` with ``encode_documents``' float32 dicts;
 - ``before-float32``: what ``Ranker.score`` did up to c8b97aa: every document copied into one float32
-  buffer (a torch copy a document and field), one ``score_batch`` over all N.
+  buffer (a torch copy a document and field), one ``score_batch`` over all N. Its ``score_batch`` is today's:
+  PreTTR's float32 fields take the stored path since 6cf20cd, so for PreTTR this row is the old padding and
+  batching only, not the old generic layers.
 
 Rounds interleave a ranker's paths (each round runs each path once), so a busy machine slows them alike;
 the median over rounds counts. Speed-up: ``bert``'s service time / the path's time at the same d. The
