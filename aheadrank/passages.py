@@ -1,11 +1,13 @@
 """Long documents as passages: a text longer than the ranker's window is split into windows of word pieces
-that overlap, each passage is scored like a document, and the document gets its best passage's score (MaxP:
-Dai & Callan 2019, "Deeper Text Understanding for IR with Contextual Neural Language Modeling").
+that overlap, each passage is scored like a document, and the document's score comes from its passages'
+(:func:`aggregate`: MaxP, Dai & Callan 2019, "Deeper Text Understanding for IR with Contextual Neural Language
+Modeling"; MeanP; or the mean of the first and the best passage, the service's default: measured best on SciFact
+at a 64-piece window, bench/results/long_inputs-passages.md).
 
 A passage is a slice of the original text, cut at word boundaries (the tokenizer's offsets), so tokenizing
 it again gives the same word pieces: its score is the one it would get as a document of its own. The service
 (``/rerank``: Cohere's ``max_chunks_per_doc`` and ``max_tokens_per_doc``, TEI's ``truncate``) and
-``bench/passages.py`` split with :func:`split_passages`; the measured choice is in services/README.md.
+``bench/long_inputs.py`` split with :func:`split_passages`; the measured choice is in services/README.md.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class ServiceSettings(BaseSettings):
         None, ge=0, description="word pieces consecutive passages share (default: a quarter of the window)"
     )
     passage_aggregation: Literal["maxp", "meanp", "first+max"] = Field(
-        "maxp",
+        "first+max",
         description="a long text's score from its passages': the best (maxp), their mean (meanp), or the mean of "
         "the first and the best (first+max); measured in bench/results/long_inputs-passages.md",
     )
