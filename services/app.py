@@ -420,7 +420,8 @@ class ModelThread:
 
     def __init__(self, settings, metrics: ServiceMetrics, drain: _Drain) -> None:
         self.settings, self.metrics, self.drain = settings, metrics, drain
-        self.executor = TurnExecutor("aheadrank-model")  # requests take turns a chunk at a time
+        # requests take turns a chunk at a time; each turn's seconds in aheadrank_model_turn_seconds
+        self.executor = TurnExecutor("aheadrank-model", on_turn=metrics.turn.observe)
         self.pending = [0]
         self.pending_lock = threading.Lock()
         self.trimmer = HeapTrimmer(settings.malloc_trim_interval_s)
@@ -472,11 +473,17 @@ class ModelThread:
                 return
 
     async def run(self, fn: Callable[[Work], T], request: Request, endpoint: str) -> T:
-        """Run ``fn(work)`` on the model thread. It is dropped if its client goes away or its deadline
-        passes, before it starts or between scoring chunks; past the deadline the client gets 504 at once."""
+        """Run ``fn(work)`` on the model thread. Its client gets 504 at the deadline and the request is
+        dropped (499) when the client goes away, at once in both cases: a request that has not started
+        leaves the line, one that has stops before its next scoring chunk.
+
+        The queue (``--max-queue``) counts the requests whose clients still wait for an answer: a request
+        answered (504, 499, 503 at shutdown) frees its slot at once, not when the model thread reaches it.
+        Counted until the model thread was done with them, answered requests filled the queue under load:
+        their clients came back at once and found it full (503 ``overloaded``) of work nobody waited for."""
         if self.drain.on:
             raise self.drain.refusal()
-        job = {"started": False, "cancelled": False}
+        job = {"started": False, "cancelled": False, "counted": True}
         with self.pending_lock:
             if self.pending[0] >= self.settings.max_queue:
                 raise ApiError(
@@ -488,6 +495,14 @@ class ModelThread:
             self.pending[0] += 1
             self.metrics.queue.set(self.pending[0])
         work = Work(deadline=request.state.arrival + self.settings.request_timeout_s)
+
+        def release() -> None:
+            """The request's slot, freed once: when it is answered or its work ends, whichever is first."""
+            with self.pending_lock:
+                if job["counted"]:
+                    job["counted"] = False
+                    self.pending[0] -= 1
+                    self.metrics.queue.set(self.pending[0])
 
         def run() -> Generator[None, None, T]:
             try:
@@ -502,32 +517,51 @@ class ModelThread:
                     out = (yield from out) if self.settings.interleave else drive(out)
                 return out
             finally:
-                with self.pending_lock:  # counted until the work ends, even if the client went away
-                    self.pending[0] -= 1
-                    self.metrics.queue.set(self.pending[0])
+                release()
                 self.metrics.chunks.labels(endpoint, "scored").inc(work.chunks_done)
                 self.after_request()
-                if work.reason is not None:
-                    stage = "running" if work.started else "queued"
-                    self.metrics.cancelled.labels(endpoint, work.reason, stage).inc()
+                if work.reason is not None:  # the chunks first: a dropped request's count comes last
                     self.metrics.chunks.labels(endpoint, "skipped").inc(
                         max(0, work.chunks_total - work.chunks_done)
                     )
+                    stage = "running" if work.started else "queued"
+                    self.metrics.cancelled.labels(endpoint, work.reason, stage).inc()
 
-        future = asyncio.get_running_loop().run_in_executor(self.executor, run)
+        def drop(reason: str) -> None:
+            """Answered without its result: the model thread stops it before its next chunk, or never
+            starts it (out of the line now)."""
+            work.cancel(reason)
+            if self.executor.discard(job_future):
+                self.metrics.cancelled.labels(endpoint, work.reason, "queued").inc()
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+
+        job_future = self.executor.submit(run)
+        future = asyncio.wrap_future(job_future)
         watcher = asyncio.create_task(self.watch_disconnect(request, work))
+        either = asyncio.ensure_future(asyncio.wait({future, watcher}, return_when=asyncio.FIRST_COMPLETED))
         try:
-            try:  # the result, the deadline, or the shutdown: whichever comes first
-                finished = await asyncio.wait_for(
-                    self.drain.wait_for(future), timeout=max(0.0, work.deadline - time.perf_counter())
+            try:  # the result, the deadline, the client leaving or the shutdown: whichever comes first
+                await asyncio.wait_for(
+                    self.drain.wait_for(either), timeout=max(0.0, work.deadline - time.perf_counter())
                 )
             except asyncio.TimeoutError:
+                pass
+            finally:
+                either.cancel()
+            if future.done():
+                finished: bool | None = True
+            elif watcher.done():  # the client went away: nobody to answer
+                drop("client_disconnected")
+                raise Cancelled("client_disconnected")
+            elif self.drain.on:
+                finished = False
+            else:
                 finished = None
             if finished is False:  # shutting down: a request still queued is refused at once
                 with self.pending_lock:
                     job["cancelled"] = not job["started"]
                 if job["cancelled"]:
-                    work.cancel("shutting_down")
+                    drop("shutting_down")
                     raise self.drain.refusal()
                 until = min(work.deadline, self.drain.since + RUNNING_GRACE_S)
                 try:  # the request on the model thread may finish (within its deadline and the grace)
@@ -538,13 +572,13 @@ class ModelThread:
                 except asyncio.TimeoutError:
                     finished = None
                 if finished is None and time.perf_counter() < work.deadline:
-                    work.cancel("shutting_down")  # the model thread stops before its next chunk
-                    future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
+                    drop("shutting_down")  # the model thread stops before its next chunk
                     raise self.drain.refusal()
             if finished is None:
-                work.cancel("deadline")  # the model thread stops before its next chunk
-                future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+                drop("deadline")
                 raise self.deadline_error(work)
+            if future.cancelled():  # taken out of the line by the executor's shutdown
+                raise self.drain.refusal()
             return future.result()
         except Cancelled as exc:
             if exc.reason == "deadline":
@@ -562,6 +596,7 @@ class ModelThread:
             raise ApiError(503, str(exc), "server_data") from exc
         finally:
             watcher.cancel()
+            release()  # answered: the slot is free now, whatever the model thread still does with it
 
 
 class Handlers:

@@ -61,7 +61,17 @@ class ServiceMetrics:
             ["endpoint", "outcome"],
             registry=r,
         )
-        self.queue = Gauge("aheadrank_queue_depth", "requests waiting for or holding the model", registry=r)
+        self.queue = Gauge(
+            "aheadrank_queue_depth",
+            "requests waiting for or holding the model whose clients wait for the answer",
+            registry=r,
+        )
+        self.turn = Histogram(
+            "aheadrank_model_turn_seconds",
+            "one turn of the model thread (a request's step up to its next scoring chunk, or a whole small job)",
+            buckets=(0.001, 0.005, 0.02, 0.1, 0.5, 1, 2, 5, 10, 30),
+            registry=r,
+        )
         self.damaged_shards = Gauge(
             "aheadrank_store_damaged_shards",
             "store shards refused since they changed or broke under the server (see /ready and the log)",
@@ -129,7 +139,9 @@ class _TextCacheCollector:
         ):
             yield CounterMetricFamily(f"aheadrank_text_cache_{name}", help_text, value=s[name])
         yield GaugeMetricFamily("aheadrank_text_cache_entries", "texts in the cache", value=s["entries"])
-        yield GaugeMetricFamily("aheadrank_text_cache_bytes", "bytes of tensors in the cache", value=s["bytes"])
+        yield GaugeMetricFamily(
+            "aheadrank_text_cache_bytes", "bytes of tensors in the cache", value=s["bytes"]
+        )
         texts = CounterMetricFamily(
             "aheadrank_texts",
             "distinct ad-hoc texts per request, by where their document side came from (stored: the store "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import inspect
 import threading
+import time
 from collections.abc import Callable, Generator
 from concurrent.futures import Executor, Future
 from typing import Any
@@ -43,7 +44,10 @@ def drive(steps: Generator[Any, None, Any]) -> Any:
 class TurnExecutor(Executor):
     """One worker thread; generator jobs are stepped round robin (see the module's docstring)."""
 
-    def __init__(self, thread_name: str = "aheadrank-model") -> None:
+    def __init__(
+        self, thread_name: str = "aheadrank-model", on_turn: Callable[[float], None] | None = None
+    ) -> None:
+        self.on_turn = on_turn  # called on the model thread with each turn's seconds (a metric)
         self._line: collections.deque[_Job] = collections.deque()
         self._cond = threading.Condition()
         self._shutdown = False
@@ -59,6 +63,19 @@ class TurnExecutor(Executor):
             self._line.append(_Job(fn, args, kwargs, future))
             self._cond.notify()
         return future
+
+    def discard(self, future: Future) -> bool:
+        """Take a job that has not started out of the line and cancel its future (its caller answered it
+        already: a deadline passed or its client left); False if it has started (it stops at its next check)
+        or ended. The line holds only work someone waits for, and the job's arguments are freed now."""
+        with self._cond:
+            for job in self._line:
+                if job.future is future:
+                    if job.gen is not None:
+                        return False
+                    self._line.remove(job)
+                    return future.cancel()
+        return False
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._cond:
@@ -80,7 +97,11 @@ class TurnExecutor(Executor):
                 if not self._line:
                     return  # shut down, nothing left
                 job = self._line.popleft()
-            if self._step(job):
+            t = time.perf_counter()
+            more = self._step(job)
+            if self.on_turn is not None:
+                self.on_turn(time.perf_counter() - t)
+            if more:
                 with self._cond:
                     self._line.append(job)  # the back of the line: the others' turns first
 

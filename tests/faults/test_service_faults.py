@@ -142,7 +142,8 @@ def test_nan_in_a_stored_value_is_never_ranked(service_env, tmp_path, shard, row
 def test_sigterm_under_load_answers_every_waiting_request(service_env, tmp_path):
     server = _start(service_env, service_env.store, "--max-queue", "64", "--max-documents", "3000")
     words = "protein cell cancer tumour gene expression patient clinical trial risk therapy dose".split()
-    docs = [" ".join(words[(i + j) % len(words)] for j in range(60)) for i in range(1500)]
+    # distinct texts (a number each): equal texts are split and scored once
+    docs = [" ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}" for i in range(1500)]
     results: list = []
     lock = threading.Lock()
 

@@ -31,7 +31,8 @@ def test_a_running_request_is_answered_503_within_the_grace(service_env, sig):
         "--doc-batch-size", "1", "--max-documents", "60000", "--request-timeout-s", "300",
     ).wait_ready()  # fmt: skip
     letters = "abcdefghijklmnopqrstuvwxyz"  # one word piece each: ~120 pieces in 240 bytes a text
-    docs = [" ".join(letters[(i + j) % 26] for j in range(120)) for i in range(60_000)]
+    # distinct texts (a number each): equal texts are split and scored once
+    docs = [" ".join(letters[(i + j) % 26] for j in range(120)) + f" {i}" for i in range(60_000)]
     result: dict = {}
 
     def one() -> None:

@@ -484,9 +484,11 @@ def test_deadline_answers_504_and_stops_the_work(service_env):
                 err = r.json()
                 assert err["kind"] == "deadline_exceeded" and "0.2 s" in err["error"], err
                 assert "request-timeout-s" in err["error"] and err["message"] == err["error"]
-                for _ in range(3000):  # bounded: wait for the model thread to let go
+                # the slot is free as soon as the client is answered
+                assert sample_sum(c.get("/metrics").text, "aheadrank_queue_depth") == 0
+                for _ in range(3000):  # bounded: wait for the model thread to let go (counted last)
                     text = c.get("/metrics").text
-                    if sample_sum(text, "aheadrank_queue_depth") == 0:
+                    if sample_sum(text, "aheadrank_cancelled_total", endpoint=path) >= 1:
                         break
                     time.sleep(0.01)
                 assert sample_sum(text, "aheadrank_cancelled_total", endpoint=path, reason="deadline") == 1

@@ -201,9 +201,11 @@ def test_an_abandoned_request_frees_the_model_thread(server):
         else:
             pytest.fail("the request never reached the model thread")
         sock.close()  # the client gives up
-        for _ in range(3000):  # bounded: the model thread lets go within one chunk
+        for _ in range(3000):  # bounded: the model thread lets go within one chunk (its count comes last)
             after = http.get(server.url + "/metrics").text
-            if sample_sum(after, "aheadrank_queue_depth") == 0:
+            if sample_sum(after, "aheadrank_cancelled_total", reason="client_disconnected") > sample_sum(
+                before, "aheadrank_cancelled_total", reason="client_disconnected"
+            ):
                 break
             time.sleep(0.01)
         else:
