@@ -6,7 +6,12 @@ MiniLM tokenizer, the tests' kind: it builds in seconds and keeps the load on th
 the bundled SciFact sample, starts the server with an API key and small body/read/send timeouts, and runs
 ``--clients`` asyncio clients until ``--seconds`` have passed. Client i plays one class, by i:
 
-- ``valid``: POST /v1/rerank over 20 stored candidates, or /v2/rerank over 4 ad-hoc texts; any 5xx is a failure;
+- ``valid``: POST /v1/rerank over 20 stored candidates, or /v2/rerank over 4 ad-hoc texts; any 5xx is a failure.
+  Closed loop without think time: each sends its next request as soon as it has its answer (after a 503, it
+  waits ``Retry-After`` as a real client does; the 503 still counts). That is the hardest pace a fixed set of
+  clients can set, and it never drives the server past ``--max-queue``: at most one request per client is
+  outstanding, 36 valid + 28 others < 64 slots, so a 503 ``overloaded`` here means slots held by requests nobody
+  waits for, and a 504 a model thread that stopped taking turns (services/README.md, Reliability);
 - ``invalid``: a bad key, no key, malformed JSON, a wrong shape, unknown docids (4xx expected);
 - ``oversized``: a Content-Length over ``--max-body-bytes``, a chunked body that grows over it, too many
   candidates (413 expected);
@@ -15,8 +20,10 @@ the bundled SciFact sample, starts the server with an API key and small body/rea
   never read: the server must drop it (``--send-timeout``) and free its buffers.
 
 A prober sends GET /health every 0.2 s (its latency percentiles), a sampler reads the server's RSS and open
-descriptors from /proc every second. Reported: counts per class and status, 5xx of valid requests (must be 0),
-peak/final RSS and descriptors, /health p50/p99, and the guard cost: the same valid request through the app
+descriptors from /proc and its queue depth and model-thread turns from /metrics every second. Reported: counts
+per class and status, 5xx of valid requests (must be 0), peak/final RSS and descriptors, the queue's peak depth,
+the model thread's turns (how many over 0.1 / 1 / 5 s: a long turn holds every request), /health p50/p99, and
+the guard cost: the same valid request through the app
 in-process (httpx's ASGI transport, before the server starts), with the guards (API key checked from the
 headers, the body read against ``--body-timeout``, requests taking turns on the model thread) and without (no
 key, no body deadline, first come first served), alternating, as a ratio of medians. Bounded loops: every
@@ -219,6 +226,8 @@ class Soak:
             body = {"query": "protein", "documents": rng.sample(self.texts, 4)}
             r = await http.post("/v2/rerank", json=body, headers=self.auth)
         self.tally.add("valid", r.status_code)
+        if r.status_code == 503:  # counted as a failure above; then as a real client does: wait Retry-After
+            await asyncio.sleep(float(r.headers.get("retry-after", 1)))
 
     async def invalid(self, http: httpx.AsyncClient, rng: random.Random) -> None:
         kind = rng.randrange(5)
@@ -349,17 +358,32 @@ class Soak:
                 await asyncio.sleep(0.2)
 
     async def sampler(self, t0: float) -> None:
+        """Each second: the server's RSS and descriptors (/proc), its queue depth and turns (/metrics)."""
         pid = self.server.pid
-        while self.running():
-            try:
-                rss = next(
-                    int(x.split()[1]) / 1024 for x in open(f"/proc/{pid}/status") if x.startswith("VmRSS:")
+        async with httpx.AsyncClient(base_url=self.server.url, timeout=10, trust_env=False) as http:
+            while self.running():
+                try:
+                    rss = next(
+                        int(x.split()[1]) / 1024
+                        for x in open(f"/proc/{pid}/status")
+                        if x.startswith("VmRSS:")
+                    )
+                    fds = len(os.listdir(f"/proc/{pid}/fd"))
+                except (OSError, StopIteration):
+                    rss, fds = None, None
+                try:
+                    m = metric_values((await http.get("/metrics")).text)
+                except httpx.HTTPError:
+                    m = {}
+                turns = m.get("aheadrank_model_turn_seconds_count")
+                over_1s = (
+                    turns - m['aheadrank_model_turn_seconds_bucket{le="1.0"}'] if turns is not None else None
                 )
-                fds = len(os.listdir(f"/proc/{pid}/fd"))
-                self.samples.append((round(time.monotonic() - t0, 1), round(rss, 1), fds))
-            except (OSError, StopIteration):
-                pass
-            await asyncio.sleep(1.0)
+                self.samples.append(
+                    (round(time.monotonic() - t0, 1), rss and round(rss, 1), fds, m.get("aheadrank_queue_depth"),
+                     turns, over_1s, m.get("aheadrank_model_turn_seconds_sum"))
+                )  # fmt: skip
+                await asyncio.sleep(1.0)
 
     async def run(self) -> None:
         t0 = time.monotonic()
@@ -367,6 +391,19 @@ class Soak:
         await asyncio.gather(
             self.sampler(t0), self.prober(), *(self.client(i) for i in range(self.args.clients))
         )
+
+
+def metric_values(text: str) -> dict[str, float]:
+    """Prometheus text as {name{labels}: value}."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name] = float(value)
+            except ValueError:
+                pass
+    return out
 
 
 def server_errors(url: str) -> dict[str, float]:
@@ -380,6 +417,20 @@ def server_errors(url: str) -> dict[str, float]:
         if line.startswith("aheadrank_errors_total{"):
             kind = line.split('kind="', 1)[1].split('"', 1)[0]
             out[kind] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def turn_summary(url: str) -> dict:
+    """The model thread's turns (aheadrank_model_turn_seconds): how many, their mean, how many over 0.1/1/5 s."""
+    try:
+        m = metric_values(httpx.get(url + "/metrics", timeout=10, trust_env=False).text)
+    except httpx.HTTPError:
+        return {}
+    name = "aheadrank_model_turn_seconds"
+    n = m.get(f"{name}_count", 0.0)
+    out = {"turns": int(n), "mean_ms": round(1e3 * m.get(f"{name}_sum", 0.0) / n, 2) if n else None}
+    for le in ("0.1", "1.0", "5.0"):
+        out[f"over_{le.rstrip('0').rstrip('.')}s"] = int(n - m.get(f'{name}_bucket{{le="{le}"}}', n))
     return out
 
 
@@ -411,11 +462,12 @@ def main(argv=None) -> int:
         asyncio.run(soak.run())
         alive = server.alive()
         errors = server_errors(server.url)
+        turns = turn_summary(server.url)
     finally:
         code = server.stop()
     log = server.output()
-    rss = [s[1] for s in soak.samples]
-    fds = [s[2] for s in soak.samples]
+    rss = [s[1] for s in soak.samples if s[1] is not None]
+    fds = [s[2] for s in soak.samples if s[2] is not None]
     counts = {cls: dict(sorted(c.items())) for cls, c in sorted(soak.tally.counts.items())}
     summary = {
         "clients": args.clients,
@@ -433,17 +485,21 @@ def main(argv=None) -> int:
             "max": round(max(soak.health) * 1e3, 2) if soak.health else None,
         },
         "server_errors_by_kind": errors,
+        "queue_depth_peak": max((x[3] for x in soak.samples if x[3] is not None), default=None),
+        "model_turns": turns,
         "server_alive_at_end": alive,
         "server_exit_code": code,
         "tracebacks_in_log": log.count("Traceback"),
         "guard_cost": guards,
         "settings": {k: getattr(args, k) for k in ("max_body_bytes", "body_timeout", "send_timeout", "read_timeout")},
+        "samples_columns": ["s", "rss_mb", "fds", "queue_depth", "turns", "turns_over_1s", "turn_seconds"],
         "samples": soak.samples[:: max(1, len(soak.samples) // 600)],
     }  # fmt: skip
     print(f"\n{'class':<12}{'clients':>8}  outcomes (status or what happened: count)")
     for cls in CLASSES:
         print(f"{cls:<12}{summary['classes'][cls]:>8}  {counts.get(cls, {})}")
     print(f"server errors by kind: {errors}")
+    print(f"queue depth peak (1 s samples): {summary['queue_depth_peak']}; model thread turns: {turns}")
     h = summary["health_ms"]
     print(
         f"\nvalid requests {summary['valid_requests']}, 5xx among them {summary['valid_5xx']}; "
