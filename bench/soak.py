@@ -10,8 +10,10 @@ the bundled SciFact sample, starts the server with an API key and small body/rea
   Closed loop without think time: each sends its next request as soon as it has its answer (after a 503, it
   waits ``Retry-After`` as a real client does; the 503 still counts). That is the hardest pace a fixed set of
   clients can set, and it never drives the server past ``--max-queue``: at most one request per client is
-  outstanding, 36 valid + 28 others < 64 slots, so a 503 ``overloaded`` here means slots held by requests nobody
-  waits for, and a 504 a model thread that stopped taking turns (services/README.md, Reliability);
+  outstanding, and at most 48 of the 64 clients can hold a slot (36 valid, 8 invalid, 4 non-reading: oversized
+  and slow-upload requests are refused or timed out before the queue) < ``--max-queue`` 64, so a 503
+  ``overloaded`` here means slots held by requests nobody waits for, and a 504 a model thread that stopped
+  taking turns (services/README.md, Reliability);
 - ``invalid``: a bad key, no key, malformed JSON, a wrong shape, unknown docids (4xx expected);
 - ``oversized``: a Content-Length over ``--max-body-bytes``, a chunked body that grows over it, too many
   candidates (413 expected);
