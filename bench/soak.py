@@ -19,7 +19,9 @@ the bundled SciFact sample, starts the server with an API key and small body/rea
   candidates (413 expected);
 - ``slow``: an authenticated body trickled byte by byte (408 expected) or an unauthenticated one (401 at once);
 - ``nonreading``: a request whose answer is ~``--nonreading-mb`` MB (documents returned), a 4 KiB receive buffer,
-  never read: the server must drop it (``--send-timeout``) and free its buffers.
+  never read: the server must drop it (``--send-timeout``) and free its buffers. Its texts are one text
+  repeated (split and scored once: a small work, a big answer) or, with ``--nonreading-distinct``, all
+  different (each split into up to 10 passages and encoded: ~2,500 passages a request, in short turns).
 
 A prober sends GET /health every 0.2 s (its latency percentiles), a sampler reads the server's RSS and open
 descriptors from /proc and its queue depth and model-thread turns from /metrics every second. Reported: counts
@@ -72,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--send-timeout", type=float, default=5)
     p.add_argument("--read-timeout", type=float, default=5)
     p.add_argument("--nonreading-mb", type=float, default=10.0)
+    p.add_argument(
+        "--nonreading-distinct", action="store_true", help="non-reading clients send distinct texts"
+    )
     p.add_argument("--guard-requests", type=int, default=400, help="requests per side for the guard cost")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/aheadrank-bench-soak"))
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "soak.json")
@@ -307,6 +312,8 @@ class Soak:
         n = max(1, int(min(self.args.nonreading_mb * 1e6 / 2, self.args.max_body_bytes * 0.9) / 20_000))
         # one text n times: scored once (equal texts in a request are), so the work is small and the answer big
         docs = [(rng.choice(self.texts) * 20)[:20_000]] * n
+        if self.args.nonreading_distinct:  # each text its own: split and encoded, not looked up once
+            docs = [f"{k} {d[: 20_000 - 8]}" for k, d in enumerate(docs)]
         body = json.dumps({"query": "q", "documents": docs, "return_documents": True}).encode()
         reader, writer = await raw(self.server.port, rcvbuf=4096)
         writer.write(head("/v1/rerank", len(body), KEY) + body)
@@ -493,7 +500,7 @@ def main(argv=None) -> int:
         "server_exit_code": code,
         "tracebacks_in_log": log.count("Traceback"),
         "guard_cost": guards,
-        "settings": {k: getattr(args, k) for k in ("max_body_bytes", "body_timeout", "send_timeout", "read_timeout")},
+        "settings": {k: getattr(args, k) for k in ("max_body_bytes", "body_timeout", "send_timeout", "read_timeout", "nonreading_distinct")},
         "samples_columns": ["s", "rss_mb", "fds", "queue_depth", "turns", "turns_over_1s", "turn_seconds"],
         "samples": soak.samples[:: max(1, len(soak.samples) // 600)],
     }  # fmt: skip
