@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aheadrank.evaluation import by_score
-from aheadrank.rerank import nonfinite_scores, score_stored  # noqa: F401  (the rerank core; re-exported)
+from aheadrank.rerank import QUERY_PIECES, nonfinite_scores, score_stored  # noqa: F401  (the rerank core; re-exported)
 
 log = logging.getLogger("aheadrank.runs")
 
@@ -165,6 +165,7 @@ def rerank_run(
 
     reader = StoreReader(store)
     ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)
+    ranker.read_queries_up_to(QUERY_PIECES)  # as the service reads them
     reader.check_fingerprint(ranker.fingerprint)
     # one query at a time: its query side (and dense prior) from CUDA graphs
     if str(device).startswith("cuda"):
@@ -220,5 +221,7 @@ def build_label_free_training_data(
         )
     hits = (search or _bm25_search(index))(pq.queries, depth)
     alias = {q: next(iter(pq.qrels[q])) for q in pq.queries}
-    cands = {q: [alias[q] if d == pq.aliases[alias[q]] else d for d, _ in hits.get(q, [])] for q in pq.queries}
+    cands = {
+        q: [alias[q] if d == pq.aliases[alias[q]] else d for d, _ in hits.get(q, [])] for q in pq.queries
+    }
     return TrainingData(pq.texts, pq.queries, pq.qrels, cands), hits, pq

@@ -9,6 +9,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from aheadrank.rerank import QUERY_PIECES
+
 
 class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AHEADRANK_", extra="ignore")
@@ -67,7 +69,7 @@ class ServiceSettings(BaseSettings):
         "the first and the best (first+max); measured in bench/results/long_inputs-passages.md",
     )
     max_query_len: int = Field(
-        64,
+        QUERY_PIECES,
         ge=1,
         le=512,
         description="word pieces of a query the ranker reads, where its positions allow (at most what the base "

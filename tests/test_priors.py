@@ -219,20 +219,28 @@ def test_precomputed_run_with_priors_equals_the_unsplit_model_with_priors(prior_
     scorer.close()
 
 
-def test_a_store_without_the_dense_field_serves_with_a_notice(prior_env, tmp_path):
-    from aheadrank.runs import rerank_run
-
+def without_dense(store, out) -> None:
+    """A copy of ``store`` as `aheadrank index --no-dense` would have left it: no dense/, the manifest says so."""
     from dataclasses import replace
 
     from aheadrank.store import read_manifest
     from aheadrank.store.manifest import write_manifest_file
+
+    shutil.copytree(store, out)
+    shutil.rmtree(out / "dense")
+    write_manifest_file(out, replace(read_manifest(out), dense=False))
+
+
+def test_a_store_without_the_dense_field_serves_with_a_notice(prior_env, tmp_path):
+    from aheadrank.runs import rerank_run
 
     store = tmp_path / "store"
     shutil.copytree(prior_env["store"], store)
     shutil.rmtree(store / "dense")
     with pytest.raises(StoreError, match="built with the dense field"):  # a dense field lost: refused
         rerank_run(prior_env["ckpt"], store, prior_env["queries"], prior_env["candidates"], progress=False)
-    write_manifest_file(store, replace(read_manifest(store), dense=False))  # as `aheadrank index --no-dense`
+    shutil.rmtree(store)
+    without_dense(prior_env["store"], store)
     run, stats = rerank_run(
         prior_env["ckpt"], store, prior_env["queries"], prior_env["candidates"], progress=False
     )
@@ -267,9 +275,8 @@ def test_the_service_serves_rerank_runs_scores_with_their_parts(prior_env, servi
         progress=False,
         pure=True,
     )
-    bare = tmp_path / "bare-store"  # the same store without its dense field: served with a notice
-    shutil.copytree(prior_env["store"], bare)
-    shutil.rmtree(bare / "dense")
+    bare = tmp_path / "bare-store"  # the same store built without its dense field: served with a notice
+    without_dense(prior_env["store"], bare)
     args = ["--checkpoint", str(prior_env["ckpt"]), "--index", str(service_env.lucene)]
     srv = Server(*args, "--store", str(prior_env["store"])).wait_ready()
     try:

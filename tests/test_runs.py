@@ -23,7 +23,10 @@ def test_precomputed_run_equals_the_unsplit_models_run(service_env):
     run, stats = rerank_run(service_env.checkpoint, service_env.store, queries, cands, progress=False)
     assert stats.unknown == 0 and stats.queries == 6
     texts = {d.docid: d.text for d in Collection(service_env.collection)}
+    from aheadrank.rerank import QUERY_PIECES
+
     ranker = load_ranker(service_env.checkpoint)
+    ranker.read_queries_up_to(QUERY_PIECES)  # rerank-run reads queries as the service does
     for qid, query in queries.items():
         ids = [d for d, _ in cands[qid]]
         full = dict(zip(ids, ranker.score_pairs(query, [texts[d] for d in ids]).tolist(), strict=True))
