@@ -120,7 +120,9 @@ def corpus() -> tuple[list[str], list[str]]:
 
 
 # ---- the guard cost, in-process ----------------------------------------------------------------------
-def guard_cost(ckpt: Path, store: Path, n: int, docids: list[str]) -> dict:
+def guard_cost(
+    ckpt: Path, store: Path, n: int, docids: list[str], candidates: int = 20, model: str = "tiny MORES"
+) -> dict:
     from aheadrank.services.app import create_app
     from aheadrank.services.backend import RerankBackend
     from aheadrank.services.settings import ServiceSettings
@@ -138,7 +140,7 @@ def guard_cost(ckpt: Path, store: Path, n: int, docids: list[str]) -> dict:
     rng = random.Random(7)
 
     async def one(client: httpx.AsyncClient, name: str) -> None:
-        body = {"query": "gene expression", "candidates": rng.sample(docids, 20)}
+        body = {"query": "gene expression", "candidates": rng.sample(docids, candidates)}
         t = time.perf_counter()
         r = await client.post("/v1/rerank", json=body, headers={"Authorization": f"Bearer {KEY}"})
         times[name].append(time.perf_counter() - t)
@@ -169,8 +171,8 @@ def guard_cost(ckpt: Path, store: Path, n: int, docids: list[str]) -> dict:
         "requests_per_side": len(times["guarded"]),
         "median_ms": {k: round(v * 1e3, 4) for k, v in med.items()},
         "ratio": round(med["guarded"] / med["plain"], 4),
-        "what": "POST /v1/rerank, 20 stored candidates, tiny MORES, in-process ASGI (guards: key from the headers, "
-        "body deadline, turns) vs none; the h11 timers are a few call_later per connection on top",
+        "what": f"POST /v1/rerank, {candidates} stored candidates, {model}, in-process ASGI (guards: key from the "
+        "headers, body deadline, turns) vs none; the h11 timers are a few call_later per connection on top",
     }
 
 
