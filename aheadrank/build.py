@@ -210,18 +210,22 @@ def load_label_free(plan: BuildPlan):
     """(TrainingData, hits, aliases) of the queries stage (no Java needed)."""
     from aheadrank.indexer.collections import Collection
     from aheadrank.rankers.training import TrainingData
+    from aheadrank.runs import alias_candidates
 
-    with gzip.open(paths(plan.out)["queries"], "rt") as f:
-        blob = json.load(f)
+    blob = read_queries(plan.out)
     texts = {d.docid: d.text for d in Collection(plan.collection)}
-    aliases = blob["aliases"]
-    cands = {}
-    for q, hits in blob["hits"].items():
-        alias = next(iter(blob["qrels"][q]))
-        cands[q] = [alias if d == aliases[alias] else d for d, _ in hits]
     texts.update(blob["alias_texts"])
+    cands = alias_candidates(blob["hits"], blob["qrels"], blob["aliases"])
     data = TrainingData(texts, blob["queries"], blob["qrels"], cands)
-    return data, {q: [tuple(h) for h in hits] for q, hits in blob["hits"].items()}, aliases
+    return data, blob["hits"], blob["aliases"]
+
+
+def read_queries(out: str | Path) -> dict:
+    """What the queries stage saved: queries, qrels, aliases, alias_texts, kinds and the BM25 hits (as tuples)."""
+    with gzip.open(paths(out)["queries"], "rt") as f:
+        blob = json.load(f)
+    blob["hits"] = {q: [tuple(h) for h in hits] for q, hits in blob["hits"].items()}
+    return blob
 
 
 def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
@@ -324,13 +328,11 @@ def pseudo_validation(out: str | Path) -> tuple[dict, dict, dict]:
     judgments: (queries, candidates, qrels)."""
     from aheadrank.rankers import load_config
 
-    p = paths(out)
-    with gzip.open(p["queries"], "rt") as f:
-        blob = json.load(f)
-    held_out = load_config(p["checkpoint"]).extra.get("train", {}).get("val_qids") or []
+    blob = read_queries(out)
+    held_out = load_config(paths(out)["checkpoint"]).extra.get("train", {}).get("val_qids") or []
     val = {q: blob["queries"][q] for q in held_out}
     qrels = {q: {blob["aliases"][a]: 1 for a in blob["qrels"][q]} for q in val}
-    cands = {q: [tuple(h) for h in blob["hits"][q]] for q in val}
+    cands = {q: blob["hits"][q] for q in val}
     return val, cands, qrels
 
 

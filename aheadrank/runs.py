@@ -220,8 +220,17 @@ def build_label_free_training_data(
             "queries from; a label-free ranker needs a collection of at least a few hundred such documents"
         )
     hits = (search or _bm25_search(index))(pq.queries, depth)
-    alias = {q: next(iter(pq.qrels[q])) for q in pq.queries}
-    cands = {
-        q: [alias[q] if d == pq.aliases[alias[q]] else d for d, _ in hits.get(q, [])] for q in pq.queries
-    }
+    cands = alias_candidates(hits, pq.qrels, pq.aliases)
     return TrainingData(pq.texts, pq.queries, pq.qrels, cands), hits, pq
+
+
+def alias_candidates(
+    hits: dict[str, list], qrels: dict[str, dict[str, int]], aliases: dict[str, str]
+) -> dict[str, list[str]]:
+    """Each pseudo-query's BM25 docids ({qid: [(docid, score), ...]}, as searched) with its source document
+    replaced by the copy the query is matched against (its one judged alias in ``qrels``)."""
+    out = {}
+    for q in qrels:
+        alias = next(iter(qrels[q]))
+        out[q] = [alias if d == aliases[alias] else d for d, _ in hits.get(q, [])]
+    return out
