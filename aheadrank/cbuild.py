@@ -27,7 +27,7 @@ ENVIRONMENT = "AHEADRANK_NATIVE"  # 0 / false / no / off: the compiled parts are
 
 
 def enabled() -> bool:
-    return os.environ.get(ENVIRONMENT, "1").strip().lower() not in ("0", "false", "no", "off")
+    return os.environ.get(ENVIRONMENT, "1").strip().lower() not in ("0", "false", "no", "off", "none")
 
 
 def cpu_signature() -> str:

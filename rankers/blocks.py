@@ -124,7 +124,7 @@ def linear_native(
         if norm.normalized_shape != (n_out,) or residual.device != x.device:
             return None
         ln = (residual.contiguous(), norm.weight.detach().contiguous(), norm.bias.detach().contiguous())
-    lib = native.library()
+    lib = native.library("linear")
     if lib is None:
         return None
     flat = x.reshape(rows, k).contiguous()
@@ -193,7 +193,7 @@ class Linear(nn.Linear):
     ) -> Tensor | None:
         """The compiled skinny linear over the panel copy (made or remade as the weight requires) for at most
         SKINNY_MAX_ROWS rows, or None (more rows, no compiled kernels). The caller has checked _use_packed."""
-        if x.numel() > SKINNY_MAX_ROWS * self.in_features or native.library() is None:
+        if x.numel() > SKINNY_MAX_ROWS * self.in_features or native.library("linear") is None:
             return None
         return linear_native(x, self.panels(), self.bias, self.out_features, act, residual, norm)
 
@@ -492,7 +492,7 @@ def attend_native(
         if torch.is_grad_enabled() and (norm.weight.requires_grad or norm.bias.requires_grad):
             return None
         ln = (norm.weight.detach().float().contiguous(), norm.bias.detach().float().contiguous(), norm.eps)
-    lib = native.library()
+    lib = native.library("attention")
     if lib is None:
         return None
     qs = q * scale
@@ -810,7 +810,7 @@ def one_row_native(u: Tensor, x: Tensor, mask: Tensor | None) -> Tensor | None:
         ):
             return None
         keep = mask.reshape(-1, t).expand(b, t).contiguous().view(torch.uint8)
-    lib = native.library()
+    lib = native.library("onerow")
     if lib is None:
         return None
     xc = x.contiguous()
@@ -869,7 +869,7 @@ def _native_layer_inputs(layer: TransformerLayer, x: Tensor, mask: Tensor | None
         if mask.dtype != torch.bool or mask.shape != (b, 1, 1, t):
             return None
         keep = mask.reshape(b, t).contiguous().view(torch.uint8)
-    lib = native.library()
+    lib = native.library("layer")
     args = _layer_arguments(layer) if lib is not None else None
     if args is None or n != args[0]:
         return None

@@ -16,7 +16,7 @@ have just run PyTorch's last op take the work. Threads of our own (the first ver
 ran beside PyTorch's OpenMP workers, which spin for a while after each op: on 2 cores that halved the kernel's
 speed in the whole path (MORES 1×IB S2: 12.7 ms of cross-attention in the path against 6.6).
 
-Nothing depends on it: with ``AHEADRANK_NATIVE=0``, without a compiler, or when compiling fails (logged once),
+Nothing depends on it: with ``AHEADRANK_NATIVE=0`` (or a family left out: :data:`FAMILIES`), without a compiler, or when compiling fails (logged once),
 :func:`library` returns None and the callers run their PyTorch code. Results agree with those paths within
 float32 rounding (``tests/rankers/test_native.py``).
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -124,12 +125,55 @@ def attention_head_dim(dh: int) -> bool:
 _lock = threading.Lock()
 
 
-# AHEADRANK_NATIVE: 0 / false / no / off, the kernels are off (read at every call)
+# AHEADRANK_NATIVE (read at every call, in this one place): which kernel families run compiled. ``all`` (also 1, true,
+# yes, on, or unset) every family, ``none`` (0, false, no, off) none, else a comma list of families (``attention,tk``)
+# or of families left out of all (``-layer,-linear``); an unknown name is an error, never a silent fallback
 ENVIRONMENT = cbuild.ENVIRONMENT
+FAMILIES = (
+    "attention",  # cross_attention: attend_native / context_native (MORES, PreTTR's [CLS], the query encoders)
+    "linear",  # skinny_linear: blocks.Linear over a few rows
+    "layer",  # encoder_layer, encoder_stack: whole BERT layers over a few rows (layer_native, stack_native)
+    "onerow",  # one_row_sums: the [CLS]-only last layer (one_row_native)
+    "tk",  # tk_kernel_sums, tk_stored_sums: TK's kernel stage
+)
+_ALL = ("", "1", "true", "yes", "on", "all")
+_NONE = ("0", "false", "no", "off", "none")
 
 
-def enabled() -> bool:
-    return cbuild.enabled()
+@lru_cache(maxsize=32)
+def parse_families(value: str) -> frozenset[str]:
+    """The kernel families an ``AHEADRANK_NATIVE`` value turns on (ValueError for a name not in FAMILIES)."""
+    v = value.strip().lower()
+    if v in _ALL:
+        return frozenset(FAMILIES)
+    if v in _NONE:
+        return frozenset()
+    names = [part.strip() for part in v.split(",") if part.strip()]
+    left_out = [name[1:] for name in names if name.startswith("-")]
+    if left_out and len(left_out) != len(names):
+        raise ValueError(
+            f"{ENVIRONMENT}={value!r}: either families to run or families to leave out (-name), not both"
+        )
+    unknown = sorted(set(left_out or names) - set(FAMILIES))
+    if unknown:
+        raise ValueError(
+            f"{ENVIRONMENT}={value!r}: unknown kernel family {', '.join(unknown)}; give all, none, or a comma list "
+            f"of {', '.join(FAMILIES)} (each prefixed with - to leave it out of all)"
+        )
+    return frozenset(FAMILIES) - set(left_out) if left_out else frozenset(names)
+
+
+def families() -> frozenset[str]:
+    """The kernel families switched on now (``AHEADRANK_NATIVE``)."""
+    return parse_families(os.environ.get(ENVIRONMENT, "all"))
+
+
+def enabled(family: str | None = None) -> bool:
+    """Whether ``family`` (any family, when None) is switched on."""
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"unknown kernel family {family!r} (one of {', '.join(FAMILIES)})")
+    on = families()
+    return bool(on) if family is None else family in on
 
 
 _compiler = cbuild.compiler
@@ -175,9 +219,10 @@ def _load() -> ctypes.CDLL | None:
     )
 
 
-def library() -> ctypes.CDLL | None:
-    """The compiled kernels, or None (switched off, no compiler, or a failed build: logged once)."""
-    if not enabled():
+def library(family: str | None = None) -> ctypes.CDLL | None:
+    """The compiled kernels, or None (``family``, or every family when None, switched off; no compiler, or a
+    failed build: logged once)."""
+    if not enabled(family):
         return None
     with _lock:
         return _load()

@@ -17,6 +17,7 @@ document is what PreTTR never computes; P recovers most of it (0.50) for one n×
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,7 @@ from aheadrank.rankers.blocks import (
     widened,
     zero_head,
 )
+from aheadrank.rankers.spec import RankerSpec, Variant, option
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
@@ -410,7 +412,7 @@ class PrettrRanker(Ranker):
         decompression and 2·R·n of the attention over ŝ. None where the kernel does not apply. ``parts``
         (:meth:`query_parts`) keeps what depends on the query alone: the kernel's rows, u_h·β, the query tokens'
         log-sum-exps and their part of each head's value vector."""
-        if native.library() is None:  # the kernel is off or unavailable: no constants, no GEMMs for nothing
+        if native.library("attention") is None:  # the kernel is off or unavailable: no constants, no GEMMs
             return None
         n_heads, n = u.shape
         fold = self.decompression_fold(q)
@@ -668,3 +670,28 @@ class PrettrRanker(Ranker):
         self.encoder.embeddings.load_state_dict(base_embeddings(sd))
         for i, layer in enumerate(self.encoder.layer):
             layer.load_state_dict(base_layer(sd, i))
+
+
+@dataclass
+class PrettrOptions:
+    layer: int = option(5, "split layer l: query and document apart in layers 1..l")
+    compress: int = option(128, "compressed dims e (0 = no compressor)")
+    sim: bool = option(True, "the similarity residual, as for MORES")
+
+
+def parse_prettr(name: str) -> Variant | None:
+    """``prettr-l<l>-e<e>``."""
+    if m := re.fullmatch(r"prettr-l(\d+)-e(\d+)", name):
+        return Variant(name, name, "prettr", {"layer": int(m.group(1)), "compress": int(m.group(2))})
+    return None
+
+
+SPEC = RankerSpec(
+    "prettr",
+    PrettrRanker,
+    PrettrOptions,
+    variants=tuple(f"prettr-l{l}-e{e}" for l in (4, 5) for e in (0, 128, 256)),  # noqa: E741
+    parse=parse_prettr,
+    default_variant="prettr-l5-e128",
+    grammar="prettr-l<l>-e<e>",
+)

@@ -15,6 +15,7 @@ term vectors start as the base's own layer-n token states mixed with its embeddi
 from __future__ import annotations
 
 import math
+import re
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,6 +38,7 @@ from aheadrank.rankers.blocks import (
     sinusoidal_positions,
     widened,
 )
+from aheadrank.rankers.spec import RankerSpec, Variant, option
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
@@ -251,7 +253,7 @@ def _native_for(mu: tuple[float, ...], sigma: float, tq: int):
     if not 0 < tq <= native.MAX_QUERY_TERMS:  # an empty query: the C code divides by Tq
         return None
     nc = _native_chain(mu, sigma)
-    lib = native.library() if nc is not None else None
+    lib = native.library("tk") if nc is not None else None
     return None if lib is None else (lib, nc)
 
 
@@ -531,3 +533,36 @@ class TkRanker(Ranker):
         table = base_embeddings(sd)["word_embeddings.weight"]
         scale = math.sqrt(table.shape[1]) / table.norm(dim=1).mean()
         self.embeddings.weight.data.copy_(table * scale)
+
+
+@dataclass
+class TkOptions:
+    tk_layers: int = option(2, "contextualisation layers", flag="--layers")
+    tk_heads: int = option(8, "attention heads of the contextualisation (with --tk-base: the base's)")
+    tk_ffn: int = option(384, "FFN width of the contextualisation (with --tk-base: the base's)")
+    tk_base: bool = option(
+        False,
+        "the contextualisation starts from the base's embedding and first --layers layers, or from small random "
+        "layers over its word embeddings",
+        flag="--tk-base/--tk-scratch",
+    )
+
+
+def parse_tk(name: str) -> Variant | None:
+    """``tk-<n>l`` (``-base`` / ``-scratch``: the contextualisation from the base's layers or from small random
+    ones; neither: the default, written out so that the two never share a cache key)."""
+    if m := re.fullmatch(r"tk-(\d+)l(-base|-scratch)?", name):
+        base = m.group(2) == "-base" if m.group(2) else TkOptions.tk_base
+        return Variant(name, name, "tk", {"tk_layers": int(m.group(1)), "tk_base": base})
+    return None
+
+
+SPEC = RankerSpec(
+    "tk",
+    TkRanker,
+    TkOptions,
+    variants=("tk-1l", "tk-2l"),
+    parse=parse_tk,
+    default_variant="tk-2l",
+    grammar="tk-<n>l[-base|-scratch]",
+)

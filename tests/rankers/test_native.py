@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 import torch
-from aheadrank.rankers import native, tk
+from aheadrank.rankers import blocks, native, tk
 from test_init_and_math import _adversarial_matches
 
 needs_cc = pytest.mark.skipif(native._compiler() is None, reason="no C compiler")
@@ -111,6 +111,50 @@ def test_switched_off_by_environment(monkeypatch):
     assert not native.enabled() and native.library() is None
     monkeypatch.setenv("AHEADRANK_NATIVE", "1")
     assert native.enabled()
+
+
+def test_families_switched_one_by_one(monkeypatch):
+    """``AHEADRANK_NATIVE`` names the families that run (or those left out of all); each kernel's caller asks for
+    its own family, so one switched off runs its PyTorch code while the others stay on; an unknown name is an
+    error, not a silent fallback."""
+    every = set(native.FAMILIES)
+    for value, on in (
+        ("all", every),
+        ("", every),
+        ("none", set()),
+        ("off", set()),
+        ("attention, tk", {"attention", "tk"}),
+        ("-layer,-linear", every - {"layer", "linear"}),
+    ):
+        monkeypatch.setenv("AHEADRANK_NATIVE", value)
+        assert native.families() == on, value
+        assert all(native.enabled(f) is (f in on) for f in native.FAMILIES)
+    monkeypatch.setenv("AHEADRANK_NATIVE", "tk")
+    assert native.library("attention") is None
+    for bad in ("attention,gemm", "tk,-layer"):
+        monkeypatch.setenv("AHEADRANK_NATIVE", bad)
+        with pytest.raises(ValueError, match="AHEADRANK_NATIVE"):
+            native.enabled("tk")
+    with pytest.raises(ValueError, match="unknown kernel family"):
+        native.enabled("gemm")
+
+
+def test_a_family_switched_off_takes_the_pytorch_path(monkeypatch):
+    """With the attention family off (the others on), blocks.context_native declines and the attention runs in
+    PyTorch with the same values; with it on, the compiled kernel answers (where this build has it)."""
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 3, 32)
+    k, v = torch.randn(4, 9, 64), torch.randn(4, 9, 64)
+    monkeypatch.setenv("AHEADRANK_NATIVE", "-attention")
+    with torch.inference_mode():
+        assert blocks.context_native(q, k, v, None) is None
+        monkeypatch.setenv("AHEADRANK_NATIVE", "attention")
+        found = blocks.context_native(q, k, v, None)
+    if found is None:
+        pytest.skip("this build has no compiled attention (no compiler or no AVX-512)")
+    kh, vh = (x.view(4, 9, 2, 32).transpose(1, 2) for x in (k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.expand(4, -1, -1, -1), kh, vh)
+    torch.testing.assert_close(found, ref.transpose(1, 2).reshape(4, 3, 64), atol=1e-5, rtol=1e-5)
 
 
 @needs_cc
