@@ -29,7 +29,7 @@ stores, runs), so a re-run skips what is finished and an interrupted training re
     .venv/bin/python bench/effectiveness.py --device cuda ...          # the same with the GPU recipe
     .venv/bin/python bench/effectiveness.py --quick --out-dir /tmp/eff  # smoke run on the bundled sample
     .venv/bin/python bench/effectiveness.py --rankers bert 'mores-2ib-*' --steps 500
-    .venv/bin/python bench/effectiveness.py --rejudge bench/results/effectiveness.json  # goals by the current rules
+    .venv/bin/python bench/effectiveness.py --rejudge bench/results/cpu-core-360/effectiveness.json  # goals by the current rules
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ manifest.
 
     .venv/bin/python bench/quant_effect.py \\
         --case mores-2ib-s2 CKPT_DIR STORE_DIR --case prettr-l5-e128 CKPT_DIR STORE_DIR \\
-        --collection ../shared/data/scifact --candidates bench/results/runs/bm25.trec --work /tmp/quant
+        --collection ../shared/data/scifact --candidates bench/results/cpu-core-360/runs/bm25.trec.zst --work /tmp/quant
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The documentation stays usable: the top-level README is a user's page (at most 300 lines), every relative
-link in README.md and docs/*.md leads to a file (and heading) that exists, and no tracked file labels work by
-ordinal sessions: the project speaks of commits, dates and commands."""
+link in README.md and docs/*.md leads to a file (and heading) that exists, every bench/results path the docs and
+the parts' READMEs name is in the tree, and no tracked file labels work by ordinal sessions: the project speaks of
+commits, dates and commands."""
 
 from __future__ import annotations
 
@@ -69,6 +70,50 @@ def broken_links(path: Path, root: Path = REPO) -> list[str]:
     return broken
 
 
+def cited_results(path: Path, root: Path = REPO) -> list[str]:
+    """The ``bench/results/...`` paths the prose of ``path`` names (``results/...`` too in ``bench/README.md``),
+    braces expanded (``speed-rerun{,2}.json``), that match no file or folder; a ``*`` must match at least one.
+    A path right after ``REV:`` (``git show 6087d9c:bench/results/...``) is a file in git history, one with a
+    capitalised placeholder (``bench/results/FILE``) a pattern: neither is checked."""
+    prefix = (
+        r"(?:bench/)?results/"
+        if path.resolve() == (root / "bench" / "README.md").resolve()
+        else "bench/results/"
+    )
+    missing = []
+    for match in re.finditer(r"(?<![\w:/.-])" + prefix + r"[\w.+{},*/-]*", prose(path.read_text())):
+        cited = match.group(0).rstrip(".,-")
+        rel = cited[cited.index("results/") :]
+        if re.search(r"\b[A-Z]{2,}\b", rel):  # a placeholder: bench/results/FILE, results/DIR/
+            continue
+        for name in expand_braces(rel):
+            if not list((root / "bench").glob(name.rstrip("/"))):
+                missing.append(f"{cited} ({name} not found)" if name != rel else f"{cited} (not found)")
+    return missing
+
+
+def expand_braces(text: str) -> list[str]:
+    match = re.search(r"\{([^{}]*)\}", text)
+    if not match:
+        return [text]
+    head, tail = text[: match.start()], text[match.end() :]
+    return [name for alt in match.group(1).split(",") for name in expand_braces(head + alt + tail)]
+
+
+def results_citing_documents() -> list[Path]:
+    parts = ["bench", "bench/device", "services", "store", "indexer", "docker"]
+    return [
+        *documents(),
+        *(REPO / part / "README.md" for part in parts if (REPO / part / "README.md").is_file()),
+    ]
+
+
+@pytest.mark.parametrize("path", results_citing_documents(), ids=lambda p: str(p.relative_to(REPO)))
+def test_cited_bench_results_exist(path):
+    """What the docs cite under bench/results/ is in the tree (what is no longer cited may go: git keeps it)."""
+    assert cited_results(path) == []
+
+
 def test_readme_is_a_users_page():
     lines = (REPO / "README.md").read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; docs/ holds the rest"
@@ -114,3 +159,21 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
         "there.md#nope (no heading #nope in there.md)",
     ]
     assert ORDINAL_LABEL.search("measured in the " + str(21) + "st" + " session")
+
+
+def test_the_results_check_finds_a_missing_file(tmp_path):
+    """A cited result that is not there is found, with braces and globs expanded; history and folders pass."""
+    (tmp_path / "bench" / "results" / "gpu").mkdir(parents=True)
+    for name in ("speed.json", "speed-b.json", "gpu/speed-cuda.json"):
+        (tmp_path / "bench" / "results" / name).write_text("{}")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "`bench/results/speed{,-b}.json`, `bench/results/gpu/`, bench/results/gpu/speed-*.json and "
+        "`git show 1234567:bench/results/gone.json`, bench/results/FILE exist; `bench/results/speed{,-c}.json`, "
+        "bench/results/kernels-*.json and (`bench/results/stale.png`) do not.\n```\nbench/results/in-code.json\n```\n"
+    )
+    assert cited_results(page, tmp_path) == [
+        "bench/results/speed{,-c}.json (results/speed-c.json not found)",
+        "bench/results/kernels-*.json (not found)",
+        "bench/results/stale.png (not found)",
+    ]
