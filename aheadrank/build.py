@@ -77,6 +77,8 @@ class BuildPlan:
         None  # another build over the same collection: its shared stages are linked, not redone
     )
     progress: bool = True
+    # the store stage also stores long documents as passages (aheadrank index --passages)
+    passages: bool = False
 
     def directory(self) -> Path:
         return Path(self.out)
@@ -289,7 +291,7 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
 
 
 def stage_store(plan: BuildPlan) -> dict:
-    from aheadrank.indexer.build import BuildOptions, build_dense, build_store
+    from aheadrank.indexer.build import BuildOptions, build_dense, build_passages, build_store
 
     p = paths(plan.out)
     opts = BuildOptions(
@@ -299,8 +301,11 @@ def stage_store(plan: BuildPlan) -> dict:
         strategy=_variant(plan.ranker).strategy,
         device=plan.device,
         progress=plan.progress,
+        passages=plan.passages,
     )
     summary = build_store(opts)
+    if plan.passages:
+        build_passages(opts)
     build_dense(opts, p["dense"])
     return {
         "documents": summary.documents,

@@ -45,6 +45,12 @@ class PassageOptions:
         return self.window - overlap
 
 
+def effective_overlap(window: int, overlap: int | None) -> int:
+    """The overlap the service and ``aheadrank index --passages`` split with: a quarter of the window by
+    default, an asked-for one capped at half the window."""
+    return window // 4 if overlap is None else min(overlap, window // 2)
+
+
 def _word_start(word_ids: list[int | None], i: int, floor: int) -> int:
     """The first piece of the word that piece ``i`` belongs to (not before ``floor``)."""
     while i > floor and word_ids[i] is not None and word_ids[i - 1] == word_ids[i]:
@@ -105,6 +111,7 @@ def max_per_document(scores: Sequence[float], owner: Sequence[int], n: int) -> l
 
 
 AGGREGATIONS = ("maxp", "meanp", "first+max")  # measured in bench/results/long_inputs-passages.md
+DEFAULT_AGGREGATION = "first+max"  # the service's --passage-aggregation, rerank-run's and fit-priors'
 
 
 def aggregate(scores: Sequence[float], owner: Sequence[int], n: int, how: str = "maxp") -> list[float]:

@@ -20,6 +20,7 @@ import numpy as np
 
 from aheadrank.errors import StoreError
 from aheadrank.evaluation import by_score
+from aheadrank.passages import DEFAULT_AGGREGATION, DEFAULT_MAX_PASSAGES
 from aheadrank.priors import Priors, subset_key
 
 log = logging.getLogger("aheadrank.rerank")
@@ -210,13 +211,53 @@ def stored_fields(fetched) -> dict:
 
 
 def score_stored(
-    ranker, reader, qs, docids: list[str], seconds: dict[str, float], batch: int | None = None
+    ranker,
+    reader,
+    qs,
+    docids: list[str],
+    seconds: dict[str, float],
+    batch: int | None = None,
+    passages=None,
+    aggregation: str = DEFAULT_AGGREGATION,
+    max_passages: int | None = None,
 ) -> tuple[list[tuple[str, float]], list[str]]:
     """Score ``docids`` (in batches of ``batch``, default the rankers' ``SCORE_BATCH``) from their stored
     fields: ``([(docid, score)] for the known ones in input order, [unknown docids])``; fetch and score time
     are added to ``seconds``. The one scoring loop that ``rerank-run`` and the service share; the public
     ``Ranker.score`` scores fields handed to it the same way (the stored dtype, the same batches), so all
-    give the same scores (tests/test_score_paths.py)."""
+    give the same scores (tests/test_score_paths.py).
+
+    With ``passages`` (store/passages.py ``StoredPassages``: a store built with ``aheadrank index --passages``),
+    a document stored as passages is scored by its passages (at most ``max_passages``, the first ones), each
+    scored like a document, and gets :func:`aheadrank.passages.aggregate` of their scores (``aggregation``):
+    what the service gives the same text sent ad hoc."""
+    expanded = passages.expand(docids, max_passages) if passages is not None else {}
+    if not expanded:
+        return _score_fields(ranker, reader, qs, docids, seconds, batch)
+    from aheadrank.passages import aggregate
+
+    whole, unknown = _score_fields(
+        ranker, reader, qs, [d for d in docids if d not in expanded], seconds, batch
+    )
+    pids = [p for ps in expanded.values() for p in ps]
+    parts, lost = _score_fields(ranker, passages.reader, qs, pids, seconds, batch)
+    if lost:
+        raise StoreError(f"passages missing from {passages.reader.path}: {lost[:5]}")
+    of_passage = dict(parts)
+    ids = list(expanded)
+    flat = [of_passage[p] for d in ids for p in expanded[d]]
+    owner = [i for i, d in enumerate(ids) for _ in expanded[d]]
+    # a non-finite passage score (damaged passages/ values) makes its document's score non-finite: never ranked
+    bad = {owner[i] for i, s in enumerate(flat) if not math.isfinite(s)}
+    agg = aggregate(flat, owner, len(ids), aggregation)
+    by_docid = dict(whole) | {d: (math.nan if i in bad else agg[i]) for i, d in enumerate(ids)}
+    return [(d, by_docid[d]) for d in docids if d in by_docid], unknown
+
+
+def _score_fields(
+    ranker, reader, qs, docids: list[str], seconds: dict[str, float], batch: int | None = None
+) -> tuple[list[tuple[str, float]], list[str]]:
+    """:func:`score_stored` of one store's entries, as they are stored."""
     import torch
 
     from aheadrank.rankers.base import SCORE_BATCH
@@ -321,12 +362,14 @@ def collect_features(
     from aheadrank.rankers import load_ranker
     from aheadrank.rankers.dense import base_of, dense_encoder
     from aheadrank.store import StoreReader
+    from aheadrank.store.passages import open_passages
 
     reader = StoreReader(store)
     ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)
     ranker.read_queries_up_to(QUERY_PIECES)
     reader.check_fingerprint(ranker.fingerprint)
     enc = dense_encoder(base_of(ranker.config), device=device)
+    passages = open_passages(store, reader)  # long documents scored by their passages, as served
     dense_dir = Path(store) / DENSE_DIR
     dense_reader = StoreReader(dense_dir) if (dense_dir / "manifest.json").is_file() else None
     if dense_reader is not None and dense_reader.spec.fingerprint != enc.fingerprint:
@@ -339,7 +382,16 @@ def collect_features(
             if not cands or not any(r > 0 for r in qrels.get(qid, {}).values()):
                 continue
             qs = ranker.encode_query(queries[qid])
-            scored, unknown = score_stored(ranker, reader, qs, [d for d, _ in cands], seconds)
+            scored, unknown = score_stored(
+                ranker,
+                reader,
+                qs,
+                [d for d, _ in cands],
+                seconds,
+                None,
+                passages,
+                max_passages=DEFAULT_MAX_PASSAGES,
+            )
             if unknown:
                 raise StoreError(f"validation candidates missing from the store {store}: {unknown[:5]}")
             docids = [d for d, _ in scored]
@@ -353,6 +405,8 @@ def collect_features(
             out.append(QueryFeatures(docids, feats, qrels[qid]))
     finally:
         reader.close()
+        if passages is not None:
+            passages.close()
         if dense_reader is not None:
             dense_reader.close()
     dense = {"fingerprint": enc.fingerprint, "max_len": enc.max_len} if dense_reader is not None else None

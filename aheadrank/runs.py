@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aheadrank.evaluation import by_score
+from aheadrank.passages import DEFAULT_AGGREGATION, DEFAULT_MAX_PASSAGES
 from aheadrank.rerank import QUERY_PIECES, nonfinite_scores, score_stored  # noqa: F401  (the rerank core; re-exported)
 
 log = logging.getLogger("aheadrank.runs")
@@ -106,10 +107,14 @@ def rerank_with_store(
     scorer=None,
     pure: bool = False,
     rows_out: list | None = None,
+    passages=None,
+    aggregation: str = DEFAULT_AGGREGATION,
 ) -> list[tuple[str, float]]:
     """Re-rank candidates [(docid, first-stage score)] with stored document fields, combined with the
     priors of ``scorer`` (aheadrank/rerank.py) unless ``pure``; unknown docids keep their place below every
-    re-ranked one (and are counted), never a silent zero vector."""
+    re-ranked one (and are counted), never a silent zero vector. With ``passages`` (the store's, from
+    ``aheadrank index --passages``), a long document is scored by its stored passages and ``aggregation``, at
+    most the service's default --max-chunks-per-doc of them."""
     from aheadrank.rerank import apply_priors
 
     t0 = time.perf_counter()
@@ -117,7 +122,10 @@ def rerank_with_store(
     use_dense = scorer is not None and scorer.stored_dense_on(pure)
     qvec = scorer.query_vector(query) if use_dense else None
     stats.seconds["query"] += time.perf_counter() - t0
-    scored, unknown = score_stored(ranker, reader, qs, [d for d, _ in candidates], stats.seconds, batch)
+    docids = [d for d, _ in candidates]
+    scored, unknown = score_stored(
+        ranker, reader, qs, docids, stats.seconds, batch, passages, aggregation, DEFAULT_MAX_PASSAGES
+    )
     bad = nonfinite_scores(scored)
     if bad:
         from aheadrank.errors import StoreError
@@ -153,16 +161,23 @@ def rerank_run(
     progress: bool = True,
     pure: bool = False,
     pure_out: dict | None = None,
+    passage_aggregation: str = DEFAULT_AGGREGATION,
 ) -> tuple[dict[str, dict[str, float]], RerankStats]:
     """Re-rank every query's candidates through the precomputed path, with the checkpoint's priors unless
     ``pure``; returns (run, stats). ``stats.notices`` says which priors were unavailable. ``pure_out``, when
     given, receives the pure neural run of the same pass (no second scoring)."""
     from tqdm.auto import tqdm
 
+    from aheadrank.passages import AGGREGATIONS
     from aheadrank.rankers import load_ranker
     from aheadrank.rerank import PriorScorer
     from aheadrank.store import StoreReader
+    from aheadrank.store.passages import open_passages
 
+    if passage_aggregation not in AGGREGATIONS:
+        raise ValueError(
+            f"unknown passage aggregation {passage_aggregation!r}; known: {', '.join(AGGREGATIONS)}"
+        )
     reader = StoreReader(store)
     ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)
     ranker.read_queries_up_to(QUERY_PIECES)  # as the service reads them
@@ -171,6 +186,7 @@ def rerank_run(
     if str(device).startswith("cuda"):
         ranker.use_cuda_graphs()
     scorer = PriorScorer(ranker, store, device, use_priors=not pure, main_reader=reader)
+    passages = open_passages(store, reader)  # long documents stored as passages (aheadrank index --passages)
     for notice in scorer.notices:
         log.warning(notice)
     stats = RerankStats(notices=list(scorer.notices))
@@ -186,12 +202,16 @@ def rerank_run(
             scorer=scorer,
             pure=pure,
             rows_out=rows,
+            passages=passages,
+            aggregation=passage_aggregation,
         )
         run[qid] = finite_run(ranked)
         if pure_out is not None:
             neural = by_score((r.docid, r.neural) for r in rows)
             pure_out[qid] = finite_run(neural + [(d, s) for d, s in ranked if s == float("-inf")])
     scorer.close()
+    if passages is not None:
+        passages.close()
     reader.close()
     return run, stats
 

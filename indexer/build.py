@@ -30,6 +30,7 @@ from aheadrank.fsfaults import check_writable, describe, exclusive_lock
 
 log = logging.getLogger("aheadrank.indexer")
 DENSE_DIR = "dense"  # a store's sub-store holding the dense prior's field (one row per document)
+PASSAGES_DIR = "passages"  # a store's sub-store holding its long documents' passages (store/passages.py)
 
 
 @dataclass
@@ -53,6 +54,12 @@ class BuildOptions:
     # recorded in the store's manifest: True: the dense field (dense/) is part of the store, so it is served
     # only once dense/ is complete; False: --no-dense; None: not recorded (build_dense records True)
     dense: bool | None = None
+    # --passages: documents longer than the ranker's window are also stored as passages (<store>/passages,
+    # build_passages); the overlap in word pieces (None: a quarter of the window) and the cap per document
+    passages: bool = False
+    passage_overlap: int | None = None
+    max_chunks_per_doc: int | None = None  # None: aheadrank.passages.DEFAULT_MAX_PASSAGES
+    split_record: dict | None = None  # set by build_passages for the passages/ build (encoder "passages")
 
 
 @dataclass
@@ -84,6 +91,7 @@ def get_ranker(
     gives the dense prior's encoder (the base the checkpoint was initialised from) instead."""
     from aheadrank.rankers import load_ranker
 
+    encoder = "ranker" if encoder == "passages" else encoder  # the passages are the ranker's documents
     key = (str(Path(checkpoint).resolve()) if checkpoint else "", strategy, device, max_doc_len, encoder)
     with _RANKER_LOCK:
         if key not in _RANKERS and encoder == "dense":
@@ -130,7 +138,11 @@ def make_spec(ranker, opts: BuildOptions):
         compression=opts.compression,
         dtype=opts.dtype,
         shard_size=opts.shard_size,
-        config={"ranker": ranker.describe(), "checkpoint": str(opts.checkpoint)},
+        config={
+            "ranker": ranker.describe(),
+            "checkpoint": str(opts.checkpoint),
+            **({"passages": opts.split_record} if opts.encoder == "passages" else {}),
+        },
     )
 
 
@@ -315,8 +327,11 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
     )
     start = time.perf_counter()
     spec = make_spec(ranker, opts)
-    done = prepare_build(path, spec, opts.overwrite, keep=(LOCK_NAME,), owned=(DENSE_DIR,))
+    done = prepare_build(path, spec, opts.overwrite, keep=(LOCK_NAME,), owned=(DENSE_DIR, PASSAGES_DIR))
     collection = Collection(opts.collection, strict=opts.strict)
+    if opts.encoder == "passages":  # the entries are the long documents' passages
+        check_split_record(path, opts.split_record)
+        collection = PassageCollection(collection, ranker, passage_options(ranker, opts))
     infos: dict[int, Any] = dict(done)
     sources: dict[int, str] = {}
     counters = {"docs": 0, "tokens": 0}
@@ -517,4 +532,112 @@ def build_dense(opts: BuildOptions, reuse: str | Path | None = None) -> BuildSum
 
     return build_store(
         replace(opts, store=str(target), encoder="dense", strategy=None, dtype="float16", compression="none")
+    )
+
+
+# ---- long documents as passages (store/passages.py) ----------------------------------------------------------
+def passage_options(ranker, opts: BuildOptions):
+    """How ``aheadrank index --passages`` splits a long document: exactly as the service splits an ad-hoc text
+    (services/backend.py ``passage_options``): the ranker's window, the overlap (a quarter of the window
+    unless given, at most half of it), at most ``--max-chunks-per-doc`` passages."""
+    from aheadrank.passages import DEFAULT_MAX_PASSAGES, PassageOptions, effective_overlap
+
+    window = int(ranker._text().max_doc_len)
+    return PassageOptions(
+        window,
+        effective_overlap(window, opts.passage_overlap),
+        opts.max_chunks_per_doc or DEFAULT_MAX_PASSAGES,
+    )
+
+
+class PassageCollection:
+    """The passages of a collection's documents longer than the ranker's window, as documents of their own
+    (docids ``<docid>#p<k>``, store/passages.py), in collection order; shorter documents have none."""
+
+    GROUP = 256  # documents tokenized at once
+
+    def __init__(self, collection, ranker, opts) -> None:
+        self.collection = collection
+        self.tokenizer = ranker._text().tokenizer
+        self.opts = opts
+        self.report = _PassageReport(collection)
+
+    def __iter__(self):
+        from aheadrank.indexer.collections import Document
+        from aheadrank.store.passages import passage_docid
+
+        from aheadrank.passages import split_passages
+
+        self.report.documents = 0
+        group: list = []
+
+        def flush():
+            for doc, parts in zip(
+                group, split_passages(self.tokenizer, [d.text for d in group], self.opts), strict=True
+            ):
+                if parts != [doc.text]:  # longer than the window: stored as passages too
+                    for k, text in enumerate(parts):
+                        self.report.documents += 1
+                        yield Document(passage_docid(doc.docid, k), text)
+            group.clear()
+
+        for doc in self.collection:
+            group.append(doc)
+            if len(group) == self.GROUP:
+                yield from flush()
+        yield from flush()
+
+
+class _PassageReport:
+    """A passage collection's report: its entries, and the skipped records of the collection beneath."""
+
+    def __init__(self, collection) -> None:
+        self.collection = collection
+        self.documents = 0
+
+    @property
+    def skipped(self) -> int:
+        return self.collection.report.skipped
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.collection.report.to_dict(), "passages": self.documents}
+
+
+def check_split_record(path: Path, record: dict) -> None:
+    """A passage sub-store is continued only when it was split as requested (the store's spec ignores its
+    ``config``, where the split is recorded)."""
+    from aheadrank.store import read_manifest
+    from aheadrank.store.passages import RECORD_KEYS
+
+    if not (path / "manifest.json").is_file():
+        return
+    old = read_manifest(path).spec.config.get("passages") or {}
+    if {k: old.get(k) for k in (*RECORD_KEYS, "collection")} != record:
+        raise StoreError(
+            f"the passages in {path} were split with {old}, not {record}: pass --overwrite to rebuild the store"
+        )
+
+
+def build_passages(opts: BuildOptions) -> BuildSummary:
+    """``aheadrank index --passages``: each document longer than the ranker's window, split as the service
+    splits an ad-hoc text, stored as passages in ``<store>/passages`` (store/passages.py). The split is recorded
+    in the store's manifest first: a build killed in this phase leaves a store that is refused until resumed."""
+    from aheadrank.store import read_manifest
+    from aheadrank.store.manifest import write_manifest_file
+    from aheadrank.store.passages import passage_record
+
+    ranker = get_ranker(opts.checkpoint, opts.strategy, opts.device, opts.max_doc_len)
+    popts = passage_options(ranker, opts)
+    record = passage_record(popts.window, popts.window - popts.stride, popts.max_passages)
+    main = read_manifest(opts.store)
+    if main.passages is not None and main.passages != record:
+        raise StoreError(
+            f"the store {opts.store} holds passages split with {main.passages}, not {record}: pass --overwrite "
+            "to rebuild it"
+        )
+    if main.passages is None:
+        write_manifest_file(Path(opts.store), replace(main, passages=record))
+    sub = {**record, "collection": (main.collection or {}).get("sha256")}
+    return build_store(
+        replace(opts, store=str(Path(opts.store) / PASSAGES_DIR), encoder="passages", split_record=sub)
     )

@@ -22,7 +22,7 @@ from aheadrank.services.texts import TextCache, stored_texts, text_features
 from aheadrank.services.turns import drive
 
 from aheadrank.errors import AheadrankError, CheckpointError, StoreError
-from aheadrank.passages import PassageOptions, aggregate, flatten, split_passages
+from aheadrank.passages import PassageOptions, aggregate, effective_overlap, flatten, split_passages
 
 log = logging.getLogger("aheadrank.service")
 WARMUP_SEARCHES = 300
@@ -137,13 +137,60 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def open_stored_passages(settings: ServiceSettings, ranker, reader):
+    """The store's long documents as passages (``aheadrank index --passages``, store/passages.py), or None.
+
+    The service then reads ad-hoc texts at the store's passage window (the ranker's document length, which
+    ``aheadrank index --max-doc-len`` may have shortened: the stored fields were encoded at it too), so a stored
+    document and its text sent ad hoc are split alike; a --passage-overlap or --max-chunks-per-doc the stored
+    passages cannot give is refused at start."""
+    from aheadrank.store.passages import open_passages
+
+    passages = open_passages(settings.store, reader)
+    if passages is None:
+        return None
+    try:
+        text = ranker._text()
+        if passages.window != text.max_doc_len:
+            ranker.limit_doc_len(passages.window)  # a CheckpointError when the checkpoint reads fewer pieces
+            log.info("passage window %d word pieces, as the store's passages", passages.window)
+        overlap = effective_overlap(passages.window, settings.passage_overlap)
+        if overlap != passages.overlap:
+            raise StoreError(
+                f"refusing to start: the store {settings.store} holds passages that overlap by {passages.overlap} "
+                f"word pieces, but this server would split texts with an overlap of {overlap}: start it with "
+                f"--passage-overlap {passages.overlap}, or rebuild the store with `aheadrank index --passages "
+                f"--passage-overlap {overlap}`"
+            )
+        most = passages.max_passages
+        if most is not None and settings.max_chunks_per_doc > most:
+            raise StoreError(
+                f"refusing to start: the store {settings.store} holds at most {most} passages a document, but "
+                f"--max-chunks-per-doc is {settings.max_chunks_per_doc}: start it with --max-chunks-per-doc {most}, "
+                f"or rebuild the store with `aheadrank index --passages --max-chunks-per-doc "
+                f"{settings.max_chunks_per_doc}`"
+            )
+    except BaseException:
+        passages.close()
+        raise
+    return passages
+
+
 class RerankBackend:
     def __init__(
-        self, settings: ServiceSettings, ranker, reader=None, searcher=None, device: str = "cpu", scorer=None
+        self,
+        settings: ServiceSettings,
+        ranker,
+        reader=None,
+        searcher=None,
+        device: str = "cpu",
+        scorer=None,
+        passages=None,
     ):
         self.settings = settings
         self.ranker = ranker
         self.reader = reader
+        self.passages = passages  # store/passages.py StoredPassages: the store's long documents as passages
         self.searcher = searcher
         self.device = device
         self.scorer = scorer  # aheadrank.rerank.PriorScorer: the priors of the served score
@@ -208,8 +255,10 @@ class RerankBackend:
         ranker.read_queries_up_to(settings.max_query_len)  # longer than trained on, where positions allow
         if settings.cuda_graphs and device.startswith("cuda"):
             ranker.use_cuda_graphs()
+        passages = None
         if reader is not None:
             reader.check_fingerprint(ranker.fingerprint)
+            passages = open_stored_passages(settings, ranker, reader)
         searcher = None
         if settings.index is not None:
             from aheadrank.indexer.bm25 import Bm25Searcher, set_java_heap
@@ -229,16 +278,20 @@ class RerankBackend:
                 ranker, settings.store, device, use_priors=settings.priors, main_reader=reader
             )
         except BaseException:
+            if passages is not None:
+                passages.close()
             if reader is not None:
                 reader.close()
             raise
-        return cls(settings, ranker, reader, searcher, device, scorer)
+        return cls(settings, ranker, reader, searcher, device, scorer, passages)
 
     # ---- the store and its sub-stores, guarded alike ------------------------------------------------
     def readers(self) -> list:
-        """The open stores: the ranker's, and its dense field (``dense/``) when the served score uses it."""
+        """The open stores: the ranker's, its passages (``passages/``) and its dense field (``dense/``) when the
+        served score uses it."""
         dense = self.scorer.dense_reader if self.scorer is not None else None
-        return [r for r in (self.reader, dense) if r is not None]
+        passages = self.passages.reader if self.passages is not None else None
+        return [r for r in (self.reader, passages, dense) if r is not None]
 
     def watch(self) -> None:
         """File leases on every shard of every open store (StoreReader.watch); where one cannot be had, a
@@ -327,6 +380,8 @@ class RerankBackend:
             self._verification.stop()
         if self.scorer is not None:
             self.scorer.close()
+        if self.passages is not None:
+            self.passages.close()
         if self.searcher is not None:
             self.searcher.close()
         if self.reader is not None:
@@ -334,14 +389,31 @@ class RerankBackend:
 
     # ---- requests (model thread) ------------------------------------------------------------------
     def _score_chunk(
-        self, qs, docids: list[str], seconds: dict[str, float], qvec=None, dense: dict | None = None
+        self,
+        qs,
+        docids: list[str],
+        seconds: dict[str, float],
+        qvec=None,
+        dense: dict | None = None,
+        max_passages: int | None = None,
     ) -> list[tuple[str, float]]:
         """Neural scores of one chunk; with a dense query vector, the chunk's dense cosines go into
-        ``dense`` (their fetch counts as fetch time, so the latency model includes the priors)."""
+        ``dense`` (their fetch counts as fetch time, so the latency model includes the priors). A document the
+        store holds as passages is scored by its first ``max_passages`` (default --max-chunks-per-doc) and
+        --passage-aggregation, as its text sent ad hoc."""
         from aheadrank.rerank import score_stored
 
+        s = self.settings
         scored, unknown = score_stored(
-            self.ranker, self.reader, qs, docids, seconds, self.settings.batch_size
+            self.ranker,
+            self.reader,
+            qs,
+            docids,
+            seconds,
+            s.batch_size,
+            self.passages,
+            s.passage_aggregation,
+            max_passages or s.max_chunks_per_doc,
         )
         if unknown:  # checked before scoring; a store that changed under us is a server-side fault
             raise StoreError(f"docids vanished from the store while serving: {unknown[:5]}")
@@ -367,7 +439,11 @@ class RerankBackend:
 
         bad = nonfinite_scores(scored)
         if bad:
-            files = self.reader.mark_damaged(bad, f"non-finite stored values (documents {bad[:3]})")
+            why = f"non-finite stored values (documents {bad[:3]})"
+            split = self.passages.counts if self.passages is not None else {}
+            files = self.reader.mark_damaged([d for d in bad if d not in split], why)
+            if split:
+                files += self.passages.mark_damaged([d for d in bad if d in split], why)
             raise StoreDamagedError(
                 f"the store holds corrupt (non-finite) values for {len(bad)} candidate(s) {bad[:5]} in "
                 f"{files}; those shards are refused until the store is repaired (aheadrank verify-store)",
@@ -541,16 +617,17 @@ class RerankBackend:
         dense_on = self.uses_priors(pure) and self.scorer.priors.dense is not None
         qvec = self.scorer.query_vector(query) if dense_on else None
         clock.seconds["query"] = time.perf_counter() - t
-        # a text the store holds is scored whole, as its docid (its stored fields); only the others are split
+        # a text the store holds is scored as its docid (its stored fields, or its stored passages: the same
+        # split as the one below); only the others are split here
         split = [[x] for x in texts]
-        todo = [i for i, hit in enumerate(stored_texts(self, texts)) if not hit]
         opts = passages or self.passage_options()
+        todo = [i for i, hit in enumerate(stored_texts(self, texts, opts.max_pieces)) if not hit]
         parts = yield from split_in_turns(self.ranker._text().tokenizer, [texts[i] for i in todo], opts, work)
         for i, p in zip(todo, parts, strict=True):
             split[i] = p
         flat, owner = flatten(split)
         # stored texts from the store, the others from the cache or encoded online (services/texts.py)
-        scores, dense, tokens = yield from text_features(self, qs, qvec, flat, clock, work)
+        scores, dense, tokens = yield from text_features(self, qs, qvec, flat, clock, work, opts.max_passages)
         if self.uses_priors(pure):
             t = time.perf_counter()
             if not all(math.isfinite(s) for s in scores):
@@ -579,10 +656,9 @@ class RerankBackend:
             if cut
             else min(max_chunks or self.settings.max_chunks_per_doc, self.settings.max_chunks_per_doc)
         )
-        overlap = self.settings.passage_overlap
-        if overlap is not None:
-            overlap = min(overlap, window // 2)
-        return PassageOptions(window, overlap, chunks, max_tokens)
+        return PassageOptions(
+            window, effective_overlap(window, self.settings.passage_overlap), chunks, max_tokens
+        )
 
     def score_kind(self, pure: bool = False) -> str:
         """What /rerank's ``relevance_score`` (the sigmoid of :meth:`score_texts`' scores) is: 'calibrated'
@@ -645,6 +721,9 @@ class RerankBackend:
                 "compression": spec.compression,
                 "fingerprint": spec.fingerprint,
                 "dense_field": self.scorer is not None and self.scorer.dense_reader is not None,
+                "passages": None
+                if self.passages is None
+                else {**self.passages.record, "documents": len(self.passages.counts)},
                 "lease": self.lease_state(),
                 "verification": self.verification().status(),
             }

@@ -152,20 +152,37 @@ class TextCache:
             }
 
 
-def stored_texts(backend, texts: list[str]) -> list[bool]:
-    """Which of ``texts`` the store holds (by text digest): those are scored whole, as their docids."""
+def stored_texts(backend, texts: list[str], max_pieces: int | None = None) -> list[bool]:
+    """Which of ``texts`` the store holds (by text digest): those are scored as their docids. With
+    ``max_pieces`` (Cohere's ``max_tokens_per_doc``), a text longer than that is not: it is cut and split as an
+    unknown text is (a word piece is at least one character, so only texts of more characters are counted)."""
     reader = backend.reader
     if reader is None or not reader.text_shards or not texts:
         return [False] * len(texts)
-    return [hit is not None for hit in reader.find_texts([_digest(x) for x in texts])]
+    hits = [hit is not None for hit in reader.find_texts([_digest(x) for x in texts])]
+    longer = [
+        i for i, hit in enumerate(hits) if hit and max_pieces is not None and len(texts[i]) > max_pieces
+    ]
+    if longer:
+        pieces = backend.ranker._text().tokenizer(
+            [texts[i] for i in longer],
+            add_special_tokens=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            verbose=False,
+        )["input_ids"]
+        for i, p in zip(longer, pieces, strict=True):
+            hits[i] = len(p) <= max_pieces
+    return hits
 
 
 def text_features(
-    backend, qs, qvec: np.ndarray | None, texts: list[str], clock, work
+    backend, qs, qvec: np.ndarray | None, texts: list[str], clock, work, max_passages: int | None = None
 ) -> Generator[None, None, tuple[list[float], np.ndarray | None, int]]:
     """Neural scores (and, with a dense query vector, dense cosines) of ``texts`` for one query: stored texts
-    from the store, the others from the cache or encoded online; yields before each chunk (the model thread's
-    turns) and checks ``work`` there. Returns (scores in input order, cosines or None, tokens)."""
+    from the store (a document stored as passages: by its first ``max_passages``), the others from the cache or
+    encoded online; yields before each chunk (the model thread's turns) and checks ``work`` there. Returns
+    (scores in input order, cosines or None, tokens)."""
     settings, ranker, cache = backend.settings, backend.ranker, backend.text_cache
     t = time.perf_counter()
     digests = [_digest(x) for x in texts]
@@ -207,7 +224,10 @@ def text_features(
         work.check()
         dense: dict[str, float] = {}
         ids = stored_ids[begin : begin + batch]
-        for docid, s in backend._score_chunk(qs, ids, clock.seconds, qvec if stored_dense else None, dense):
+        chunk = backend._score_chunk(
+            qs, ids, clock.seconds, qvec if stored_dense else None, dense, max_passages
+        )
+        for docid, s in chunk:
             neural[by_docid[docid]] = s
         cosine.update({by_docid[docid]: c for docid, c in dense.items()})
         if qvec is not None and not stored_dense:  # a store without its dense field: embedded online

@@ -69,6 +69,9 @@ class Manifest:
     # whether the build was asked for the dense field (the sub-store dense/): True: dense/ must be there and
     # complete; False: built with --no-dense; None: not recorded (a store from before it was, or the API's)
     dense: bool | None = None
+    # what long documents were split with when the build stored them as passages (the sub-store passages/,
+    # store/passages.py): {"window", "overlap", "max_passages"}; None: built without --passages
+    passages: dict[str, Any] | None = None
 
     @property
     def n_docs(self) -> int:
@@ -129,6 +132,7 @@ class Manifest:
             ],
             **({"collection": self.collection} if self.collection else {}),
             **({"dense": self.dense} if self.dense is not None else {}),
+            **({"passages": self.passages} if self.passages is not None else {}),
             "config": spec.config,
             "created": self.created,
             "updated": _now(),
@@ -173,6 +177,9 @@ def manifest_from_dict(data: Any, where: str = "manifest") -> Manifest:
     dense = data.get("dense")
     if dense is not None and not isinstance(dense, bool):
         raise StoreError(f"{where}: 'dense' must be true or false")
+    passages = data.get("passages")
+    if passages is not None and not (isinstance(passages, dict) and isinstance(passages.get("window"), int)):
+        raise StoreError(f"{where}: 'passages' must be an object with the passage window")
     return Manifest(
         spec,
         shards,
@@ -182,6 +189,7 @@ def manifest_from_dict(data: Any, where: str = "manifest") -> Manifest:
         str(data.get("writer", "")),
         collection,
         dense,
+        passages,
     )
 
 

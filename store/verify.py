@@ -92,6 +92,7 @@ def verify_store(
         problems.append(f"the collection holds more documents than the store ({manifest.n_docs})")
     if substores:
         problems += _verify_dense(directory, manifest, allow_incomplete)
+        problems += _verify_passages(directory, manifest, allow_incomplete)
     return problems
 
 
@@ -126,27 +127,80 @@ def _check_texts(info: ShardInfo, meta: ShardMeta, expected: list[tuple[str, str
     ]
 
 
-def _verify_dense(directory: Path, manifest: Manifest, allow_incomplete: bool) -> list[str]:
-    sub = directory / DENSE_DIR
+def _verify_sub(
+    directory: Path, name: str, required: bool, what: str, manifest: Manifest, allow_incomplete: bool
+) -> tuple[list[str], Manifest | None]:
+    """A sub-store's problems (named ``name/…``) and its manifest (None when missing or unreadable); missing is
+    a problem when the store was built with it (``required``: ``what``, e.g. "the dense field")."""
+    sub = directory / name
     if not (sub / MANIFEST_NAME).is_file():
-        if manifest.dense and (manifest.complete or not allow_incomplete):
+        if required and (manifest.complete or not allow_incomplete):
             return [
-                f"{DENSE_DIR}/: missing, but the store was built with the dense field (its build was "
-                "interrupted?): re-run `aheadrank index` with the same flags to resume it"
-            ]
-        return []
+                f"{name}/: missing, but the store was built with {what} (its build was interrupted?): re-run "
+                "`aheadrank index` with the same flags to resume it"
+            ], None
+        return [], None
     problems = [
-        f"{DENSE_DIR}/{p}" if p.startswith(SHARD_PREFIX) else f"{DENSE_DIR}/: {p}"
+        f"{name}/{p}" if p.startswith(SHARD_PREFIX) else f"{name}/: {p}"
         for p in verify_store(sub, allow_incomplete, substores=False)
     ]
     try:
-        dense = read_manifest(sub)
+        return problems, read_manifest(sub)
     except StoreError:
-        return problems  # already reported
+        return problems, None  # already reported
+
+
+def _verify_dense(directory: Path, manifest: Manifest, allow_incomplete: bool) -> list[str]:
+    problems, dense = _verify_sub(
+        directory, DENSE_DIR, bool(manifest.dense), "the dense field", manifest, allow_incomplete
+    )
+    if dense is None:
+        return problems
     why = collection_mismatch(manifest, dense, f"{DENSE_DIR}/")
     if why is None and manifest.complete and dense.complete and manifest.n_docs != dense.n_docs:
         why = f"{DENSE_DIR}/ holds {dense.n_docs} documents, the store {manifest.n_docs}"
     return problems + ([why] if why else [])
+
+
+def _verify_passages(directory: Path, manifest: Manifest, allow_incomplete: bool) -> list[str]:
+    """``passages/`` (store/passages.py): present and complete when the store records passages, every shard
+    sound, bound to the store (checkpoint, split, collection), its entries ``<docid>#p<k>`` in order and of
+    documents the store holds."""
+    from aheadrank.store.passages import PASSAGES_DIR, binding_problem, passage_counts
+
+    if manifest.passages is None:
+        return []
+    sub = directory / PASSAGES_DIR
+    problems, passages = _verify_sub(directory, PASSAGES_DIR, True, "--passages", manifest, allow_incomplete)
+    if passages is None:
+        return problems
+    why = binding_problem(manifest, passages)
+    if why:
+        return [*problems, why]
+    pids: list[str] = []
+    for info in passages.shards:
+        try:
+            meta = read_shard_meta(sub / info.file, passages.spec, expected_index=info.index)
+        except StoreError:
+            return problems  # already reported
+        pids += [d.decode("utf-8") for d in meta.docids.tolist()]
+    try:
+        owners = set(passage_counts(pids))
+    except StoreError as exc:
+        return [*problems, f"{PASSAGES_DIR}/: {exc}"]
+    ids: set[str] = set()
+    for info in manifest.shards:
+        try:
+            meta = read_shard_meta(directory / info.file, manifest.spec, expected_index=info.index)
+        except StoreError:
+            return problems  # already reported
+        ids.update(d.decode("utf-8") for d in meta.docids.tolist())
+    absent = sorted(owners - ids)
+    if absent:
+        problems.append(
+            f"{PASSAGES_DIR}/ holds passages of {len(absent)} document(s) the store does not ({absent[:3]})"
+        )
+    return problems
 
 
 class ShardVerification:

@@ -248,6 +248,7 @@ def write_manifest(
     complete: bool = True,
     collection: dict[str, Any] | None = None,
     dense: bool | None = None,
+    passages: dict[str, Any] | None = None,
 ) -> Manifest:
     """Merge shards written by :func:`~store.shard.write_shard` into a store (atomically, written last).
 
@@ -279,10 +280,17 @@ def write_manifest(
     try:
         old = read_manifest(directory)
         previous, dense = old.created, old.dense if dense is None else dense  # kept unless given
+        passages = old.passages if passages is None else passages
     except StoreError:
         previous = ""
     manifest = Manifest(
-        spec, list(shards), complete, created=previous or _now(), collection=collection or {}, dense=dense
+        spec,
+        list(shards),
+        complete,
+        created=previous or _now(),
+        collection=collection or {},
+        dense=dense,
+        passages=passages,
     )
     write_manifest_file(directory, manifest)
     return manifest

@@ -61,6 +61,11 @@ def build_cmd(
     ),
     seed: int = opt(0, "--seed"),
     progress: bool = opt(True, "--progress/--no-progress"),
+    passages: bool = opt(
+        False,
+        "--passages/--no-passages",
+        help="store documents longer than the ranker's window as passages too (aheadrank index --passages)",
+    ),
 ) -> None:
     """Build everything a collection needs to be served: BM25 index, a ranker adapted to the collection (from
     its own texts when it has no judgments), the store and its dense field, the priors. Prints each stage's
@@ -84,6 +89,7 @@ def build_cmd(
         base=str(base) if base else None,
         reuse=str(reuse) if reuse else None,
         progress=progress,
+        passages=passages,
     )
     build(plan, until=until, echo=typer.echo)
     typer.echo(f"serve it: aheadrank serve {out}")

@@ -150,10 +150,30 @@ def index_cmd(
         "--dense-from",
         help="Copy the dense field from this dense store (same base, same documents) instead of encoding.",
     ),
+    passages: bool = opt(
+        False,
+        "--passages/--no-passages",
+        help="Also store each document longer than the ranker's window as passages (<store>/passages), split as "
+        "the service splits an ad-hoc text, so its stored score is the one /rerank gives its text.",
+    ),
+    passage_overlap: int | None = opt(
+        None,
+        "--passage-overlap",
+        min=0,
+        help="With --passages: word pieces consecutive passages share "
+        "(default: a quarter of the window; at most half of it). Serve with the same.",
+    ),
+    max_chunks_per_doc: int | None = opt(
+        None,
+        "--max-chunks-per-doc",
+        min=1,
+        help="With --passages: at most this many passages a document "
+        "(default 10, the service's default); the service may read fewer, not more.",
+    ),
 ) -> None:
     """Build (or resume) the representation store: the checkpoint's document side over the collection,
     plus the dense prior's field (one embedding per document)."""
-    from aheadrank.indexer.build import BuildOptions, build_dense, build_store
+    from aheadrank.indexer.build import BuildOptions, build_dense, build_passages, build_store
 
     if scheduler and workers:
         raise AheadrankError("give --scheduler or --workers, not both")
@@ -174,8 +194,14 @@ def index_cmd(
         workers=workers,
         progress=progress,
         dense=dense or dense_from is not None,  # recorded in the manifest: dense/ is then part of the store
+        passages=passages,
+        passage_overlap=passage_overlap,
+        max_chunks_per_doc=max_chunks_per_doc,
     )
+    if not passages and (passage_overlap is not None or max_chunks_per_doc is not None):
+        raise AheadrankError("--passage-overlap and --max-chunks-per-doc need --passages")
     summary = build_store(opts)
+    split = build_passages(opts) if passages else None
     dense_summary = build_dense(opts, dense_from) if dense or dense_from else None
     typer.echo(
         f"stored {summary.documents:,} documents ({summary.tokens:,} tokens) in {summary.shards} shards "
@@ -189,4 +215,5 @@ def index_cmd(
             if dense_from
             else "; no dense field (--no-dense): served without the dense prior"
         )
+        + (f"; {split.documents:,} passages of long documents ({split.tokens:,} tokens)" if split else "")
     )

@@ -333,6 +333,12 @@ def rerank_run_cmd(
         "--pure/--with-priors",
         help="rank by the neural score alone (default: the served score, neural + the checkpoint's priors)",
     ),
+    passage_aggregation: str = opt(
+        "first+max",
+        "--passage-aggregation",
+        help="a store built with --passages: a long document's score from its passages' (maxp, meanp or "
+        "first+max), as the service's --passage-aggregation",
+    ),
 ) -> None:
     """Re-rank BM25 top-depth (or a given first-stage run) through the stored representations; scores are
     the served ones (the neural score combined with the BM25 and dense priors fitted into the checkpoint)
@@ -349,7 +355,9 @@ def rerank_run_cmd(
         cands = bm25_candidates(index, qs, depth)
     else:
         raise AheadrankError("give --index (BM25 candidates) or --candidates (a first-stage run)")
-    run, stats = rerank_run(checkpoint, store, qs, cands, device=device, pure=pure)
+    run, stats = rerank_run(
+        checkpoint, store, qs, cands, device=device, pure=pure, passage_aggregation=passage_aggregation
+    )
     write_run(out, run, tag)
     typer.echo(
         json.dumps(
