@@ -14,6 +14,7 @@ from aheadrank.services import create_app
 from aheadrank.services.backend import RerankBackend, StageClock
 from aheadrank.services.settings import ServiceSettings
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
 from aheadrank.errors import StoreError
 from aheadrank.passages import aggregate, split_passages
@@ -38,26 +39,32 @@ def collection(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 @pytest.fixture(scope="module")
 def stores(collection, tiny_base, tmp_path_factory) -> dict[str, Path]:
     """A tiny MORES checkpoint, its store built with --passages and one built without."""
-    from aheadrank.indexer.build import BuildOptions, build_passages, build_store
+    from aheadrank.indexer.build import BuildOptions, build_store
     from aheadrank.rankers import init_ranker, save_checkpoint
+
+    from aheadrank.cli import app
 
     root = tmp_path_factory.mktemp("passage-stores")
     ckpt = root / "ckpt"
     save_checkpoint(init_ranker("mores", base=tiny_base, seed=0, ibs=2, sim=False), ckpt)
-    out = {"checkpoint": ckpt}
-    for name, passages in (("plain", False), ("passages", True)):
-        opts = BuildOptions(
-            str(ckpt),
-            str(collection[0]),
-            str(root / name),
-            max_doc_len=WINDOW,
-            progress=False,
-            passages=passages,
-        )
-        build_store(opts)
-        if passages:
-            build_passages(opts)
-        out[name] = root / name
+    out = {"checkpoint": ckpt, "plain": root / "plain", "passages": root / "passages"}
+    build_store(
+        BuildOptions(str(ckpt), str(collection[0]), str(out["plain"]), max_doc_len=WINDOW, progress=False)
+    )
+    args = [
+        "index",
+        "--checkpoint",
+        str(ckpt),
+        "--collection",
+        str(collection[0]),
+        "--store",
+        str(out["passages"]),
+    ]
+    result = CliRunner().invoke(app, [*args, "--max-doc-len", str(WINDOW), "--passages", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "passages of long documents" in result.output
+    info = CliRunner().invoke(app, ["store-info", str(out["passages"])])
+    assert "window 32, overlap 8, at most 10 a document: 1 documents, " in info.output, info.output
     return out
 
 
