@@ -191,3 +191,47 @@ def test_cohere_limits_read_a_stored_document_as_they_read_its_text(backend, col
     assert stored == pytest.approx(ad_hoc, abs=5e-3 * scale)
     (whole,), _ = backend.score_texts(QUERY, [text])
     assert all(abs(s - whole) > 2e-2 * scale for s in ad_hoc)  # each limit reads less than the whole document
+
+
+def _poke(file: Path, value: bytes) -> None:
+    """Overwrite the first stored value of ``file``'s first field (size and mtime kept)."""
+    import os
+
+    import h5py
+
+    with h5py.File(file, "r") as h5:
+        name = next(iter(h5["fields"]))
+        at = int(h5["fields"][name].id.get_offset())
+    st = os.stat(file)
+    with open(file, "r+b") as fh:
+        fh.seek(at)
+        fh.write(value)
+    os.utime(file, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_damaged_passages_are_refused_like_the_store(stores, collection, tmp_path):
+    """A finite change in passages/ before start: --verify-store start names it; a NaN in a stored passage: the
+    long document's requests get 503 naming passages/'s shard, the other documents are still served."""
+    store = Path(shutil.copytree(stores["passages"], tmp_path / "store"))
+    shard = store / "passages" / "shard-00000.h5"
+    _poke(shard, b"\x01\x3c")  # float16 1.0 + one step: finite
+    s = ServiceSettings(checkpoint=stores["checkpoint"], store=store, access_log=False, verify_store="start")
+    backend = RerankBackend.load(s)
+    try:
+        with pytest.raises(StoreError, match="refusing to start.*passages/shard-00000"):
+            backend.verify_at_start()
+    finally:
+        backend.close()
+    _poke(shard, b"\x00\x7e")  # float16 NaN
+    s = ServiceSettings(checkpoint=stores["checkpoint"], store=store, access_log=False, verify_store="off")
+    backend = RerankBackend.load(s)
+    backend.ready = True  # without the warm-up, which would score the damaged passage itself
+    short = [d for d in collection[1] if d != LONG]
+    try:
+        with TestClient(create_app(backend)) as c:
+            r = c.post("/v1/rerank", json={"query": QUERY, "candidates": [LONG, *short]})
+            assert r.status_code == 503 and r.json()["kind"] == "store_damaged", r.text
+            assert "passages/shard-00000" in r.json()["error"]
+            assert c.post("/v1/rerank", json={"query": QUERY, "candidates": short}).status_code == 200
+    finally:
+        backend.close()
