@@ -17,7 +17,11 @@
 - ``store``: the representation store and its dense field, ``DIR/store``.
 - ``priors``: how the neural score is combined with BM25 and the bi-encoder. With judgments: fitted on the
   judged queries the trainer held out. Without: :data:`LABEL_FREE_WEIGHTS` (``priors="default"``), or fitted on
-  the held-out pseudo-queries (``priors="pseudo"``); ``bench/label_free.py`` measures both.
+  the held-out pseudo-queries (``priors="pseudo"``); ``bench/label_free.py`` measures both. Either way the served
+  ``relevance_score`` is calibrated (:func:`aheadrank.priors.fit_calibration`, saved in ``priors.json``) on the
+  held-out queries: judged ones, or the pseudo-queries with their source documents as the relevant ones
+  (:func:`pseudo_calibration`; none usable: relative scores and a WARNING). ``bench/calibration.py --build``
+  measures it against judgments.
 
 ``DIR/build.json`` records the plan and each finished stage with its seconds; a rerun skips what is done (a
 stage cut off half-way resumes through the resumable parts underneath it: Lucene's swap into place, the store's
@@ -55,6 +59,7 @@ LABEL_FREE_WEIGHTS = {
     "neural": {"neural": 1.0},
 }
 DEFAULT_RANKER = "mores-2ib-s2"
+PSEUDO_LABELS = "pseudo-queries"  # a calibration's fitted_on["labels"] where no judgment was read
 
 Search = Callable[[dict[str, str], int], dict[str, list]]
 
@@ -231,23 +236,22 @@ def read_queries(out: str | Path) -> dict:
 
 
 def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
-    from dataclasses import asdict
-
     from aheadrank.rankers.dense import base_of
-    from aheadrank.rankers.recipe import recipe_for, resolve_training, train_recipe
+    from aheadrank.rankers.recipe import recipe_for, train_config, train_recipe
 
     p = paths(plan.out)
     variant = _variant(plan.ranker)
     rec = recipe_for(plan.device, plan.recipe)
     split = judged_split(plan.collection, plan.labels)
-    model = variant.init(base=plan.base, seed=plan.seed, **rec.init_options()).to(plan.device)
-    given = {"seed": plan.seed, "steps": plan.steps, "ce_weight": plan.ce_weight}
-    resolved = resolve_training(rec, model.kind, given, ranker=asdict(model.config), label_free=split is None)
-    cfg = resolved.train
+    model = variant.init(base=plan.base, seed=plan.seed, max_doc_len=rec.max_doc_len).to(plan.device)
+    overrides = {"seed": plan.seed, **({"steps": plan.steps} if plan.steps is not None else {})}
+    if plan.ce_weight is not None:
+        overrides["ce_weight"] = plan.ce_weight
     if split is None:
         from aheadrank.baselines import label_free_teacher
 
         data, hits, aliases = load_label_free(plan)
+        cfg = train_config(rec, model.kind, negatives="spread", **overrides)
         data.teacher = label_free_teacher(
             p["dense"],
             data.queries,
@@ -266,18 +270,20 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
         from aheadrank.runs import build_training_data
 
         data = build_training_data(plan.collection, split, p["lucene"], search=search)
+        cfg = train_config(rec, model.kind, **overrides)
         _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
         data.teacher, _ = fusion_teacher(p["dense"], p["lucene"], data, val_q, base=base_of(model.config))
         extra = {}
+    fresh = model.kind == "prettr" and bool(model.config.compress)
     done = train_recipe(
         model,
         data,
         p["checkpoint"],
         cfg,
-        compressor_steps=resolved.compressor_steps,
-        compressor_init=resolved.compressor_init,
+        compressor_steps=rec.compressor_steps if fresh else 0,
+        compressor_init=rec.compressor_init if fresh else "random",
         progress=plan.progress,
-        fit_kernels=resolved.fit_kernels,
+        fit_kernels=rec.fits_kernels(model.kind, model.config.tk_base),
         extra=extra,
     )
     r = done.result
@@ -360,7 +366,7 @@ def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
             fitted_on = {"split": split, "held_out": True}
         else:
             val, cands, qrels = pseudo_validation(plan.out)
-            fitted_on = {"label_free": "held-out pseudo-queries"}
+            fitted_on = {"label_free": "held-out pseudo-queries", "labels": PSEUDO_LABELS}
         priors = fit_checkpoint_priors(
             ckpt, p["store"], val, cands, qrels, fitted_on, plan.device, plan.progress
         )
@@ -368,8 +374,50 @@ def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
         priors = label_free_priors(
             ckpt, {"label_free": "default weights (aheadrank.build.LABEL_FREE_WEIGHTS)"}
         )
+        cal, why = pseudo_calibration(plan.out, priors.weights, plan.device, plan.progress)
+        if cal is not None:
+            priors.calibration = cal.to_dict()
+        else:
+            priors.fitted_on["calibration"] = f"none: {why}"
         write_priors(ckpt, priors.to_dict())
-    return {"weights": priors.weights.get("neural+bm25+dense"), "fitted_on": priors.fitted_on}
+    cal = priors.calibrated()
+    return {
+        "weights": priors.weights.get("neural+bm25+dense"),
+        "fitted_on": priors.fitted_on,
+        "calibration": "none (relative scores)"
+        if cal is None
+        else {k: cal.fitted_on.get(k) for k in ("labels", "queries", "candidates", "relevant")},
+    }
+
+
+def pseudo_calibration(
+    out: str | Path, weights: dict | None, device: str = "cpu", progress: bool = False
+) -> tuple:
+    """(the served score's calibration, None) fitted by :func:`aheadrank.priors.fit_calibration` on the
+    held-out pseudo-queries (:func:`pseudo_validation`: each one's source document is its one relevant
+    candidate, the others count as not relevant), combining the features by ``weights`` (the label-free
+    defaults); or (None, why) with a WARNING where they cannot be used: scores are then served relative to
+    each request's documents."""
+    from aheadrank.priors import fit_calibration
+    from aheadrank.rerank import collect_features
+
+    p = paths(out)
+    val, cands, qrels = pseudo_validation(out)
+    if not val:
+        why = "the trainer held out no pseudo-query"
+    else:
+        feats, _ = collect_features(p["checkpoint"], p["store"], val, cands, qrels, device, progress)
+        fitted_on = {"labels": PSEUDO_LABELS, "label_free": "held-out pseudo-queries"}
+        try:
+            return fit_calibration(feats, fitted_on, weights=weights), None
+        except ValueError as exc:
+            why = f"{len(val)} held-out pseudo-queries: {exc}"
+    log.warning(
+        "no calibration: %s; /rerank's relevance_score will be relative to each request's documents, not a "
+        "probability (a build with more --max-queries holds enough out to calibrate on)",
+        why,
+    )
+    return None, why
 
 
 # ---- the driver ---------------------------------------------------------------------------------------------

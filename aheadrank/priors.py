@@ -188,14 +188,21 @@ def _grid_search(
     for w in simplex_grid(len(names), step):
         if fixed and any(w[names.index(f)] != v for f, v in fixed.items() if f in names):
             continue
-        total = 0.0
-        for q, zq in zip(queries, z, strict=True):
-            s = sum(wi * zq[f] for wi, f in zip(w, names, strict=True))
-            total += ndcg10(np.asarray(s), q.docids, q.qrels)
-        mean = total / max(1, len(queries))
+        mean = mean_ndcg10(queries, z, dict(zip(names, w, strict=True)))
         if mean > best + 1e-12:
             best, best_w = mean, w
     return dict(zip(names, best_w, strict=True)), best
+
+
+def mean_ndcg10(
+    queries: list[QueryFeatures], z: list[dict[str, np.ndarray]], w: Mapping[str, float]
+) -> float:
+    """Mean nDCG@10 of ``Σ w_f · z_f`` over ``queries`` (``z``: each query's normalised features)."""
+    total = 0.0
+    for q, zq in zip(queries, z, strict=True):
+        s = sum(wf * zq[f] for f, wf in w.items())
+        total += ndcg10(np.asarray(s), q.docids, q.qrels)
+    return total / max(1, len(queries))
 
 
 def fit_priors(
@@ -332,12 +339,15 @@ def fit_calibration(
     fitted_on: dict | None = None,
     step: float = GRID_STEP,
     subsets: Iterable[Iterable[str]] | None = None,
+    weights: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Calibration:
     """Fit the absolute, calibrated score on judged queries: each query's candidates with their features
     (:class:`QueryFeatures`: docids, ``{feature: scores}``, qrels — real judgments or the label-free
     pseudo-queries' ones). Per feature set (default: every set with the neural score that all queries have,
-    as :func:`fit_priors`): fixed statistics, weights (nDCG@10 grid) and Platt's ``(a, b)`` on the pooled
-    candidates (relevant: a qrel > 0; unjudged counts as not relevant)."""
+    as :func:`fit_priors`): fixed statistics, weights (nDCG@10 grid, or ``weights[key]`` where given: the
+    label-free build's default weights) and Platt's ``(a, b)`` on the pooled candidates (relevant: a qrel > 0;
+    unjudged counts as not relevant). ``fitted_on["labels"]`` says what the qrels are: ``judged`` (the default)
+    or ``pseudo-queries`` (each label-free pseudo-query's source document, the one known relevant)."""
     if not queries:
         raise ValueError("no queries to fit the calibration on")
     have = [f for f in FEATURES if all(f in q.features for q in queries)]
@@ -359,7 +369,11 @@ def fit_calibration(
     for key in keys:
         names = key.split("+")
         z = [{f: cal.normalise(f, q.features[f]) for f in names} for q in queries]
-        w, metrics[key] = _grid_search(queries, z, names, step, None)
+        if weights is not None and key in weights:  # given: only its nDCG@10 on these queries is measured
+            w = {f: float(weights[key].get(f, 0.0)) for f in names}
+            metrics[key] = mean_ndcg10(queries, z, w)
+        else:
+            w, metrics[key] = _grid_search(queries, z, names, step, None)
         cal.weights[key] = w
         s = np.concatenate([sum(w[f] * zq[f] for f in names) for zq in z])
         a, b = platt_fit(s, labels)
@@ -368,6 +382,7 @@ def fit_calibration(
             a, b = NO_EVIDENCE_SLOPE, math.log(rate / (1 - rate))
         cal.platt[key] = [a, b]
     cal.fitted_on = {
+        "labels": "judged",
         **(fitted_on or {}),
         "queries": len(queries),
         "candidates": int(labels.size),

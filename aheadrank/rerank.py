@@ -143,10 +143,11 @@ class PriorScorer:
         self.priors = Priors.from_dict(raw)
         self.calibration = self.priors.calibrated()
         if self.calibration is None:
+            why = self.priors.fitted_on.get("calibration") or "fitted before it existed"
             self.notices.append(
-                "the checkpoint's priors have no calibration (fitted before it existed): /rerank's "
+                f"the checkpoint's priors have no calibration ({why}): /rerank's "
                 "relevance_score is relative to the request's documents, not a probability; refit them "
-                "with `aheadrank fit-priors`"
+                "with `aheadrank fit-priors`, or rebuild with more pseudo-queries (`aheadrank build --max-queries`)"
             )
         if self.priors.dense is None or store is None:
             return

@@ -686,7 +686,7 @@ class RerankBackend:
                 "fitted_on": {
                     k: v
                     for k, v in cal.fitted_on.items()
-                    if k in ("split", "queries", "candidates", "relevant")
+                    if k in ("labels", "split", "queries", "candidates", "relevant")
                 },
             },
             "dense_field": self.scorer.dense_reader is not None,

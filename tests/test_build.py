@@ -94,3 +94,87 @@ def test_a_collection_that_cannot_be_used_is_one_error_line(tmp_path):
     result = CliRunner().invoke(app, ["build", "--collection", str(empty), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert "no usable document" in result.output and "Traceback" not in result.output
+
+
+@pytest.fixture(scope="module")
+def built(passages, tiny_base, tmp_path_factory):
+    """A finished tiny label-free build (default priors)."""
+    out = tmp_path_factory.mktemp("built") / "b"
+    record = build(plan(passages, out, tiny_base), echo=lambda _: None)
+    return out, record
+
+
+def test_a_label_free_build_serves_scores_calibrated_on_its_held_out_pseudo_queries(built):
+    """No judgments: the served score's calibration is fitted on the pseudo-queries the trainer held out, saved
+    in priors.json (verified on load with the checkpoint), and /rerank's relevance_score is then each text's own
+    probability, the same alone as among others; /v1/info says it is calibrated, from pseudo-queries."""
+    import httpx
+    from services_testkit import Server
+
+    from aheadrank.build import pseudo_validation
+
+    out, record = built
+    p = paths(out)
+    load_ranker(p["checkpoint"])  # the fingerprint covers priors.json, calibration included
+    priors = read_priors(p["checkpoint"])
+    cal = priors.calibrated()
+    assert cal is not None, "a label-free build served relative scores"
+    held_out, _, _ = pseudo_validation(out)
+    assert cal.fitted_on["labels"] == "pseudo-queries" and cal.fitted_on["queries"] == len(held_out) > 0
+    assert 0 < cal.fitted_on["relevant"] < cal.fitted_on["candidates"]
+    # the calibrated combination keeps the build's default weights; only statistics and Platt are fitted
+    assert {k: cal.weights[k] for k in cal.platt} == {k: LABEL_FREE_WEIGHTS[k] for k in cal.platt}
+    assert record.stages["priors"]["calibration"]["labels"] == "pseudo-queries"
+    texts = [json.loads(line)["contents"] for line in open(record.plan["collection"])][:12]
+    query = "supersonic flow over a cone"
+    srv = Server(str(out), "--no-warmup").wait_ready()
+    try:
+        client = httpx.Client(base_url=srv.url, timeout=120)
+        info = client.get("/v1/info").json()
+        assert info["relevance_score"] == "calibrated"
+        assert info["priors"]["calibration"]["fitted_on"]["labels"] == "pseudo-queries"
+        many = client.post("/v1/rerank", json={"query": query, "documents": texts}).json()
+        assert many["meta"]["relevance_score"] == "calibrated"
+        together = {r["index"]: r["relevance_score"] for r in many["results"]}
+        assert len(set(together.values())) > 1
+        for i in (0, 5, 11):
+            one = client.post("/v1/rerank", json={"query": query, "documents": [texts[i]]}).json()
+            assert one["results"][0]["relevance_score"] == pytest.approx(together[i], abs=1e-6)
+    finally:
+        srv.stop()
+
+
+def test_a_build_without_usable_held_out_pseudo_queries_serves_relative_scores_with_a_warning(
+    built, tmp_path, monkeypatch, caplog
+):
+    """Where no held-out pseudo-query can be fitted on (here: none has its source among its candidates), the
+    priors stage says so in a WARNING and in priors.json, and the service warns that its scores are relative."""
+    import shutil
+
+    import aheadrank.build as build_module
+    from aheadrank.rerank import PriorScorer
+
+    out = tmp_path / "b"
+    shutil.copytree(built[0], out)
+    record = json.loads((out / BUILD_FILE).read_text())
+    del record["stages"]["priors"]
+    (out / BUILD_FILE).write_text(json.dumps(record))
+    real = build_module.pseudo_validation
+
+    def sources_not_found(path):
+        val, cands, qrels = real(path)
+        return val, cands, {q: {"not-a-candidate": 1} for q in qrels}
+
+    monkeypatch.setattr(build_module, "pseudo_validation", sources_not_found)
+    with caplog.at_level("WARNING", logger="aheadrank.build"):
+        again = build(BuildPlan(**{**record["plan"], "out": str(out)}), echo=lambda _: None)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("no calibration" in m and "relative" in m for m in warned), warned
+    assert again.stages["priors"]["calibration"] == "none (relative scores)"
+    p = paths(out)
+    ranker = load_ranker(p["checkpoint"])
+    priors = read_priors(p["checkpoint"])
+    assert priors.calibrated() is None and priors.fitted_on["calibration"].startswith("none: ")
+    assert priors.weights == LABEL_FREE_WEIGHTS
+    scorer = PriorScorer(ranker, p["store"])
+    assert any("no calibration (none: " in n and "relative" in n for n in scorer.notices), scorer.notices
