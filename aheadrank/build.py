@@ -236,22 +236,23 @@ def read_queries(out: str | Path) -> dict:
 
 
 def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
+    from dataclasses import asdict
+
     from aheadrank.rankers.dense import base_of
-    from aheadrank.rankers.recipe import recipe_for, train_config, train_recipe
+    from aheadrank.rankers.recipe import recipe_for, resolve_training, train_recipe
 
     p = paths(plan.out)
     variant = _variant(plan.ranker)
     rec = recipe_for(plan.device, plan.recipe)
     split = judged_split(plan.collection, plan.labels)
-    model = variant.init(base=plan.base, seed=plan.seed, max_doc_len=rec.max_doc_len).to(plan.device)
-    overrides = {"seed": plan.seed, **({"steps": plan.steps} if plan.steps is not None else {})}
-    if plan.ce_weight is not None:
-        overrides["ce_weight"] = plan.ce_weight
+    model = variant.init(base=plan.base, seed=plan.seed, **rec.init_options()).to(plan.device)
+    given = {"seed": plan.seed, "steps": plan.steps, "ce_weight": plan.ce_weight}
+    resolved = resolve_training(rec, model.kind, given, ranker=asdict(model.config), label_free=split is None)
+    cfg = resolved.train
     if split is None:
         from aheadrank.baselines import label_free_teacher
 
         data, hits, aliases = load_label_free(plan)
-        cfg = train_config(rec, model.kind, negatives="spread", **overrides)
         data.teacher = label_free_teacher(
             p["dense"],
             data.queries,
@@ -270,20 +271,18 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
         from aheadrank.runs import build_training_data
 
         data = build_training_data(plan.collection, split, p["lucene"], search=search)
-        cfg = train_config(rec, model.kind, **overrides)
         _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
         data.teacher, _ = fusion_teacher(p["dense"], p["lucene"], data, val_q, base=base_of(model.config))
         extra = {}
-    fresh = model.kind == "prettr" and bool(model.config.compress)
     done = train_recipe(
         model,
         data,
         p["checkpoint"],
         cfg,
-        compressor_steps=rec.compressor_steps if fresh else 0,
-        compressor_init=rec.compressor_init if fresh else "random",
+        compressor_steps=resolved.compressor_steps,
+        compressor_init=resolved.compressor_init,
         progress=plan.progress,
-        fit_kernels=rec.fits_kernels(model.kind, model.config.tk_base),
+        fit_kernels=resolved.fit_kernels,
         extra=extra,
     )
     r = done.result

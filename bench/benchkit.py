@@ -255,3 +255,18 @@ def eval_topics(collection: Path, split: str, max_queries: int | None) -> tuple[
         keep = sorted(queries, key=lambda q: (0, int(q), q) if q.isdigit() else (1, 0, q))[:max_queries]
         queries = {q: queries[q] for q in keep}
     return queries, {q: j for q, j in qrels.items() if q in queries}
+
+
+def add_options(parser, specs, exclude: tuple[str, ...] = ()) -> None:
+    """argparse flags for declared options (:class:`aheadrank.rankers.spec.OptionSpec`, e.g.
+    ``aheadrank.rankers.recipe.training_options()``: the ones ``aheadrank train`` has), each defaulting to
+    None ("not given": the recipe's); a bool gets its flag and its negation."""
+    for o in specs:
+        if o.name in exclude:
+            continue
+        on, off = o.names
+        if o.type is bool:
+            parser.add_argument(on, dest=o.name, action="store_const", const=True, default=None, help=o.help)
+            parser.add_argument(off, dest=o.name, action="store_const", const=False, help=f"not {on}")
+        else:
+            parser.add_argument(on, dest=o.name, type=o.type, default=None, choices=o.choices, help=o.help)

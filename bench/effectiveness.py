@@ -52,12 +52,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from aheadrank.rankers.training import NEGATIVE_SAMPLING  # noqa: E402
+from aheadrank.rankers.recipe import RECIPES, STAGE_OPTIONS, TRAIN_OPTIONS, training_options  # noqa: E402
+from aheadrank.rankers.registry import kinds  # noqa: E402
 from aheadrank.rankers.variants import CATALOGUE as ALL_RANKERS  # noqa: E402  (the one registry; was defined here)
 from aheadrank.rankers.variants import Variant, match_variants, parse_variant  # noqa: E402
 from benchkit import (  # noqa: E402  (the shared helpers; were defined here)
     SAMPLE,
     Bm25Hits,
+    add_options,
     bm25_index_path,
     clean,
     digest,
@@ -73,28 +75,26 @@ QUICK_RANKERS = ("bert", "mores-2ib-s1", "mores-2ib-s2", "prettr-l5-e128", "tk-2
 METRICS = ("nDCG@10", "MRR@10", "R@100", "MAP")
 PRIMARY = "nDCG@10"
 MARGINS = (0.02, 0.05)
-KINDS = ("bert", "mores", "prettr", "tk")
+KINDS = kinds()  # the registered ranker kinds (--lr-<kind>, --fresh-lr-<kind>)
+TRAINING = (*TRAIN_OPTIONS, *STAGE_OPTIONS)  # the training options' names (given_training)
 FUSION = "bm25+bi-encoder"  # the validation-tuned z-score interpolation a user would write
 ZERO_SHOT = ("vaswani", "cranfield")  # default --eval-collections (under ../shared/data, when there)
 FP16_RESOLUTION = 2e-3  # of the score scale: pairs closer than this may swap with float16 storage
-# the --quick smoke budget; a full run takes what is not given from the training recipe (--recipe,
-# rankers/recipe.py), so that this bench and `aheadrank train` train the same way
+# the --quick smoke budget, below what is given; every training option not given then comes from the training
+# recipe (--recipe, rankers/recipe.py resolve_training), so that this bench and `aheadrank train` train the same way
 QUICK = {
     "steps": 3,
     "queries_per_step": 2,
     "group_size": 4,
     "compressor_steps": 2,
     "compressor_init": "pca",
-    "eval_every": None,  # once, at the end
+    "eval_every": 0,  # once, at the end
     "val_queries": 4,
     "val_depth": 50,
     "listwise_weight": 0.0,
-    "max_doc_len": 128,
-    "train_doc_len": None,
-    "fresh_lr": None,
     "cpu_amp": False,
-    "max_queries": 20,
 }
+QUICK_BENCH = {"max_doc_len": 128, "max_queries": 20}  # --quick's reading length and evaluated queries
 
 log = logging.getLogger("bench.effectiveness")
 LATER_OPTIONS = {"fresh_lr": None, "negatives": "uniform"}  # TrainConfig fields newer than the bench's cache
@@ -111,36 +111,30 @@ def select_variants(patterns: list[str]) -> list[Variant]:
 
 
 # ---- stages -----------------------------------------------------------------------------------------------
-def kind_lr(args, kind: str) -> float:
-    own = getattr(args, f"lr_{kind}")
-    if own is not None:
-        return own
-    return args.lr if args.lr is not None else args.recipe.lr_for(kind)
+def given_training(args, kind: str) -> dict:
+    """The training options given for a kind (None: not given): the flags, ``--lr-<kind>`` /
+    ``--fresh-lr-<kind>`` over ``--lr`` / ``--fresh-lr``, --quick's budget below them; bert is not distilled
+    (it is the teacher)."""
+    given = {name: getattr(args, name) for name in TRAINING if name in vars(args)}
+    if args.quick:
+        given = {**QUICK, **{k: v for k, v in given.items() if v is not None}}
+    for name in ("lr", "fresh_lr"):
+        if (own := getattr(args, f"{name}_{kind}")) is not None:
+            given[name] = own
+    if kind == "bert":
+        given["distill_weight"] = 0.0
+    return given
 
 
-def train_config(args, kind: str):
-    from aheadrank.rankers.training import TrainConfig
+def resolved_training(args, variant: Variant | str):
+    """Every training option of a variant (a kind: its default variant), resolved by the recipe."""
+    from aheadrank.rankers.config import default_options
+    from aheadrank.rankers.recipe import resolve_training
+    from aheadrank.rankers.variants import default_variant
 
-    return TrainConfig(
-        steps=args.steps,
-        group_size=args.group_size,
-        queries_per_step=args.queries_per_step,
-        grad_accum=args.grad_accum,
-        lr=kind_lr(args, kind),
-        eval_every=args.eval_every or max(1, args.steps),
-        val_depth=args.val_depth,
-        val_queries=args.val_queries,
-        seed=args.seed,
-        distill_weight=args.distill_weight if kind != "bert" else 0.0,
-        listwise_weight=args.listwise_weight,
-        listwise_temperature=args.listwise_temperature,
-        ce_weight=args.ce_weight,
-        freeze_embeddings=args.freeze_embeddings,
-        doc_len=args.train_doc_len,
-        fresh_lr=own if (own := getattr(args, f"fresh_lr_{kind}")) is not None else args.fresh_lr,
-        cpu_amp=args.cpu_amp,
-        negatives=args.negatives,
-    )
+    variant = default_variant(variant) if isinstance(variant, str) else variant
+    options = {**default_options(variant.kind), **variant.options}
+    return resolve_training(args.recipe, variant.kind, given_training(args, variant.kind), ranker=options)
 
 
 class TrainingDataCache:
@@ -204,12 +198,9 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
     from aheadrank.rankers.recipe import POOL_DOCS, train_recipe
     from aheadrank.rankers.training import loss_ends, state_file
 
-    cfg = train_config(args, variant.kind)
+    resolved = resolved_training(args, variant)
+    cfg, compressor_steps, fit_kernels = resolved.train, resolved.compressor_steps, resolved.fit_kernels
     distil = teacher is not None and cfg.distill_weight > 0
-    compressor_steps = (
-        args.compressor_steps if variant.kind == "prettr" and variant.options["compress"] else 0
-    )
-    fit_kernels = args.recipe.fits_kernels(variant.kind, variant.options.get("tk_base"))
     key = {
         "model": variant.model,
         "kind": variant.kind,
@@ -227,8 +218,10 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         "train": {k: v for k, v in asdict(cfg).items() if not (k in LATER_OPTIONS and v == LATER_OPTIONS[k])},
         "compressor_steps": compressor_steps,
         **(
-            {"compressor_init": args.compressor_init}
-            if variant.kind == "prettr" and variant.options["compress"] and args.compressor_init != "random"
+            {"compressor_init": resolved.compressor_init}
+            if variant.kind == "prettr"
+            and variant.options["compress"]
+            and resolved.compressor_init != "random"
             else {}
         ),
         # TK from the base: its kernel weights ridge-fitted before training (the recipe's default)
@@ -257,7 +250,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
     )
     training = data.get()
     model = variant.init(
-        base=args.base, seed=args.seed, max_query_len=args.max_query_len, max_doc_len=args.max_doc_len
+        base=args.base, seed=cfg.seed, max_query_len=args.max_query_len, max_doc_len=args.max_doc_len
     ).to(args.device)
     teacher_model = load_ranker(teacher["checkpoint"], device=args.device) if distil else None
     done = train_recipe(
@@ -268,7 +261,7 @@ def ensure_checkpoint(variant: Variant, args, data: TrainingDataCache, teacher: 
         # a resumed run loads the pre-trained compressor with the state
         compressor_steps=0 if resumed else compressor_steps,
         pool_docs=0 if resumed else POOL_DOCS,
-        compressor_init="random" if resumed else args.compressor_init,
+        compressor_init="random" if resumed else resolved.compressor_init,
         teacher=teacher_model,
         progress=args.progress,
         fine_tune=cfg.steps > 0,
@@ -473,7 +466,7 @@ def validation_set(data: TrainingDataCache, args) -> dict:
     from aheadrank.rankers.training import split_queries
 
     training = data.get()
-    cfg = train_config(args, "bert")
+    cfg = resolved_training(args, "bert").train
     _, val_q = split_queries(training, cfg.val_queries, cfg.seed)
     queries = {q: training.queries[q] for q in val_q}
     return {
@@ -947,20 +940,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--split", default="test", help="qrels split of the evaluated queries")
     ap.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N queries")
     ap.add_argument("--depth", type=int, default=100, help="BM25 candidates re-ranked per query")
-    ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument("--queries-per-step", type=int, default=None)
-    ap.add_argument("--group-size", type=int, default=None)
-    ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument(
         "--recipe",
         default="auto",
-        choices=("auto", "cpu", "gpu"),
+        choices=("auto", *RECIPES),
         help="the training recipe whose settings fill every training option not given (rankers/recipe.py); "
         "auto: gpu with a CUDA --device, else cpu",
     )
-    ap.add_argument(
-        "--lr", type=float, default=None, help="every kind's learning rate (default: the recipe's)"
-    )
+    # every training option `aheadrank train` has, declared once (rankers/recipe.py training_options); the
+    # pseudo-query stage is not run here
+    add_options(ap, training_options(), exclude=("pseudo_steps",))
     for kind in KINDS:
         ap.add_argument(
             f"--lr-{kind}", type=float, default=None, help=f"{kind}'s own learning rate (default: --lr)"
@@ -971,33 +960,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             default=None,
             help=f"{kind}'s learning rate of the parameters that start from scratch (default: --fresh-lr)",
         )
-    ap.add_argument("--eval-every", type=int, default=None, help="validation every N steps (and at the end)")
-    ap.add_argument("--val-queries", type=int, default=None, help="training queries held out for validation")
-    ap.add_argument(
-        "--val-depth",
-        type=int,
-        default=None,
-        help="BM25 candidates per validation query re-ranked by the unsplit model during training "
-        "(the priors are fitted at --depth, through the store)",
-    )
-    ap.add_argument("--compressor-steps", type=int, default=None, help="PreTTR compressor pre-training steps")
-    ap.add_argument(
-        "--compressor-init",
-        choices=("random", "pca"),
-        default=None,
-        help="PreTTR's compressor before its pre-training: random, or a PCA of the documents' layer-l states",
-    )
-    ap.add_argument("--distill-weight", type=float, default=0.0, help="> 0: distil every non-bert from bert")
-    ap.add_argument(
-        "--listwise-weight",
-        type=float,
-        default=None,
-        help="> 0: add listwise KL distillation from the BM25 + bi-encoder fusion (the validation-tuned teacher)",
-    )
-    ap.add_argument("--listwise-temperature", type=float, default=1.0)
-    ap.add_argument(
-        "--ce-weight", type=float, default=1.0, help="weight of the cross-entropy on the positive"
-    )
     ap.add_argument(
         "--eval-collections",
         nargs="*",
@@ -1024,40 +986,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--no-sim", dest="sim", action="store_const", const=["none"], help="no similarity residual"
     )
-    ap.add_argument(
-        "--negatives",
-        choices=NEGATIVE_SAMPLING,
-        default="uniform",
-        help="negative sampling: uniform over the BM25 top 100, or spread (weight 1 / how many training queries "
-        "have the document as a candidate)",
-    )
-    ap.add_argument(
-        "--freeze-embeddings",
-        action="store_true",
-        help="keep the embedding tables as initialised (every kind)",
-    )
-    ap.add_argument(
-        "--cpu-amp",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="bfloat16 autocast for training on CPU (evaluation and stores stay float32 / float16)",
-    )
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-query-len", type=int, default=16)
     ap.add_argument("--max-doc-len", type=int, default=None, help="word pieces per document read")
-    ap.add_argument(
-        "--fresh-lr",
-        type=float,
-        default=None,
-        help="learning rate of the parameters that start from scratch (heads, TK's kernel weights, PreTTR's "
-        "compressor; default: the recipe's, none: the kind's lr)",
-    )
-    ap.add_argument(
-        "--train-doc-len",
-        type=int,
-        default=None,
-        help="word pieces per document while training (default: the recipe's; none: --max-doc-len)",
-    )
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--workdir", type=Path, default=REPO / "work" / "bench-effectiveness")
@@ -1076,9 +1006,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from aheadrank.rankers.recipe import recipe_for
 
     args.recipe = recipe_for(args.device, args.recipe)
-    for name, quick in QUICK.items():  # a full run: what the recipe has (max_queries stays None)
-        if getattr(args, name) is None and (args.quick or hasattr(args.recipe, name)):
-            setattr(args, name, quick if args.quick else getattr(args.recipe, name))
+    if args.max_doc_len is None:
+        args.max_doc_len = QUICK_BENCH["max_doc_len"] if args.quick else args.recipe.max_doc_len
+    if args.max_queries is None and args.quick:
+        args.max_queries = QUICK_BENCH["max_queries"]
     if args.collection is None:
         args.collection = SAMPLE if args.quick or not SHARED_SCIFACT.is_dir() else SHARED_SCIFACT
     args.collection = args.collection.resolve()
@@ -1158,7 +1089,8 @@ def main(argv: list[str] | None = None) -> int:
     baselines, fusion_w, fusion_val = baseline_runs(dense_store, queries, candidates, qrels, val, args)
     for name, run in baselines.items():
         write_run(runs_dir / f"{name}.trec", run, name)
-    if args.listwise_weight > 0:
+    reference = resolved_training(args, "bert").train  # the options every kind shares (validation, teacher)
+    if reference.listwise_weight > 0:
         data.set_teacher(fusion_w, dense_store, args.base)
     checkpoints: dict[str, dict] = {}
     runs: dict[str, dict] = dict(baselines)
@@ -1233,6 +1165,7 @@ def main(argv: list[str] | None = None) -> int:
             if s1 in runs and s2 in runs:
                 check = same_ranking(runs[s1], runs[s2])
                 s1_s2.append({"model": f"{model}{suffix}", "s1": s1, "s2": s2, **check})
+    compressor = resolved_training(args, "prettr")  # a new PreTTR compressor's stages
     result = {
         "command": shlex.join(
             [".venv/bin/python", "bench/effectiveness.py", *(argv if argv is not None else sys.argv[1:])]
@@ -1248,25 +1181,25 @@ def main(argv: list[str] | None = None) -> int:
             "evaluated_queries": len(pq_bm25[PRIMARY]),
             "depth": args.depth,
             "recipe": None if args.quick else args.recipe.name,
-            "steps": args.steps,
-            "queries_per_step": args.queries_per_step,
-            "group_size": args.group_size,
-            "grad_accum": args.grad_accum,
-            "lr": {k: kind_lr(args, k) for k in KINDS},
-            "eval_every": args.eval_every,
-            "val_queries": args.val_queries,
-            "compressor_steps": args.compressor_steps,
-            "compressor_init": args.compressor_init,
-            "distill_weight": args.distill_weight,
-            "listwise_weight": args.listwise_weight,
-            "listwise_temperature": args.listwise_temperature,
-            "ce_weight": args.ce_weight,
+            "steps": reference.steps,
+            "queries_per_step": reference.queries_per_step,
+            "group_size": reference.group_size,
+            "grad_accum": reference.grad_accum,
+            "lr": {k: resolved_training(args, k).train.lr for k in KINDS},
+            "eval_every": reference.eval_every,
+            "val_queries": reference.val_queries,
+            "compressor_steps": compressor.compressor_steps,
+            "compressor_init": compressor.compressor_init,
+            "distill_weight": resolved_training(args, "mores").train.distill_weight,
+            "listwise_weight": reference.listwise_weight,
+            "listwise_temperature": reference.listwise_temperature,
+            "ce_weight": reference.ce_weight,
             "eval_collections": [str(c) for c in args.eval_collections],
             "eval_rankers": args.eval_rankers,
-            "freeze_embeddings": args.freeze_embeddings,
+            "freeze_embeddings": reference.freeze_embeddings,
             "sim": sim_kinds,
-            "cpu_amp": args.cpu_amp,
-            "seed": args.seed,
+            "cpu_amp": reference.cpu_amp,
+            "seed": reference.seed,
             "max_query_len": args.max_query_len,
             "max_doc_len": args.max_doc_len,
             "base": args.base or "all-MiniLM-L6-v2 (packaged)",

@@ -33,15 +33,17 @@ DEPTH = 100
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from aheadrank.rankers.recipe import training_options
+    from benchkit import add_options
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--collections", nargs="+", default=["scifact", "cranfield", "vaswani"])
     ap.add_argument("--rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--recipe", default="auto")
-    ap.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     ap.add_argument("--max-queries", type=int, default=3000)
-    ap.add_argument("--ce-weight", type=float, default=None, help="the cross-entropy's weight (default: 1)")
+    add_options(ap, [o for o in training_options() if o.name in ("steps", "ce_weight")])  # aheadrank train's
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free")
     ap.add_argument("--base", default=None)

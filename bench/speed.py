@@ -40,7 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from aheadrank.rankers import QuantizedField, Ranker, blocks, init_ranker, prettr
+from aheadrank.rankers import QuantizedField, Ranker, blocks, init_ranker, native, prettr
+from aheadrank.rankers.base import SCORE_BATCH
 from aheadrank.rankers.blocks import key_mask
 from aheadrank.rankers.text import pad, positions
 from aheadrank.rankers.variants import CATALOGUE as VARIANTS
@@ -52,6 +53,7 @@ from scipy.stats import kendalltau
 from torch import Tensor
 
 from aheadrank.errors import CheckpointError
+from aheadrank.kernels.compiled import compile_ranker
 
 REPO = Path(__file__).resolve().parents[1]
 QUERY_PIECES = 16
@@ -90,6 +92,10 @@ SPEEDUP_TARGETS = (
     (128, "tk-2l", 50.0),
     (512, "mores-2ib-s2", 50.0),
 )
+# --paths: what each path sets AHEADRANK_NATIVE to (the compiled path traces and runs with every kernel off)
+PATH_NATIVE = {"reference": "none", "compiled": "none", "native": "all"}
+PATH_NATIVE.update({f"native-no-{f}": f"-{f}" for f in native.FAMILIES})
+PATHS = (*PATH_NATIVE, "families")
 # every online path within 2x of its FLOP floor, but TK within 4x: its 11 RBF kernels are element-wise work
 # that the matmul floor does not count
 FLOOR_TARGET = 2.0
@@ -835,6 +841,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="beside each row but bert, the same ranker from int8 fields + per-token scales (NAME+int8)",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--paths",
+        nargs="+",
+        default=None,
+        choices=PATHS,
+        help="instead of the table: these paths side by side per ranker and d, alternating repetitions in this one"
+        " process (reference: every native kernel off; compiled: the same through torch.compile; native: every"
+        " kernel on; native-no-FAMILY: one family off; 'families': native-no-* for every family)",
+    )
+    p.add_argument(
+        "--bert-n", type=int, default=32, help="--paths: candidates for bert (its rows are per candidate)"
+    )
+    p.add_argument(
+        "--compile-dynamic",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--paths: torch.compile with dynamic shapes (one graph for every batch and length)",
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: N = 48, 2 repeats, 1 for bert")
     p.add_argument(
         "--out",
@@ -843,6 +867,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="JSON (default bench/results/speed.json; --quick: speed-quick.json)",
     )
     args = p.parse_args(argv)
+    if args.paths and "families" in args.paths:
+        args.paths = [x for x in args.paths if x != "families"]
+        args.paths += [f"native-no-{f}" for f in native.FAMILIES if f"native-no-{f}" not in args.paths]
     q = args.quick
     args.n = args.n or (48 if q else 1000)
     args.repeats = args.repeats or (2 if q else 5)
@@ -850,7 +877,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.very_slow_repeats = args.very_slow_repeats or (1 if q else 2)
     args.check_n = min(args.check_n, args.n)
     args.threads = args.threads or os.cpu_count() or 1
-    args.out = args.out or REPO / "bench" / "results" / ("speed-quick.json" if q else "speed.json")
+    default_out = "speed-paths.json" if args.paths else "speed.json"
+    args.out = args.out or REPO / "bench" / "results" / ("speed-quick.json" if q else default_out)
     pats = args.rankers or list(DEFAULT_ROWS)
     if pats == ["all"]:
         pats = ["*"]
@@ -866,8 +894,225 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+# ---- --paths: reference, compiled and native side by side ------------------------------------------------
+def paths_row(row: Variant, builders: dict[int, FieldBuilder], q_pieces: list[int], args) -> list[dict]:
+    """One ranker at every d: per path, the timed path (query_state + score_batch over the candidates in the
+    service's batches of SCORE_BATCH) in alternating repetitions (the order rotated each round)."""
+    d_max = max(b.pieces.shape[1] for b in builders.values())
+    with torch.inference_mode(False):  # weights as a loaded checkpoint's
+        ranker = row.init(seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_max)
+    if row.strategy:
+        ranker.strategy = row.strategy
+    score_head_reads_interaction(ranker)
+    ranker.eval()
+    q = pad([ranker.query_ids(q_pieces)], DEVICE, ranker.text.pad)
+    n = args.bert_n if row.kind == "bert" else args.n
+    inputs = {}
+    for d, builder in builders.items():
+        fields, mask = builder.build(ranker, slice(0, n))
+        inputs[d] = (fields, mask)
+    # bert: reference, compiled and native only (its few rows for the kernels make the families moot there)
+    paths = [p for p in args.paths if row.kind != "bert" or not p.startswith("native-no-")]
+    rankers = {p: ranker for p in paths}
+    compile_s = compile_error = None
+    if "compiled" in paths:
+        os.environ[native.ENVIRONMENT] = PATH_NATIVE["compiled"]
+        with torch.inference_mode(False):
+            twin = row.init(seed=args.seed, max_query_len=QUERY_PIECES, max_doc_len=d_max)
+        if row.strategy:
+            twin.strategy = row.strategy
+        score_head_reads_interaction(twin)
+        warm = [lambda f=f, m=m: run_query(twin, q, f, m, SCORE_BATCH, n) for f, m in inputs.values()]
+        try:
+            compile_s = compile_ranker(twin, dynamic=args.compile_dynamic, warm=warm)
+            rankers["compiled"] = twin
+            console.print(
+                f"{row.name}: torch.compile and its warm-up over {len(warm)} shapes: {compile_s:.0f} s"
+            )
+        except Exception as exc:  # noqa: BLE001 - recorded in the row: a failed compile is a result
+            compile_error = f"{type(exc).__name__}: {str(exc)[:500]}"
+            console.print(f"[red]{row.name}: torch.compile failed[/]: {compile_error[:200]}")
+            paths.remove("compiled")
+            del rankers["compiled"]
+    out = []
+    for d, (fields, mask) in inputs.items():
+        times: dict[str, list[float]] = {p: [] for p in paths}
+        scores = {}
+        for p in paths:  # warm-up and the scores
+            os.environ[native.ENVIRONMENT] = PATH_NATIVE[p]
+            scores[p] = run_query(rankers[p], q, fields, mask, SCORE_BATCH, n).float()
+        others = []
+        for rep in range(args.repeats):
+            k = rep % len(paths)
+            for p in paths[k:] + paths[:k]:
+                os.environ[native.ENVIRONMENT] = PATH_NATIVE[p]
+                start = cpu_sample()
+                times[p].append(
+                    timed(lambda p=p, f=fields, m=mask: run_query(rankers[p], q, f, m, SCORE_BATCH, n))
+                )
+                others.append(others_cores(start, cpu_sample()))
+        base = "native" if "native" in paths else paths[0]
+        ref = scores.get("reference", scores[base])
+        scale = float(ref.abs().max().clamp(min=1e-12))
+        res = {
+            "ranker": row.name,
+            "d_pieces": int(mask.shape[1]) if row.kind != "bert" else builders[d].pieces.shape[1],
+            "d_nominal": d,
+            "n_docs": n,
+            "compile_s": None if compile_s is None else round(compile_s, 1),
+            "compile_error": compile_error,
+            "other_processes_cores_median": round(statistics.median(others), 2),
+            "paths": {},
+        }
+        for p in paths:
+            ms = [t * 1e3 for t in times[p]]
+            paired = [a / b for a, b in zip(times[p], times[base], strict=True)]
+            res["paths"][p] = {
+                "ms_median": round(statistics.median(ms), 2),
+                "ms_min": round(min(ms), 2),
+                "ms": [round(x, 2) for x in ms],
+                f"x_{base}_paired_median": round(statistics.median(paired), 3),
+                f"x_{base}_min": round(min(times[p]) / min(times[base]), 3),
+                "max_abs_score_diff_vs_reference": float((scores[p] - ref).abs().max()),
+                "relative_score_diff": float((scores[p] - ref).abs().max()) / scale,
+            }
+        console.print(
+            f"{row.name:16s} d={d:4d} n={n:4d} "
+            + "  ".join(f"{p} {res['paths'][p]['ms_median']:.1f} ms" for p in paths)
+            + f"  (others {res['other_processes_cores_median']:.1f} cores)"
+        )
+        out.append(res)
+    os.environ[native.ENVIRONMENT] = "all"
+    return out
+
+
+def family_decisions(rows: list[dict], threshold: float = 1.15) -> dict:
+    """Per kernel family: the largest slowdown of the service's path (native with the family off / native, the
+    paired median) over the rows, and the rule's verdict (keep where >= threshold, also against compiled)."""
+    out = {}
+    for f in native.FAMILIES:
+        p = f"native-no-{f}"
+        worst = [
+            (r["paths"][p]["x_native_paired_median"], r["ranker"], r["d_nominal"])
+            for r in rows
+            if p in r["paths"] and "native" in r["paths"]
+        ]
+        if not worst:
+            continue
+        top = max(worst)
+        best_other = [
+            (min(r["paths"][p]["ms_median"], r["paths"].get("compiled", {}).get("ms_median", float("inf")))
+             / r["paths"]["native"]["ms_median"], r["ranker"], r["d_nominal"])
+            for r in rows if p in r["paths"]
+        ]  # fmt: skip
+        out[f] = {
+            "largest_x_native_paired": top[0],
+            "largest_x_native_min": max(r["paths"][p]["x_native_min"] for r in rows if p in r["paths"]),
+            "where": f"{top[1]} d={top[2]}",
+            "largest_best_other_over_native": round(max(best_other)[0], 3),
+            "keep": max(top[0], max(best_other)[0]) >= threshold,
+            "per_row": {f"{r} d={d}": x for x, r, d in worst},
+        }
+    return out
+
+
+def paths_markdown(result: dict) -> str:
+    paths = result["settings"]["paths"]
+    lines = [
+        f"# bench/speed.py --paths at {result['machine']['git_commit']}",
+        "",
+        f"`{result['command']}` ({result['machine']['cpu']}, {result['machine']['threads']} threads,"
+        f" torch {result['machine']['torch']}; {result['wall_s']} s). ms per query (query_state + score_batch"
+        " over the candidates in batches of 256, float16 fields in memory), medians of alternating repetitions;"
+        " x native: the paired median of path / native.",
+        "",
+        "| ranker | d | N | " + " | ".join(f"{p} ms (x native)" for p in paths) + " | compile s |",
+        "|---|---:|---:|" + "---:|" * (len(paths) + 1),
+    ]
+    for r in result["rows"]:
+        cells = []
+        for p in paths:
+            c = r["paths"].get(p)
+            if c is None:
+                cells.append("")
+                continue
+            x = c.get("x_native_paired_median")
+            cells.append(f"{c['ms_median']:,.1f}" + (f" ({x:.2f}x)" if x is not None else ""))
+        compile_s = "" if r["compile_s"] is None else f"{r['compile_s']:.0f}"
+        lines.append(
+            f"| {r['ranker']} | {r['d_pieces']} | {r['n_docs']} | " + " | ".join(cells) + f" | {compile_s} |"
+        )
+    if result.get("families"):
+        lines += ["", "| family | largest native-off slowdown (where) | keep (>= 1.15x) |", "|---|---:|---|"]
+        for f, v in result["families"].items():
+            lines.append(
+                f"| {f} | {v['largest_x_native_paired']:.2f}x ({v['where']}) | {'yes' if v['keep'] else 'no'} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def compare_paths(args, argv: list[str] | None) -> int:
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+    info = machine_info(args.threads)
+    info["git_commit"] = os.environ.get("AHEADRANK_GIT_COMMIT") or info["git_commit"]
+    gen = torch.Generator().manual_seed(args.seed)
+    probe = init_ranker("bert", max_query_len=QUERY_PIECES, max_doc_len=128)
+    max_pos, vocab = int(probe.config.bert["max_position_embeddings"]), int(probe.config.bert["vocab_size"])
+    q_pieces = torch.randint(FIRST_WORD_ID, vocab, (QUERY_PIECES,), generator=gen).tolist()
+    n_max = max(args.n, args.bert_n)
+    builders = {}
+    for d in args.d:
+        pieces = torch.randint(
+            FIRST_WORD_ID, vocab, (n_max, min(d, max_pos - QUERY_PIECES - 3)), generator=gen
+        )
+        layers = [r.options["layer"] for r in args.rows if r.kind == "prettr"]
+        builders[d] = FieldBuilder(pieces, args.encode_batch, layers)
+    console.print(f"[bold]{info['cpu']}[/], {args.threads} threads, paths {' '.join(args.paths)}")
+    rows = []
+    with torch.inference_mode():
+        for row in args.rows:
+            rows.extend(paths_row(row, builders, q_pieces, args))
+            for b in builders.values():
+                b.drop(row.kind)
+            gc.collect()
+    info["load_average_end"] = list(os.getloadavg())
+    result = {
+        "benchmark": "bench/speed.py --paths",
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "machine": info,
+        "settings": {
+            "paths": args.paths,
+            "path_native": {p: PATH_NATIVE[p] for p in args.paths},
+            "n_docs": args.n,
+            "bert_n_docs": args.bert_n,
+            "repeats": args.repeats,
+            "batch": SCORE_BATCH,
+            "compile": {"dynamic": args.compile_dynamic, "options": "freezing"},
+            "timed": "query_state + score_batch over the candidates in batches of 256 (the service's), float16"
+            " fields in memory, inference_mode; the paths alternate within each repetition, the order rotated",
+        },
+        "rows": rows,
+        "families": family_decisions(rows) if "native" in args.paths else {},
+        "wall_s": round(time.perf_counter() - t_start, 1),
+    }
+    for f, v in result["families"].items():
+        console.print(
+            f"{f:10s} off: up to {v['largest_x_native_paired']:.2f}x native ({v['where']}): keep {v['keep']}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(paths_markdown(result))
+    console.print(f"wrote {args.out} and {args.out.with_suffix('.md').name} ({result['wall_s']} s)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.paths:
+        return compare_paths(args, argv)
     global DEVICE
     DEVICE = torch.device(args.device)
     if DEVICE.type == "cuda" and not torch.cuda.is_available():

@@ -13,20 +13,24 @@ from aheadrank.rankers.checkpoint import (
     read_fingerprint,
     save_checkpoint,
 )
-from aheadrank.rankers.config import KINDS, RankerConfig
-from aheadrank.rankers.registry import RANKERS
+from aheadrank.rankers.config import RankerConfig
+from aheadrank.rankers.registry import RANKERS, SPECS, register
+from aheadrank.rankers.spec import RankerSpec, option
 
 __all__ = [
-    "KINDS",
     "RANKERS",
+    "SPECS",
     "QuantizedField",
     "QueryState",
     "Ranker",
     "RankerConfig",
+    "RankerSpec",
     "compute_fingerprint",
     "init_ranker",
     "load_config",
     "load_ranker",
+    "option",
     "read_fingerprint",
+    "register",
     "save_checkpoint",
 ]

@@ -12,6 +12,7 @@ import torch
 from aheadrank.rankers.base import QueryState, Ranker
 from aheadrank.rankers.base_model import base_embeddings, base_layer
 from aheadrank.rankers.blocks import Encoder, key_mask
+from aheadrank.rankers.spec import RankerSpec
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
@@ -58,3 +59,6 @@ class BertRanker(Ranker):
         self.encoder.embeddings.load_state_dict(base_embeddings(sd))
         for i, layer in enumerate(self.encoder.layer):
             layer.load_state_dict(base_layer(sd, i))
+
+
+SPEC = RankerSpec("bert", BertRanker)  # no options of its own; one variant, "bert"

@@ -227,6 +227,7 @@ def _onednn_inference(x: Tensor, w: Tensor) -> bool:
     gradients, no autocast, which would have run it in another dtype)."""
     return (
         ONEDNN_LINEAR
+        and not torch.compiler.is_compiling()  # torch.compile packs its own weights (Inductor's freezing)
         and x.device.type == w.device.type == "cpu"
         and x.dtype == w.dtype == torch.float32
         and not torch.is_grad_enabled()

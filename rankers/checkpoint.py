@@ -195,7 +195,7 @@ def init_ranker(kind: str, base: str | os.PathLike | None = None, seed: int = 0,
     bert_cfg, sd = load_base(base_dir)
     check_options(kind, options)
     opts = resolve_options(kind, options, bert_cfg)
-    config = RankerConfig(kind=kind, bert=bert_cfg, base=str(base_dir), **opts).validate()
+    config = RankerConfig.create(kind, bert_cfg, base=str(base_dir), **opts).validate()
     torch.manual_seed(seed)
     ranker = build_ranker(config, base_dir)
     ranker.init_from_base(sd)

@@ -9,7 +9,6 @@ from typing import Any
 
 from aheadrank.errors import CheckpointError
 
-KINDS = ("bert", "mores", "prettr", "tk")
 CONFIG_FORMAT = 1
 BERT_KEYS = (
     "vocab_size",
@@ -54,10 +53,28 @@ class RankerConfig:
     # TK's contextualisation starts from the base's first tk_layers layers and its embedding (word + learned
     # positions, LayerNorm) instead of small random layers over word embeddings + sinusoids (None/False: the latter)
     tk_base: bool | None = None
+    # the options of a kind whose own options are not fields above (a kind registered after these; read as
+    # attributes, ``config.width``); left out of config.json when empty, so older checkpoints are unchanged
+    options: dict[str, Any] = field(default_factory=dict)
     # provenance (not a hyper-parameter of the math)
     base: str = ""
     format: int = CONFIG_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(
+        self, name: str
+    ) -> Any:  # only for names that are not fields: a registered kind's options
+        options = self.__dict__.get("options") or {}
+        if name in options:
+            return options[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    @classmethod
+    def create(cls, kind: str, bert: dict[str, Any], **options: Any) -> RankerConfig:
+        """A config of ``kind``: options that are fields go there, a kind's other options into ``options``."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        own = {k: v for k, v in options.items() if k not in names}
+        return cls(kind=kind, bert=bert, options=own, **{k: v for k, v in options.items() if k in names})
 
     @property
     def hidden(self) -> int:
@@ -71,8 +88,8 @@ class RankerConfig:
         def bad(msg: str) -> CheckpointError:
             return CheckpointError(f"invalid {self.kind} ranker config: {msg}")
 
-        if self.kind not in KINDS:
-            raise CheckpointError(f"unknown ranker kind {self.kind!r}; expected one of {', '.join(KINDS)}")
+        if self.kind not in _specs():
+            raise CheckpointError(f"unknown ranker kind {self.kind!r}; expected one of {', '.join(_specs())}")
         missing = [k for k in BERT_KEYS if k not in self.bert]
         if missing:
             raise bad(f"base config lacks {missing}")
@@ -121,7 +138,10 @@ class RankerConfig:
         return self
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+        data = dataclasses.asdict(self)
+        if not data["options"]:
+            del data["options"]
+        return json.dumps(data, indent=2, sort_keys=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankerConfig:
@@ -134,20 +154,22 @@ class RankerConfig:
         return cls(**data).validate()
 
 
-_DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
-    "bert": {},
-    # sim (the similarity residual) is on by default for new MORES / PreTTR rankers: without it MORES barely
-    # learns from a bi-encoder base (docs/rankers.md, "The similarity residual"); old checkpoints load as they were
-    "mores": {"ibs": 2, "pooling": "cls", "tied": False, "sim": True},
-    "prettr": {"layer": 5, "compress": 128, "sim": True},
-    "tk": {"tk_layers": 2, "tk_heads": 8, "tk_ffn": 384, "tk_base": False},
-}
-KIND_OPTIONS = {kind: tuple(options) for kind, options in _DEFAULT_OPTIONS.items()}  # each kind's own options
+def _specs() -> dict:
+    from aheadrank.rankers.registry import SPECS  # the registry imports the rankers, which import this module
+
+    return SPECS
+
+
+def kind_options() -> dict[str, tuple[str, ...]]:
+    """Each registered kind's own options (the fields of its spec's options dataclass)."""
+    return {kind: spec.option_names() for kind, spec in _specs().items()}
 
 
 def default_options(kind: str) -> dict[str, Any]:
-    """The defaults ``init-ranker`` uses for a kind's own options."""
-    return dict(_DEFAULT_OPTIONS[kind])
+    """The defaults ``init-ranker`` uses for a kind's own options (its spec's options dataclass)."""
+    from aheadrank.rankers.registry import spec_of
+
+    return spec_of(kind).defaults()
 
 
 def resolve_options(kind: str, options: dict[str, Any], bert: dict[str, Any]) -> dict[str, Any]:
@@ -166,8 +188,9 @@ def resolve_options(kind: str, options: dict[str, Any], bert: dict[str, Any]) ->
 def foreign_options(kind: str, options: dict[str, Any]) -> list[str]:
     """The options set (not None) that belong to another kind than ``kind``: the one rule, which every caller
     enforces by refusing them (:func:`check_options`; the CLI names its flags instead)."""
-    own = set(KIND_OPTIONS.get(kind, ()))
-    others = {name for names in KIND_OPTIONS.values() for name in names} - own
+    by_kind = kind_options()
+    own = set(by_kind.get(kind, ()))
+    others = {name for names in by_kind.values() for name in names} - own
     return [name for name, value in options.items() if value is not None and name in others]
 
 

@@ -23,6 +23,9 @@ rows (``Attention.folded_context``; 12 heads × 19 query rows = 228 dot products
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import torch
 from aheadrank.rankers.base import QueryState, Ranker, masked_mean
 from aheadrank.rankers.base_model import base_embeddings, base_layer
@@ -34,6 +37,7 @@ from aheadrank.rankers.blocks import (
     make_interaction_block,
     zero_head,
 )
+from aheadrank.rankers.spec import RankerSpec, Variant, option
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
@@ -174,3 +178,39 @@ class MoresRanker(Ranker):
             ib.cross.load_state_dict(
                 {n[len("attention.") :]: v for n, v in src.items() if n.startswith("attention.")}
             )
+
+
+@dataclass
+class MoresOptions:
+    ibs: int = option(2, "interaction blocks K (1..4)")
+    pooling: str = option("cls", "cls (ClsPool) or mean (AvePool)", choices=("cls", "mean"))
+    tied: bool = option(False, "query and document modules share weights (EARL Tied)", flag="--tied/--untied")
+    # on by default for new rankers: without it MORES barely learns from a bi-encoder base (docs/rankers.md,
+    # "The similarity residual"); checkpoints written before it existed load as they were (None: off)
+    sim: bool = option(
+        True,
+        "add α·cos(pooled query, pooled document) with a zero-initialised head (starts from the base's "
+        "bi-encoder similarity; what makes MORES learn, docs/rankers.md)",
+    )
+
+
+def parse_mores(name: str) -> Variant | None:
+    """``mores-<K>ib-s1`` / ``-s2`` (ClsPool, Reuse-S1 / S2: one checkpoint, two stores), ``mores-<K>ib-mean``
+    (EARL AvePool), ``mores-<K>ib-tied`` (EARL Tied)."""
+    if not (m := re.fullmatch(r"mores-(\d+)ib-(s1|s2|mean|tied)", name)):
+        return None
+    ibs, what = int(m.group(1)), m.group(2)
+    options = {"ibs": ibs, "pooling": "mean" if what == "mean" else "cls", "tied": what == "tied"}
+    model = f"mores-{ibs}ib" if what in ("s1", "s2") else name
+    return Variant(name, model, "mores", options, what if what in ("s1", "s2") else "s2")
+
+
+SPEC = RankerSpec(
+    "mores",
+    MoresRanker,
+    MoresOptions,
+    variants=tuple(f"mores-{k}" for k in ("1ib-s1", "1ib-s2", "2ib-s1", "2ib-s2", "2ib-mean", "2ib-tied")),
+    parse=parse_mores,
+    default_variant="mores-2ib-s2",
+    grammar="mores-<K>ib-s1|s2|mean|tied",
+)

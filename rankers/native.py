@@ -30,6 +30,7 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
+import torch
 from torch import Tensor
 
 from aheadrank import cbuild
@@ -221,8 +222,8 @@ def _load() -> ctypes.CDLL | None:
 
 def library(family: str | None = None) -> ctypes.CDLL | None:
     """The compiled kernels, or None (``family``, or every family when None, switched off; no compiler, or a
-    failed build: logged once)."""
-    if not enabled(family):
+    failed build: logged once). None while torch.compile traces: the compiled path is PyTorch's code throughout."""
+    if torch.compiler.is_compiling() or not enabled(family):
         return None
     with _lock:
         return _load()

@@ -17,7 +17,9 @@ from typing import Any
 
 from aheadrank.rankers.base import Ranker
 from aheadrank.rankers.checkpoint import save_checkpoint
+from aheadrank.rankers.spec import OptionSpec, option, option_specs
 from aheadrank.rankers.training import (
+    NEGATIVE_SAMPLING,
     TrainConfig,
     TrainingData,
     TrainResult,
@@ -72,6 +74,11 @@ class Recipe:
     def lr_for(self, kind: str) -> float:
         return self.lr_tk if kind == "tk" else self.lr
 
+    def init_options(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A new ranker's options (:func:`rankers.init_ranker` keywords): ``given`` (None: not given) with the
+        recipe's document length."""
+        return {"max_doc_len": self.max_doc_len, **{k: v for k, v in (given or {}).items() if v is not None}}
+
 
 RECIPES = {
     # 2 CPU cores: 360 steps (3x the 120 before commit a22b566: bert 0.639 -> 0.702, MORES 2xIB 0.673 -> 0.708 on
@@ -93,23 +100,153 @@ def recipe_for(device: str, name: str = "auto") -> Recipe:
     return RECIPES[name]
 
 
-def train_config(rec: Recipe, kind: str, **overrides: Any) -> TrainConfig:
-    """The :class:`TrainConfig` of ``rec`` for a ranker of ``kind`` (its learning rate), with ``overrides``
-    (TrainConfig fields) on top: the one place a recipe becomes training options."""
-    cfg = TrainConfig(
-        steps=rec.steps,
-        group_size=rec.group_size,
-        queries_per_step=rec.queries_per_step,
-        lr=rec.lr_for(kind),
-        eval_every=rec.eval_every,
-        val_queries=rec.val_queries,
-        val_depth=rec.val_depth,
-        listwise_weight=rec.listwise_weight,
-        cpu_amp=rec.cpu_amp,
-        doc_len=rec.train_doc_len,
-        fresh_lr=rec.fresh_lr,
+@dataclass
+class StageOptions:
+    """The recipe's options around :func:`rankers.training.train` (None: the recipe's)."""
+
+    compressor_steps: int | None = option(
+        None, "PreTTR: attention-MSE pre-training steps of the compressor before fine-tuning"
     )
-    return dataclasses.replace(cfg, **overrides)
+    compressor_init: str | None = option(
+        None,
+        "PreTTR: the compressor's start, pca (a PCA of the documents' layer-l states) or random",
+        choices=COMPRESSOR_INITS,
+    )
+    pseudo_steps: int | None = option(
+        None,
+        "steps on pseudo-queries from the collection itself (each document's title as the query for its body, "
+        "BM25 negatives, cross-entropy) before the judged queries; 0: none",
+    )
+    fit_kernels: bool | None = option(
+        None,
+        "TK: start the kernel weights from a ridge fit to the listwise teacher's scores (else the relevant "
+        "documents) over training queries' candidates",
+    )
+
+
+TRAIN_OPTIONS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+STAGE_OPTIONS = tuple(f.name for f in dataclasses.fields(StageOptions))
+# TrainConfig fields the recipes measured: field -> the Recipe attribute that holds it (lr: Recipe.lr_for)
+RECIPE_FIELDS = {
+    "steps": "steps",
+    "group_size": "group_size",
+    "queries_per_step": "queries_per_step",
+    "eval_every": "eval_every",
+    "val_queries": "val_queries",
+    "val_depth": "val_depth",
+    "listwise_weight": "listwise_weight",
+    "cpu_amp": "cpu_amp",
+    "doc_len": "train_doc_len",
+    "fresh_lr": "fresh_lr",
+}
+
+
+def training_options() -> list[OptionSpec]:
+    """Every training option as a flag (TrainConfig's fields, then the recipe's stages), each help ending with
+    its default: the recipes' values where they set it. ``aheadrank train`` and ``bench/effectiveness.py``
+    declare their training flags from this list."""
+    out = []
+    for o in option_specs(TrainConfig) + option_specs(StageOptions):
+        shown = _recipe_default(o.name) or _shown(o.default)
+        out.append(dataclasses.replace(o, help=f"{o.help} (default: {shown})"))
+    return out
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _recipe_default(name: str) -> str | None:
+    """How the recipes set an option, for its help: ``cpu 360, gpu 240`` (one value when they agree)."""
+    if name == "negatives":
+        return "uniform; spread for label-free training"
+    if name == "fit_kernels":
+        return "on for TK from the base, --tk-base"
+    if name == "lr":
+        return ", ".join(f"{r.name} {r.lr:g} (tk {r.lr_tk:g})" for r in RECIPES.values())
+    attr = RECIPE_FIELDS.get(name, name if name in STAGE_OPTIONS else None)
+    if attr is None:
+        return None
+    values = {r.name: _shown(getattr(r, attr)) for r in RECIPES.values()}
+    shown = (
+        ", ".join(f"{k} {v}" for k, v in values.items()) if len(set(values.values())) > 1 else values["cpu"]
+    )
+    if name.startswith("compressor_"):  # the recipe's for a new compressor only
+        return f"{shown} for a new compressor, else {_shown(0 if name == 'compressor_steps' else 'random')}"
+    return shown
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Every training option of one run, resolved (:func:`resolve_training`)."""
+
+    recipe: Recipe
+    train: TrainConfig
+    compressor_steps: int
+    compressor_init: str
+    pseudo_steps: int
+    fit_kernels: bool
+
+
+def check_training_options(given: dict[str, Any]) -> None:
+    """Refuse unknown options and bad values among those given (None: not given), before anything is read."""
+    unknown = sorted(set(given) - set(TRAIN_OPTIONS) - set(STAGE_OPTIONS))
+    if unknown:
+        raise AheadrankError(f"unknown training options {unknown}")
+    v = {k: x for k, x in given.items() if x is not None}
+    if "compressor_init" in v:
+        check_compressor_init(v["compressor_init"])
+    if "negatives" in v and v["negatives"] not in NEGATIVE_SAMPLING:
+        raise AheadrankError(f"--negatives is {' or '.join(NEGATIVE_SAMPLING)}, not {v['negatives']!r}")
+    for name, low in (("steps", 0), ("pseudo_steps", 0), ("eval_every", 0), ("val_queries", 0), ("group_size", 2),
+                      ("queries_per_step", 1), ("grad_accum", 1), ("val_depth", 1), ("neg_depth", 1)):  # fmt: skip
+        if name in v and v[name] < low:
+            raise AheadrankError(f"{name} must be {low} or more, got {v[name]}")
+
+
+def resolve_training(
+    rec: Recipe,
+    kind: str,
+    given: dict[str, Any] | None = None,
+    *,
+    ranker: dict[str, Any] | None = None,
+    fresh: bool = True,
+    label_free: bool = False,
+) -> Resolved:
+    """Every training option of a ranker of ``kind`` under the recipe ``rec``: what is ``given`` (TrainConfig and
+    StageOptions fields; None: not given) wins, then the recipe's measured value, then TrainConfig's default.
+    ``ranker``: its options (a PreTTR with ``compress`` > 0 has a compressor; TK with ``tk_base`` gets its
+    kernel weights fitted); ``fresh``: it starts from the base, not from a checkpoint (a compressor is
+    initialised and pre-trained by the recipe only then); ``label_free``: trained on pseudo-queries (spread
+    negatives). The one place a recipe becomes training options: ``aheadrank train``, ``aheadrank build`` (the
+    demo, bench/label_free.py) and bench/effectiveness.py call it."""
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    ranker = ranker or {}
+    compressor = kind == "prettr" and bool(ranker.get("compress"))
+    tk_base = ranker.get("tk_base")
+    check_training_options(given)
+    measured = {name: getattr(rec, attr) for name, attr in RECIPE_FIELDS.items()}
+    measured["lr"] = rec.lr_for(kind)
+    if label_free:
+        measured["negatives"] = "spread"
+    train = {**measured, **{k: v for k, v in given.items() if k in TRAIN_OPTIONS}}
+    if not train["eval_every"]:  # 0: once, at the end
+        train["eval_every"] = max(1, train["steps"])
+    stage = {
+        "compressor_steps": rec.compressor_steps if compressor and fresh else 0,
+        "compressor_init": rec.compressor_init if compressor and fresh else "random",
+        "pseudo_steps": rec.pseudo_steps,
+        "fit_kernels": rec.fits_kernels(kind, tk_base),
+    }
+    for name in STAGE_OPTIONS:
+        # a compressor's options apply to a ranker that has one
+        if name in given and (compressor or not name.startswith("compressor_")):
+            stage[name] = given[name]
+    return Resolved(rec, TrainConfig(**train), **stage)
 
 
 def pseudo_config(cfg: TrainConfig, steps: int) -> TrainConfig:

@@ -23,46 +23,77 @@ import torch
 import torch.nn.functional as F
 from aheadrank.rankers.base import Ranker
 from aheadrank.rankers.checkpoint import save_checkpoint
+from aheadrank.rankers.spec import option
 from aheadrank.rankers.text import pad
 
 log = logging.getLogger("aheadrank.train")
+NEGATIVE_SAMPLING = ("uniform", "spread")
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 1000
-    group_size: int = 8  # 1 positive + (group_size - 1) negatives
-    queries_per_step: int = 8
-    grad_accum: int = 1
-    lr: float = 3e-5
-    weight_decay: float = 0.01
-    warmup: float = 0.1  # fraction of steps
-    eval_every: int = 200
-    val_queries: int = 50  # held out from the training queries
-    val_depth: int = 50
-    neg_depth: int = 100  # negatives come from the top neg_depth candidates
-    # "uniform": any of them equally; "spread": a document drawn with weight 1 / (how many training queries
-    # have it among their candidates), so that the few documents near many queries do not recur as negatives
-    # so often that the model learns them instead of relevance
-    negatives: str = "uniform"
-    seed: int = 0
-    amp: bool = True  # float16 autocast on CUDA
-    cpu_amp: bool = False  # bfloat16 autocast on CPU (faster steps on AVX512-BF16 / AMX cores)
-    distill_weight: float = 0.0  # > 0: add MSE to a teacher ranker's scores
-    listwise_weight: float = (
-        0.0  # > 0: add KL(teacher || student) over each group (precomputed teacher scores)
+    """Every option of :func:`train`, with its help: ``aheadrank train`` and ``bench/effectiveness.py`` derive
+    a flag from each field, and :func:`rankers.recipe.resolve_training` fills the ones the recipe measured."""
+
+    steps: int = option(1000, "training steps")
+    group_size: int = option(8, "documents per group: 1 judged-relevant + (group size - 1) BM25 negatives")
+    queries_per_step: int = option(8, "groups (queries) per step")
+    grad_accum: int = option(1, "gradient accumulation: micro-batches per step")
+    lr: float = option(3e-5, "learning rate")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    warmup: float = option(0.1, "linear warm-up, as a fraction of the steps")
+    eval_every: int = option(200, "validate every N steps and at the end (0: only at the end)")
+    val_queries: int = option(50, "training queries held out for validation (at most a fifth of them)")
+    val_depth: int = option(50, "BM25 candidates re-ranked per validation query")
+    neg_depth: int = option(100, "negatives come from each query's top N BM25 candidates")
+    negatives: str = option(
+        "uniform",
+        "negative sampling: uniform over the BM25 candidates, or spread (each drawn with weight 1 / how many "
+        "training queries have it as a candidate: the few documents near many queries recur less as negatives, "
+        "so that the model does not learn them instead of relevance)",
+        choices=NEGATIVE_SAMPLING,
     )
-    listwise_temperature: float = 1.0  # the teacher's softmax temperature (its scores are z-scored per query)
-    ce_weight: float = 1.0  # weight of the cross-entropy on the judged positive
-    max_grad_norm: float = 1.0
-    validate_initial: bool = True  # validate the initial weights first; they are kept if no step beats them
-    freeze_embeddings: bool = False  # keep every *embeddings* parameter (word, position, type) as initialised
-    # word pieces per document while training and validating (None: the model's max_doc_len). Shorter than
-    # the model reads: cheaper steps, and the checkpoint still reads (is evaluated and indexed at) its full length
-    doc_len: int | None = None
-    # learning rate of the parameters that start from scratch (Ranker.fresh_parameter_names: heads, TK's
-    # kernel weights, PreTTR's compressor); None: lr, like the rest
-    fresh_lr: float | None = None
+    seed: int = option(0, "random seed (initialisation, sampling, the validation split)")
+    amp: bool = option(True, "float16 autocast on CUDA")
+    cpu_amp: bool = option(
+        False, "bfloat16 autocast on CPU (faster steps where the CPU has AVX512-BF16 or AMX)"
+    )
+    distill_weight: float = option(
+        0.0, "> 0: add MSE to a teacher ranker's scores (train: --teacher; bench/effectiveness.py: its bert)"
+    )
+    listwise_weight: float = option(
+        0.0,
+        "> 0: add listwise KL(teacher || student) over each group from the BM25 + bi-encoder fusion (its "
+        "scores precomputed over the training queries' candidates)",
+    )
+    listwise_temperature: float = option(
+        1.0, "the listwise teacher's softmax temperature (z-scored per query)"
+    )
+    ce_weight: float = option(1.0, "weight of the cross-entropy on the judged positive")
+    max_grad_norm: float = option(1.0, "gradient clipping norm")
+    validate_initial: bool = option(
+        True,
+        "validate the initial weights first (kept if no step beats them)",
+        flag="--validate-initial/--no-validate-initial",
+    )
+    freeze_embeddings: bool = option(
+        False,
+        "keep every embedding table (word, position, type) as initialised (less memorisation on small training "
+        "sets)",
+        flag="--freeze-embeddings/--train-embeddings",
+    )
+    # shorter than the model reads: cheaper steps, and the checkpoint still reads (is evaluated and indexed at)
+    # its full length
+    doc_len: int | None = option(
+        None,
+        "word pieces per document while training and validating (none: the model's --max-doc-len)",
+        flag="--train-doc-len",
+    )
+    fresh_lr: float | None = option(
+        None,
+        "learning rate of the parameters that start from scratch (heads, TK's kernel weights, PreTTR's "
+        "compressor: Ranker.fresh_parameter_names; none: --lr)",
+    )
 
 
 @dataclass
@@ -102,9 +133,6 @@ def split_queries(data: TrainingData, n_val: int, seed: int) -> tuple[list[str],
     rng.shuffle(qids)
     n_val = min(n_val, len(qids) // 5)
     return sorted(qids[n_val:]), sorted(qids[:n_val])
-
-
-NEGATIVE_SAMPLING = ("uniform", "spread")
 
 
 def candidate_counts(data: TrainingData, qids: list[str], depth: int) -> dict[str, int]:

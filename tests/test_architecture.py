@@ -23,6 +23,7 @@ LAYERS = {
     "aheadrank.textio": 0,
     "aheadrank.evaluation": 0,
     "aheadrank.cbuild": 0,
+    "aheadrank.kernels": 0,  # the kernels' interface: reference, compiled (torch.compile) and native paths
     # 1: the models and the store, side by side
     "aheadrank.rankers": 1,
     "aheadrank.store": 1,

@@ -15,12 +15,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # benchk
 
 
 def test_every_catalogued_variant_parses_to_its_own_kind_options():
-    from aheadrank.rankers.config import KIND_OPTIONS, default_options
+    from aheadrank.rankers.config import default_options, kind_options
     from aheadrank.rankers.variants import CATALOGUE, DEFAULTS, default_variant, parse_variant
 
     for name in CATALOGUE:
         v = parse_variant(name)
-        assert v.name == name and set(v.options) <= set(KIND_OPTIONS[v.kind])
+        assert v.name == name and set(v.options) <= set(kind_options()[v.kind])
         assert (v.strategy is not None) == (v.kind == "mores")
     # the default variant of a kind is exactly init-ranker's defaults for it
     for kind, name in DEFAULTS.items():

@@ -104,3 +104,9 @@ def settings_block(name: str, model: Any, fields: Sequence[str], **overrides: di
         default = kwargs.pop("default", default)  # e.g. a required field another argument can fill
         options[field_name] = (info.annotation, opt(default, flag, **kwargs))
     return option_block(name, **options)
+
+
+def spec_block(name: str, specs: Sequence[Any]) -> OptionBlock:
+    """Options declared by :class:`~aheadrank.rankers.spec.OptionSpec` (a dataclass field each: flag, type,
+    help), every one defaulting to None ("not given": the command resolves it, e.g. from the recipe)."""
+    return option_block(name, **{o.name: (o.type | None, opt(None, o.flag, help=o.help)) for o in specs})

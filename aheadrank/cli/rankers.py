@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -10,62 +11,54 @@ from typing import Any
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import opt, option_block, user_errors, with_options
+from aheadrank.cli.options import opt, spec_block, user_errors, with_options
+from aheadrank.rankers.spec import OptionSpec
 
 
-class Kind(str, Enum):
-    bert = "bert"
-    mores = "mores"
-    prettr = "prettr"
-    tk = "tk"
+def ranker_kinds() -> type[Enum]:
+    """The registered kinds as the choices of ``--ranker`` / ``init-ranker KIND`` (rankers/registry.py)."""
+    from aheadrank.rankers.registry import kinds
+
+    return Enum("Kind", {k: k for k in kinds()}, type=str)
 
 
-class Pooling(str, Enum):
-    cls = "cls"
-    mean = "mean"
-
-
-# flag -> (init_ranker keyword, type, typer option): every ranker option, declared once
-_RANKER_OPTIONS: dict[str, tuple[str, Any, Any]] = {
-    "ibs": ("ibs", int | None, opt(None, "--ibs", help="MORES: interaction blocks K (1..4)")),
-    "pooling": ("pooling", Pooling | None, opt(None, "--pooling", help="MORES: cls or mean")),
-    "tied": ("tied", bool | None, opt(None, "--tied/--untied", help="MORES: tie query/document modules")),
-    "layer": ("layer", int | None, opt(None, "--layer", help="PreTTR: split layer l")),
-    "compress": (
-        "compress",
-        int | None,
-        opt(None, "--compress", help="PreTTR: compressed dims e (0 = none)"),
+Kind = ranker_kinds()
+# every kind's reading lengths (RankerConfig fields, not a kind's own options)
+LENGTHS = (
+    OptionSpec(
+        "max_query_len",
+        int,
+        16,
+        "word pieces per query the ranker is trained and evaluated on",
+        "--max-query-len",
     ),
-    "layers": ("tk_layers", int | None, opt(None, "--layers", help="TK: contextualisation layers")),
-    "tk_base": (
-        "tk_base",
-        bool | None,
-        opt(
-            None,
-            "--tk-base/--tk-scratch",
-            help="TK: the contextualisation starts from the base's embedding and first --layers layers, or "
-            "from small random layers over its word embeddings",
-        ),
-    ),
-    "sim": (
-        "sim",
-        bool | None,
-        opt(
-            None,
-            "--sim/--no-sim",
-            help="MORES / PreTTR: add α·cos(pooled query, pooled document) with a zero-initialised head "
-            "(starts from the base's bi-encoder similarity; what makes MORES learn, see the README)",
-        ),
-    ),
-    "max_query_len": ("max_query_len", int | None, opt(None, "--max-query-len")),
-    "max_doc_len": ("max_doc_len", int | None, opt(None, "--max-doc-len")),
-}
+    OptionSpec("max_doc_len", int, 128, "word pieces per document the ranker reads", "--max-doc-len"),
+)
+
+
+def ranker_option_specs() -> dict[str, OptionSpec]:
+    """Every registered kind's own options (one flag per name; help prefixed with the kinds that have it),
+    then the reading lengths: declared once, by each kind's spec (rankers/registry.py)."""
+    from aheadrank.rankers.registry import SPECS
+    from aheadrank.rankers.spec import option_specs
+
+    specs: dict[str, OptionSpec] = {}
+    owners: dict[str, list[str]] = {}
+    for kind, spec in SPECS.items():
+        for o in option_specs(spec.options) if spec.options else ():
+            specs.setdefault(o.name, o)
+            owners.setdefault(o.name, []).append(kind)
+    out = {n: replace(o, help=f"{', '.join(owners[n])}: {o.help}", default=None) for n, o in specs.items()}
+    return {**out, **{o.name: replace(o, default=None) for o in LENGTHS}}
+
+
+RANKER_SPECS = ranker_option_specs()
 
 
 def ranker_options_block(*names: str) -> Any:
     """The block of these ranker options (all of them by default); the command gets ``ranker_options``."""
-    chosen = names or tuple(_RANKER_OPTIONS)
-    return option_block("ranker_options", **{n: _RANKER_OPTIONS[n][1:] for n in chosen})
+    chosen = names or tuple(RANKER_SPECS)
+    return spec_block("ranker_options", [RANKER_SPECS[n] for n in chosen])
 
 
 RANKER_OPTIONS = ranker_options_block()
@@ -77,19 +70,18 @@ def init_options(kind: str, given: dict[str, Any]) -> dict[str, Any]:
     from aheadrank.errors import CheckpointError
     from aheadrank.rankers.config import foreign_options
 
-    options = {_RANKER_OPTIONS[n][0]: v.value if isinstance(v, Enum) else v for n, v in given.items()}
-    flags = {_RANKER_OPTIONS[n][0]: _RANKER_OPTIONS[n][2].param_decls[0].split("/")[0] for n in given}
-    foreign = foreign_options(kind, options)
+    foreign = foreign_options(kind, given)
     if foreign:
-        raise CheckpointError(f"{', '.join(flags[k] for k in foreign)} does not apply to a {kind} ranker")
-    return options
+        flags = ", ".join(RANKER_SPECS[k].names[0] for k in foreign)
+        raise CheckpointError(f"{flags} does not apply to a {kind} ranker")
+    return dict(given)
 
 
 @app.command("init-ranker")
 @user_errors
 @with_options(RANKER_OPTIONS)
 def init_ranker_cmd(
-    kind: Kind = typer.Argument(..., help="ranker kind"),
+    kind: Kind = typer.Argument(..., help="ranker kind"),  # type: ignore[valid-type]
     out: Path = opt(..., "--out", help="checkpoint directory to write"),
     base: Path | None = opt(None, "--base", help="base BERT folder (default: packaged MiniLM)"),
     seed: int = opt(0, "--seed"),

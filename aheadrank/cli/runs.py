@@ -9,16 +9,23 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import opt, user_errors, with_options
+from aheadrank.cli.options import opt, spec_block, user_errors, with_options
 from aheadrank.cli.rankers import RANKER_OPTIONS, Kind, init_options, ranker_options_block
-from aheadrank.errors import AheadrankError
+
+
+def training_options_block() -> object:
+    """Every training option (rankers/recipe.py ``training_options``: TrainConfig's fields and the recipe's
+    stages), declared by its field; the command gets them as ``training`` (None: not given)."""
+    from aheadrank.rankers.recipe import training_options
+
+    return spec_block("training", training_options())
 
 
 @app.command("train")
 @user_errors
-@with_options(RANKER_OPTIONS)
+@with_options(RANKER_OPTIONS, training_options_block())
 def train_cmd(
-    ranker: Kind = opt(..., "--ranker", help="ranker kind"),
+    ranker: Kind = opt(..., "--ranker", help="ranker kind"),  # type: ignore[valid-type]
     collection: Path = opt(..., "--collection", help="BEIR directory"),
     index: Path = opt(..., "--index", help="its BM25 Lucene index (negatives)"),
     out: Path = opt(..., "--out", help="checkpoint directory (best by validation)"),
@@ -28,162 +35,64 @@ def train_cmd(
     recipe: str = opt(
         "auto",
         "--recipe",
-        help="the measured training recipe that fills every option below not given (rankers/recipe.py): "
-        "cpu (360 steps x 8 groups of 8, lr 1e-4, TK 5e-4, listwise KL from the BM25 + bi-encoder fusion, "
-        "bfloat16 steps), gpu (240 x 16 x 16, lr 6e-5, documents of 256 pieces); auto: gpu on cuda, else cpu",
+        help="the measured training recipe that fills every training option not given (rankers/recipe.py; "
+        "each option's help names its values): cpu or gpu; auto: gpu on cuda, else cpu",
     ),
-    steps: int | None = opt(None, "--steps"),
-    group_size: int | None = opt(None, "--group-size"),
-    queries_per_step: int | None = opt(None, "--queries-per-step"),
-    grad_accum: int = opt(1, "--grad-accum"),
-    lr: float | None = opt(None, "--lr"),
-    warmup: float = opt(0.1, "--warmup"),
-    eval_every: int | None = opt(None, "--eval-every"),
-    val_queries: int | None = opt(None, "--val-queries"),
-    val_depth: int | None = opt(None, "--val-depth", help="BM25 candidates re-ranked per validation query"),
-    seed: int = opt(0, "--seed"),
-    teacher: Path | None = opt(None, "--teacher", help="bert checkpoint to distil"),
-    distill_weight: float = opt(0.0, "--distill-weight"),
-    listwise_weight: float | None = opt(
-        None,
-        "--listwise-weight",
-        help="> 0: add listwise KL distillation from the BM25 + bi-encoder fusion (the collection's dense "
-        "field: --dense-store, else built once into OUT.dense/)",
-    ),
-    listwise_temperature: float = opt(1.0, "--listwise-temperature"),
-    ce_weight: float = opt(1.0, "--ce-weight", help="weight of the cross-entropy on the judged positive"),
+    teacher: Path | None = opt(None, "--teacher", help="bert checkpoint to distil (--distill-weight)"),
     dense_store: Path | None = opt(
         None,
         "--dense-store",
-        help="the collection's dense field (a store's dense/ folder, from `aheadrank index`): the teacher's "
-        "(default: built into OUT.dense/ when the listwise weight is > 0)",
+        help="the collection's dense field (a store's dense/ folder, from `aheadrank index`): the listwise "
+        "teacher's (default: built into OUT.dense/ when the listwise weight is > 0)",
     ),
     device: str = opt("cpu", "--device"),
     progress: bool = opt(True, "--progress/--no-progress"),
-    freeze_embeddings: bool = opt(
-        False,
-        "--freeze-embeddings/--train-embeddings",
-        help="keep the embedding tables as initialised (less memorisation on small training sets)",
-    ),
-    fresh_lr: float | None = opt(
-        None,
-        "--fresh-lr",
-        help="learning rate of the parameters that start from scratch (heads, TK's kernel weights, PreTTR's "
-        "compressor; default: the recipe's, else --lr)",
-    ),
-    train_doc_len: int | None = opt(
-        None,
-        "--train-doc-len",
-        help="word pieces per document while training (default: the recipe's; the checkpoint still reads "
-        "--max-doc-len)",
-    ),
-    negatives: str | None = opt(
-        None,
-        "--negatives",
-        help="negative sampling: uniform over the BM25 candidates, or spread (each drawn with weight 1 / how "
-        "many training queries have it as a candidate: documents near many queries recur less); default: "
-        "uniform, spread for label-free training",
-    ),
-    fit_kernels: bool | None = opt(
-        None,
-        "--fit-kernels/--no-fit-kernels",
-        help="TK: start the kernel weights from a ridge fit to the listwise teacher's scores (else the relevant "
-        "documents) over training queries' candidates (default: on for TK from the base, --tk-base)",
-    ),
-    pseudo_steps: int | None = opt(
-        None,
-        "--pseudo-steps",
-        help="steps on pseudo-queries from the collection itself (each document's title as the query for its "
-        "body, BM25 negatives, cross-entropy) before the judged queries; 0: none (default: the recipe's)",
-    ),
-    cpu_amp: bool | None = opt(
-        None,
-        "--cpu-amp/--no-cpu-amp",
-        help="bfloat16 autocast on CPU (faster steps where the CPU has AVX512-BF16 or AMX)",
-    ),
-    compressor_steps: int | None = opt(
-        None,
-        "--compressor-steps",
-        help="PreTTR: attention-MSE pre-training steps before fine-tuning (not with --init)",
-    ),
-    compressor_init: str | None = opt(
-        None,
-        "--compressor-init",
-        help="PreTTR: the compressor's start, pca (a PCA of the documents' layer-l states) or random (not with "
-        "--init)",
-    ),
     *,
     ranker_options: dict,
+    training: dict,
 ) -> None:
     """Train a ranker on a collection: 1 relevant + n BM25 negatives per group, best checkpoint kept; every
     option not given comes from the measured recipe (--recipe). A collection without qrels/<split>.tsv is
     trained label-free: pseudo-queries cut from its own texts, the equal-weight BM25 + bi-encoder fusion as the
     listwise teacher (`aheadrank build` does this and everything around it in one command)."""
+    from dataclasses import asdict
+
     from aheadrank.rankers import init_ranker, load_ranker
-    from aheadrank.rankers.recipe import check_compressor_init, recipe_for, train_recipe
-    from aheadrank.rankers.training import NEGATIVE_SAMPLING, TrainConfig
+    from aheadrank.rankers.recipe import check_training_options, recipe_for, resolve_training, train_recipe
+    from aheadrank.rankers.training import TrainConfig
     from aheadrank.runs import build_pseudo_training_data, build_training_data
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     rec = recipe_for(device, recipe)
-    if compressor_init is not None:
-        check_compressor_init(compressor_init)  # before any data is read
-    pseudo_steps = rec.pseudo_steps if pseudo_steps is None else pseudo_steps
-    if pseudo_steps < 0:
-        raise AheadrankError(f"pseudo_steps must be 0 or more, got {pseudo_steps}")
-    negatives_default = negatives is None
-    negatives = negatives or "uniform"
-    if negatives not in NEGATIVE_SAMPLING:
-        raise AheadrankError(f"--negatives is {' or '.join(NEGATIVE_SAMPLING)}, not {negatives!r}")
+    check_training_options(training)  # before anything is read
+    seed = TrainConfig.seed if training["seed"] is None else training["seed"]
+    if init is not None:
+        model = load_ranker(init, device=device)
+    else:
+        options = rec.init_options(init_options(ranker.value, ranker_options))
+        model = init_ranker(ranker.value, base=base, seed=seed, **options).to(device)
     label_free = not (collection / "qrels" / f"{split}.tsv").is_file()
+    resolved = resolve_training(
+        rec, model.kind, training, ranker=asdict(model.config), fresh=init is None, label_free=label_free
+    )
+    cfg = resolved.train
+    log = logging.getLogger("aheadrank.train")
     if label_free:  # no judgments: pseudo-queries cut from the collection (aheadrank/build.py, label-free)
         from aheadrank.runs import build_label_free_training_data
 
         data, lf_hits, lf_queries = build_label_free_training_data(collection, index, seed=seed)
-        logging.getLogger("aheadrank.train").info(
+        log.info(
             "no qrels/%s.tsv in %s: label-free training on %d pseudo-queries %s",
             split, collection, len(data.queries), lf_queries.counts(),
-        )
-        negatives = "spread" if negatives_default else negatives
+        )  # fmt: skip
     else:
         data = build_training_data(collection, split, index)
-    pseudo = build_pseudo_training_data(collection, index, seed=seed) if pseudo_steps > 0 else None
-    if init is not None:
-        model = load_ranker(init, device=device)
-    else:
-        options = init_options(ranker.value, ranker_options)
-        options.setdefault("max_doc_len", rec.max_doc_len)
-        model = init_ranker(ranker.value, base=base, seed=seed, **options).to(device)
-    fresh_compressor = model.kind == "prettr" and model.config.compress and init is None
-    if compressor_steps is None:
-        compressor_steps = rec.compressor_steps if fresh_compressor else 0
-    if compressor_init is None:
-        compressor_init = rec.compressor_init if fresh_compressor else "random"
-    listwise_weight = rec.listwise_weight if listwise_weight is None else listwise_weight
-    cfg = TrainConfig(
-        steps=rec.steps if steps is None else steps,
-        group_size=group_size or rec.group_size,
-        queries_per_step=queries_per_step or rec.queries_per_step,
-        grad_accum=grad_accum,
-        lr=rec.lr_for(model.kind) if lr is None else lr,
-        warmup=warmup,
-        eval_every=eval_every or rec.eval_every,
-        val_queries=rec.val_queries if val_queries is None else val_queries,
-        val_depth=val_depth or rec.val_depth,
-        seed=seed,
-        distill_weight=distill_weight,
-        listwise_weight=listwise_weight,
-        listwise_temperature=listwise_temperature,
-        ce_weight=ce_weight,
-        freeze_embeddings=freeze_embeddings,
-        cpu_amp=rec.cpu_amp if cpu_amp is None else cpu_amp,
-        doc_len=rec.train_doc_len if train_doc_len is None else train_doc_len,
-        fresh_lr=rec.fresh_lr if fresh_lr is None else fresh_lr,
-        negatives=negatives,
-    )
-    log = logging.getLogger("aheadrank.train")
-    log.info("recipe %s: %s, compressor %s + %d steps", rec.name, cfg, compressor_init, compressor_steps)
-    if listwise_weight > 0:
+    pseudo = build_pseudo_training_data(collection, index, seed=seed) if resolved.pseudo_steps > 0 else None
+    log.info(
+        "recipe %s: %s, compressor %s + %d steps",
+        rec.name, cfg, resolved.compressor_init, resolved.compressor_steps,
+    )  # fmt: skip
+    if cfg.listwise_weight > 0:
         from aheadrank.baselines import fusion_teacher
         from aheadrank.rankers.dense import base_of
         from aheadrank.rankers.training import split_queries
@@ -199,7 +108,13 @@ def train_cmd(
             from aheadrank.baselines import EQUAL_FUSION, label_free_teacher
 
             data.teacher = label_free_teacher(
-                dense_store, data.queries, lf_hits, lf_queries.aliases, data.qrels, base=model_base, device=device
+                dense_store,
+                data.queries,
+                lf_hits,
+                lf_queries.aliases,
+                data.qrels,
+                base=model_base,
+                device=device,
             )
             weights = EQUAL_FUSION
         else:
@@ -212,15 +127,13 @@ def train_cmd(
         data,
         out,
         cfg,
-        compressor_steps=compressor_steps,
-        compressor_init=compressor_init,
+        compressor_steps=resolved.compressor_steps,
+        compressor_init=resolved.compressor_init,
         teacher=teacher_model,
         progress=progress,
         pseudo=pseudo,
-        pseudo_steps=pseudo_steps,
-        fit_kernels=rec.fits_kernels(model.kind, model.config.tk_base)
-        if fit_kernels is None
-        else fit_kernels,
+        pseudo_steps=resolved.pseudo_steps,
+        fit_kernels=resolved.fit_kernels,
     ).result
     typer.echo(
         json.dumps(

@@ -42,6 +42,7 @@ def _summary(path: Path) -> dict:
         "fingerprint": spec.fingerprint,
         "created": manifest.created,
         "dense_field": _dense_state(path, manifest),
+        "passages": _passages_state(path, manifest),
         "text_digest": manifest.text_digest or None,
     }
 
@@ -59,6 +60,25 @@ def _dense_state(path: Path, manifest) -> str:
     if manifest.dense:
         return f"MISSING ({DENSE_DIR}/ was requested: resume the build)"
     return "none (--no-dense)" if manifest.dense is False else "none"
+
+
+def _passages_state(path: Path, manifest) -> str:
+    """What the store's long documents as passages (passages/) are: the split and how many, or none."""
+    from aheadrank.store.manifest import MANIFEST_NAME, read_manifest
+    from aheadrank.store.passages import PASSAGES_DIR, passage_counts
+
+    p = manifest.passages
+    if p is None:
+        return "none (long documents: their first window)"
+    split = f"window {p['window']}, overlap {p['overlap']}, at most {p['max_passages']} a document"
+    sub = Path(path) / PASSAGES_DIR
+    if not (sub / MANIFEST_NAME).is_file() or not read_manifest(sub).complete:
+        return f"{split}: INCOMPLETE or MISSING ({PASSAGES_DIR}/: resume the build)"
+    from aheadrank.store import StoreReader
+
+    with StoreReader(sub) as reader:
+        counts = passage_counts(reader.docids())
+    return f"{split}: {len(counts):,} documents, {sum(counts.values()):,} passages ({PASSAGES_DIR}/)"
 
 
 @app.command("store-info")
@@ -92,6 +112,7 @@ def store_info(
         ("ranker", f"{info['ranker_kind']}" + (f", strategy {info['strategy']}" if info["strategy"] else "")),
         ("fingerprint", info["fingerprint"]),
         ("dense field", info["dense_field"]),
+        ("passages", info["passages"]),
         ("text digests", info["text_digest"] or "none (texts sent to /rerank are encoded online)"),
         ("format version", str(info["format_version"])),
     ]

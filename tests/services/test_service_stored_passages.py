@@ -14,6 +14,7 @@ from aheadrank.services import create_app
 from aheadrank.services.backend import RerankBackend, StageClock
 from aheadrank.services.settings import ServiceSettings
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
 from aheadrank.errors import StoreError
 from aheadrank.passages import aggregate, split_passages
@@ -38,26 +39,32 @@ def collection(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 @pytest.fixture(scope="module")
 def stores(collection, tiny_base, tmp_path_factory) -> dict[str, Path]:
     """A tiny MORES checkpoint, its store built with --passages and one built without."""
-    from aheadrank.indexer.build import BuildOptions, build_passages, build_store
+    from aheadrank.indexer.build import BuildOptions, build_store
     from aheadrank.rankers import init_ranker, save_checkpoint
+
+    from aheadrank.cli import app
 
     root = tmp_path_factory.mktemp("passage-stores")
     ckpt = root / "ckpt"
     save_checkpoint(init_ranker("mores", base=tiny_base, seed=0, ibs=2, sim=False), ckpt)
-    out = {"checkpoint": ckpt}
-    for name, passages in (("plain", False), ("passages", True)):
-        opts = BuildOptions(
-            str(ckpt),
-            str(collection[0]),
-            str(root / name),
-            max_doc_len=WINDOW,
-            progress=False,
-            passages=passages,
-        )
-        build_store(opts)
-        if passages:
-            build_passages(opts)
-        out[name] = root / name
+    out = {"checkpoint": ckpt, "plain": root / "plain", "passages": root / "passages"}
+    build_store(
+        BuildOptions(str(ckpt), str(collection[0]), str(out["plain"]), max_doc_len=WINDOW, progress=False)
+    )
+    args = [
+        "index",
+        "--checkpoint",
+        str(ckpt),
+        "--collection",
+        str(collection[0]),
+        "--store",
+        str(out["passages"]),
+    ]
+    result = CliRunner().invoke(app, [*args, "--max-doc-len", str(WINDOW), "--passages", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "passages of long documents" in result.output
+    info = CliRunner().invoke(app, ["store-info", str(out["passages"])])
+    assert "window 32, overlap 8, at most 10 a document: 1 documents, " in info.output, info.output
     return out
 
 
@@ -184,3 +191,47 @@ def test_cohere_limits_read_a_stored_document_as_they_read_its_text(backend, col
     assert stored == pytest.approx(ad_hoc, abs=5e-3 * scale)
     (whole,), _ = backend.score_texts(QUERY, [text])
     assert all(abs(s - whole) > 2e-2 * scale for s in ad_hoc)  # each limit reads less than the whole document
+
+
+def _poke(file: Path, value: bytes) -> None:
+    """Overwrite the first stored value of ``file``'s first field (size and mtime kept)."""
+    import os
+
+    import h5py
+
+    with h5py.File(file, "r") as h5:
+        name = next(iter(h5["fields"]))
+        at = int(h5["fields"][name].id.get_offset())
+    st = os.stat(file)
+    with open(file, "r+b") as fh:
+        fh.seek(at)
+        fh.write(value)
+    os.utime(file, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_damaged_passages_are_refused_like_the_store(stores, collection, tmp_path):
+    """A finite change in passages/ before start: --verify-store start names it; a NaN in a stored passage: the
+    long document's requests get 503 naming passages/'s shard, the other documents are still served."""
+    store = Path(shutil.copytree(stores["passages"], tmp_path / "store"))
+    shard = store / "passages" / "shard-00000.h5"
+    _poke(shard, b"\x01\x3c")  # float16 1.0 + one step: finite
+    s = ServiceSettings(checkpoint=stores["checkpoint"], store=store, access_log=False, verify_store="start")
+    backend = RerankBackend.load(s)
+    try:
+        with pytest.raises(StoreError, match="refusing to start.*passages/shard-00000"):
+            backend.verify_at_start()
+    finally:
+        backend.close()
+    _poke(shard, b"\x00\x7e")  # float16 NaN
+    s = ServiceSettings(checkpoint=stores["checkpoint"], store=store, access_log=False, verify_store="off")
+    backend = RerankBackend.load(s)
+    backend.ready = True  # without the warm-up, which would score the damaged passage itself
+    short = [d for d in collection[1] if d != LONG]
+    try:
+        with TestClient(create_app(backend)) as c:
+            r = c.post("/v1/rerank", json={"query": QUERY, "candidates": [LONG, *short]})
+            assert r.status_code == 503 and r.json()["kind"] == "store_damaged", r.text
+            assert "passages/shard-00000" in r.json()["error"]
+            assert c.post("/v1/rerank", json={"query": QUERY, "candidates": short}).status_code == 200
+    finally:
+        backend.close()
