@@ -1,7 +1,7 @@
 """The model side of the service: checkpoint + store + BM25 searcher behind one object.
 
-Every method here runs on the service's single model thread (services/app.py), so the ranker, which is not
-thread-safe, is never used by two requests at once (requests take turns between scoring chunks:
+Every method here runs on the service's single model thread (services/modelthread.py), so the ranker, which is
+not thread-safe, is never used by two requests at once (requests take turns between scoring chunks:
 ``*_steps`` yield before each, services/turns.py); the asyncio side only queues work and answers.
 """
 
