@@ -38,9 +38,6 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   the ranker as ``QuantizedField``, dequantised a block at a time into the compute dtype).
 * ``basis``: PreTTR's folded path with G's quadratic form as a GEMM (as before the stored basis) vs the diagonal
   G of the canonical stored basis (``PrettrRanker.canonicalize_basis``: σ_j in O(e)), in the whole timed path.
-* ``amx``: the compiled attention's scores by AVX-512 (``AHEADRANK_AMX=0``) vs by AMX (bfloat16 tiles, each float16
-  key split exactly into two parts and each query value into three), where the CPU has AMX, in the whole timed
-  path (int8 fields keep AVX-512 either way: a control).
 * ``queryparts``: PreTTR l = L − 1's query-only tensors ([CLS]'s folded rows and scores over the query's tokens,
   the folded path's rows, u_h·β, log-sum-exps and value parts, the compiled path's prior) made again for every
   chunk of candidates vs kept per query state (``PrettrRanker.query_parts``), in the whole timed path: the
@@ -49,9 +46,6 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   the kernels of ``--source-rev`` and its layers' weights looked up through ``nn.Module`` attributes (as before
   commit 619441f) vs the working tree's kernels and the lookup through the modules' own dicts
   (``blocks._submodule``); the states' difference is the softmax's vectorised ``exp``.
-* ``onerow``: [CLS]-only rows (``Attention.one_row_context``: MORES' last interaction block, bert's last layer)
-  with their scores, softmax and weighted sums as two batched products per document vs one compiled pass
-  (``blocks.one_row_native``), in the whole timed path.
 * ``books``: the same from a float16 store vs the codebook stores ``book4`` and ``book2`` (decoded to float16 by
   the reader, a byte-table lookup per packed byte); the score difference is the codebooks' rounding.
 
@@ -333,18 +327,6 @@ def prettr_gram_gemm():
     return mock.patch.object(prettr.PrettrRanker, "decompression_fold", with_gemm)
 
 
-def scores_by_avx512():
-    """The compiled attention's scores by AVX-512 even where AMX is there (``AHEADRANK_AMX=0``)."""
-    return environment("AHEADRANK_AMX", "0")
-
-
-def part_amx(args) -> list[dict]:
-    if not native.attention_amx():
-        print("amx: no AMX here (CPU, kernel or build): nothing to compare", file=sys.stderr)
-        return []
-    return old_vs_new("amx", args.amx_rankers, scores_by_avx512, "scores by AVX-512", "scores by AMX", args)
-
-
 def part_basis(args) -> list[dict]:
     names = args.basis_rankers
     return old_vs_new("basis", names, prettr_gram_gemm, "G by its GEMM", "diagonal G (stored basis)", args)
@@ -491,16 +473,6 @@ def part_queryside(args) -> list[dict]:
             old = f"C at {args.source_rev}, attribute lookups"
             rows.append(row("queryside", name, 0, 0, old, "C now, dict lookups", t, diff))
     return rows
-
-
-def one_row_in_pytorch():
-    """[CLS]-only rows' scores, softmax and weighted sums as batched products (before ``blocks.one_row_native``)."""
-    return mock.patch.object(blocks, "one_row_native", lambda *args: None)
-
-
-def part_onerow(args) -> list[dict]:
-    names = args.onerow_rankers
-    return old_vs_new("onerow", names, one_row_in_pytorch, "batched products", "one compiled pass", args)
 
 
 def part_blocks(args) -> list[dict]:
@@ -652,11 +624,9 @@ PARTS = {
     "queryparts": part_queryparts,
     "source": part_source,
     "queryside": part_queryside,
-    "onerow": part_onerow,
     "int8": part_int8,
     "books": part_books,
     "basis": part_basis,
-    "amx": part_amx,
 }
 
 
@@ -685,10 +655,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prettrnorm-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e256"])
     p.add_argument("--prettrfold-rankers", nargs="+", default=["prettr-l5-e128"])
     p.add_argument("--basis-rankers", nargs="+", default=["prettr-l5-e128"])
-    p.add_argument("--amx-rankers", nargs="+", default=["mores-1ib-s2", "mores-2ib-s2", "prettr-l5-e0"])
     p.add_argument("--prior-rankers", nargs="+", default=["prettr-l5-e0", "prettr-l5-e256"])
     p.add_argument("--queryparts-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e0"])
-    p.add_argument("--onerow-rankers", nargs="+", default=["mores-1ib-s2", "mores-2ib-s2", "mores-1ib-s1"])
     p.add_argument(
         "--queryside-rankers", nargs="+", default=["prettr-l5-e128", "mores-1ib-s2", "mores-2ib-s2", "tk-2l"]
     )

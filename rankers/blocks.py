@@ -672,13 +672,8 @@ class Attention(nn.Module):
         applied after the weighted sum (:meth:`folded_values`: Σ_j p_j·(W_vh·x_j + b_vh) = W_vh·Σ_j p_j·x_j +
         b_vh). That is 4·H·T·n multiply-adds per sequence for the scores and the sum instead of the 4·T·n² of
         projecting every token's key and value: the [CLS]-only last layer of bert, PreTTR and MORES' last
-        interaction block. In inference on the CPU the scores, softmax and weighted sums of each document are one
-        compiled pass (:func:`one_row_native`)."""
+        interaction block."""
         u = self.folded_query(x_row)  # [Bq, H, n]
-        if not self.training:
-            weighted = one_row_native(u, x, mask)
-            if weighted is not None:
-                return self.folded_values(weighted)
         scores = u @ x.transpose(1, 2)  # [B, H, T]; Bq = 1 broadcasts
         if mask is not None:
             scores = scores.masked_fill(~mask[:, :, 0], float("-inf"))
@@ -781,55 +776,6 @@ class TransformerLayer(nn.Module):
             if fused is not None:
                 return fused
         return self.ffn(self.attention(x, mask, kv=kv, rows=rows))
-
-
-def one_row_native(u: Tensor, x: Tensor, mask: Tensor | None) -> Tensor | None:
-    """Per document and head the softmax-weighted sum of the document's token states under the head's folded
-    query row, ``softmax(u·xᵀ)·x`` over the real tokens: u [Bq, H, n] (Bq = 1 broadcasts; any strides with n
-    contiguous), x [B, T, n], mask None or a key mask [B or 1, 1, 1, T] bool -> [B, H, n], by one compiled pass
-    per document (``native_kernels.c``: one_row_sums), each document's rows and tokens read while in cache; the
-    two batched products it replaces ran at ~30 GFLOP/s on MORES' [CLS] rows (`bench/kernels.py --parts onerow`).
-    None where it does not apply (autograd, not CPU float32, n not a multiple of 16, more than
-    ``native.ONE_ROW_MAX_TOKENS`` tokens, no compiled kernels): the caller computes it as before."""
-    if u.dim() != 3 or x.dim() != 3 or u.device.type != "cpu" or x.device.type != "cpu":
-        return None
-    if u.dtype != torch.float32 or x.dtype != torch.float32 or u.stride(-1) != 1:
-        return None
-    if torch.is_grad_enabled() and (u.requires_grad or x.requires_grad):
-        return None
-    bq, h, n = u.shape
-    b, t, n_x = x.shape
-    if n_x != n or n % 16 or bq not in (1, b) or b == 0 or not 1 <= t <= native.ONE_ROW_MAX_TOKENS:
-        return None
-    keep = None
-    if mask is not None:
-        if (
-            mask.dtype != torch.bool
-            or mask.dim() != 4
-            or mask.shape[1:3] != (1, 1)
-            or mask.shape[0] not in (1, b)
-        ):
-            return None
-        keep = mask.reshape(-1, t).expand(b, t).contiguous().view(torch.uint8)
-    lib = native.library("onerow")
-    if lib is None:
-        return None
-    xc = x.contiguous()
-    out = torch.empty(b, h, n, dtype=torch.float32)
-    status = lib.one_row_sums(
-        u.data_ptr(),  # strided: its strides go in beside it (n contiguous, checked above)
-        u.stride(0) if bq > 1 else 0,
-        u.stride(1),
-        native.ptr(xc),
-        None if keep is None else native.ptr(keep),
-        b,
-        t,
-        n,
-        h,
-        native.ptr(out),
-        torch.get_num_threads(),
-    )
-    return out if status == 0 else None
 
 
 def layer_native(layer: TransformerLayer, x: Tensor, mask: Tensor | None) -> Tensor | None:

@@ -63,7 +63,6 @@ _SIGNATURES = {
     "tk_stored_sums": [_P, _P, _P, _I, _P, _I, _I, _I, _I, *_CHAIN, _P, _I],
     # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, lse, ln weight, ln bias, ln eps,
     # extra values, their coefficients, the quadratic form giving them, prior, threads
-    "attention_amx": [],
     "cross_attention": [
         _P,
         _I,
@@ -98,23 +97,13 @@ _SIGNATURES = {
     # x, B, T, n, mask, layers, their weights' addresses [L, 16] (encoder_layer's order), [heads, inner] [L, 2],
     # LayerNorm eps [L, 2], out, alternate output, threads
     "encoder_stack": [_P, _I, _I, _I, _P, _I, _P, _P, _P, _P, _P, _I],
-    # folded rows u, their document and head strides, x, mask, B, T, n, heads, out, threads
-    "one_row_sums": [_P, _I, _I, _P, _P, _I, _I, _I, _I, _P, _I],
 }
 ENCODER_LAYER_MAX_TOKENS = 512  # native_kernels.c: EL_MAXT
 ENCODER_STACK_MAX_LAYERS = 64  # native_kernels.c: encoder_stack
-ONE_ROW_MAX_TOKENS = 512  # native_kernels.c: OR_MAXT
 ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT, ATT_MAXDH
 ATTENTION_MAX_KEYS = 4096
 ATTENTION_MAX_HEAD_DIM = 512
 SKINNY_PANEL = 32  # native_kernels.c: SK_NR, the output columns of one packed panel
-
-
-def attention_amx() -> bool:
-    """Whether the compiled attention computes its scores with AMX here (a CPU with it, the tile state granted by
-    the kernel, ``AHEADRANK_AMX`` not 0): float16 and bfloat16 keys, heads a multiple of 32 wide."""
-    lib = library()
-    return bool(lib is not None and lib.attention_amx())
 
 
 def attention_head_dim(dh: int) -> bool:
@@ -134,7 +123,6 @@ FAMILIES = (
     "attention",  # cross_attention: attend_native / context_native (MORES, PreTTR's [CLS], the query encoders)
     "linear",  # skinny_linear: blocks.Linear over a few rows
     "layer",  # encoder_layer, encoder_stack: whole BERT layers over a few rows (layer_native, stack_native)
-    "onerow",  # one_row_sums: the [CLS]-only last layer (one_row_native)
     "tk",  # tk_kernel_sums, tk_stored_sums: TK's kernel stage
 )
 _ALL = ("", "1", "true", "yes", "on", "all")

@@ -158,93 +158,6 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
 /* 64-byte aligned memory for n bytes: aligned_alloc wants a size that is a multiple of the alignment (C11) */
 static inline void *att_alloc(size_t n) { return aligned_alloc(64, (n + 63) & ~(size_t)63); }
 
-/* AMX (Intel's tile matrix unit: bfloat16 products, float32 sums) for the score stage, where the CPU has it and
-   Linux grants the process its tile state: -march=native defines __AMX_BF16__ only on such CPUs. The scores stay
-   float32-exact in all but the last bits: each stored float16 key value is split exactly into two bfloat16 parts
-   (hi = bf16(k), lo = k - hi: 11 significant bits fit in 8 + 8), each float32 query value into three (q0, q1, q2:
-   24 bits), and the five products q0·hi, q1·hi, q2·hi, q0·lo, q1·lo are summed (the dropped q2·lo is below 2^-24
-   of the terms; a bfloat16 key needs only hi). AHEADRANK_AMX=0 (read at every call) keeps the AVX-512 scores. */
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
-#define ATT_AMX 1
-#include <sys/syscall.h>
-#include <unistd.h>
-static int att_amx_granted = -1; /* -1: not asked yet */
-static int att_amx_on(void) {
-    const char *env = getenv("AHEADRANK_AMX");
-    if (env && (env[0] == '0' || env[0] == 'n' || env[0] == 'f')) return 0;
-    if (att_amx_granted < 0) /* ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA: once per process */
-        att_amx_granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-    return att_amx_granted;
-}
-struct att_tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-static void att_amx_config(void) { /* eight tiles of 16 rows x 64 bytes */
-    struct att_tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) c.rows[i] = 16, c.colsb[i] = 64;
-    _tile_loadconfig(&c);
-}
-static inline uint16_t att_bf16(float x) { /* round to nearest even (finite x) */
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7FFF + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-static inline float att_from_bf16(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-/* The query rows of one head as AMX B tiles: per row tile rt (16 rows), chunk kc (32 dims) and part p (q0, q1,
-   q2), 16 pairs of dims x 16 rows x 2, rows past Tq zero: qb [NQ][dh / 32][3][512] */
-static void att_amx_rows(const float *qh, int64_t Tq, int64_t dh, int NQ, uint16_t *qb) {
-    const int64_t KC = dh / 32;
-    memset(qb, 0, sizeof(uint16_t) * (size_t)(NQ * KC * 3 * 512));
-    for (int64_t i = 0; i < Tq; i++)
-        for (int64_t c = 0; c < dh; c++) {
-            const int64_t rt = i / 16, col = i % 16, kc = c / 32, kk = (c % 32) / 2, half = c % 2;
-            float r = qh[i * dh + c];
-            for (int p = 0; p < 3; p++) {
-                const uint16_t h = att_bf16(r);
-                qb[((rt * KC + kc) * 3 + p) * 512 + kk * 32 + col * 2 + half] = h;
-                r -= att_from_bf16(h);
-            }
-        }
-}
-/* scores s[t][i] (t < nv rounded up to 16) from the keys' bfloat16 parts kh, kl [.., dh] (kl NULL: none) */
-static void att_amx_scores(const uint16_t *kh, const uint16_t *kl, int64_t nv, int64_t dh, int NQ,
-                           const uint16_t *qb, float *s) {
-    const int64_t KC = dh / 32;
-    for (int64_t t0 = 0; t0 < nv; t0 += 16)
-        for (int rt = 0; rt < NQ; rt++) {
-            _tile_zero(0);
-            for (int64_t kc = 0; kc < KC; kc++) {
-                const uint16_t *b = qb + (rt * KC + kc) * 3 * 512;
-                _tile_loadd(1, kh + t0 * dh + kc * 32, dh * 2);
-                _tile_loadd(3, b, 64);
-                _tile_loadd(4, b + 512, 64);
-                _tile_loadd(5, b + 1024, 64);
-                _tile_dpbf16ps(0, 1, 3);
-                _tile_dpbf16ps(0, 1, 4);
-                _tile_dpbf16ps(0, 1, 5);
-                if (kl) {
-                    _tile_loadd(2, kl + t0 * dh + kc * 32, dh * 2);
-                    _tile_dpbf16ps(0, 2, 3);
-                    _tile_dpbf16ps(0, 2, 4);
-                }
-            }
-            _tile_stored(0, s + t0 * ATT_ROWS + 16 * rt, ATT_ROWS * 4);
-        }
-}
-#else
-#define ATT_AMX 0
-#endif
-
 /* bytes per stored value of a kind */
 static inline size_t att_elem(int64_t kind) { return kind == 2 ? 1 : (kind == 3 ? 4 : 2); }
 
@@ -561,8 +474,7 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
                                                             const float *ln_b, float ln_eps, const float *xcol,
                                                             const float *xqt, const float *quad, float *xv,
                                                             int64_t ostride, const char *pk, const char *pv,
-                                                            int64_t plines, const float *prior,
-                                                            const uint16_t *qb, uint16_t *kh, uint16_t *kl) {
+                                                            int64_t plines, const float *prior) {
     const int64_t DV = dh / 16;
     const int64_t per_row = (plines + nv - 1) / nv; /* the next document's lines to prefetch per widened row */
     if (same) vb = kb;
@@ -590,30 +502,10 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
             xv[t] = x;
         } else if (xqt)
             xv[t] = xcol[j];
-#if ATT_AMX
-        if (kh) /* the row's bfloat16 parts for the AMX scores: hi, and (float16 keys) lo = k - hi, both exact */
-            for (int64_t d = 0; d < DV; d++) {
-                const __m512 x = _mm512_load_ps(kb + t * dh + 16 * d);
-                const __m256bh hi = _mm512_cvtneps_pbh(x);
-                _mm256_storeu_si256((__m256i *)(kh + t * dh + 16 * d), (__m256i)hi);
-                if (kl)
-                    _mm256_storeu_si256((__m256i *)(kl + t * dh + 16 * d),
-                                        (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(x, _mm512_cvtpbh_ps(hi))));
-            }
-#endif
     }
     /* scores s[t][i] = q_i . k_t, ATT_KEYS keys at a time */
     int64_t t = 0;
-#if ATT_AMX
-    if (kh) {
-        const int64_t padded = (nv + 15) / 16 * 16; /* the last tile's rows past nv: zeros, their scores unread */
-        memset(kh + nv * dh, 0, sizeof(uint16_t) * (size_t)((padded - nv) * dh));
-        if (kl) memset(kl + nv * dh, 0, sizeof(uint16_t) * (size_t)((padded - nv) * dh));
-        att_amx_scores(kh, kl, nv, dh, NQ, qb, s);
-        t = nv;
-    }
-#endif
-    if (t == 0) {
+    {
         const int64_t blocks = nv / ATT_KEYS * ATT_KEYS;
         if (NQ == 1)
             dh == 32 ? att_scores_1_32(kb, qt, s, blocks) : att_scores_1(kb, dh, qt, s, blocks);
@@ -699,16 +591,6 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
         }
 }
 
-/* 1 where cross_attention computes its scores with AMX (built for a CPU with it, the tile state granted, and
-   AHEADRANK_AMX not 0), else 0 */
-int attention_amx(void) {
-#if ATT_AMX
-    return att_amx_on();
-#else
-    return 0;
-#endif
-}
-
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
                     float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, const float *xcol,
@@ -725,11 +607,6 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
     const int64_t n = H * dh, per_q = H * Tq * dh, ostride = n + extra;
     const size_t elem = att_elem(kind);
     const int same = k == v && ks == vs;
-#if ATT_AMX
-    const int use_amx = att_amx_on();
-#else
-    const int use_amx = 0;
-#endif
     int status = 0;
     /* the documents split over the OpenMP threads of the runtime PyTorch already loaded (same soname): the
        threads that have just run PyTorch's last op take the work, instead of spinning beside threads of ours */
@@ -741,25 +618,11 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
         float *qt = att_alloc(sizeof(float) * (size_t)(H * dh * ATT_ROWS));
         float *xqt = extra ? att_alloc(sizeof(float) * ATT_ROWS) : NULL; /* the rows' extra coefficients, by lane */
         float *xv = extra ? att_alloc(sizeof(float) * (size_t)T) : NULL; /* each real token's extra value */
-        /* AMX scores: float16 or bfloat16 keys as stored (no per-token scale, LayerNorm or extra value), heads a
-           multiple of 32 wide; the keys' bfloat16 parts, the query rows as B tiles per head */
-        const int NQT = Tq <= 16 ? 1 : 2;
-        const int amx = ATT_AMX && use_amx && (kind == 0 || kind == 1) && !ks && !ln_w && !extra && dh % 32 == 0;
-        /* heads 32 wide, keys across the lanes (att_head_t32; AMX keeps its own score stage): the keys transposed,
-           the scores in s */
-        const int t32 = !amx && dh == 32 && !ln_w && !extra && !prior && T <= ATT_ST - 16;
+        /* heads 32 wide, keys across the lanes (att_head_t32): the keys transposed, the scores in s */
+        const int t32 = dh == 32 && !ln_w && !extra && !prior && T <= ATT_ST - 16;
         float *kT = t32 ? att_alloc(sizeof(float) * (size_t)((T + 15) / 16 * 512)) : NULL;
-        const size_t per_head_qb = (size_t)(NQT * (dh / 32) * 3 * 512);
-        const int64_t Tp = (T + 15) / 16 * 16;
-        uint16_t *kh = amx ? att_alloc(sizeof(uint16_t) * (size_t)(Tp * dh)) : NULL;
-        uint16_t *kl = amx && kind == 0 ? att_alloc(sizeof(uint16_t) * (size_t)(Tp * dh)) : NULL;
-        uint16_t *qbt = amx ? att_alloc(sizeof(uint16_t) * per_head_qb * (size_t)H) : NULL;
-#if ATT_AMX
-        if (amx) att_amx_config();
-#endif
         int32_t *idx = malloc(sizeof(int32_t) * (size_t)T);
-        const int ok = kb && vb && s && qt && idx && (!extra || (xqt && xv)) && (!amx || (kh && qbt && (kind || kl))) &&
-                       (!t32 || kT);
+        const int ok = kb && vb && s && qt && idx && (!extra || (xqt && xv)) && (!t32 || kT);
         if (ok && extra) {
             memset(xqt, 0, sizeof(float) * ATT_ROWS);
             for (int64_t i = 0; i < Tq; i++) xqt[i] = xq[i];
@@ -791,10 +654,6 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t i = 0; i < Tq; i++)
                         for (int64_t c = 0; c < dh; c++) qt[(h * dh + c) * ATT_ROWS + i] = qb[(h * Tq + i) * dh + c];
-#if ATT_AMX
-                if (amx)
-                    for (int64_t h = 0; h < H; h++) att_amx_rows(qb + h * Tq * dh, Tq, dh, NQT, qbt + h * per_head_qb);
-#endif
                 q_doc = b;
             }
             const void *kd = (const char *)k + (size_t)(b * T * n) * elem;
@@ -831,7 +690,7 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                 }
 #define ATT_HEAD(ND, NQ, DH) \
     att_head(ND, NQ, DH, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, \
-             xb, xqt, quad, xv, ostride, pk, pv, pl, ph, qbt ? qbt + h * per_head_qb : NULL, kh, kl)
+             xb, xqt, quad, xv, ostride, pk, pv, pl, ph)
                 if (dh == 32 && Tq <= 16)
                     ATT_HEAD(2, 1, 32);
                 else if (dh == 32)
@@ -854,12 +713,6 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
         free(qt);
         free(xqt);
         free(xv);
-        free(kh);
-        free(kl);
-        free(qbt);
-#if ATT_AMX
-        if (amx) _tile_release();
-#endif
         free(idx);
     }
     return status;
@@ -1284,89 +1137,13 @@ int encoder_stack(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t
     }
     return el_stack(x, B, T, n, mask, ws, L, out, tmp, threads);
 }
-/* [CLS]-only rows (Attention.one_row_context): per document b and head h, the weighted sum of the document's
-   token states w_bh = Σ_j p_bhj·x_bj with p_bh = softmax_j(u_bh·x_bj) over its real tokens, u_bh the head's folded
-   query row (u + b·ub + h·uh, n contiguous floats; ub 0: the same rows for every document). x [B, T, n] float32,
-   mask [B, T] (nonzero: a real token) or NULL, out [B, H, n]. Each document's rows and tokens are read while in
-   cache: the batched products this replaces (a [H, n]·[n, T] and a [H, T]·[T, n] per document) ran at ~30
-   GFLOP/s. n a multiple of 16; a document without a real token gets zeros. The documents are split over the
-   threads; sums in a fixed order (the same bits for any thread count). -1: arguments outside its limits. */
-#define OR_MAXT 512
-/* scores s[h][j0 + k] = u_h·x_(j0+k) of HB heads (rows uq[h]) and KB tokens (x_j0 the first: rows n apart), n =
-   16·NV: each vector of a row loaded once for the HB·KB products */
-static inline __attribute__((always_inline)) void or_scores(const int HB, const int KB, const float *const *uq,
-                                                            const float *xj, int64_t n, int64_t NV, float *s,
-                                                            int64_t j0) {
-    __m512 acc[4][4];
-    for (int h = 0; h < HB; h++)
-        for (int k = 0; k < KB; k++) acc[h][k] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < NV; d++) {
-        __m512 xv[4];
-        for (int k = 0; k < KB; k++) xv[k] = _mm512_loadu_ps(xj + k * n + 16 * d);
-        for (int h = 0; h < HB; h++) {
-            const __m512 uv = _mm512_loadu_ps(uq[h] + 16 * d);
-            for (int k = 0; k < KB; k++) acc[h][k] = _mm512_fmadd_ps(uv, xv[k], acc[h][k]);
-        }
-    }
-    for (int h = 0; h < HB; h++)
-        for (int k = 0; k < KB; k++) s[h * OR_MAXT + j0 + k] = _mm512_reduce_add_ps(acc[h][k]);
-}
-int one_row_sums(const float *u, int64_t ub, int64_t uh, const float *x, const uint8_t *mask, int64_t B,
-                 int64_t T, int64_t n, int64_t H, float *out, int64_t threads) {
-    if (B < 1 || T < 1 || T > OR_MAXT || n < 16 || n % 16 || H < 1 || threads < 1) return -1;
-    const int64_t NV = n / 16;
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t b = 0; b < B; b++) {
-        const float *xb = x + b * T * n;
-        const uint8_t *mb = mask ? mask + b * T : NULL;
-        float s[4 * OR_MAXT] __attribute__((aligned(64))); /* the scores of a block of up to 4 heads */
-        int any = 0;
-        for (int64_t j = 0; j < T; j++) any |= !mb || mb[j];
-        for (int64_t h0 = 0; h0 < H; h0 += 4) {
-            const int64_t hb = H - h0 < 4 ? H - h0 : 4;
-            if (!any) {
-                for (int64_t c = 0; c < hb * n; c++) out[(b * H + h0) * n + c] = 0.0f;
-                continue;
-            }
-            const float *uq[4];
-            for (int64_t h = 0; h < hb; h++) uq[h] = u + b * ub + (h0 + h) * uh;
-            /* scores, 4 heads x 4 tokens at a time where there are 4 of each */
-            int64_t j = 0;
-            if (hb == 4) {
-                for (; j + 4 <= T; j += 4) or_scores(4, 4, uq, xb + j * n, n, NV, s, j);
-                for (; j < T; j++) or_scores(4, 1, uq, xb + j * n, n, NV, s, j);
-            } else
-                for (int64_t h = 0; h < hb; h++) {
-                    for (j = 0; j + 4 <= T; j += 4) or_scores(1, 4, uq + h, xb + j * n, n, NV, s + h * OR_MAXT, j);
-                    for (; j < T; j++) or_scores(1, 1, uq + h, xb + j * n, n, NV, s + h * OR_MAXT, j);
-                }
-            for (int64_t h = 0; h < hb; h++) {
-                float *sh = s + h * OR_MAXT;
-                float mx = -INFINITY;
-                for (j = 0; j < T; j++) {
-                    if (mb && !mb[j]) sh[j] = -INFINITY;
-                    mx = sh[j] > mx ? sh[j] : mx;
-                }
-                const float inv = 1.0f / exp_row(sh, T, mx);
-                weighted_row(sh, xb, T, n, n, inv, out + (b * H + h0 + h) * n);
-            }
-        }
-    }
-    return 0;
-}
 #else
-int attention_amx(void) { return 0; }
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
                     float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, const float *xcol,
                     const float *xq, const float *quad, const float *prior, int64_t threads) {
     (void)threads, (void)lse, (void)ln_w, (void)ln_b, (void)ln_eps, (void)xq, (void)quad, (void)xcol, (void)prior, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
     (void)dh, (void)Tq, (void)out;
-    return -1;
-}
-int one_row_sums(const float *u, int64_t ub, int64_t uh, const float *x, const uint8_t *mask, int64_t B,
-                 int64_t T, int64_t n, int64_t H, float *out, int64_t threads) {
-    (void)u, (void)ub, (void)uh, (void)x, (void)mask, (void)B, (void)T, (void)n, (void)H, (void)out, (void)threads;
     return -1;
 }
 int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind, const uint8_t *mask, int64_t B,

@@ -37,15 +37,6 @@ def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Te
     return ctx.transpose(1, 2).reshape(b, tq, n)
 
 
-@pytest.fixture(params=["avx512", "amx"])
-def scores_by(request, monkeypatch):
-    """The compiled attention's score stage: AVX-512, or AMX where this machine has it (skipped elsewhere)."""
-    monkeypatch.setenv("AHEADRANK_AMX", "1" if request.param == "amx" else "0")
-    if request.param == "amx" and not native.attention_amx():
-        pytest.skip("no AMX here (CPU, kernel or build)")
-    return request.param
-
-
 @needs_kernel
 @pytest.mark.parametrize("kind", ["float16", "bfloat16", "int8", "float32"])
 @pytest.mark.parametrize(
@@ -55,9 +46,8 @@ def scores_by(request, monkeypatch):
      (6, 5, 32, 21, 16, False), (5, 2, 48, 19, 30, False), (4, 3, 16, 9, 25, True),
      (2, 3, 32, 19, 530, False)],
 )  # fmt: skip
-def test_equals_the_formula(kind, b, h, dh, tq, t, per_doc_q, scores_by):
-    """Every stored dtype, the scores by AVX-512 or by AMX (float16 and bfloat16 keys, heads a multiple of 32
-    wide, where the CPU has it), one query for all documents or one per document, query-row counts on both sides of a
+def test_equals_the_formula(kind, b, h, dh, tq, t, per_doc_q):
+    """Every stored dtype, one query for all documents or one per document, query-row counts on both sides of a
     vector (16), key counts that are no multiple of the key block, padding at the end and holes inside, a
     document with a single real token, head widths of 32 (keys across the lanes up to 512 keys, beyond them the
     rows across the lanes), multiples of 64 and other multiples of 16: within
@@ -76,34 +66,6 @@ def test_equals_the_formula(kind, b, h, dh, tq, t, per_doc_q, scores_by):
     assert got is not None and got.shape == (b, tq, h * dh) and got.dtype == torch.float32
     want = _reference(q, k64, v64, keep)
     assert ((got.double() - want).abs().max() / want.abs().max()).item() <= 1e-5
-
-
-@needs_kernel
-def test_amx_scores_agree_with_avx512_to_float32_rounding(monkeypatch):
-    """MORES' S2 cross-attention shape (12 heads of 32, 19 rows) and PreTTR l5/e0's (one head of 384, 13 rows, a
-    prior and the log-sum-exps) from float16 fields: the AMX scores (each key split exactly into two bfloat16
-    parts, each query value into three) give the AVX-512 path's context within float32 rounding."""
-    monkeypatch.setenv("AHEADRANK_AMX", "1")
-    if not native.attention_amx():
-        pytest.skip("no AMX here (CPU, kernel or build)")
-    g = torch.Generator().manual_seed(5)
-    k, v = torch.randn(6, 70, 384, generator=g).half(), torch.randn(6, 70, 384, generator=g).half()
-    keep = torch.rand(6, 70, generator=g) > 0.2
-    keep[:, 0] = True
-    mask = keep[:, None, None, :]
-    q12, q1 = torch.randn(1, 12, 19, 32, generator=g), torch.randn(1, 1, 13, 384, generator=g) * 0.2
-    prior = torch.rand(1, 13, 386, generator=g)
-    got = {}
-    with torch.inference_mode():
-        for flag in ("1", "0"):
-            monkeypatch.setenv("AHEADRANK_AMX", flag)
-            got[flag] = (
-                attend_native(q12, k, v, mask, 32**-0.5)[0],
-                *attend_native(q1, k, k, mask, 1.0, lse=True),
-                attend_native(q1, k, k, mask, 1.0, prior=prior)[0],
-            )
-    for amx, avx in zip(got["1"], got["0"], strict=True):
-        assert ((amx - avx).abs().max() / avx.abs().max()).item() <= 2e-6
 
 
 @needs_kernel
