@@ -39,7 +39,7 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``basis``: PreTTR's folded path with G's quadratic form as a GEMM (as before the stored basis) vs the diagonal
   G of the canonical stored basis (``PrettrRanker.canonicalize_basis``: σ_j in O(e)), in the whole timed path.
 * ``queryparts``: PreTTR l = L − 1's query-only tensors ([CLS]'s folded rows and scores over the query's tokens,
-  the folded path's rows, u_h·β, log-sum-exps and value parts, the compiled path's prior) made again for every
+  the folded path's rows, u_h·β, log-sum-exps and value parts) made again for every
   chunk of candidates vs kept per query state (``PrettrRanker.query_parts``), in the whole timed path: the
   difference is one making per chunk after the first (N = 300 in chunks of 256: two chunks).
 * ``queryside``: the query side alone (``query_state``: the query encoder's layers, each one compiled call) with
@@ -378,16 +378,6 @@ def part_layer(args) -> list[dict]:
     return old_vs_new("layer", args.skinny_rankers, layer_apart, "calls per layer", "one call", args)
 
 
-def prior_after():
-    """PreTTR's query tokens merged after the attention by log-sum-exps, not as the rows' prior."""
-    return mock.patch.object(prettr, "QUERY_PRIOR", False)
-
-
-def part_prior(args) -> list[dict]:
-    names = args.prior_rankers
-    return old_vs_new("prior", names, prior_after, "merged after", "prior in the kernel", args)
-
-
 def query_parts_per_chunk():
     """PreTTR's query-only tensors made for every chunk of candidates (nothing kept in the query state)."""
     made = prettr.PrettrRanker.query_parts
@@ -620,7 +610,6 @@ PARTS = {
     "gelu": part_gelu,
     "addnorm": part_addnorm,
     "layer": part_layer,
-    "prior": part_prior,
     "queryparts": part_queryparts,
     "source": part_source,
     "queryside": part_queryside,
@@ -655,7 +644,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prettrnorm-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e256"])
     p.add_argument("--prettrfold-rankers", nargs="+", default=["prettr-l5-e128"])
     p.add_argument("--basis-rankers", nargs="+", default=["prettr-l5-e128"])
-    p.add_argument("--prior-rankers", nargs="+", default=["prettr-l5-e0", "prettr-l5-e256"])
     p.add_argument("--queryparts-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e0"])
     p.add_argument(
         "--queryside-rankers", nargs="+", default=["prettr-l5-e128", "mores-1ib-s2", "mores-2ib-s2", "tk-2l"]

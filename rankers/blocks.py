@@ -428,7 +428,6 @@ def attend_native(
     norm: nn.LayerNorm | None = None,
     key_scale: Tensor | None = None,
     extra: Tensor | None = None,
-    prior: Tensor | None = None,
     quad: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None] | None:
     """:func:`context_native` with the scores' scale given (``scale·q·kᵀ``) and, with ``lse``, also each row's
@@ -437,15 +436,12 @@ def attend_native(
     With ``norm`` (a LayerNorm over the rows; h = 1 and v = k only), the attention is over ``norm(k)``, each row
     normalised as it is widened, without a normalised copy in memory (PreTTR's decompressed states). With
     ``key_scale`` [B, T] (v = k only) each token's row is multiplied by its scale (with an int8 field's own).
-    With ``extra`` [B, T] or ``quad`` (h = 1, v = k, no norm or prior) each key and value is its row followed by one
+    With ``extra`` [B, T] or ``quad`` (h = 1, v = k, no norm) each key and value is its row followed by one
     more value x_j, q's rows are n + 1 wide (their last value: the coefficient on x_j) and so is the output;
     ``extra`` gives x_j, ``quad`` [2n + 3] = (diag, g2, bb, 1/n, ε) has the kernel compute it from the row it
     widens, x_j = (max(r_j·(diag ⊙ r_j + g2) + bb, 0)/n + ε)^−½, and scale the row by it (PreTTR's folded
-    decompression: keys [r/σ, 1/σ] read from the stored r). With ``prior`` [h, Tq, dh + 2] float32, each row's
-    softmax also runs over keys outside the documents, the same for every document (PreTTR's query tokens), given
-    per head and row as ``[Σ_j e^(s_j − m)·v_j, m, Σ_j e^(s_j − m)]`` with m their largest score (a row whose last
-    value is 0 has none): the output and the lse are then over both, with no merge pass after. Returns (context
-    [B, Tq, h·dh], lse or None), or None where the kernel does not apply."""
+    decompression: keys [r/σ, 1/σ] read from the stored r). Returns (context [B, Tq, h·dh], lse or None), or None
+    where the kernel does not apply."""
     if q.device.type != "cpu" or q.dtype != torch.float32 or q.dim() != 4:
         return None
     if torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v)):
@@ -469,7 +465,7 @@ def attend_native(
         or b == 0
     ):
         return None
-    if extended and (h != 1 or bq != 1 or v is not k or norm is not None or prior is not None):
+    if extended and (h != 1 or bq != 1 or v is not k or norm is not None):
         return None
     if extra is not None and quad is not None:
         return None
@@ -479,10 +475,6 @@ def attend_native(
         return None
     per_token = [x for x in (key_scale, extra) if x is not None]
     if per_token and (v is not k or any(x.shape != (b, t) or x.device.type != "cpu" for x in per_token)):
-        return None
-    if prior is not None and (
-        prior.shape != (h, tq, dh + 2) or prior.dtype != torch.float32 or prior.device.type != "cpu"
-    ):
         return None
     if mask is not None and (mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1:3] != (1, 1)):
         return None
@@ -511,7 +503,6 @@ def attend_native(
     v_values, v_scales = (k_values, k_scales) if v is k else native_values(v)  # one tensor: widened once
     extra = None if extra is None else extra.float().contiguous()
     quad = None if quad is None else quad.contiguous()
-    prior = None if prior is None else prior.contiguous()
     out = torch.empty(b, tq, h * dh + extended, dtype=torch.float32)
     lse_out = torch.empty(b, h, tq, dtype=torch.float32) if lse else None
     status = lib.cross_attention(
@@ -536,7 +527,6 @@ def attend_native(
         None if extra is None else native.ptr(extra),
         None if coef is None else native.ptr(coef),
         None if quad is None else native.ptr(quad),
-        None if prior is None else native.ptr(prior),
         torch.get_num_threads(),
     )
     if status == -1:  # this build has no AVX-512 kernel (the limits were checked above)

@@ -62,7 +62,7 @@ _SIGNATURES = {
     # q, d, d scales, kind, mask, B, Td, n, Tq, chain..., out, threads
     "tk_stored_sums": [_P, _P, _P, _I, _P, _I, _I, _I, _I, *_CHAIN, _P, _I],
     # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, lse, ln weight, ln bias, ln eps,
-    # extra values, their coefficients, the quadratic form giving them, prior, threads
+    # extra values, their coefficients, the quadratic form giving them, threads
     "cross_attention": [
         _P,
         _I,
@@ -82,7 +82,6 @@ _SIGNATURES = {
         _P,
         _P,
         _F,
-        _P,
         _P,
         _P,
         _P,

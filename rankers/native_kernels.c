@@ -136,11 +136,7 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
    no padding); x_j is xcol[b, j] ([B, T]), or, with quad [2 dh + 3] = (diag, g2, bb, 1/n, eps) instead, computed
    from the widened row r_j itself, x_j = 1 / sqrt(max(r_j.(diag * r_j + g2) + bb, 0) / n + eps), the row then
    multiplied by x_j (PreTTR's 1/sigma_j in a canonical basis: no per-token pass outside the kernel).
-   prior [H, Tq, dh + 2] (or NULL): per head and row, keys outside
-   the documents that every document's softmax also runs over (PreTTR's query tokens), given as the weighted
-   sum of their values relative to their largest score (dh values: sum_j e^(s_j - m0) v_j), that largest score
-   m0 and sum_j e^(s_j - m0); a row whose last value is 0 has none. The output is then the softmax over both
-   (and lse too). The documents split over `threads` OpenMP threads. A document
+   The documents split over `threads` OpenMP threads. A document
    without a real token gets zeros (and lse -1e30).
    Limits: dh a multiple of 16 up to ATT_MAXDH (32 and multiples of 64 run the widest blocks), 1 <= Tq <= ATT_ROWS,
    T <= ATT_MAXT; AVX-512F builds only
@@ -218,7 +214,7 @@ static inline void att_layer_norm(float *x, int64_t dh, const float *w, const fl
 static inline __attribute__((always_inline)) void att_pv(const int ND, const int RB, const float *vb, const float *s,
                                                           const float *sum, int64_t nv, int64_t dh, int64_t d0,
                                                           int64_t i0, int64_t Tq, int64_t n, int64_t col,
-                                                          float *out, const float *prior, const float *pc) {
+                                                          float *out) {
     __m512 acc[24][4];
     for (int r = 0; r < RB; r++)
         for (int d = 0; d < ND; d++) acc[r][d] = _mm512_setzero_ps();
@@ -232,11 +228,6 @@ static inline __attribute__((always_inline)) void att_pv(const int ND, const int
     }
     for (int r = 0; r < RB && i0 + r < Tq; r++) {
         const __m512 inv = _mm512_set1_ps(1.0f / sum[i0 + r]);
-        if (prior) { /* the other keys' weighted sum, rescaled to this row's maximum */
-            const __m512 c = _mm512_set1_ps(pc[i0 + r]);
-            const float *pr = prior + (i0 + r) * (dh + 2) + 16 * d0;
-            for (int d = 0; d < ND; d++) acc[r][d] = _mm512_fmadd_ps(c, _mm512_loadu_ps(pr + 16 * d), acc[r][d]);
-        }
         for (int d = 0; d < ND; d++)
             _mm512_storeu_ps(out + (i0 + r) * n + col + 16 * (d0 + d), _mm512_mul_ps(acc[r][d], inv));
     }
@@ -474,7 +465,7 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
                                                             const float *ln_b, float ln_eps, const float *xcol,
                                                             const float *xqt, const float *quad, float *xv,
                                                             int64_t ostride, const char *pk, const char *pv,
-                                                            int64_t plines, const float *prior) {
+                                                            int64_t plines) {
     const int64_t DV = dh / 16;
     const int64_t per_row = (plines + nv - 1) / nv; /* the next document's lines to prefetch per widened row */
     if (same) vb = kb;
@@ -541,13 +532,6 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
         const float *row = s + u * ATT_ROWS;
         SIMD for (int l = 0; l < W; l++) mx[l] = row[l] > mx[l] ? row[l] : mx[l];
     }
-    float pc[ATT_ROWS] __attribute__((aligned(64))); /* e^(m0 - max) of each row's prior, 0 without one */
-    if (prior)
-        for (int64_t i = 0; i < Tq; i++) {
-            const float m0 = prior[i * (dh + 2) + dh], l0 = prior[i * (dh + 2) + dh + 1];
-            if (l0 > 0.0f && m0 > mx[i]) mx[i] = m0;
-            pc[i] = l0 > 0.0f ? expf(m0 - mx[i]) : 0.0f;
-        }
     {
         __m512 m[2], sm[2];
         for (int q = 0; q < NQ; q++) m[q] = _mm512_load_ps(mx + 16 * q), sm[q] = _mm512_setzero_ps();
@@ -560,8 +544,6 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
             }
         }
         for (int q = 0; q < NQ; q++) _mm512_store_ps(sum + 16 * q, sm[q]);
-        if (prior)
-            for (int64_t i = 0; i < Tq; i++) sum[i] += pc[i] * prior[i * (dh + 2) + dh + 1];
     }
     if (lse)
         for (int64_t i = 0; i < Tq; i++) lse[i] = mx[i] + logf(sum[i]);
@@ -582,11 +564,11 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
         for (int64_t i0 = 0; i0 < Tq;) {
             const int64_t left = Tq - i0;
             if (left > 16 / ND)
-                att_pv(ND, 24 / ND, vb, s, sum, nv, dh, d0, i0, Tq, ostride, col, out, prior, pc);
+                att_pv(ND, 24 / ND, vb, s, sum, nv, dh, d0, i0, Tq, ostride, col, out);
             else if (left > 8 / ND)
-                att_pv(ND, 16 / ND, vb, s, sum, nv, dh, d0, i0, Tq, ostride, col, out, prior, pc);
+                att_pv(ND, 16 / ND, vb, s, sum, nv, dh, d0, i0, Tq, ostride, col, out);
             else
-                att_pv(ND, 8 / ND, vb, s, sum, nv, dh, d0, i0, Tq, ostride, col, out, prior, pc);
+                att_pv(ND, 8 / ND, vb, s, sum, nv, dh, d0, i0, Tq, ostride, col, out);
             i0 += left > 16 / ND ? 24 / ND : (left > 8 / ND ? 16 / ND : 8 / ND);
         }
 }
@@ -594,13 +576,13 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
                     float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, const float *xcol,
-                    const float *xq, const float *quad, const float *prior, int64_t threads) {
+                    const float *xq, const float *quad, int64_t threads) {
     const int extra = xq != NULL;
     if (dh < 16 || dh % 16 || dh > ATT_MAXDH || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 3 ||
         (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)) || threads < 1 ||
         (ln_w && (H != 1 || k != v || ks != vs || !ln_b)) || /* LayerNorm: of whole rows, that are keys and values */
-        /* an extra value: one head, keys that are the values, no LayerNorm or prior; from xcol or from quad */
-        (extra && (H != 1 || k != v || ks != vs || ln_w || prior || (xcol != NULL) == (quad != NULL) ||
+        /* an extra value: one head, keys that are the values, no LayerNorm; from xcol or from quad */
+        (extra && (H != 1 || k != v || ks != vs || ln_w || (xcol != NULL) == (quad != NULL) ||
                    (quad && ks && kind != 2))) ||
         (!extra && (xcol || quad)))
         return -1;
@@ -619,7 +601,7 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
         float *xqt = extra ? att_alloc(sizeof(float) * ATT_ROWS) : NULL; /* the rows' extra coefficients, by lane */
         float *xv = extra ? att_alloc(sizeof(float) * (size_t)T) : NULL; /* each real token's extra value */
         /* heads 32 wide, keys across the lanes (att_head_t32): the keys transposed, the scores in s */
-        const int t32 = dh == 32 && !ln_w && !extra && !prior && T <= ATT_ST - 16;
+        const int t32 = dh == 32 && !ln_w && !extra && T <= ATT_ST - 16;
         float *kT = t32 ? att_alloc(sizeof(float) * (size_t)((T + 15) / 16 * 512)) : NULL;
         int32_t *idx = malloc(sizeof(int32_t) * (size_t)T);
         const int ok = kb && vb && s && qt && idx && (!extra || (xqt && xv)) && (!t32 || kT);
@@ -636,16 +618,10 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
             int64_t nv = 0;
             for (int64_t j = 0; j < T; j++)
                 if (!mask || mask[b * T + j]) idx[nv++] = (int32_t)j;
-            if (nv == 0) { /* zeros, or a row's prior alone */
+            if (nv == 0) { /* zeros */
                 memset(ob, 0, sizeof(float) * (size_t)(Tq * ostride));
-                for (int64_t h = 0; h < H; h++)
-                    for (int64_t i = 0; i < Tq; i++) {
-                        const float *pr = prior ? prior + (h * Tq + i) * (dh + 2) : NULL;
-                        const int has = pr && pr[dh + 1] > 0.0f;
-                        if (has)
-                            for (int64_t c = 0; c < dh; c++) ob[i * n + h * dh + c] = pr[c] / pr[dh + 1];
-                        if (lse) lse[(b * H + h) * Tq + i] = has ? pr[dh] + logf(pr[dh + 1]) : -1e30f; /* e^lse: 0 */
-                    }
+                if (lse)
+                    for (int64_t i = 0; i < H * Tq; i++) lse[b * H * Tq + i] = -1e30f; /* e^lse: 0 */
                 continue;
             }
             if (q_doc < 0 || Bq != 1) { /* the query rows transposed per head: once, or per document */
@@ -681,7 +657,6 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                 float *lh = lse ? lse + (b * H + h) * Tq : NULL;
                 const int64_t l0 = next_lines * h / H, pl = next_lines * (h + 1) / H - l0;
                 const char *pk = kn_next ? kn_next + l0 * 64 : NULL, *pv = vn_next ? vn_next + l0 * 64 : NULL;
-                const float *ph = prior ? prior + h * Tq * (dh + 2) : NULL;
                 if (t32) {
                     const float *qrows = q + (Bq == 1 ? 0 : b * per_q) + h * Tq * dh;
                     att_head_t32(qrows, Tq, kd, vd, ksb, vsb, kind, idx, nv, n, h * dh, kT, vb, s, ob, lh, ostride,
@@ -690,7 +665,7 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                 }
 #define ATT_HEAD(ND, NQ, DH) \
     att_head(ND, NQ, DH, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, \
-             xb, xqt, quad, xv, ostride, pk, pv, pl, ph)
+             xb, xqt, quad, xv, ostride, pk, pv, pl)
                 if (dh == 32 && Tq <= 16)
                     ATT_HEAD(2, 1, 32);
                 else if (dh == 32)
@@ -1141,8 +1116,8 @@ int encoder_stack(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
                     float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, const float *xcol,
-                    const float *xq, const float *quad, const float *prior, int64_t threads) {
-    (void)threads, (void)lse, (void)ln_w, (void)ln_b, (void)ln_eps, (void)xq, (void)quad, (void)xcol, (void)prior, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
+                    const float *xq, const float *quad, int64_t threads) {
+    (void)threads, (void)lse, (void)ln_w, (void)ln_b, (void)ln_eps, (void)xq, (void)quad, (void)xcol, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
     (void)dh, (void)Tq, (void)out;
     return -1;
 }

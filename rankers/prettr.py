@@ -47,10 +47,6 @@ from torch import Tensor, nn
 # wide). At n = 384: e = 128 1.30x the whole path (d = 128), e = 256 only 1.06x (scratch A/B, before the fold took
 # the value map and the kernel σ), so it folds up to n / 2
 FOLD_DECOMPRESSION = 0.5
-# The query tokens' part of [CLS]'s attention (the same for every document) enters the compiled attention as each
-# row's prior (query_prior), so that the kernel's output is final, instead of a merge after it by log-sum-exps (two
-# passes over [B, H, n]); the folded path, whose kernel values are not the states, merges after
-QUERY_PRIOR = True
 
 
 @dataclass(frozen=True)
@@ -86,20 +82,6 @@ def gram_is_diagonal(gram: Tensor) -> bool:
     off = gram - torch.diag_embed(torch.diagonal(gram))
     bound = gram.shape[0] * off.abs().max()
     return bool(bound <= GRAM_OFF_DIAGONAL * torch.diagonal(gram).abs().max().clamp(min=1e-30))
-
-
-def query_prior(q: Tensor, q_scores: Tensor, n_rows: int) -> Tensor:
-    """The query tokens' part of [CLS]'s attention as ``blocks.attend_native``'s prior [1, R, n + 2]: per head h
-    (the first H of R rows) ``[Σ_j e^(s_hj − m_h)·q_j, m_h, Σ_j e^(s_hj − m_h)]`` over the query's states q [tq, n]
-    and scores q_scores [H, tq] (−inf at padding), m_h their largest; the rows after H (the residual's mean) none."""
-    n_heads, n = q_scores.shape[0], q.shape[1]
-    top = q_scores.amax(-1, keepdim=True)  # [H, 1]
-    weights = (q_scores - top).exp_()  # [H, tq], 0 at padding
-    prior = q.new_zeros(1, n_rows, n + 2)
-    prior[0, :n_heads, :n] = weights @ q
-    prior[0, :n_heads, n] = top[:, 0]
-    prior[0, :n_heads, n + 1] = weights.sum(-1)
-    return prior
 
 
 def merge_weights(lse_d: Tensor, q_scores: Tensor, lse_q: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -351,46 +333,37 @@ class PrettrRanker(Ranker):
         zero row more for ``sim``, whose weights are uniform over the document's tokens: the mean of ŝ) as the
         query rows of one head as wide as the states, over the stored states themselves (l5/e0: float16 or int8
         read in place) or over each block's decompressed ŝ (its LayerNorm applied by the kernel as it reads each
-        row: no normalised copy). The query tokens' part, the same for every document, goes into the kernel as
-        each row's prior (:func:`query_prior`: its softmax then runs over the query's and the document's tokens at
-        once), or, with ``QUERY_PRIOR`` off, is merged in after by the rows' log-sum-exps (:func:`merge_weights`).
-        None where the kernel does not apply. ``parts`` (:meth:`query_parts`) keeps the query-only rows and prior."""
+        row: no normalised copy). The query tokens' part, the same for every document, is merged in after by the
+        rows' log-sum-exps (:func:`merge_weights`). None where the kernel does not apply. ``parts``
+        (:meth:`query_parts`) keeps the query-only rows."""
         n_heads, n = u.shape
         parts = {} if parts is None else parts
         if "native_rows" not in parts:
-            rows = self.kernel_rows(u)
-            parts["native_rows"] = rows, query_prior(q[0], q_scores, rows.shape[0]) if QUERY_PRIOR else None
-        rows, prior = parts["native_rows"]
-        lse = prior is None
+            parts["native_rows"] = self.kernel_rows(u)
+        rows = parts["native_rows"]
         if self.config.compress:
             blocks = []
             for sl, block in widened(r, q.dtype):
                 y = self.decompressor(block)  # ŝ before its LayerNorm, which the kernel applies row by row
                 mask = key_mask(d_mask[sl])
-                part = attend_native(
-                    rows[None, None], y, y, mask, 1.0, lse=lse, norm=self.decompressor_norm, prior=prior
-                )
+                part = attend_native(rows[None, None], y, y, mask, 1.0, lse=True, norm=self.decompressor_norm)
                 if part is None:
                     return None
                 blocks.append(part)
             found = None
             if blocks:
-                found = (
-                    torch.cat([p[0] for p in blocks]),
-                    torch.cat([p[1][:, 0] for p in blocks]) if lse else None,
-                )
+                found = torch.cat([p[0] for p in blocks]), torch.cat([p[1][:, 0] for p in blocks])
         else:
-            part = attend_native(rows[None, None], r, r, key_mask(d_mask), 1.0, lse=lse, prior=prior)
-            found = None if part is None else (part[0], part[1][:, 0] if lse else None)
+            part = attend_native(rows[None, None], r, r, key_mask(d_mask), 1.0, lse=True)
+            found = None if part is None else (part[0], part[1][:, 0])
         if found is None:
             return None
         out = found[0]  # [B, R, n]
         weighted = out[:, :n_heads]
-        if prior is None:
-            weights = merge_weights(found[1][:, :n_heads], q_scores)
-            # in place over the kernel's output: two passes, no [B, H, n] temporaries (fresh pages cost here)
-            weighted.mul_(weights[0].unsqueeze(-1))
-            weighted.addcmul_(weights[1].unsqueeze(-1), q_scores.softmax(-1) @ q[0])
+        weights = merge_weights(found[1][:, :n_heads], q_scores)
+        # in place over the kernel's output: two passes, no [B, H, n] temporaries (fresh pages cost here)
+        weighted.mul_(weights[0].unsqueeze(-1))
+        weighted.addcmul_(weights[1].unsqueeze(-1), q_scores.softmax(-1) @ q[0])
         return weighted, out[:, n_heads] if self.config.sim else None
 
     def context_folded(

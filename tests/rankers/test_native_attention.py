@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from aheadrank.rankers import QuantizedField, init_ranker, native, prettr
+from aheadrank.rankers import QuantizedField, init_ranker, native
 from aheadrank.rankers.blocks import Attention, attend_native, context_native
 from aheadrank.rankers.text import pad_fields
 from conftest import needs_kernel, random_text, save_tiny_bert
@@ -134,7 +134,7 @@ def test_the_c_entry_point_refuses_arguments_outside_its_limits():
         status = lib.cross_attention(
             q.data_ptr(), 1, k.data_ptr(), k.data_ptr(), None, None, 0, None, 2, 4, 96 // dh, dh, tq,
             out.data_ptr(), None, None, None, 0.0, *(None if x is None else x.data_ptr() for x in (xcol, coef, form)),
-            None, 1,
+            1,
         )  # fmt: skip
         assert status == -1
     assert (out == -7.0).all()
@@ -346,13 +346,12 @@ def test_keys_scaled_per_token_with_an_extra_value(kind, source, n):
 @needs_kernel
 def test_an_extra_value_declines_outside_its_limits():
     """An extra value needs one head, query rows one wider than the stored rows (a multiple of 16), the values
-    being the keys, per-token tensors [B, T], a quadratic form [2n + 3] given alone, no LayerNorm and no prior;
-    otherwise None."""
+    being the keys, per-token tensors [B, T], a quadratic form [2n + 3] given alone, no LayerNorm; otherwise
+    None."""
     k = torch.randn(3, 5, 48)
     ones = torch.ones(3, 5)
     quad = torch.ones(2 * 48 + 3)
     q49, q48, q2 = torch.randn(1, 1, 4, 49), torch.randn(1, 1, 4, 48), torch.randn(1, 2, 4, 25)
-    prior = torch.zeros(1, 4, 50)
     with torch.inference_mode():
         assert attend_native(q49, k, k, None, 1.0, extra=ones) is not None
         assert attend_native(q49, k, k, None, 1.0, quad=quad) is not None
@@ -366,7 +365,6 @@ def test_an_extra_value_declines_outside_its_limits():
         assert attend_native(q49, k, k, None, 1.0, extra=ones, quad=quad) is None
         assert attend_native(q49, k, k, None, 1.0, quad=quad[:-1]) is None
         assert attend_native(q49, k, k, None, 1.0, quad=quad, key_scale=ones) is None
-        assert attend_native(q49, k, k, None, 1.0, extra=ones, prior=prior) is None
         assert (
             attend_native(q49.expand(3, -1, -1, -1), k, k, None, 1.0, extra=ones) is None
         )  # rows per document
@@ -389,48 +387,6 @@ def test_a_layer_norm_is_taken_only_over_whole_rows_that_are_keys_and_values():
 
 
 @needs_kernel
-@pytest.mark.parametrize("kind", ["float16", "int8", "float32"])
-@pytest.mark.parametrize(("dh", "tq"), [(384, 13), (64, 3)])
-def test_a_prior_joins_each_rows_softmax(kind, dh, tq):
-    """prior: keys outside the documents (PreTTR's query tokens), given per row as their weighted sum, largest
-    score and sum of exponentials, join each row's softmax: the output and log-sum-exp equal the float64 formula
-    over [those keys; the document's], a row without a prior (its sum 0) is over the document alone, and a
-    document without a real token gets its rows' priors alone."""
-    g = torch.Generator().manual_seed(11)
-    k, _, k64, _ = _fields(5, 30, dh, kind)
-    q = torch.randn(1, 1, tq, dh, generator=g) * 0.2
-    outside = torch.randn(6, dh, generator=g).double() * 2  # the other keys, which are their own values
-    keep = torch.rand(5, 30, generator=g) > 0.3
-    keep[:, 0] = True
-    keep[2] = False
-    s_out = 0.9 * (q.double()[0, 0] @ outside.T)  # [tq, 6]
-    s_out[:, -1] = float("-inf")  # a padded key among them
-    top = s_out.amax(-1, keepdim=True)
-    w = (s_out - top).exp()
-    prior = torch.cat([w @ outside, top, w.sum(-1, keepdim=True)], -1)  # [tq, dh + 2]
-    prior[-1] = 0  # the last row has none
-    with torch.inference_mode():
-        out, lse = attend_native(q, k, k, keep[:, None, None, :], 0.9, lse=True, prior=prior[None].float())
-    s_doc = (0.9 * (q.double()[0, 0] @ k64.transpose(1, 2))).masked_fill(~keep[:, None, :], float("-inf"))
-    s_all = torch.cat([s_out.expand(5, -1, -1), s_doc], -1)  # [B, tq, 6 + T]
-    s_all[:, -1, :6] = float("-inf")  # the row without a prior: the document's keys only
-    values = torch.cat([outside.expand(5, -1, -1), k64], 1)
-    want = s_all.softmax(-1) @ values
-    want_lse = torch.logsumexp(s_all, -1)
-    real = [0, 1, 3, 4]
-    assert ((out[real].double() - want[real]).abs().max() / want[real].abs().max()).item() <= 1e-5
-    assert (lse[real, 0].double() - want_lse[real]).abs().max().item() <= 1e-5 * want_lse[
-        real
-    ].abs().max().item() + 1e-5
-    # no real token: each row's prior alone, the row without one zeros
-    torch.testing.assert_close(out[2, :-1].double(), want[2, :-1], rtol=1e-5, atol=1e-5)
-    assert (out[2, -1] == 0).all() and lse[2, 0, -1].item() < -1e29
-    assert (
-        attend_native(q, k, k, keep[:, None, None, :], 0.9, prior=prior[None, :-1].float()) is None
-    )  # shape
-
-
-@needs_kernel
 @pytest.mark.parametrize(
     "opts",
     [
@@ -446,8 +402,7 @@ def test_a_prior_joins_each_rows_softmax(kind, dh, tq):
 def test_prettr_last_layer_scores_equal_the_pytorch_path(head32_base, texts, opts, stored, monkeypatch):
     """PreTTR at l = L − 1 from stored fields: [CLS]'s folded rows over the stored states (no compressor), over
     the folded decompression (e <= n / 2), or over each block's decompressed states (e = 48 > n / 2), through the
-    kernel, with the query tokens' part as the rows' prior or merged after by log-sum-exps, give the scores of the
-    PyTorch blocks (1e-5 relative to the score spread)."""
+    kernel, with the query tokens' part merged after by log-sum-exps, give the scores of the PyTorch blocks (1e-5 relative to the score spread)."""
     ranker = init_ranker("prettr", base=head32_base, max_doc_len=48, layer=2, **opts)
     if opts["compress"]:  # a LayerNorm that is not the identity: the kernel applies it (attend_native's norm)
         g = torch.Generator().manual_seed(4)
@@ -473,25 +428,6 @@ def test_prettr_last_layer_scores_equal_the_pytorch_path(head32_base, texts, opt
         slow = ranker.score_batch(qs, fields, mask)
     spread = (slow.max() - slow.min()).clamp(min=1e-6)
     assert ((fast - slow).abs().max() / spread).item() <= 1e-5
-
-
-@needs_kernel
-@pytest.mark.parametrize("opts", [{"compress": 0, "sim": True}, {"compress": 48}], ids=str)
-def test_prettr_query_part_as_prior_or_merged_after_give_the_same_scores(
-    head32_base, texts, opts, monkeypatch
-):
-    """The query tokens' part as the kernel rows' prior (prettr.QUERY_PRIOR, the default) and merged after the
-    kernel by log-sum-exps give the same scores (1e-5 relative to their spread)."""
-    ranker = init_ranker("prettr", base=head32_base, max_doc_len=48, layer=2, **opts)
-    queries, docs = texts
-    fields, mask = _stored_fields(ranker, docs, "float16")
-    with torch.inference_mode():
-        qs = ranker.encode_query(queries[0])
-        prior = ranker.score_batch(qs, fields, mask)
-        monkeypatch.setattr(prettr, "QUERY_PRIOR", False)
-        after = ranker.score_batch(qs, fields, mask)
-    spread = (after.max() - after.min()).clamp(min=1e-6)
-    assert ((prior - after).abs().max() / spread).item() <= 1e-5
 
 
 def _decompression_not_the_identity(ranker, seed: int = 4) -> None:
