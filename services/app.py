@@ -36,7 +36,6 @@ from fastapi import FastAPI
 
 from aheadrank import __version__
 
-_Drain = Drain  # its name before the split (tests/faults/test_queue_slots.py imports it from here)
 __all__ = ["ModelThread", "create_app"]
 
 

@@ -69,12 +69,12 @@ def test_requests_answered_at_their_deadline_free_their_queue_slots(held):
 
 def test_a_request_whose_client_left_frees_its_slot_before_the_model_thread_reaches_it(held):
     """Driven through ``ModelThread.run`` with a request whose client disconnects while it is queued."""
-    from aheadrank.services.app import ModelThread, _Drain
     from aheadrank.services.metrics import ServiceMetrics
+    from aheadrank.services.modelthread import Drain, ModelThread
     from starlette.requests import Request
 
     held.release.clear()
-    model = ModelThread(held.settings, ServiceMetrics(), _Drain())
+    model = ModelThread(held.settings, ServiceMetrics(), Drain())
     entered = threading.Event()
 
     def hold(work):  # the first request: on the model thread until released
