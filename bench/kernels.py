@@ -15,9 +15,6 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``tkpass``: TK's cosines as one GEMM over widened blocks of the stored vectors, then the compiled kernel
   stage, vs the compiled pass that computes both from the stored vectors (``tk.kernel_sums_stored``), from
   float16 and int8 fields, inside the whole timed path.
-* ``prettrnorm``: PreTTR's decompressed states LayerNorm-ed by PyTorch (a normalised copy of each block) before
-  the compiled attention reads them, vs normalised by the kernel as it reads each row (``attend_native``'s
-  ``norm``), from float16 and int8 fields, inside the whole timed path.
 * ``prettrfold``: PreTTR l = L − 1 decompressing each block and attending over ŝ vs attending over r with the
   decompression folded away (``PrettrRanker.context_folded``), from float16 and int8 fields, in the whole path.
 * ``skinny``: the linear layers over a query's few rows (its encoder's layers, [CLS]-only rows) through oneDNN's
@@ -298,19 +295,6 @@ def part_tkpass(args) -> list[dict]:
     return old_vs_new("tkpass", args.tkpass_rankers, tk_gemm_path, "GEMM + kernel stage", "one pass", args)
 
 
-def prettr_norm_in_pytorch():
-    """PreTTR's decompressed states normalised by torch's LayerNorm before the compiled attention reads them (the
-    path before the kernel took the LayerNorm)."""
-    real = prettr.attend_native
-
-    def unfused(q, k, v, mask, scale, lse=False, norm=None):
-        if norm is not None:
-            k = v = norm(k)
-        return real(q, k, v, mask, scale, lse)
-
-    return mock.patch.object(prettr, "attend_native", unfused)
-
-
 def prettr_decompressing():
     """PreTTR decompressing each block (no fold: ``prettr.FOLD_DECOMPRESSION`` 0)."""
     return mock.patch.object(prettr, "FOLD_DECOMPRESSION", 0.0)
@@ -335,14 +319,6 @@ def part_basis(args) -> list[dict]:
 def part_prettrfold(args) -> list[dict]:
     names = args.prettrfold_rankers
     return old_vs_new("prettrfold", names, prettr_decompressing, "decompressed", "folded", args)
-
-
-def part_prettrnorm(args) -> list[dict]:
-    names = args.prettrnorm_rankers
-    with prettr_decompressing():  # the decompressing path is the one that normalises
-        return old_vs_new(
-            "prettrnorm", names, prettr_norm_in_pytorch, "LN by torch", "LN in the kernel", args
-        )
 
 
 def skinny_off():
@@ -604,7 +580,6 @@ PARTS = {
     "native": part_native,
     "blocks": part_blocks,
     "tkpass": part_tkpass,
-    "prettrnorm": part_prettrnorm,
     "prettrfold": part_prettrfold,
     "skinny": part_skinny,
     "gelu": part_gelu,
@@ -641,7 +616,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=["mores-1ib-s2", "mores-2ib-s2", "prettr-l5-e0", "prettr-l5-e128", "tk-2l"],
     )
     p.add_argument("--tkpass-rankers", nargs="+", default=["tk-1l", "tk-2l"])
-    p.add_argument("--prettrnorm-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e256"])
     p.add_argument("--prettrfold-rankers", nargs="+", default=["prettr-l5-e128"])
     p.add_argument("--basis-rankers", nargs="+", default=["prettr-l5-e128"])
     p.add_argument("--queryparts-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e0"])

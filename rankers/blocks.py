@@ -425,7 +425,6 @@ def attend_native(
     mask: Tensor | None,
     scale: float,
     lse: bool = False,
-    norm: nn.LayerNorm | None = None,
     key_scale: Tensor | None = None,
     extra: Tensor | None = None,
     quad: Tensor | None = None,
@@ -433,10 +432,9 @@ def attend_native(
     """:func:`context_native` with the scores' scale given (``scale·q·kᵀ``) and, with ``lse``, also each row's
     log-sum-exp of its scores [B, h, Tq], for merging with scores over other keys (PreTTR's query tokens). A
     head may be as wide as the states (dh a multiple of 16 up to 512: h = 1 reads whole rows), and v may be k.
-    With ``norm`` (a LayerNorm over the rows; h = 1 and v = k only), the attention is over ``norm(k)``, each row
-    normalised as it is widened, without a normalised copy in memory (PreTTR's decompressed states). With
+    With
     ``key_scale`` [B, T] (v = k only) each token's row is multiplied by its scale (with an int8 field's own).
-    With ``extra`` [B, T] or ``quad`` (h = 1, v = k, no norm) each key and value is its row followed by one
+    With ``extra`` [B, T] or ``quad`` (h = 1, v = k) each key and value is its row followed by one
     more value x_j, q's rows are n + 1 wide (their last value: the coefficient on x_j) and so is the output;
     ``extra`` gives x_j, ``quad`` [2n + 3] = (diag, g2, bb, 1/n, ε) has the kernel compute it from the row it
     widens, x_j = (max(r_j·(diag ⊙ r_j + g2) + bb, 0)/n + ε)^−½, and scale the row by it (PreTTR's folded
@@ -465,7 +463,7 @@ def attend_native(
         or b == 0
     ):
         return None
-    if extended and (h != 1 or bq != 1 or v is not k or norm is not None):
+    if extended and (h != 1 or bq != 1 or v is not k):
         return None
     if extra is not None and quad is not None:
         return None
@@ -478,13 +476,6 @@ def attend_native(
         return None
     if mask is not None and (mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1:3] != (1, 1)):
         return None
-    ln = None
-    if norm is not None:
-        if h != 1 or v is not k or norm.normalized_shape != (n,) or norm.weight is None or norm.bias is None:
-            return None
-        if torch.is_grad_enabled() and (norm.weight.requires_grad or norm.bias.requires_grad):
-            return None
-        ln = (norm.weight.detach().float().contiguous(), norm.bias.detach().float().contiguous(), norm.eps)
     lib = native.library("attention")
     if lib is None:
         return None
@@ -521,9 +512,6 @@ def attend_native(
         tq,
         native.ptr(out),
         None if lse_out is None else native.ptr(lse_out),
-        None if ln is None else native.ptr(ln[0]),
-        None if ln is None else native.ptr(ln[1]),
-        0.0 if ln is None else ln[2],
         None if extra is None else native.ptr(extra),
         None if coef is None else native.ptr(coef),
         None if quad is None else native.ptr(quad),

@@ -61,8 +61,8 @@ _SIGNATURES = {
     "tk_kernel_sums": [_P, _P, _I, _I, _I, *_CHAIN, _P, _I],  # ..., out, threads
     # q, d, d scales, kind, mask, B, Td, n, Tq, chain..., out, threads
     "tk_stored_sums": [_P, _P, _P, _I, _P, _I, _I, _I, _I, *_CHAIN, _P, _I],
-    # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, lse, ln weight, ln bias, ln eps,
-    # extra values, their coefficients, the quadratic form giving them, threads
+    # q, Bq, k, v, k scales, v scales, kind, mask, B, T, H, dh, Tq, out, lse, extra values, their coefficients,
+    # the quadratic form giving them, threads
     "cross_attention": [
         _P,
         _I,
@@ -81,12 +81,9 @@ _SIGNATURES = {
         _P,
         _P,
         _P,
-        _F,
-        _P,
-        _P,
         _P,
         _I,
-    ],
+    ],  # fmt: skip
     # x, M, K, packed panels, bias, N, out, activation (0 none, 1 GELU), residual, ln weight, ln bias, ln eps,
     # threads
     "skinny_linear": [_P, _I, _I, _P, _P, _I, _P, _I, _P, _P, _P, _F, _I],

@@ -126,9 +126,8 @@ int tk_kernel_sums(const float *m, const uint8_t *mask, int64_t B, int64_t Td, i
    q [Bq, H, Tq, dh] float32, already scaled (Bq = 1: the same rows for every document, else B); k, v [B, T, H*dh]
    float16 (kind 0), bfloat16 (kind 1), int8 (kind 2, times ks / vs [B, T], one scale per token) or float32
    (kind 3); v may be k itself (widened once); mask [B, T] (nonzero: a real token) or NULL; out [B, Tq, H*dh]
-   float32; lse [B, H, Tq] or NULL: log sum_t e^score per row, for merging with scores over other keys; ln_w,
-   ln_b [dh] (or NULL): the keys (which must be the values, H = 1: whole rows) are LayerNorm-ed with these weights
-   and eps as they are widened (PreTTR's decompressed states: no normalised copy of them is written); ks / vs may
+   float32; lse [B, H, Tq] or NULL: log sum_t e^score per row, for merging with scores over other keys;
+   ks / vs may
    scale float16, bfloat16 and float32 keys / values per token too (int8: they are its scales). xq [Tq] (or NULL):
    an extra value per key (H = 1, the keys being the values): key j is its stored row (times its scale) followed
    by x_j, row i's coefficient on x_j is xq[i] (already scaled), and the output rows are dh + 1 wide, column dh
@@ -190,23 +189,6 @@ static inline __m512 att_exp(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
-}
-
-/* LayerNorm of one widened row x [dh] in place, as torch's: (x - mean) / sqrt(biased variance + eps) * w + b */
-static inline void att_layer_norm(float *x, int64_t dh, const float *w, const float *b, float eps) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t d = 0; d < dh; d += 16) acc = _mm512_add_ps(acc, _mm512_load_ps(x + d));
-    const __m512 mean = _mm512_set1_ps(_mm512_reduce_add_ps(acc) / (float)dh);
-    acc = _mm512_setzero_ps();
-    for (int64_t d = 0; d < dh; d += 16) {
-        const __m512 c = _mm512_sub_ps(_mm512_load_ps(x + d), mean);
-        acc = _mm512_fmadd_ps(c, c, acc);
-    }
-    const __m512 rstd = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(acc) / (float)dh + eps));
-    for (int64_t d = 0; d < dh; d += 16) {
-        const __m512 c = _mm512_mul_ps(_mm512_sub_ps(_mm512_load_ps(x + d), mean), rstd);
-        _mm512_store_ps(x + d, _mm512_fmadd_ps(c, _mm512_loadu_ps(w + d), _mm512_loadu_ps(b + d)));
-    }
 }
 
 /* Rows i0 .. i0 + RB - 1 (those below Tq stored) of the weighted sum, value vectors d0 .. d0 + ND - 1: RB x ND
@@ -461,8 +443,7 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
                                                             const float *vs, int64_t kind, int same,
                                                             const int32_t *idx, int64_t nv, int64_t n, int64_t col,
                                                             float *kb, float *vb, float *s, float *out,
-                                                            float *lse, int64_t Tq, const float *ln_w,
-                                                            const float *ln_b, float ln_eps, const float *xcol,
+                                                            float *lse, int64_t Tq, const float *xcol,
                                                             const float *xqt, const float *quad, float *xv,
                                                             int64_t ostride, const char *pk, const char *pv,
                                                             int64_t plines) {
@@ -478,7 +459,6 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
             _mm512_store_ps(kb + t * dh + 16 * d, att_scaled16(k, j * n + col + 16 * d, kind, kscale, ks != NULL));
             if (!same) _mm512_store_ps(vb + t * dh + 16 * d, att_scaled16(v, j * n + col + 16 * d, kind, vscale, vs != NULL));
         }
-        if (ln_w) att_layer_norm(kb + t * dh, dh, ln_w, ln_b, ln_eps); /* the row normalised where it lies */
         if (quad) { /* x_j = 1 / sqrt(max(r.(diag r + g2) + bb, 0) / n + eps), and the row times x_j */
             float *row = kb + t * dh;
             __m512 acc = _mm512_setzero_ps();
@@ -575,14 +555,13 @@ static inline __attribute__((always_inline)) void att_head(const int ND, const i
 
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, const float *xcol,
+                    float *out, float *lse, const float *xcol,
                     const float *xq, const float *quad, int64_t threads) {
     const int extra = xq != NULL;
     if (dh < 16 || dh % 16 || dh > ATT_MAXDH || Tq < 1 || Tq > ATT_ROWS || T < 1 || T > ATT_MAXT || kind < 0 || kind > 3 ||
         (Bq != 1 && Bq != B) || (kind == 2 && (!ks || !vs)) || threads < 1 ||
-        (ln_w && (H != 1 || k != v || ks != vs || !ln_b)) || /* LayerNorm: of whole rows, that are keys and values */
         /* an extra value: one head, keys that are the values, no LayerNorm; from xcol or from quad */
-        (extra && (H != 1 || k != v || ks != vs || ln_w || (xcol != NULL) == (quad != NULL) ||
+        (extra && (H != 1 || k != v || ks != vs || (xcol != NULL) == (quad != NULL) ||
                    (quad && ks && kind != 2))) ||
         (!extra && (xcol || quad)))
         return -1;
@@ -601,7 +580,7 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
         float *xqt = extra ? att_alloc(sizeof(float) * ATT_ROWS) : NULL; /* the rows' extra coefficients, by lane */
         float *xv = extra ? att_alloc(sizeof(float) * (size_t)T) : NULL; /* each real token's extra value */
         /* heads 32 wide, keys across the lanes (att_head_t32): the keys transposed, the scores in s */
-        const int t32 = dh == 32 && !ln_w && !extra && T <= ATT_ST - 16;
+        const int t32 = dh == 32 && !extra && T <= ATT_ST - 16;
         float *kT = t32 ? att_alloc(sizeof(float) * (size_t)((T + 15) / 16 * 512)) : NULL;
         int32_t *idx = malloc(sizeof(int32_t) * (size_t)T);
         const int ok = kb && vb && s && qt && idx && (!extra || (xqt && xv)) && (!t32 || kT);
@@ -664,7 +643,7 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                     continue;
                 }
 #define ATT_HEAD(ND, NQ, DH) \
-    att_head(ND, NQ, DH, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, ln_w, ln_b, ln_eps, \
+    att_head(ND, NQ, DH, qh, kd, vd, ksb, vsb, kind, same, idx, nv, n, h * dh, kb, vb, s, ob, lh, Tq, \
              xb, xqt, quad, xv, ostride, pk, pv, pl)
                 if (dh == 32 && Tq <= 16)
                     ATT_HEAD(2, 1, 32);
@@ -1115,9 +1094,9 @@ int encoder_stack(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t
 #else
 int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, const float *ks, const float *vs,
                     int64_t kind, const uint8_t *mask, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t Tq,
-                    float *out, float *lse, const float *ln_w, const float *ln_b, float ln_eps, const float *xcol,
+                    float *out, float *lse, const float *xcol,
                     const float *xq, const float *quad, int64_t threads) {
-    (void)threads, (void)lse, (void)ln_w, (void)ln_b, (void)ln_eps, (void)xq, (void)quad, (void)xcol, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
+    (void)threads, (void)lse, (void)xq, (void)quad, (void)xcol, (void)q, (void)Bq, (void)k, (void)v, (void)ks, (void)vs, (void)kind, (void)mask, (void)B, (void)T, (void)H;
     (void)dh, (void)Tq, (void)out;
     return -1;
 }

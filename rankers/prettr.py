@@ -332,8 +332,7 @@ class PrettrRanker(Ranker):
         """:meth:`weighted_blocks` by the compiled attention (``blocks.attend_native``): the H folded rows (and a
         zero row more for ``sim``, whose weights are uniform over the document's tokens: the mean of ŝ) as the
         query rows of one head as wide as the states, over the stored states themselves (l5/e0: float16 or int8
-        read in place) or over each block's decompressed ŝ (its LayerNorm applied by the kernel as it reads each
-        row: no normalised copy). The query tokens' part, the same for every document, is merged in after by the
+        read in place) or over each block's decompressed ŝ. The query tokens' part, the same for every document, is merged in after by the
         rows' log-sum-exps (:func:`merge_weights`). None where the kernel does not apply. ``parts``
         (:meth:`query_parts`) keeps the query-only rows."""
         n_heads, n = u.shape
@@ -344,9 +343,8 @@ class PrettrRanker(Ranker):
         if self.config.compress:
             blocks = []
             for sl, block in widened(r, q.dtype):
-                y = self.decompressor(block)  # ŝ before its LayerNorm, which the kernel applies row by row
-                mask = key_mask(d_mask[sl])
-                part = attend_native(rows[None, None], y, y, mask, 1.0, lse=True, norm=self.decompressor_norm)
+                s = self.decompress(block)  # ŝ
+                part = attend_native(rows[None, None], s, s, key_mask(d_mask[sl]), 1.0, lse=True)
                 if part is None:
                     return None
                 blocks.append(part)

@@ -133,7 +133,7 @@ def test_the_c_entry_point_refuses_arguments_outside_its_limits():
         q = torch.zeros(1, 96 // dh, max(tq, 1), dh)
         status = lib.cross_attention(
             q.data_ptr(), 1, k.data_ptr(), k.data_ptr(), None, None, 0, None, 2, 4, 96 // dh, dh, tq,
-            out.data_ptr(), None, None, None, 0.0, *(None if x is None else x.data_ptr() for x in (xcol, coef, form)),
+            out.data_ptr(), None, *(None if x is None else x.data_ptr() for x in (xcol, coef, form)),
             1,
         )  # fmt: skip
         assert status == -1
@@ -265,38 +265,6 @@ def test_wide_heads_values_that_are_the_keys_and_log_sum_exps(kind, dh, tq):
 
 
 @needs_kernel
-@pytest.mark.parametrize("kind", ["float32", "float16"])
-def test_keys_layer_normed_as_they_are_widened(kind):
-    """With a LayerNorm given (PreTTR's decompressed states), the attention runs over LN(k), each real row
-    normalised by the kernel as torch's LayerNorm does (its weights, bias and eps): as the float64 formula, with
-    the log-sum-exps; rows far from zero mean and unit scale, padding holding NaN."""
-    g = torch.Generator().manual_seed(8)
-    n = 192
-    k = torch.randn(6, 30, n, generator=g) * 3 + torch.randn(6, 30, 1, generator=g) * 5  # per-row offsets
-    keep = torch.rand(6, 30, generator=g) > 0.3
-    keep[:, 0] = True
-    k[~keep] = float("nan")
-    k = k.to(getattr(torch, kind))
-    norm = torch.nn.LayerNorm(n, eps=1e-5)
-    with torch.no_grad():
-        norm.weight.copy_(torch.rand(n, generator=g) + 0.5)
-        norm.bias.copy_(torch.randn(n, generator=g) * 0.1)
-    q = torch.randn(1, 1, 13, n, generator=g) * 0.1
-    with torch.inference_mode():
-        found = attend_native(q, k, k, keep[:, None, None, :], 1.0, lse=True, norm=norm)
-    assert found is not None
-    out, lse = found
-    k64 = k.double().nan_to_num()
-    x = (k64 - k64.mean(-1, keepdim=True)) / (k64.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
-    x = x * norm.weight.detach().double() + norm.bias.detach().double()
-    scores = (q.double()[0, 0] @ x.transpose(1, 2)).masked_fill(~keep[:, None, :], float("-inf"))
-    want = scores.softmax(-1) @ x
-    assert ((out.double() - want).abs().max() / want.abs().max()).item() <= 1e-5
-    want_lse = torch.logsumexp(scores, -1)
-    assert (lse[:, 0].double() - want_lse).abs().max().item() <= 1e-5 * want_lse.abs().max().item() + 1e-5
-
-
-@needs_kernel
 @pytest.mark.parametrize("kind", ["float16", "bfloat16", "int8", "float32"])
 @pytest.mark.parametrize("source", ["given", "quad"])
 @pytest.mark.parametrize("n", [48, 64])
@@ -346,8 +314,7 @@ def test_keys_scaled_per_token_with_an_extra_value(kind, source, n):
 @needs_kernel
 def test_an_extra_value_declines_outside_its_limits():
     """An extra value needs one head, query rows one wider than the stored rows (a multiple of 16), the values
-    being the keys, per-token tensors [B, T], a quadratic form [2n + 3] given alone, no LayerNorm; otherwise
-    None."""
+    being the keys, per-token tensors [B, T], a quadratic form [2n + 3] given alone; otherwise None."""
     k = torch.randn(3, 5, 48)
     ones = torch.ones(3, 5)
     quad = torch.ones(2 * 48 + 3)
@@ -361,29 +328,12 @@ def test_an_extra_value_declines_outside_its_limits():
         assert attend_native(q49, k, k, None, 1.0, extra=ones[:, :4]) is None
         assert attend_native(q49, k, k, None, 1.0, key_scale=ones[:2]) is None
         assert attend_native(q49, k[..., :40], k[..., :40], None, 1.0, extra=ones) is None
-        assert attend_native(q49, k, k, None, 1.0, extra=ones, norm=torch.nn.LayerNorm(48)) is None
         assert attend_native(q49, k, k, None, 1.0, extra=ones, quad=quad) is None
         assert attend_native(q49, k, k, None, 1.0, quad=quad[:-1]) is None
         assert attend_native(q49, k, k, None, 1.0, quad=quad, key_scale=ones) is None
         assert (
             attend_native(q49.expand(3, -1, -1, -1), k, k, None, 1.0, extra=ones) is None
         )  # rows per document
-
-
-@needs_kernel
-def test_a_layer_norm_is_taken_only_over_whole_rows_that_are_keys_and_values():
-    """The kernel normalises only one head as wide as the rows whose keys are the values; otherwise (several
-    heads, values other than the keys, a LayerNorm of another width or one that needs gradients) it declines."""
-    norm = torch.nn.LayerNorm(64)
-    k = torch.randn(3, 5, 64)
-    one_head, two_heads = torch.randn(1, 1, 4, 64), torch.randn(1, 2, 4, 32)
-    with torch.inference_mode():
-        assert attend_native(one_head, k, k, None, 1.0, norm=norm) is not None
-        assert attend_native(two_heads, k, k, None, 1.0, norm=norm) is None
-        assert attend_native(one_head, k, k.clone(), None, 1.0, norm=norm) is None
-        assert attend_native(one_head, k, k, None, 1.0, norm=torch.nn.LayerNorm(32)) is None
-    with torch.enable_grad():
-        assert attend_native(one_head, k, k, None, 1.0, norm=norm) is None
 
 
 @needs_kernel
@@ -404,7 +354,7 @@ def test_prettr_last_layer_scores_equal_the_pytorch_path(head32_base, texts, opt
     the folded decompression (e <= n / 2), or over each block's decompressed states (e = 48 > n / 2), through the
     kernel, with the query tokens' part merged after by log-sum-exps, give the scores of the PyTorch blocks (1e-5 relative to the score spread)."""
     ranker = init_ranker("prettr", base=head32_base, max_doc_len=48, layer=2, **opts)
-    if opts["compress"]:  # a LayerNorm that is not the identity: the kernel applies it (attend_native's norm)
+    if opts["compress"]:  # a LayerNorm that is not the identity
         g = torch.Generator().manual_seed(4)
         with torch.no_grad():
             ranker.decompressor_norm.weight.copy_(torch.rand(ranker.config.hidden, generator=g) + 0.5)
