@@ -17,15 +17,8 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   float16 and int8 fields, inside the whole timed path.
 * ``prettrfold``: PreTTR l = L − 1 decompressing each block and attending over ŝ vs attending over r with the
   decompression folded away (``PrettrRanker.context_folded``), from float16 and int8 fields, in the whole path.
-* ``skinny``: the linear layers over a query's few rows (its encoder's layers, [CLS]-only rows) through oneDNN's
-  packed linear (``blocks.SKINNY_MAX_ROWS`` 0) vs the compiled skinny linear (``blocks.linear_native``), inside
-  the whole timed path.
-* ``gelu``: the feed-forward's GELU as a second pass (``F.gelu`` over the linear's output) vs applied as each
-  output is stored (``blocks.Linear.gelu``: by the compiled skinny linear for a few rows, oneDNN's GELU post-op
-  for many), inside the whole timed path.
-* ``addnorm``: BERT's output sub-layer over a few rows as a projection, then the residual and LayerNorm by torch,
-  vs one compiled skinny call for all three (``blocks._AddNorm`` → ``Linear.add_norm``), inside the whole timed
-  path.
+* ``layer``: a query encoder's layers over a few rows as separate PyTorch calls vs one compiled call each
+  (``blocks.layer_native``), in the whole timed path.
 * ``source``: the compiled kernels built from another revision's ``rankers/native_kernels.c`` (``--source-rev``,
   default HEAD: what the working tree changes) vs the working tree's, inside the whole timed path; an entry point
   the old source lacks declines there (its caller runs the code it falls back to). Entry points both have must
@@ -69,7 +62,6 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-import torch.nn.functional as F
 from aheadrank.rankers import QuantizedField, blocks, native, prettr, tk
 from aheadrank.rankers.text import pad
 from aheadrank.rankers.variants import parse_variant
@@ -321,37 +313,13 @@ def part_prettrfold(args) -> list[dict]:
     return old_vs_new("prettrfold", names, prettr_decompressing, "decompressed", "folded", args)
 
 
-def skinny_off():
-    """Every linear layer through oneDNN's packed linear (or F.linear), whatever its rows."""
-    return mock.patch.object(blocks, "SKINNY_MAX_ROWS", 0)
-
-
-def part_skinny(args) -> list[dict]:
-    return old_vs_new("skinny", args.skinny_rankers, skinny_off, "oneDNN", "skinny", args)
-
-
-def gelu_apart():
-    """The GELU as a pass of its own after the linear layer."""
-    return mock.patch.object(blocks.Linear, "gelu", lambda self, x: F.gelu(self(x)))
-
-
-def add_norm_apart():
-    """The output sub-layer's projection, residual and LayerNorm as separate steps."""
-    return mock.patch.object(blocks._AddNorm, "forward", lambda self, x, res: self.finish(self.dense(x), res))
-
-
-def part_addnorm(args) -> list[dict]:
-    names = args.skinny_rankers
-    return old_vs_new("addnorm", names, add_norm_apart, "linear, add, LN", "one call", args)
-
-
 def layer_apart():
-    """Each layer over a few rows as its separate calls (skinny linears, attention, LayerNorms), not one."""
+    """Each layer over a few rows as its separate PyTorch calls, not one compiled call."""
     return mock.patch.object(blocks, "layer_native", lambda layer, x, mask: None)
 
 
 def part_layer(args) -> list[dict]:
-    return old_vs_new("layer", args.skinny_rankers, layer_apart, "calls per layer", "one call", args)
+    return old_vs_new("layer", args.layer_rankers, layer_apart, "calls per layer", "one call", args)
 
 
 def query_parts_per_chunk():
@@ -365,10 +333,6 @@ def query_parts_per_chunk():
 def part_queryparts(args) -> list[dict]:
     names = args.queryparts_rankers
     return old_vs_new("queryparts", names, query_parts_per_chunk, "per chunk", "per query", args)
-
-
-def part_gelu(args) -> list[dict]:
-    return old_vs_new("gelu", args.skinny_rankers, gelu_apart, "F.gelu after", "GELU in the linear", args)
 
 
 class _Declining:
@@ -581,9 +545,6 @@ PARTS = {
     "blocks": part_blocks,
     "tkpass": part_tkpass,
     "prettrfold": part_prettrfold,
-    "skinny": part_skinny,
-    "gelu": part_gelu,
-    "addnorm": part_addnorm,
     "layer": part_layer,
     "queryparts": part_queryparts,
     "source": part_source,
@@ -616,14 +577,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=["mores-1ib-s2", "mores-2ib-s2", "prettr-l5-e0", "prettr-l5-e128", "tk-2l"],
     )
     p.add_argument("--tkpass-rankers", nargs="+", default=["tk-1l", "tk-2l"])
+    p.add_argument(
+        "--layer-rankers", nargs="+", default=["tk-2l", "tk-6l-base", "prettr-l5-e0", "mores-1ib-s2"]
+    )
     p.add_argument("--prettrfold-rankers", nargs="+", default=["prettr-l5-e128"])
     p.add_argument("--basis-rankers", nargs="+", default=["prettr-l5-e128"])
     p.add_argument("--queryparts-rankers", nargs="+", default=["prettr-l5-e128", "prettr-l5-e0"])
     p.add_argument(
         "--queryside-rankers", nargs="+", default=["prettr-l5-e128", "mores-1ib-s2", "mores-2ib-s2", "tk-2l"]
-    )
-    p.add_argument(
-        "--skinny-rankers", nargs="+", default=["tk-2l", "tk-6l-base", "prettr-l5-e0", "mores-1ib-s2"]
     )
     p.add_argument(
         "--source-rankers",

@@ -77,14 +77,12 @@ _MIN_PACKED_FEATURES = 16  # score heads and TK's kernel weights (n -> 1, 11 -> 
 _MIN_SHARED_ROWS = 8
 
 
-# At most this many rows (the query encoders' 18, [CLS]-only rows) go through the compiled skinny linear
-# (native_kernels.c: skinny_linear) instead of oneDNN: 1.1-2.9x faster there with the weights in cache
-# (bench/kernels.py --parts skinny), and it streams them faster from memory; at 96 rows the two are even.
-SKINNY_MAX_ROWS = int(os.environ.get("AHEADRANK_SKINNY_MAX_ROWS", "64"))
+# At most this many rows in all (a query encoder's tokens) go through the compiled layer (layer_native)
+SKINNY_MAX_ROWS = 64
 
 
 def pack_panels(w: Tensor) -> Tensor:
-    """w [N, K] as the compiled skinny linear reads it: panels of ``native.SKINNY_PANEL`` output columns,
+    """w [N, K] as the compiled layer reads it: panels of ``native.SKINNY_PANEL`` output columns,
     [ceil(N / P), K, P] float32, the columns past N zero."""
     n, k = w.shape
     p = native.SKINNY_PANEL
@@ -93,64 +91,9 @@ def pack_panels(w: Tensor) -> Tensor:
     return panels.view(-1, p, k).transpose(1, 2).contiguous()
 
 
-SKINNY_GELU = 1  # native_kernels.c skinny_linear's act: GELU (erf form) on each output as it is stored
-
-
-def linear_native(
-    x: Tensor,
-    panels: Tensor,
-    bias: Tensor | None,
-    n_out: int,
-    act: int = 0,
-    residual: Tensor | None = None,
-    norm: nn.LayerNorm | None = None,
-) -> Tensor | None:
-    """``x @ wᵀ + bias`` (with ``act`` SKINNY_GELU: its GELU; with ``residual`` and ``norm``:
-    ``norm(x @ wᵀ + bias + residual)``, BERT's projection, residual and LayerNorm in one call) by the compiled
-    skinny linear from w's :func:`pack_panels` (float32 CPU tensors, at most SKINNY_MAX_ROWS rows in x's leading
-    dimensions), or None where it does not apply (no compiled kernels, no AVX-512, too many rows, a residual of
-    another shape or a norm over other than the outputs): the caller runs its usual code. The sums run in k
-    order: the same bits for any thread count, and within float32 rounding of any other order."""
-    k = x.shape[-1]
-    rows = x.numel() // k if k else 0
-    if not 1 <= rows <= SKINNY_MAX_ROWS or panels.shape[1] != k:
-        return None
-    ln = None
-    if residual is not None or norm is not None:
-        if residual is None or norm is None or act or norm.weight is None or norm.bias is None:
-            return None
-        if residual.shape != (*x.shape[:-1], n_out) or residual.dtype != torch.float32:
-            return None
-        if norm.normalized_shape != (n_out,) or residual.device != x.device:
-            return None
-        ln = (residual.contiguous(), norm.weight.detach().contiguous(), norm.bias.detach().contiguous())
-    lib = native.library("linear")
-    if lib is None:
-        return None
-    flat = x.reshape(rows, k).contiguous()
-    out = torch.empty(*x.shape[:-1], n_out, dtype=torch.float32, device=x.device)
-    b = None if bias is None else bias.detach().contiguous()
-    status = lib.skinny_linear(
-        native.ptr(flat),
-        rows,
-        k,
-        native.ptr(panels),
-        None if b is None else native.ptr(b),
-        n_out,
-        native.ptr(out),
-        act,
-        *((None, None, None) if ln is None else (native.ptr(t) for t in ln)),
-        0.0 if ln is None else float(norm.eps),
-        torch.get_num_threads(),
-    )
-    return out if status == 0 else None
-
-
 class Linear(nn.Linear):
     """``nn.Linear`` (same parameters and state dict) whose inference on the CPU in float32 runs as oneDNN's
-    linear over a packed copy of the weight (``ONEDNN_LINEAR``), or, for at most SKINNY_MAX_ROWS rows (a query's
-    tokens), as the compiled skinny linear over a panel copy (:func:`linear_native`). A copy is made on the first
-    such call and made again whenever the weight has changed since (its version counter or storage: an
+    linear over a packed copy of the weight (``ONEDNN_LINEAR``). A copy is made on the first such call and made again whenever the weight has changed since (its version counter or storage: an
     optimiser step, a ``load_state_dict``, an in-place fit). Anything else — gradients, autocast, another dtype
     or device, a weight created in inference mode (no version counter to trust), small layers — is
     ``F.linear`` as usual. Same function up to float32 rounding (the sums run in another order: ~1e-6
@@ -161,17 +104,8 @@ class Linear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         if self._use_packed(x):
-            out = self._skinny(x)
-            return out if out is not None else self._onednn(x)
+            return self._onednn(x)
         return F.linear(x, self.weight, self.bias)
-
-    def gelu(self, x: Tensor) -> Tensor:
-        """``F.gelu(self(x))``; in inference the GELU is applied as each output is stored, by the compiled skinny
-        linear for few rows or as oneDNN's GELU post-op (erf form) for many: no second pass over the activations."""
-        if self._use_packed(x):
-            out = self._skinny(x, SKINNY_GELU)
-            return out if out is not None else self._onednn(x, "gelu", "none")
-        return F.gelu(self(x))
 
     def _onednn(self, x: Tensor, post_op: str = "none", algorithm: str = "") -> Tensor:
         """oneDNN's linear over the packed copy (made or remade as the weight requires), with a post-op."""
@@ -181,24 +115,8 @@ class Linear(nn.Linear):
             self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), 64))
         return torch.ops.mkldnn._linear_pointwise(x, self._packed[1], self.bias, post_op, [], algorithm)
 
-    def add_norm(self, x: Tensor, residual: Tensor, norm: nn.LayerNorm) -> Tensor | None:
-        """``norm(self(x) + residual)`` through the compiled skinny linear (one call: projection, residual,
-        LayerNorm), or None where that does not apply: the caller computes it as usual."""
-        if not self._use_packed(x):
-            return None
-        return self._skinny(x, residual=residual, norm=norm)
-
-    def _skinny(
-        self, x: Tensor, act: int = 0, residual: Tensor | None = None, norm: nn.LayerNorm | None = None
-    ) -> Tensor | None:
-        """The compiled skinny linear over the panel copy (made or remade as the weight requires) for at most
-        SKINNY_MAX_ROWS rows, or None (more rows, no compiled kernels). The caller has checked _use_packed."""
-        if x.numel() > SKINNY_MAX_ROWS * self.in_features or native.library("linear") is None:
-            return None
-        return linear_native(x, self.panels(), self.bias, self.out_features, act, residual, norm)
-
     def panels(self) -> Tensor:
-        """The weight as the compiled skinny linear reads it (:func:`pack_panels`), packed on the first call and
+        """The weight as the compiled layer reads it (:func:`pack_panels`), packed on the first call and
         again whenever the weight has changed since."""
         w = self.weight
         key = weights_key(w)
@@ -279,12 +197,6 @@ class _AddNorm(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        if not (
-            self.training and self.dropout.p
-        ):  # a few rows: projection, residual and LayerNorm in one call
-            fused = self.dense.add_norm(x, residual, self.LayerNorm)
-            if fused is not None:
-                return fused
         return self.finish(self.dense(x), residual)
 
     def finish(self, projected: Tensor, residual: Tensor) -> Tensor:
@@ -740,7 +652,7 @@ class TransformerLayer(nn.Module):
 
     def ffn(self, x: Tensor) -> Tensor:
         """BERT's feed-forward sub-layer: ``LN(W2·GELU(W1·x + b1) + b2 + x)``."""
-        return self.output(self.intermediate.dense.gelu(x), x)
+        return self.output(F.gelu(self.intermediate.dense(x)), x)
 
     def forward(
         self,
@@ -765,7 +677,7 @@ def layer_native(layer: TransformerLayer, x: Tensor, mask: Tensor | None) -> Ten
     float32 on the CPU, mask None or a key mask [B, 1, 1, T] bool (:func:`key_mask`). None where it does not
     apply (training, autograd, no compiled kernels, more rows, a per-row mask, weights the packed paths do not
     take): the caller runs the layer as usual. Same values within float32 rounding
-    (``tests/rankers/test_native_skinny.py``)."""
+    (``tests/rankers/test_native_layer.py``)."""
     found = _native_layer_inputs(layer, x, mask)
     if found is None:
         return None

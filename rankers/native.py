@@ -1,9 +1,9 @@
 """Optional C kernels for stages PyTorch runs as many small passes, compiled on first use: TK's kernel stage (alone,
 or with the cosines, from the stored term vectors: ``tk.kernel_sums_stored``), the attention of a few query rows
-(``blocks.attend_native``: MORES' interaction blocks, PreTTR's [CLS], the query encoders) and the linear layers over
-a few rows (``blocks.linear_native``: the query encoders' layers, [CLS]-only rows), and whole BERT layers over a
-few rows (``blocks.layer_native``, and consecutive layers in one call: ``blocks.stack_native``: the query
-encoders).
+(``blocks.attend_native``: MORES' interaction blocks, PreTTR's [CLS], the query encoders), and whole BERT layers
+over a few rows (``blocks.layer_native``, and consecutive layers in one call: ``blocks.stack_native``: the query
+encoders). Each is one family of :data:`FAMILIES`, switched on and off by ``AHEADRANK_NATIVE``; the kernels
+that did not pay at the service level are gone (``docs/performance.md``, "Kernels").
 
 The C source (``native_kernels.c``, shipped with the package) is compiled with the machine's C compiler
 (``$CC``, else ``cc``/``gcc``) for this CPU (``-O3 -march=native -ffast-math -fopenmp``: GCC vectorises
@@ -84,9 +84,6 @@ _SIGNATURES = {
         _P,
         _I,
     ],  # fmt: skip
-    # x, M, K, packed panels, bias, N, out, activation (0 none, 1 GELU), residual, ln weight, ln bias, ln eps,
-    # threads
-    "skinny_linear": [_P, _I, _I, _P, _P, _I, _P, _I, _P, _P, _P, _F, _I],
     # x, B, T, n, mask, heads, then packed panels and bias of Q, K, V, O, LayerNorm 1 (weight, bias, eps),
     # W1, b1, inner width, W2, b2, LayerNorm 2 (weight, bias, eps), out, threads
     "encoder_layer": [_P, _I, _I, _I, _P, _I, *[_P] * 10, _F, _P, _P, _I, _P, _P, _P, _P, _F, _P, _I],
@@ -99,7 +96,9 @@ ENCODER_STACK_MAX_LAYERS = 64  # native_kernels.c: encoder_stack
 ATTENTION_MAX_ROWS = 32  # native_kernels.c: ATT_ROWS, ATT_MAXT, ATT_MAXDH
 ATTENTION_MAX_KEYS = 4096
 ATTENTION_MAX_HEAD_DIM = 512
-SKINNY_PANEL = 32  # native_kernels.c: SK_NR, the output columns of one packed panel
+SKINNY_PANEL = (
+    32  # native_kernels.c: SK_NR, the output columns of one packed panel of encoder_layer's linears
+)
 
 
 def attention_head_dim(dh: int) -> bool:
@@ -113,11 +112,10 @@ _lock = threading.Lock()
 
 # AHEADRANK_NATIVE (read at every call, in this one place): which kernel families run compiled. ``all`` (also 1, true,
 # yes, on, or unset) every family, ``none`` (0, false, no, off) none, else a comma list of families (``attention,tk``)
-# or of families left out of all (``-layer,-linear``); an unknown name is an error, never a silent fallback
+# or of families left out of all (``-layer``); an unknown name is an error, never a silent fallback
 ENVIRONMENT = cbuild.ENVIRONMENT
 FAMILIES = (
     "attention",  # cross_attention: attend_native / context_native (MORES, PreTTR's [CLS], the query encoders)
-    "linear",  # skinny_linear: blocks.Linear over a few rows
     "layer",  # encoder_layer, encoder_stack: whole BERT layers over a few rows (layer_native, stack_native)
     "tk",  # tk_kernel_sums, tk_stored_sums: TK's kernel stage
 )

@@ -776,15 +776,12 @@ int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind,
     free(qt);
     return status;
 }
-/* y [M, N] = x [M, K] · Wᵀ + b for a few rows (the query encoders' 18: oneDNN's packed linear runs these at
-   150-250 GFLOP/s and streams the weights slowly when they are not in cache). wp: W packed as panels of SK_NR
+/* The linears of encoder_layer: y [M, N] = x [M, K] · Wᵀ + b for a few rows (a query encoder's tokens). wp: W packed as panels of SK_NR
    output columns, [ceil(N / SK_NR)][K][SK_NR] (columns past N zero): each panel is one contiguous run, read
    once from memory by the first block of rows (prefetched ahead into L2) and from cache by the others. Per
    panel and block of up to SK_MR rows, 2 x SK_MR accumulators: each weight vector loaded once, each x value
    broadcast; the sums run in k order (the same bits for any thread count). b may be NULL. act 1: GELU (erf form,
-   as torch's default) applied to each output as it is stored. res (or NULL): then each row becomes
-   LayerNorm(row + res_row) with ln_w, ln_b [N] and ln_eps (BERT's residual and LayerNorm after a projection; act
-   0 only). The panels, then the rows, are split over the threads. */
+   as torch's default) applied to each output as it is stored. */
 #define SK_NR 32
 #define SK_MR 12
 #define SK_PF 4096 /* floats ahead the first row block prefetches (16 KB: 1024 and 8192 measured no better) */
@@ -866,19 +863,6 @@ static void sk_add_norm_rows(float *y, int64_t M, int64_t N, const float *res, c
         const float rstd = 1.0f / sqrtf(var / (float)N + ln_eps);
         SIMD for (int64_t j = 0; j < N; j++) row[j] = (row[j] - mean) * rstd * ln_w[j] + ln_b[j];
     }
-}
-int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const float *b, int64_t N, float *y,
-                  int64_t act, const float *res, const float *ln_w, const float *ln_b, float ln_eps,
-                  int64_t threads) {
-    if (M < 1 || K < 1 || N < 1 || act < 0 || act > 1 || (res && (act || !ln_w || !ln_b))) return -1;
-    const int64_t P = (N + SK_NR - 1) / SK_NR;
-#pragma omp parallel num_threads(threads)
-    {
-#pragma omp for schedule(static)
-        for (int64_t p = 0; p < P; p++) sk_panel(x, M, K, wp, b, N, y, N, act, p);
-        if (res) sk_add_norm_rows(y, M, N, res, ln_w, ln_b, ln_eps); /* after the panels' implicit barrier */
-    }
-    return 0;
 }
 /* One BERT layer (post-LN: self-attention, then the feed-forward) over a few rows, in one call: the query
    encoders' 18 tokens, where the same layer as separate PyTorch calls spent more time between the compiled
@@ -1108,13 +1092,6 @@ int tk_stored_sums(const float *q, const void *d, const float *ds, int64_t kind,
     (void)q, (void)d, (void)ds, (void)kind, (void)mask, (void)B, (void)Td, (void)n, (void)Tq, (void)K, (void)anchor;
     (void)mu_a, (void)c, (void)mlim, (void)R, (void)rdelta, (void)rop, (void)rsrc, (void)S, (void)kern, (void)prev;
     (void)ridx, (void)lo, (void)gain, (void)out, (void)threads;
-    return -1;
-}
-int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const float *b, int64_t N, float *y,
-                  int64_t act, const float *res, const float *ln_w, const float *ln_b, float ln_eps,
-                  int64_t threads) {
-    (void)x, (void)M, (void)K, (void)wp, (void)b, (void)N, (void)y, (void)act, (void)threads;
-    (void)res, (void)ln_w, (void)ln_b, (void)ln_eps;
     return -1;
 }
 int encoder_layer(const float *x, int64_t B, int64_t T, int64_t n, const uint8_t *mask, int64_t H, const float *wq,

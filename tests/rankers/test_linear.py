@@ -21,7 +21,7 @@ def close(a, b):
 def test_inference_runs_packed_and_follows_every_change_of_the_weight():
     torch.manual_seed(0)
     lin = blocks.Linear(64, 48)
-    x = torch.randn(3, 40, 64)  # more rows than the compiled skinny linear takes (test_native_skinny.py)
+    x = torch.randn(3, 40, 64)
     with torch.no_grad():
         close(lin(x), F.linear(x, lin.weight, lin.bias))
         assert lin._packed is not None
@@ -142,17 +142,3 @@ def test_tk_packs_a_query_once_and_never_pickles_the_pack(tiny_base, monkeypatch
     pickle.loads(pickle.dumps(r))
     with torch.no_grad():
         torch.testing.assert_close(fresh.kernel_score(q2, qm, d, dm), other)
-
-
-@needs_onednn
-def test_gelu_of_many_rows_is_onednns_post_op():
-    """Linear.gelu over many rows in inference: oneDNN's linear with its GELU post-op (erf form) over the packed
-    weight, equal to F.gelu of the linear within float32 rounding; with gradients on, the two steps."""
-    torch.manual_seed(0)
-    lin = blocks.Linear(64, 96)
-    x = torch.randn(4, 50, 64) * 3
-    with torch.no_grad():
-        got = lin.gelu(x)
-        assert lin._packed is not None
-    close(got, F.gelu(F.linear(x, lin.weight, lin.bias)))
-    assert lin.gelu(x).requires_grad

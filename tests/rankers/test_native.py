@@ -124,7 +124,7 @@ def test_families_switched_one_by_one(monkeypatch):
         ("none", set()),
         ("off", set()),
         ("attention, tk", {"attention", "tk"}),
-        ("-layer,-linear", every - {"layer", "linear"}),
+        ("-layer,-tk", every - {"layer", "tk"}),
     ):
         monkeypatch.setenv("AHEADRANK_NATIVE", value)
         assert native.families() == on, value
@@ -279,13 +279,13 @@ def test_another_source_loads_beside_the_library(fresh_native, tmp_path):
     src = tmp_path / "other.c"
     src.write_text(
         "#include <stdint.h>\n"
-        "int skinny_linear(const float *x, int64_t M, int64_t K, const float *wp, const float *b, int64_t N,"
-        " float *y, int64_t act, const float *res, const float *lw, const float *lb, float eps, int64_t threads)"
-        " { (void)x, (void)K, (void)wp, (void)b, (void)N, (void)y, (void)act, (void)res, (void)lw, (void)lb,"
-        " (void)eps, (void)threads; return (int)M + 40; }\n"
+        "int encoder_stack(const float *x, int64_t B, int64_t T, int64_t n, const void *mask, int64_t L,"
+        " const int64_t *ptrs, const int64_t *dims, const float *eps, float *out, float *tmp, int64_t threads)"
+        " { (void)x, (void)T, (void)n, (void)mask, (void)L, (void)ptrs, (void)dims, (void)eps, (void)out, (void)tmp,"
+        " (void)threads; return (int)B + 40; }\n"
     )
     other = native.load_source(src, require_all=False)
-    assert other.skinny_linear(None, 2, 1, None, None, 1, None, 0, None, None, None, 0.0, 1) == 42
+    assert other.encoder_stack(None, 2, 1, 1, None, 1, None, None, None, None, None, 1) == 42
     assert getattr(other, "cross_attention", None) is None
     with pytest.raises(AttributeError):
         native.load_source(src)
