@@ -60,6 +60,11 @@ LABEL_FREE_WEIGHTS = {
 }
 DEFAULT_RANKER = "mores-2ib-s2"
 PSEUDO_LABELS = "pseudo-queries"  # a calibration's fitted_on["labels"] where no judgment was read
+# calibrating on pseudo-queries: a candidate whose bi-encoder embedding has a cosine >= NEAR_SOURCE with the source
+# document's counts relevant too (a pseudo-query has one known relevant document, a real query often several).
+# Chosen for the packaged all-MiniLM-L6-v2 on SciFact's and Cranfield's judgments, Vaswani measured with it
+# unchanged (bench/results/calibration-label-free-*.md); None: the source only
+NEAR_SOURCE = 0.7
 
 Search = Callable[[dict[str, str], int], dict[str, list]]
 
@@ -369,6 +374,12 @@ def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
         priors = fit_checkpoint_priors(
             ckpt, p["store"], val, cands, qrels, fitted_on, plan.device, plan.progress
         )
+        if split is None:  # the calibration as the default priors' (near-source labels), weights its own
+            cal, why = pseudo_calibration(plan.out, None, plan.device, plan.progress)
+            priors.calibration = None if cal is None else cal.to_dict()
+            if cal is None:
+                priors.fitted_on["calibration"] = f"none: {why}"
+            write_priors(ckpt, priors.to_dict())
     else:
         priors = label_free_priors(
             ckpt, {"label_free": "default weights (aheadrank.build.LABEL_FREE_WEIGHTS)"}
@@ -390,13 +401,17 @@ def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
 
 
 def pseudo_calibration(
-    out: str | Path, weights: dict | None, device: str = "cpu", progress: bool = False
+    out: str | Path,
+    weights: dict | None,
+    device: str = "cpu",
+    progress: bool = False,
+    near: float | None = NEAR_SOURCE,
 ) -> tuple:
     """(the served score's calibration, None) fitted by :func:`aheadrank.priors.fit_calibration` on the
-    held-out pseudo-queries (:func:`pseudo_validation`: each one's source document is its one relevant
-    candidate, the others count as not relevant), combining the features by ``weights`` (the label-free
-    defaults); or (None, why) with a WARNING where they cannot be used: scores are then served relative to
-    each request's documents."""
+    held-out pseudo-queries (:func:`pseudo_validation`): each one's source document is relevant, and so is a
+    candidate near it (:func:`near_source_labels`), the others count as not relevant; the features combined by
+    ``weights`` (the label-free defaults; None: fitted). Or (None, why) with a WARNING where they cannot be
+    used: scores are then served relative to each request's documents."""
     from aheadrank.priors import fit_calibration
     from aheadrank.rerank import collect_features
 
@@ -406,7 +421,8 @@ def pseudo_calibration(
         why = "the trainer held out no pseudo-query"
     else:
         feats, _ = collect_features(p["checkpoint"], p["store"], val, cands, qrels, device, progress)
-        fitted_on = {"labels": PSEUDO_LABELS, "label_free": "held-out pseudo-queries"}
+        feats, near = near_source_labels(p["store"], feats, near)
+        fitted_on = {"labels": PSEUDO_LABELS, "label_free": "held-out pseudo-queries", "near_source": near}
         try:
             return fit_calibration(feats, fitted_on, weights=weights), None
         except ValueError as exc:
@@ -417,6 +433,33 @@ def pseudo_calibration(
         why,
     )
     return None, why
+
+
+def near_source_labels(
+    store: str | Path, feats: list, near: float | None = NEAR_SOURCE
+) -> tuple[list, float | None]:
+    """``feats`` (pseudo-queries' :class:`~aheadrank.priors.QueryFeatures`, the source document relevant) with
+    every candidate whose dense embedding (the store's dense field) has a cosine >= ``near`` with its source's
+    relevant too; returns (them, ``near``), or (``feats``, None) where ``near`` is None or the store has no
+    dense field."""
+    from aheadrank.priors import QueryFeatures
+    from aheadrank.rerank import DENSE_DIR, dense_cosines
+    from aheadrank.store import StoreReader
+
+    dense_dir = Path(store) / DENSE_DIR
+    if near is None or not (dense_dir / "manifest.json").is_file():
+        return feats, None
+    out = []
+    with StoreReader(dense_dir) as reader:
+        for q in feats:
+            sources = [d for d, g in q.qrels.items() if g > 0]
+            found = reader.fetch(sources)
+            rel = dict(q.qrels)
+            for v in [] if found.unknown else found.fields["dense"][:, 0, :]:
+                cos = dense_cosines(reader, v, q.docids)
+                rel.update({d: 1 for d, c in zip(q.docids, cos, strict=True) if c >= near})
+            out.append(QueryFeatures(q.docids, q.features, rel))
+    return out, near
 
 
 # ---- the driver ---------------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ its one relevant candidate). Here, on the test split (BM25 top-``--depth`` candi
 - ``isotonic``: isotonic regression (scikit-learn) of the same absolute combination, fitted on the same
   held-out train queries: the alternative calibration, for comparison;
 - ``platt-judged`` (a calibration fitted on pseudo-queries only): the same combination (its weights) calibrated
-  instead on ``--judged-queries`` judged train queries drawn at random: what judgments would have given.
+  instead on ``--judged-queries`` judged train queries drawn at random: what judgments would have given;
+- ``platt-source-only`` (idem): calibrated on the same pseudo-queries with only each one's source document
+  relevant (without ``aheadrank.build.near_source_labels``' near-source documents).
 
 ECE: 10 equal-width bins over every (query, candidate) pair. nDCG@10 within the candidates (the ranking a
 request of those documents gets). The reliability curve is plotted to ``--plot``.
@@ -64,13 +66,15 @@ def features(args, split: str, qids: list[str] | None) -> list[QueryFeatures]:
     return feats
 
 
-def pseudo_features(args) -> list[QueryFeatures]:
-    """The build's held-out pseudo-queries, as its priors stage calibrated on them."""
-    from aheadrank.build import pseudo_validation
+def pseudo_features(args, near: float | None) -> tuple[list[QueryFeatures], list[QueryFeatures]]:
+    """The build's held-out pseudo-queries as its priors stage calibrated on them (``near``: its
+    near-source threshold), and the same with only the source documents relevant."""
+    from aheadrank.build import near_source_labels, pseudo_validation
     from aheadrank.rerank import collect_features
 
     val, cands, qrels = pseudo_validation(args.build)
-    return collect_features(args.checkpoint, args.store, val, cands, qrels, args.device)[0]
+    source_only = collect_features(args.checkpoint, args.store, val, cands, qrels, args.device)[0]
+    return near_source_labels(args.store, source_only, near)[0], source_only
 
 
 def judged_sample(collection: Path, n: int, seed: int = 0) -> list[str]:
@@ -138,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
             sys.exit(
                 "a calibration fitted on pseudo-queries is measured with --build DIR (its held-out queries)"
             )
-        fit = pseudo_features(args)
+        fit, source_only = pseudo_features(args, cal.fitted_on.get("near_source"))
     else:
         held_out = load_config(args.checkpoint).extra.get("train", {}).get("val_qids")
         fit = features(args, priors.fitted_on.get("split", "train"), held_out)
@@ -146,6 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
     if pseudo and args.judged_queries > 0:  # the same combination, calibrated on judgments instead
         judged_fit = features(args, "train", judged_sample(args.collection, args.judged_queries))
         judged_cal = fit_calibration(judged_fit, {"labels": "judged", "split": "train"}, weights=cal.weights)
+    source_cal = None
+    if pseudo and cal.fitted_on.get("near_source") is not None:
+        source_cal = fit_calibration(source_only, {"labels": "pseudo-queries"}, weights=cal.weights)
     test = features(args, "test", None)
     labels = np.concatenate([[q.qrels.get(d, 0) > 0 for d in q.docids] for q in test]).astype(float)
     fit_labels = np.concatenate([[q.qrels.get(d, 0) > 0 for d in q.docids] for q in fit]).astype(float)
@@ -171,6 +178,9 @@ def main(argv: list[str] | None = None) -> dict:
         if judged_cal is not None:
             judged = [judged_cal.logits(feats(q)) for q in test]
             methods["platt-judged"] = (judged, np.concatenate([sigmoid(s) for s in judged]))
+        if source_cal is not None:
+            source = [source_cal.logits(feats(q)) for q in test]
+            methods["platt-source-only"] = (source, np.concatenate([sigmoid(s) for s in source]))
         for method, (scores, probs) in methods.items():
             ece, table = expected_calibration_error(probs, labels, args.bins)
             # the top 10 of each query by this score: what a RAG app thresholds after re-ranking
@@ -215,6 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
             "queries": len(fit),
             "candidates": int(fit_labels.size),
             "relevant": int(fit_labels.sum()),
+            "near_source": cal.fitted_on.get("near_source"),
         },
         judged_fit=None
         if judged_cal is None
@@ -262,15 +273,17 @@ def write_markdown(path: Path, record: dict, plot_name: str) -> None:
         b = record.get("build") or {}
         fitted = (
             f"the label-free build's priors stage: default weights, calibrated on {fit['queries']} held-out "
-            f"pseudo-queries ({fit['candidates']:,} pairs, the {fit['relevant']} source documents relevant, "
-            f"no judgment read); build: {b.get('ranker')}, {b.get('steps')} training steps (kept: step "
+            f"pseudo-queries ({fit['candidates']:,} pairs, {fit['relevant']} relevant: each one's source "
+            f"document and the candidates whose bi-encoder cosine with it is >= {fit.get('near_source')}; no "
+            f"judgment read); build: {b.get('ranker')}, {b.get('steps')} training steps (kept: step "
             f"{b.get('best_step')})"
         )
         judged = record.get("judged_fit")
         if judged:
             fitted += (
                 f". `platt-judged`: the same combination calibrated on {judged['queries']} judged train "
-                "queries instead (what judgments would give)"
+                "queries instead (what judgments would give); `platt-source-only`: calibrated on the pseudo-queries "
+                "with only the source documents relevant"
             )
     else:
         fitted = (
@@ -298,7 +311,7 @@ def write_markdown(path: Path, record: dict, plot_name: str) -> None:
             f"{'yes' if r['vs_relative']['non_inferior_2pct'] else 'no'} | {r['mean_p']:.4f} |"
         )
     for r in record["rows"].values():
-        if r["method"] not in ("platt", "platt-judged"):
+        if r["method"] not in ("platt", "platt-judged", "platt-source-only"):
             continue
         lines += [
             "",
@@ -343,6 +356,7 @@ def plot(curves: dict, path: Path, queries: int, collection: str = "scifact") ->
         for method, style in (
             ("platt", "o-"),
             ("platt-judged", "d--"),
+            ("platt-source-only", "v-."),
             ("isotonic", "s-"),
             ("relative", "x:"),
         ):

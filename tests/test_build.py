@@ -111,7 +111,8 @@ def test_a_label_free_build_serves_scores_calibrated_on_its_held_out_pseudo_quer
     import httpx
     from services_testkit import Server
 
-    from aheadrank.build import pseudo_validation
+    from aheadrank.build import NEAR_SOURCE, near_source_labels, pseudo_validation
+    from aheadrank.rerank import collect_features
 
     out, record = built
     p = paths(out)
@@ -119,9 +120,25 @@ def test_a_label_free_build_serves_scores_calibrated_on_its_held_out_pseudo_quer
     priors = read_priors(p["checkpoint"])
     cal = priors.calibrated()
     assert cal is not None, "a label-free build served relative scores"
-    held_out, _, _ = pseudo_validation(out)
+    held_out, cands, qrels = pseudo_validation(out)
     assert cal.fitted_on["labels"] == "pseudo-queries" and cal.fitted_on["queries"] == len(held_out) > 0
-    assert 0 < cal.fitted_on["relevant"] < cal.fitted_on["candidates"]
+    assert cal.fitted_on["near_source"] == NEAR_SOURCE
+    assert len(held_out) <= cal.fitted_on["relevant"] < cal.fitted_on["candidates"]
+    # the relevant ones: each source, and the candidates whose dense embedding is near the source's
+    feats, _ = collect_features(p["checkpoint"], p["store"], held_out, cands, qrels)
+
+    def relevant(queries):
+        return [sum(q.qrels.get(d, 0) > 0 for d in q.docids) for q in queries]
+
+    assert all(len(q.qrels) == 1 for q in feats) and set(relevant(feats)) == {1}  # the sources
+    for near, expect in (
+        (None, relevant(feats)),
+        (1.01, relevant(feats)),
+        (-1.0, [len(q.docids) for q in feats]),
+    ):
+        labelled, used = near_source_labels(p["store"], feats, near)
+        assert used == near and relevant(labelled) == expect
+    assert sum(relevant(near_source_labels(p["store"], feats)[0])) == cal.fitted_on["relevant"]
     # the calibrated combination keeps the build's default weights; only statistics and Platt are fitted
     assert {k: cal.weights[k] for k in cal.platt} == {k: LABEL_FREE_WEIGHTS[k] for k in cal.platt}
     assert record.stages["priors"]["calibration"]["labels"] == "pseudo-queries"
