@@ -288,8 +288,8 @@ def part_tkpass(args) -> list[dict]:
 
 
 def prettr_decompressing():
-    """PreTTR decompressing each block (no fold: ``prettr.FOLD_DECOMPRESSION`` 0)."""
-    return mock.patch.object(prettr, "FOLD_DECOMPRESSION", 0.0)
+    """PreTTR decompressing each block (the fold declining)."""
+    return mock.patch.object(prettr.PrettrRanker, "context_folded", lambda *args, **kwargs: None)
 
 
 def prettr_gram_gemm():

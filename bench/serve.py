@@ -71,6 +71,11 @@ STOP_TIMEOUT = 30.0  # SIGTERM, then SIGKILL (the server's own graceful shutdown
 
 
 # ---- arguments --------------------------------------------------------------------------------------------
+# --paths: the service's flag for each path (the compiled path is not served: bench/speed.py --paths measures it
+# slower than the native one for every ranker, docs/performance.md)
+PATH_FLAGS = {"native": ["--native"], "reference": ["--no-native"]}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -119,6 +124,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="ARG",
         help="extra argument for `aheadrank serve`, e.g. --serve-arg=--max-queue=4 (repeat)",
     )
+    p.add_argument(
+        "--paths",
+        nargs="+",
+        default=["native"],
+        choices=list(PATH_FLAGS),
+        help="per ranker one server per path in this run: native (the hand-written kernels, the default) or"
+        " reference (--no-native: PyTorch's code, what a machine without AVX-512 runs)",
+    )
     p.add_argument("--workdir", type=Path, default=Path("/tmp/aheadrank-bench-serve"))
     p.add_argument(
         "--save-requests", action="store_true", help="also write every request's record to the JSON"
@@ -164,7 +177,11 @@ def time_bound(args: argparse.Namespace) -> float:
     """Worst-case wall time after preparation (see the module docstring)."""
     rt = args.request_timeout
     per_depth = rt + args.warmup * rt + args.seconds + rt
-    return len(args.rankers) * (args.ready_timeout + len(args.depths) * per_depth + STOP_TIMEOUT)
+    return (
+        len(args.rankers)
+        * len(args.paths)
+        * (args.ready_timeout + len(args.depths) * per_depth + STOP_TIMEOUT)
+    )
 
 
 # ---- preparation (cached in --workdir) -----------------------------------------------------------------------
@@ -277,7 +294,9 @@ class BenchServer(ServeProcess):
     """`aheadrank serve` for one ranker, configured only by its flags (AHEADRANK_* variables are not passed
     on); it gets SIGTERM if the benchmark dies, so no server outlives it."""
 
-    def __init__(self, target: dict, lucene: Path, args: argparse.Namespace, log_path: Path):
+    def __init__(
+        self, target: dict, lucene: Path, args: argparse.Namespace, log_path: Path, path: str = "native"
+    ):
         super().__init__(
             [
                 "--checkpoint", target["checkpoint"],
@@ -290,6 +309,7 @@ class BenchServer(ServeProcess):
                 "--no-access-log",
                 *(["--threads", str(args.threads)] if args.threads else []),
                 *args.serve_arg,
+                *PATH_FLAGS[path],
             ],
             log_path,
             clean_env=True,
@@ -712,10 +732,10 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
     interrupted = False
     try:
-        for target in targets:
-            name = target["ranker"]
-            server = BenchServer(target, lucene, args, logs / f"serve-{name}.log")
-            entry: dict = {**target, "serve_args": server.args, "log": str(server.log_path)}
+        for target, path in [(t, p) for t in targets for p in args.paths]:
+            name = target["ranker"] if len(args.paths) == 1 else f"{target['ranker']}[{path}]"
+            server = BenchServer(target, lucene, args, logs / f"serve-{name}.log", path)
+            entry: dict = {**target, "path": path, "serve_args": server.args, "log": str(server.log_path)}
             servers.append(entry)
             try:
                 entry["ready_s"] = round(server.wait_ready(args.ready_timeout), 2)
@@ -762,6 +782,7 @@ def main(argv: list[str] | None = None) -> int:
             "collection": str(args.collection),
             "queries": len(queries),
             "rankers": args.rankers,
+            "paths": {p: PATH_FLAGS[p] for p in args.paths},
             "depths": args.depths,
             "clients": args.clients,
             "seconds": args.seconds,

@@ -42,10 +42,10 @@ from aheadrank.rankers.spec import RankerSpec, Variant, option
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
-# context_folded runs where e is at most this fraction of n: G's quadratic form (e per token in a canonical basis,
-# else e²) and the attention over [r/σ, 1/σ] (e + 1 values) against decompressing (n·e) and attending over ŝ (n
-# wide). At n = 384: e = 128 1.30x the whole path (d = 128), e = 256 only 1.06x (scratch A/B, before the fold took
-# the value map and the kernel σ), so it folds up to n / 2
+# context_folded runs where e is at most this fraction of n (a rule of the shapes, not a switch): G's quadratic
+# form (e per token in a canonical basis, else e²) and the attention over [r/σ, 1/σ] (e + 1 values) against
+# decompressing (n·e) and attending over ŝ (n wide): the fold is 1.27-1.50x the whole path at e = 128, n = 384
+# (bench/results/kernels-prettrfold.json), only 1.06x at e = 256
 FOLD_DECOMPRESSION = 0.5
 
 
