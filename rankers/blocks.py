@@ -107,6 +107,13 @@ class Linear(nn.Linear):
             return self._onednn(x)
         return F.linear(x, self.weight, self.bias)
 
+    def gelu(self, x: Tensor) -> Tensor:
+        """``F.gelu(self(x))``; in inference oneDNN's GELU post-op (erf form) applies it as each output is stored:
+        no second pass over the activations (a cross-encoder's feed-forward: [B·T, 4n] outside the cache)."""
+        if self._use_packed(x):
+            return self._onednn(x, "gelu", "none")
+        return F.gelu(self(x))
+
     def _onednn(self, x: Tensor, post_op: str = "none", algorithm: str = "") -> Tensor:
         """oneDNN's linear over the packed copy (made or remade as the weight requires), with a post-op."""
         w = self.weight
@@ -652,7 +659,7 @@ class TransformerLayer(nn.Module):
 
     def ffn(self, x: Tensor) -> Tensor:
         """BERT's feed-forward sub-layer: ``LN(W2·GELU(W1·x + b1) + b2 + x)``."""
-        return self.output(F.gelu(self.intermediate.dense(x)), x)
+        return self.output(self.intermediate.dense.gelu(x), x)
 
     def forward(
         self,

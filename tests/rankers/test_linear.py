@@ -142,3 +142,17 @@ def test_tk_packs_a_query_once_and_never_pickles_the_pack(tiny_base, monkeypatch
     pickle.loads(pickle.dumps(r))
     with torch.no_grad():
         torch.testing.assert_close(fresh.kernel_score(q2, qm, d, dm), other)
+
+
+@needs_onednn
+def test_gelu_of_many_rows_is_onednns_post_op():
+    """Linear.gelu over many rows in inference: oneDNN's linear with its GELU post-op (erf form) over the packed
+    weight, equal to F.gelu of the linear within float32 rounding; with gradients on, the two steps."""
+    torch.manual_seed(0)
+    lin = blocks.Linear(64, 96)
+    x = torch.randn(4, 50, 64) * 3
+    with torch.no_grad():
+        got = lin.gelu(x)
+        assert lin._packed is not None
+    close(got, F.gelu(F.linear(x, lin.weight, lin.bias)))
+    assert lin.gelu(x).requires_grad
