@@ -345,6 +345,22 @@ def test_native_setting_switches_the_compiled_kernels(service_env, monkeypatch):
             b.close()
 
 
+def test_the_kernels_are_built_at_load_not_on_a_request(service_env, monkeypatch):
+    """Loading the backend builds (or takes from the cache) the compiled kernels before any warm-up or request,
+    so no request pays for a compile; with --no-native nothing is built."""
+    from aheadrank.rankers import native
+
+    built: list[int] = []
+    monkeypatch.setattr(native, "_load", lambda: built.append(1))
+    settings = dict(checkpoint=service_env.checkpoint, store=service_env.store, index=service_env.lucene)
+    for on in (False, True):
+        b = RerankBackend.load(ServiceSettings(**settings, device="cpu", access_log=False, native=on))
+        try:
+            assert built == ([1] if on else [])
+        finally:
+            b.close()
+
+
 def test_heap_trim_runs_on_the_model_thread_and_is_counted(backend, monkeypatch):
     from aheadrank.services import memory
 
