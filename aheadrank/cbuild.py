@@ -1,5 +1,5 @@
 """Compiling a C source for this CPU on first use (for :mod:`ctypes`): the build machinery the rankers' kernels
-(``rankers/native.py``) and the store's decoder (``store/native.py``) share.
+(``aheadrank/kernels/native.py``) and the store's decoder (``store/native.py``) share.
 
 A source is compiled with the machine's C compiler (``$CC``, else ``cc``/``gcc``) and the caller's flags, then
 linked in a second step with the caller's link flags; the shared library goes under ``$AHEADRANK_NATIVE_CACHE``

@@ -6,7 +6,7 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   (``query_state`` + ``score_batch`` over N candidates in chunks).
 * ``stored``: MORES S2 (and PreTTR, TK) from float16 fields: widened to float32 up front (the path before
   issue 16) vs handed over as stored (the attention widens a block of documents at a time).
-* ``native``: the compiled kernels (``rankers/native_kernels.c``: the attention of a few query rows — MORES S2's
+* ``native``: the compiled kernels (``aheadrank/kernels/native_kernels.c``: the attention of a few query rows — MORES S2's
   cross-attention over stored keys and values and its blocks' self-attention, the query encoders, PreTTR's folded
   [CLS] rows — and TK's kernel stage) vs the PyTorch code they replace (``AHEADRANK_NATIVE=0``), from float16
   fields and, for MORES and PreTTR, int8 fields (``QuantizedField``), inside the whole timed path.
@@ -19,7 +19,7 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   decompression folded away (``PrettrRanker.context_folded``), from float16 and int8 fields, in the whole path.
 * ``layer``: a query encoder's layers over a few rows as separate PyTorch calls vs one compiled call each
   (``blocks.layer_native``), in the whole timed path.
-* ``source``: the compiled kernels built from another revision's ``rankers/native_kernels.c`` (``--source-rev``,
+* ``source``: the compiled kernels built from another revision's ``native_kernels.c`` (``--source-rev``,
   default HEAD: what the working tree changes) vs the working tree's, inside the whole timed path; an entry point
   the old source lacks declines there (its caller runs the code it falls back to). Entry points both have must
   take the same arguments (ctypes cannot check): compare revisions on the same side of a signature change.
@@ -62,7 +62,7 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-from aheadrank.rankers import QuantizedField, blocks, native, prettr, tk
+from aheadrank.rankers import QuantizedField, blocks, prettr, tk
 from aheadrank.rankers.text import pad
 from aheadrank.rankers.variants import parse_variant
 from aheadrank.store import StoreReader, StoreSpec, StoreWriter
@@ -70,6 +70,7 @@ from benchkit import cpu_sample, machine_info, score_head_reads_interaction, wri
 from rich.console import Console
 from rich.table import Table
 
+from aheadrank.kernels import native
 from aheadrank.rerank import stored_fields
 
 REPO = Path(__file__).resolve().parents[1]
@@ -348,12 +349,14 @@ class _Declining:
 
 def kernels_at(rev: str, folder: Path):
     """A context manager under which the rankers call the kernels compiled from ``rev``'s native_kernels.c."""
-    text = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{rev}:rankers/native_kernels.c"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    for path in ("aheadrank/kernels/native_kernels.c", "rankers/native_kernels.c"):  # before the move
+        found = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{rev}:{path}"], capture_output=True, text=True
+        )
+        if found.returncode == 0:
+            break
+    found.check_returncode()
+    text = found.stdout
     source = folder / "native_kernels.c"
     source.write_text(text)
     lib = _Declining(native.load_source(source, require_all=False))

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from aheadrank.rankers import QuantizedField, Ranker, blocks, init_ranker, native, prettr
+from aheadrank.rankers import QuantizedField, Ranker, blocks, init_ranker, prettr
 from aheadrank.rankers.base import SCORE_BATCH
 from aheadrank.rankers.blocks import key_mask
 from aheadrank.rankers.text import pad, positions
@@ -53,6 +53,7 @@ from scipy.stats import kendalltau
 from torch import Tensor
 
 from aheadrank.errors import CheckpointError
+from aheadrank.kernels import native
 from aheadrank.kernels.compiled import compile_ranker
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,8 +15,9 @@ from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
-from aheadrank.rankers import native
 from torch import Tensor, nn
+
+from aheadrank.kernels import native
 
 
 def key_mask(mask: Tensor) -> Tensor:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from aheadrank.rankers import native
 from aheadrank.rankers.base import QueryState, Ranker, masked_mean
 from aheadrank.rankers.base_model import base_embeddings, base_layer
 from aheadrank.rankers.blocks import (
@@ -41,6 +40,8 @@ from aheadrank.rankers.blocks import (
 from aheadrank.rankers.spec import RankerSpec, Variant, option
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
+
+from aheadrank.kernels import native
 
 # context_folded runs where e is at most this fraction of n (a rule of the shapes, not a switch): G's quadratic
 # form (e per token in a canonical basis, else e²) and the attention over [r/σ, 1/σ] (e + 1 values) against

@@ -22,7 +22,6 @@ from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
-from aheadrank.rankers import native
 from aheadrank.rankers.base import QueryState, Ranker
 from aheadrank.rankers.base_model import base_embeddings, base_layer
 from aheadrank.rankers.blocks import (
@@ -41,6 +40,8 @@ from aheadrank.rankers.blocks import (
 from aheadrank.rankers.spec import RankerSpec, Variant, option
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
+
+from aheadrank.kernels import native
 
 KERNEL_MU = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1, -0.1, -0.3, -0.5, -0.7, -0.9)
 KERNEL_SIGMA = 0.1
@@ -258,7 +259,7 @@ def _native_for(mu: tuple[float, ...], sigma: float, tq: int):
 
 
 def kernel_sums_native(match: Tensor, d_mask: Tensor, mu: tuple[float, ...], sigma: float) -> Tensor | None:
-    """Σ_j K per (document, query term, kernel) [B, Tq, K] by the compiled chained stage (``rankers/native.py``):
+    """Σ_j K per (document, query term, kernel) [B, Tq, K] by the compiled chained stage (``aheadrank/kernels/native.py``):
     one pass over each document's cosines, the kernels' values kept in cache, padding skipped; the documents
     split over torch's thread count. None where it does not apply (no compiled library, not a float32 CPU
     tensor, more than 64 query terms, a chain it cannot take): the caller runs the PyTorch stage. Same sums as

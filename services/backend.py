@@ -223,10 +223,14 @@ class RerankBackend:
     def load(cls, settings: ServiceSettings) -> RerankBackend:
         """Open the store, check its fingerprint against the checkpoint (refuse on a mismatch), load the
         ranker on the device, open the Lucene searcher. Raises AheadrankError with a clear message."""
-        from aheadrank.rankers import load_ranker, native, read_fingerprint
+        from aheadrank.rankers import load_ranker, read_fingerprint
+
+        from aheadrank.kernels import native
 
         bound_onednn_cache(settings.onednn_cache_capacity)  # before the model creates its first primitive
-        os.environ[native.ENVIRONMENT] = "1" if settings.native else "0"  # what rankers/native.py reads
+        os.environ[native.ENVIRONMENT] = (
+            "1" if settings.native else "0"
+        )  # what aheadrank/kernels/native.py reads
         native.library()  # the kernels built (or taken from the cache) at load, never on a request (--no-warmup too)
         if settings.threads:
             import torch

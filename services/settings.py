@@ -145,7 +145,7 @@ class ServiceSettings(BaseSettings):
     )
     native: bool = Field(
         True,
-        description="the compiled kernels (rankers/native.py: the attention of a few query rows, TK's kernel "
+        description="the compiled kernels (aheadrank/kernels/native.py: the attention of a few query rows, TK's kernel "
         "stage), built on first use with the machine's C compiler; off: PyTorch's code for every stage",
     )
     cuda_graphs: bool = Field(

@@ -38,12 +38,12 @@ def _has_avx512f() -> bool:
 
 
 def _has_compiler() -> bool:
-    from aheadrank.rankers import native
+    from aheadrank.kernels import native
 
     return native._compiler() is not None
 
 
-# the compiled AVX-512 kernels (rankers/native_kernels.c) can run here; elsewhere they decline and PyTorch runs
+# the compiled AVX-512 kernels (aheadrank/kernels/native_kernels.c) can run here; elsewhere they decline and PyTorch runs
 needs_kernel = pytest.mark.skipif(
     not (_has_compiler() and _has_avx512f()), reason="no C compiler or no AVX-512F: PyTorch runs"
 )

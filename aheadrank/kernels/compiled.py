@@ -1,7 +1,7 @@
 """The compiled path: a ranker's query side and scoring (``query_state``, ``score_batch``: what the service, the
 ``rerank-run`` loop and the public ``score`` call) through ``torch.compile`` with Inductor's CPU backend, which
 generates vectorised C++ for the element-wise and reduction work and, with ``freezing``, treats the weights as
-constants and packs them for oneDNN. The hand-written kernels are off while it traces (``rankers/native.py``
+constants and packs them for oneDNN. The hand-written kernels are off while it traces (``aheadrank/kernels/native.py``
 answers None) and the rankers' own oneDNN packing steps aside (``blocks._onednn_inference``), so the graph is the
 reference PyTorch code.
 

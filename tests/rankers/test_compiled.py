@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from aheadrank.rankers import init_ranker, native
+from aheadrank.rankers import init_ranker
 
+from aheadrank.kernels import native
 from aheadrank.kernels.compiled import compile_ranker
 
 

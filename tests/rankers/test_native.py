@@ -1,4 +1,4 @@
-"""rankers/native.py: the optional compiled kernels — built once per machine, equal to the PyTorch stages,
+"""aheadrank/kernels/native.py: the optional compiled kernels — built once per machine, equal to the PyTorch stages,
 and never required (switched off, no compiler, a failed build: the PyTorch code runs)."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import shutil
 
 import pytest
 import torch
-from aheadrank.rankers import blocks, native, tk
+from aheadrank.rankers import blocks, tk
 from test_init_and_math import _adversarial_matches
+
+from aheadrank.kernels import native
 
 needs_cc = pytest.mark.skipif(native._compiler() is None, reason="no C compiler")
 MU = tk.KERNEL_MU

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from aheadrank.rankers import QuantizedField, init_ranker, native
+from aheadrank.rankers import QuantizedField, init_ranker
 from aheadrank.rankers.blocks import Attention, attend_native, context_native
 from aheadrank.rankers.text import pad_fields
 from conftest import needs_kernel, random_text, save_tiny_bert
+
+from aheadrank.kernels import native
 
 
 def _fields(b: int, t: int, n: int, kind: str, seed: int = 0):

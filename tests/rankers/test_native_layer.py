@@ -10,8 +10,10 @@ import copy
 
 import pytest
 import torch
-from aheadrank.rankers import blocks, init_ranker, native
+from aheadrank.rankers import blocks, init_ranker
 from conftest import needs_kernel
+
+from aheadrank.kernels import native
 
 
 @needs_kernel

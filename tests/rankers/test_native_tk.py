@@ -8,8 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from aheadrank.rankers import QuantizedField, init_ranker, native, tk
+from aheadrank.rankers import QuantizedField, init_ranker, tk
 from conftest import needs_kernel
+
+from aheadrank.kernels import native
 
 MU = tk.KERNEL_MU
 KINDS = ("float16", "bfloat16", "int8", "float32")

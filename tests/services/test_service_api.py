@@ -331,7 +331,7 @@ def test_env_settings_mirror_flags(monkeypatch, service_env):
 def test_native_setting_switches_the_compiled_kernels(service_env, monkeypatch):
     """``--no-native`` / ``AHEADRANK_NATIVE=0`` (one setting, its environment twin being the variable the kernels
     read) turns the compiled kernels off for the process the backend loads in; the default turns them on."""
-    from aheadrank.rankers import native
+    from aheadrank.kernels import native
 
     monkeypatch.setenv("AHEADRANK_NATIVE", "0")
     assert ServiceSettings(checkpoint=service_env.checkpoint).native is False
@@ -348,7 +348,7 @@ def test_native_setting_switches_the_compiled_kernels(service_env, monkeypatch):
 def test_the_kernels_are_built_at_load_not_on_a_request(service_env, monkeypatch):
     """Loading the backend builds (or takes from the cache) the compiled kernels before any warm-up or request,
     so no request pays for a compile; with --no-native nothing is built."""
-    from aheadrank.rankers import native
+    from aheadrank.kernels import native
 
     built: list[int] = []
     monkeypatch.setattr(native, "_load", lambda: built.append(1))
