@@ -73,7 +73,7 @@ STOP_TIMEOUT = 30.0  # SIGTERM, then SIGKILL (the server's own graceful shutdown
 # ---- arguments --------------------------------------------------------------------------------------------
 # --paths: the service's flag for each path (the compiled path is not served: bench/speed.py --paths measures it
 # slower than the native one for every ranker, docs/performance.md)
-PATH_FLAGS = {"native": ["--native"], "reference": ["--no-native"]}
+PATH_FLAGS = {"native": ["--native", "all"], "reference": ["--native", "none"]}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -130,7 +130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=["native"],
         choices=list(PATH_FLAGS),
         help="per ranker one server per path in this run: native (the hand-written kernels, the default) or"
-        " reference (--no-native: PyTorch's code, what a machine without AVX-512 runs)",
+        " reference (--native none: PyTorch's code, what a machine without AVX-512 runs)",
     )
     p.add_argument("--workdir", type=Path, default=Path("/tmp/aheadrank-bench-serve"))
     p.add_argument(

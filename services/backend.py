@@ -228,9 +228,7 @@ class RerankBackend:
         from aheadrank.kernels import native
 
         bound_onednn_cache(settings.onednn_cache_capacity)  # before the model creates its first primitive
-        os.environ[native.ENVIRONMENT] = (
-            "1" if settings.native else "0"
-        )  # what aheadrank/kernels/native.py reads
+        os.environ[native.ENVIRONMENT] = settings.native  # what aheadrank/kernels/native.py reads
         native.library()  # the kernels built (or taken from the cache) at load, never on a request (--no-warmup too)
         if settings.threads:
             import torch

@@ -143,10 +143,11 @@ class ServiceSettings(BaseSettings):
         description="give freed heap pages back to the system (glibc malloc_trim, on the model thread between "
         "requests) at most this often; 0: never",
     )
-    native: bool = Field(
-        True,
-        description="the compiled kernels (aheadrank/kernels/native.py: the attention of a few query rows, TK's kernel "
-        "stage), built on first use with the machine's C compiler; off: PyTorch's code for every stage",
+    native: str = Field(
+        "all",
+        description="which hand-written kernel families run (aheadrank/kernels/native.py): all, none, or a comma "
+        "list of attention, layer, tk (or of families to leave out: -layer); built at load with the machine's C "
+        "compiler; none: PyTorch's code for every stage",
     )
     cuda_graphs: bool = Field(
         True,
@@ -162,6 +163,19 @@ class ServiceSettings(BaseSettings):
     )
     warmup: bool = True
     access_log: bool = True
+
+    @field_validator("native", mode="before")
+    @classmethod
+    def _native_families(cls, value: object) -> str:
+        """The kernel families in one spelling (``all``, ``none``, or a list in FAMILIES' order), read by the rule
+        the kernels read ``AHEADRANK_NATIVE`` by (``native.parse_families``: an unknown family is an error)."""
+        from aheadrank.kernels import native
+
+        if isinstance(value, bool):
+            value = "all" if value else "none"
+        if not isinstance(value, str):
+            raise ValueError("native: all, none, or a comma list of kernel families")
+        return native.spelled(native.parse_families(value))
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -146,6 +146,13 @@ def parse_families(value: str) -> frozenset[str]:
     return frozenset(FAMILIES) - set(left_out) if left_out else frozenset(names)
 
 
+def spelled(on: frozenset[str]) -> str:
+    """The one spelling of a set of families: ``all``, ``none``, or a comma list in FAMILIES' order."""
+    if on == frozenset(FAMILIES):
+        return "all"
+    return ",".join(f for f in FAMILIES if f in on) or "none"
+
+
 def families() -> frozenset[str]:
     """The kernel families switched on now (``AHEADRANK_NATIVE``)."""
     return parse_families(os.environ.get(ENVIRONMENT, "all"))

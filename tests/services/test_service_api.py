@@ -329,25 +329,35 @@ def test_env_settings_mirror_flags(monkeypatch, service_env):
 
 
 def test_native_setting_switches_the_compiled_kernels(service_env, monkeypatch):
-    """``--no-native`` / ``AHEADRANK_NATIVE=0`` (one setting, its environment twin being the variable the kernels
-    read) turns the compiled kernels off for the process the backend loads in; the default turns them on."""
+    """``--native`` / ``AHEADRANK_NATIVE`` (one setting, its environment twin being the variable the kernels
+    read) takes what the kernels take: all, none (and the old booleans), or a list of families; the backend
+    switches those on for the process it loads in. An unknown family is refused when the settings are read."""
     from aheadrank.kernels import native
 
-    monkeypatch.setenv("AHEADRANK_NATIVE", "0")
-    assert ServiceSettings(checkpoint=service_env.checkpoint).native is False
+    for value, want in [
+        ("0", "none"),
+        ("1", "all"),
+        ("attention,tk", "attention,tk"),
+        ("-layer", "attention,tk"),
+    ]:
+        monkeypatch.setenv("AHEADRANK_NATIVE", value)
+        assert ServiceSettings(checkpoint=service_env.checkpoint).native == want
+    monkeypatch.setenv("AHEADRANK_NATIVE", "attention,linear")
+    with pytest.raises(ValueError, match="unknown kernel family linear"):
+        ServiceSettings(checkpoint=service_env.checkpoint)
     monkeypatch.delenv("AHEADRANK_NATIVE")
-    assert ServiceSettings(checkpoint=service_env.checkpoint).native is True
-    for on in (False, True):
-        b = make_backend(service_env, native=on)
+    assert ServiceSettings(checkpoint=service_env.checkpoint).native == "all"
+    for given, on in [(False, set()), (True, set(native.FAMILIES)), ("tk", {"tk"})]:
+        b = make_backend(service_env, native=given)
         try:
-            assert native.enabled() is on
+            assert native.families() == on
         finally:
             b.close()
 
 
 def test_the_kernels_are_built_at_load_not_on_a_request(service_env, monkeypatch):
     """Loading the backend builds (or takes from the cache) the compiled kernels before any warm-up or request,
-    so no request pays for a compile; with --no-native nothing is built."""
+    so no request pays for a compile; with --native none nothing is built."""
     from aheadrank.kernels import native
 
     built: list[int] = []
