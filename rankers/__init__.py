@@ -4,7 +4,6 @@ Every ranker has ``encode_documents``, ``encode_query``, ``score`` and ``score_p
 """
 
 from aheadrank.rankers.base import QueryState, Ranker
-from aheadrank.rankers.blocks import QuantizedField
 from aheadrank.rankers.checkpoint import (
     compute_fingerprint,
     init_ranker,
@@ -16,6 +15,8 @@ from aheadrank.rankers.checkpoint import (
 from aheadrank.rankers.config import RankerConfig
 from aheadrank.rankers.registry import RANKERS, SPECS, register
 from aheadrank.rankers.spec import RankerSpec, option
+
+from aheadrank.kernels.stored import QuantizedField
 
 __all__ = [
     "RANKERS",

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
-from aheadrank.rankers.blocks import widened
 from aheadrank.rankers.config import RankerConfig
 from aheadrank.rankers.graphs import QueryGraphs, query_lengths
 from aheadrank.rankers.text import TextEncoder, pad, pad_fields
 from torch import Tensor, nn
 
 from aheadrank.errors import CheckpointError
+from aheadrank.kernels.stored import widened
 
 # documents per score_batch call wherever stored fields are scored: the public score and the rerank core's
 # score_stored (rerank-run, the service, whose --batch-size defaults to the same 256), so all score alike

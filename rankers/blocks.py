@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aheadrank.kernels import native
+from aheadrank.kernels import attention, native
+from aheadrank.kernels.stored import widened
 
 
 def key_mask(mask: Tensor) -> Tensor:
@@ -212,238 +213,6 @@ class _AddNorm(nn.Module):
         return self.LayerNorm(self.dropout(projected) + residual)
 
 
-# Stored fields in float16/bfloat16 are widened to float32 this many values (1 MB) at a time: a block's
-# float32 copy stays in cache for the computation that reads it right away (bench/kernels.py measures it).
-STORED_BLOCK_VALUES = 1 << 18
-# ... but never fewer documents than this: below it the per-call cost of the attention on one long document
-# (d = 493: one document per 1 MB block) outweighs what the cache saves (bench/kernels.py, MORES 1xIB S2)
-STORED_BLOCK_MIN_DOCS = int(os.environ.get("AHEADRANK_STORED_BLOCK_MIN_DOCS", "8"))
-
-
-class QuantizedField:
-    """A stored int8 field as the store hands it over: values [B, T, dim] int8 and one float32 scale per token
-    [B, T] (0 at padding), never dequantised whole. It answers what the scoring paths ask of a stored field
-    (``dtype``, ``shape``, ``device``, ``[rows]``, ``to(dtype)``); ``to`` dequantises ``values * scale`` straight
-    into the compute dtype in one pass, and the attention and pooling call it a block of documents at a time
-    (:func:`widened`), so no float16 or float32 copy of every candidate's field is made."""
-
-    dtype = torch.int8
-
-    def __init__(self, values: Tensor, scale: Tensor):
-        if values.dtype != torch.int8 or scale.shape != values.shape[:-1]:
-            raise ValueError(
-                f"int8 values [B, T, dim] and scales [B, T], got {values.dtype} {tuple(scale.shape)}"
-            )
-        self.values, self.scale = values, scale
-
-    @classmethod
-    def quantize(cls, x: Tensor) -> QuantizedField:
-        """x [B, T, dim] -> int8 with one scale per token (absmax / 127), as the store quantises."""
-        scale = x.float().abs().amax(-1) / 127
-        values = torch.round(x.float() / scale.clamp(min=1e-30).unsqueeze(-1)).clamp_(-127, 127)
-        return cls(values.to(torch.int8), scale)
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.values.shape
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    def __len__(self) -> int:
-        return self.values.shape[0]
-
-    def __getitem__(self, rows: slice) -> QuantizedField:
-        if not isinstance(rows, slice):
-            raise TypeError("a QuantizedField is sliced by documents (a slice of the first dimension)")
-        return QuantizedField(self.values[rows], self.scale[rows])
-
-    def to(self, dtype: torch.dtype) -> Tensor:
-        return self.widen_into(torch.empty(self.shape, dtype=dtype, device=self.device))
-
-    def widen_into(self, out: Tensor) -> Tensor:
-        """``values * scale`` written into ``out`` (a float tensor of this shape): on a GPU one pass (int8 times
-        float32, promoted as it is computed), elsewhere two in-place passes (PyTorch's mixed-dtype product runs 4.5x
-        slower than the copy and the product on the CPU). The same values either way."""
-        if out.device.type == "cuda":
-            return torch.mul(self.values, self.scale.unsqueeze(-1), out=out)
-        return out.copy_(self.values).mul_(self.scale.unsqueeze(-1))
-
-    def float(self) -> Tensor:
-        return self.to(torch.float32)
-
-
-def stored_blocks(x: Tensor | QuantizedField, factor: int = 1) -> list[slice]:
-    """Slices of x's first dimension (documents [B, T, dim]) of about ``factor`` × STORED_BLOCK_VALUES values
-    each (at least STORED_BLOCK_MIN_DOCS documents)."""
-    per_doc = max(1, math.prod(x.shape[1:]))
-    step = max(STORED_BLOCK_MIN_DOCS, factor * STORED_BLOCK_VALUES // per_doc)
-    return [slice(lo, lo + step) for lo in range(0, x.shape[0], step)]
-
-
-def widened(
-    x: Tensor | QuantizedField, dtype: torch.dtype, factor: int = 1
-) -> Iterator[tuple[slice, Tensor]]:
-    """``(rows, x[rows] in dtype)`` for the blocks of :func:`stored_blocks` (``factor``: blocks that many times
-    the default size), each widened into one buffer allocated once per call: a block's values are used while
-    they are in cache, and no block allocates (fresh pages cost more than the conversion: bench/kernels.py). A
-    yielded tensor is overwritten by the next block: use it before asking for the next."""
-    blocks = stored_blocks(x, factor)
-    if not blocks:
-        return
-    step = blocks[0].stop - blocks[0].start
-    buf = torch.empty((min(step, x.shape[0]), *x.shape[1:]), dtype=dtype, device=x.device)
-    for rows in blocks:
-        part = x[rows]
-        out = buf[: part.shape[0]]
-        yield rows, part.widen_into(out) if isinstance(part, QuantizedField) else out.copy_(part)
-
-
-# native_kernels.c: the kind of a stored field the kernels read in place (int8 QuantizedFields: 2)
-_NATIVE_KV_KINDS = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 3}
-
-
-def native_kind(x: Tensor | QuantizedField) -> int | None:
-    """The compiled kernels' kind of a CPU field (0 float16, 1 bfloat16, 2 int8 with per-token scales, 3 float32),
-    or None where they cannot read it."""
-    if x.device.type != "cpu":
-        return None
-    return 2 if isinstance(x, QuantizedField) else _NATIVE_KV_KINDS.get(x.dtype)
-
-
-def native_values(x: Tensor | QuantizedField) -> tuple[Tensor, Tensor | None]:
-    """A field as the compiled kernels read it: (contiguous values, contiguous float32 per-token scales or None)."""
-    if isinstance(x, QuantizedField):
-        return x.values.contiguous(), x.scale.float().contiguous()
-    return x.contiguous(), None
-
-
-def context_native(
-    q: Tensor, k: Tensor | QuantizedField, v: Tensor | QuantizedField, mask: Tensor | None
-) -> Tensor | None:
-    """softmax(q·kᵀ/√dh)·v by the compiled kernel (``native_kernels.c``: cross_attention) for a few query rows
-    (at most 32), reading keys and values in their own dtype (stored float16, bfloat16, or int8 with one scale
-    per token; float32 for the query rows' own self-attention): per document and head, the real tokens' rows are
-    widened into a cache-resident scratch and used at once, padding is skipped, and no float32 copy of the
-    candidates' fields is made; the documents are split over torch's OpenMP threads. PyTorch's CPU attention
-    is slow on these shapes (19 rows × 130 keys × 32 per head; bench/kernels.py --parts native,
-    bench/results/kernels-native.json): MORES S2's cross-attention, MORES'
-    interaction-block self-attention over the query rows of each document, and the query encoders.
-    q [1 or B, h, Tq, dh] float32, k/v [B, T, h·dh], mask [B or 1, 1, 1, T] bool -> [B, Tq, h·dh]. None where it
-    does not apply (no compiled kernels or no AVX-512, autograd, a head size, row or key count outside the
-    kernel's limits, a per-row mask): the caller runs PyTorch's attention. Same values as that within float32
-    rounding (``tests/rankers/test_native_attention.py``)."""
-    found = attend_native(q, k, v, mask, q.shape[-1] ** -0.5)
-    return None if found is None else found[0]
-
-
-def attend_native(
-    q: Tensor,
-    k: Tensor | QuantizedField,
-    v: Tensor | QuantizedField,
-    mask: Tensor | None,
-    scale: float,
-    lse: bool = False,
-    key_scale: Tensor | None = None,
-    extra: Tensor | None = None,
-    quad: Tensor | None = None,
-) -> tuple[Tensor, Tensor | None] | None:
-    """:func:`context_native` with the scores' scale given (``scale·q·kᵀ``) and, with ``lse``, also each row's
-    log-sum-exp of its scores [B, h, Tq], for merging with scores over other keys (PreTTR's query tokens). A
-    head may be as wide as the states (dh a multiple of 16 up to 512: h = 1 reads whole rows), and v may be k.
-    With
-    ``key_scale`` [B, T] (v = k only) each token's row is multiplied by its scale (with an int8 field's own).
-    With ``extra`` [B, T] or ``quad`` (h = 1, v = k) each key and value is its row followed by one
-    more value x_j, q's rows are n + 1 wide (their last value: the coefficient on x_j) and so is the output;
-    ``extra`` gives x_j, ``quad`` [2n + 3] = (diag, g2, bb, 1/n, ε) has the kernel compute it from the row it
-    widens, x_j = (max(r_j·(diag ⊙ r_j + g2) + bb, 0)/n + ε)^−½, and scale the row by it (PreTTR's folded
-    decompression: keys [r/σ, 1/σ] read from the stored r). Returns (context [B, Tq, h·dh], lse or None), or None
-    where the kernel does not apply."""
-    if q.device.type != "cpu" or q.dtype != torch.float32 or q.dim() != 4:
-        return None
-    if torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v)):
-        return None  # no backward through the kernel: autograd keeps PyTorch's attention
-    quant = isinstance(k, QuantizedField)
-    if quant != isinstance(v, QuantizedField) or k.shape != v.shape or len(k.shape) != 3:
-        return None
-    kind = native_kind(k)
-    if kind is None or (not quant and v.dtype != k.dtype):
-        return None
-    bq, h, tq, width = q.shape
-    b, t, n = k.shape
-    extended = extra is not None or quad is not None
-    dh = width - 1 if extended else width
-    if (
-        not native.attention_head_dim(dh)
-        or not 1 <= tq <= native.ATTENTION_MAX_ROWS
-        or not 1 <= t <= native.ATTENTION_MAX_KEYS
-        or n != h * dh
-        or bq not in (1, b)
-        or b == 0
-    ):
-        return None
-    if extended and (h != 1 or bq != 1 or v is not k):
-        return None
-    if extra is not None and quad is not None:
-        return None
-    if quad is not None and (
-        quad.shape != (2 * n + 3,) or quad.dtype != torch.float32 or key_scale is not None
-    ):
-        return None
-    per_token = [x for x in (key_scale, extra) if x is not None]
-    if per_token and (v is not k or any(x.shape != (b, t) or x.device.type != "cpu" for x in per_token)):
-        return None
-    if mask is not None and (mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1:3] != (1, 1)):
-        return None
-    lib = native.library("attention")
-    if lib is None:
-        return None
-    qs = q * scale
-    coef = None
-    if extended:  # the rows' coefficients on the extra value go in apart from the rows
-        coef = qs[0, 0, :, dh].contiguous()
-        qs = qs[..., :dh]
-    qs = qs.contiguous()
-    keep = None if mask is None else mask.reshape(-1, t).expand(b, t).contiguous().view(torch.uint8)
-
-    k_values, k_scales = native_values(k)
-    if key_scale is not None:
-        k_scales = key_scale.float() if k_scales is None else k_scales * key_scale
-        k_scales = k_scales.contiguous()
-    v_values, v_scales = (k_values, k_scales) if v is k else native_values(v)  # one tensor: widened once
-    extra = None if extra is None else extra.float().contiguous()
-    quad = None if quad is None else quad.contiguous()
-    out = torch.empty(b, tq, h * dh + extended, dtype=torch.float32)
-    lse_out = torch.empty(b, h, tq, dtype=torch.float32) if lse else None
-    status = lib.cross_attention(
-        native.ptr(qs),
-        bq,
-        native.ptr(k_values),
-        native.ptr(v_values),
-        None if k_scales is None else native.ptr(k_scales),
-        None if v_scales is None else native.ptr(v_scales),
-        kind,
-        None if keep is None else native.ptr(keep),
-        b,
-        t,
-        h,
-        dh,
-        tq,
-        native.ptr(out),
-        None if lse_out is None else native.ptr(lse_out),
-        None if extra is None else native.ptr(extra),
-        None if coef is None else native.ptr(coef),
-        None if quad is None else native.ptr(quad),
-        torch.get_num_threads(),
-    )
-    if status == -1:  # this build has no AVX-512 kernel (the limits were checked above)
-        return None
-    if status != 0:
-        raise MemoryError("cross_attention could not allocate its scratch")
-    return out, lse_out
-
-
 class Attention(nn.Module):
     """Multi-head attention with BERT's output sub-layer: ``LN(Wo·softmax(qk/√d)v + bo + x)``.
 
@@ -474,35 +243,10 @@ class Attention(nn.Module):
         return self.self.key(x), self.self.value(x)
 
     def context(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """q [Bq, h, Tq, dh] (Bq may be 1 and is broadcast), k/v [B, T, n] -> context [B, Tq, n].
-
-        k/v may be in a narrower dtype than q (float16 or bfloat16 as the store hands them over). On the CPU, for
-        at most 32 query rows, the compiled kernel computes straight from them (:func:`context_native`); else
-        they are converted a few documents at a time, right before those documents' attention
-        (:func:`widened`), instead of one float32 copy of every candidate's keys and values."""
-        if not (self.training and self.attn_dropout):
-            fast = context_native(q, k, v, mask)  # a few query rows on the CPU: the compiled kernel
-            if fast is not None:
-                return fast
-        if k.dtype != q.dtype:
-            if k.device.type != "cpu":
-                return self.context(q, k.to(q.dtype), v.to(q.dtype), mask)
-            out = q.new_empty(k.shape[0], q.shape[2], k.shape[2])
-            for (rows, kw), (_, vw) in zip(widened(k, q.dtype), widened(v, q.dtype), strict=True):
-                out[rows] = self.context(
-                    q if q.shape[0] == 1 else q[rows],
-                    kw,
-                    vw,
-                    mask if mask is None or mask.shape[0] == 1 else mask[rows],
-                )
-            return out
-        kh, vh = self.split(k), self.split(v)
-        if q.shape[0] != kh.shape[0]:
-            q = q.expand(kh.shape[0], -1, -1, -1)
-        p = self.attn_dropout if self.training else 0.0
-        ctx = F.scaled_dot_product_attention(q, kh, vh, attn_mask=mask, dropout_p=p)
-        b, _, tq, _ = ctx.shape
-        return ctx.transpose(1, 2).reshape(b, tq, -1)
+        """q [Bq, h, Tq, dh] (Bq may be 1 and is broadcast), k/v [B, T, n] -> context [B, Tq, n]; k/v may be in a
+        narrower dtype than q (float16, bfloat16 or int8 as the store hands them over): the kernels' attention
+        (:func:`aheadrank.kernels.attention.context`)."""
+        return attention.context(q, k, v, mask, self.attn_dropout if self.training else 0.0)
 
     def context_of(self, q: Tensor, source: tuple[Tensor, Tensor] | Tensor, mask: Tensor | None) -> Tensor:
         """:meth:`context` from given keys and values ``(k, v)`` (Reuse-S2), or from the states ``x`` [B, T, n]

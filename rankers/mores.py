@@ -31,7 +31,6 @@ from aheadrank.rankers.base import QueryState, Ranker, masked_mean
 from aheadrank.rankers.base_model import base_embeddings, base_layer
 from aheadrank.rankers.blocks import (
     Encoder,
-    QuantizedField,
     SimilarityResidual,
     key_mask,
     make_interaction_block,
@@ -40,6 +39,8 @@ from aheadrank.rankers.blocks import (
 from aheadrank.rankers.spec import RankerSpec, Variant, option
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
+
+from aheadrank.kernels.stored import QuantizedField
 
 
 def as_stored(x: Tensor | QuantizedField, dtype: torch.dtype) -> Tensor | QuantizedField:

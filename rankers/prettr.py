@@ -28,20 +28,19 @@ from aheadrank.rankers.blocks import (
     Encoder,
     Linear,
     SimilarityResidual,
-    attend_native,
     key_mask,
     matmul_t,
     pack_weight,
     token_scores,
     weights_key,
-    widened,
     zero_head,
 )
 from aheadrank.rankers.spec import RankerSpec, Variant, option
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
-from aheadrank.kernels import native
+from aheadrank.kernels import attention, native
+from aheadrank.kernels.stored import widened
 
 # context_folded runs where e is at most this fraction of n (a rule of the shapes, not a switch): G's quadratic
 # form (e per token in a canonical basis, else e²) and the attention over [r/σ, 1/σ] (e + 1 values) against
@@ -330,7 +329,7 @@ class PrettrRanker(Ranker):
     def weighted_native(
         self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor, parts: dict | None = None
     ) -> tuple[Tensor, Tensor | None] | None:
-        """:meth:`weighted_blocks` by the compiled attention (``blocks.attend_native``): the H folded rows (and a
+        """:meth:`weighted_blocks` by the compiled attention (``aheadrank.kernels.attention.native``): the H folded rows (and a
         zero row more for ``sim``, whose weights are uniform over the document's tokens: the mean of ŝ) as the
         query rows of one head as wide as the states, over the stored states themselves (l5/e0: float16 or int8
         read in place) or over each block's decompressed ŝ. The query tokens' part, the same for every document, is merged in after by the
@@ -345,7 +344,7 @@ class PrettrRanker(Ranker):
             blocks = []
             for sl, block in widened(r, q.dtype):
                 s = self.decompress(block)  # ŝ
-                part = attend_native(rows[None, None], s, s, key_mask(d_mask[sl]), 1.0, lse=True)
+                part = attention.native(rows[None, None], s, s, key_mask(d_mask[sl]), 1.0, lse=True)
                 if part is None:
                     return None
                 blocks.append(part)
@@ -353,7 +352,7 @@ class PrettrRanker(Ranker):
             if blocks:
                 found = torch.cat([p[0] for p in blocks]), torch.cat([p[1][:, 0] for p in blocks])
         else:
-            part = attend_native(rows[None, None], r, r, key_mask(d_mask), 1.0, lse=True)
+            part = attention.native(rows[None, None], r, r, key_mask(d_mask), 1.0, lse=True)
             found = None if part is None else (part[0], part[1][:, 0])
         if found is None:
             return None
@@ -376,7 +375,7 @@ class PrettrRanker(Ranker):
         = (r_jᵀ·G·r_j + 2·g·r_j + |b̃|²)/n + ε (G = W̃ᵀW̃, g = W̃ᵀb̃: :meth:`decompression_fold`), u_h·ŝ_j =
         (a_h·r_j + c_h)/σ_j + u_h·β with a_h = W̃ᵀ(u_h ⊙ γ), c_h = (u_h ⊙ γ)·b̃, and Σ_j p_hj·ŝ_j = γ ⊙ (W̃·Σ_j
         p_hj r_j/σ_j + b̃·Σ_j p_hj/σ_j) + β. Where G is diagonal (a canonical basis) the kernel computes σ_j itself
-        from each row it widens (``attend_native``'s quad); otherwise 1/σ_j comes from G's GEMM a block of
+        from each row it widens (``attention.native``'s quad); otherwise 1/σ_j comes from G's GEMM a block of
         documents at a time. The value map is folded into the map back (``DecompressionFold.values``: W_vh·γ ⊙
         [W̃, b̃] per head): the head's value vector is read off the e + 1 sums, and ŝ is never formed, not even
         as the weighted sum. The query tokens' part (the same for every document) is merged in by the rows'
@@ -389,7 +388,7 @@ class PrettrRanker(Ranker):
         n_heads, n = u.shape
         fold = self.decompression_fold(q)
         e = r.shape[-1]
-        attention = self.encoder.layer[self.config.n_layers - 1].attention
+        att = self.encoder.layer[self.config.n_layers - 1].attention
         parts = {} if parts is None else parts
         if parts.get("fold") is not fold:  # the fold is made again when its weights change
             rows = self.kernel_rows(u)
@@ -400,11 +399,11 @@ class PrettrRanker(Ranker):
                 torch.cat([ug @ fold.w, (ug @ fold.b)[:, None]], 1),  # [R, e + 1]: [a_h, c_h]
                 rows[:n_heads] @ fold.beta,  # u_h·β: the same for every token, part of the log-sum-exp
                 torch.logsumexp(q_scores, -1),  # [H]: over the query's tokens
-                attention.folded_values((q_scores.softmax(-1) @ q[0])[None])[0].view(n_heads, -1),  # [H, dh]
+                att.folded_values((q_scores.softmax(-1) @ q[0])[None])[0].view(n_heads, -1),  # [H, dh]
             )
         rows, query, beta_scores, lse_q, on_query = parts["folded"]
         if fold.quad is not None:  # σ_j by the kernel, from each row as it widens it
-            found = attend_native(query[None, None], r, r, key_mask(d_mask), 1.0, lse=True, quad=fold.quad)
+            found = attention.native(query[None, None], r, r, key_mask(d_mask), 1.0, lse=True, quad=fold.quad)
             if found is None:
                 return None
             sums, lse = found[0], found[1][:, 0]
@@ -419,7 +418,7 @@ class PrettrRanker(Ranker):
                 quad = matmul_t(flat, fold.gram, fold.packed_gram, fold.g2).mul_(flat).sum(-1)
                 inv = quad.add_(fold.bb).clamp_(min=0.0).div_(n).add_(fold.eps).rsqrt_().view(nb, t)
                 stored = r[sl]  # read by the kernel as stored, each row times its 1/σ_j, then 1/σ_j itself
-                part = attend_native(
+                part = attention.native(
                     query[None, None],
                     stored,
                     stored,

@@ -25,23 +25,20 @@ import torch.nn.functional as F
 from aheadrank.rankers.base import QueryState, Ranker
 from aheadrank.rankers.base_model import base_embeddings, base_layer
 from aheadrank.rankers.blocks import (
-    QuantizedField,
     TransformerLayer,
     key_mask,
     make_embeddings,
     matmul_t,
-    native_kind,
-    native_values,
     pack_weight,
     run_layers,
     sinusoidal_positions,
-    widened,
 )
 from aheadrank.rankers.spec import RankerSpec, Variant, option
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
 from aheadrank.kernels import native
+from aheadrank.kernels.stored import QuantizedField, native_kind, native_values, widened
 
 KERNEL_MU = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1, -0.1, -0.3, -0.5, -0.7, -0.9)
 KERNEL_SIGMA = 0.1

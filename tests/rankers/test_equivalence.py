@@ -198,8 +198,8 @@ def test_cuda_scores_stored_dtype_fields_as_the_cpu(tiny_base, texts, kind, opts
 def test_stored_dtype_fields_score_as_widened_ones(tiny_base, texts, kind, opts, block_values, monkeypatch):
     """score_batch on float16 fields as the store hands them over (computed from the stored dtype, widened
     a block at a time) = score_batch on the same values widened to float32 up front."""
-    monkeypatch.setattr("aheadrank.rankers.blocks.STORED_BLOCK_VALUES", block_values)
-    monkeypatch.setattr("aheadrank.rankers.blocks.STORED_BLOCK_MIN_DOCS", 1)  # blocks of 1 document too
+    monkeypatch.setattr("aheadrank.kernels.stored.STORED_BLOCK_VALUES", block_values)
+    monkeypatch.setattr("aheadrank.kernels.stored.STORED_BLOCK_MIN_DOCS", 1)  # blocks of 1 document too
     ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
     if opts.get("sim"):
         torch.manual_seed(3)
@@ -220,8 +220,8 @@ def test_stored_dtype_fields_score_as_widened_ones(tiny_base, texts, kind, opts,
 def test_int8_fields_score_without_a_dequantised_copy(tiny_base, texts, kind, opts, monkeypatch):
     """int8 + scales handed to score_batch as stored (QuantizedField, widened a block at a time) give the
     scores of the same values dequantised to float32 up front."""
-    monkeypatch.setattr("aheadrank.rankers.blocks.STORED_BLOCK_VALUES", 5000)
-    monkeypatch.setattr("aheadrank.rankers.blocks.STORED_BLOCK_MIN_DOCS", 1)
+    monkeypatch.setattr("aheadrank.kernels.stored.STORED_BLOCK_VALUES", 5000)
+    monkeypatch.setattr("aheadrank.kernels.stored.STORED_BLOCK_MIN_DOCS", 1)
     ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
     queries, docs = texts
     for strategy in ranker.strategies:

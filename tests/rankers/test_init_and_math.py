@@ -349,8 +349,10 @@ def test_attention_reads_the_mean_of_the_values_off_its_own_pass(dtype, monkeypa
     from aheadrank.rankers import blocks
     from aheadrank.rankers.base import masked_mean
 
-    monkeypatch.setattr(blocks, "STORED_BLOCK_MIN_DOCS", 2)
-    monkeypatch.setattr(blocks, "STORED_BLOCK_VALUES", 1)
+    from aheadrank.kernels import stored
+
+    monkeypatch.setattr(stored, "STORED_BLOCK_MIN_DOCS", 2)
+    monkeypatch.setattr(stored, "STORED_BLOCK_VALUES", 1)
     torch.manual_seed(0)
     attn = blocks.Attention(32, 4, 1e-12, 0.0, 0.0).eval()
     b, tq, td = 5, 3, 7
@@ -400,8 +402,10 @@ def test_cross_attention_from_states_folds_the_projections_exactly(broadcast, mo
     when heads·Tq ≥ n."""
     from aheadrank.rankers import blocks
 
-    monkeypatch.setattr(blocks, "STORED_BLOCK_MIN_DOCS", 2)
-    monkeypatch.setattr(blocks, "STORED_BLOCK_VALUES", 1)
+    from aheadrank.kernels import stored
+
+    monkeypatch.setattr(stored, "STORED_BLOCK_MIN_DOCS", 2)
+    monkeypatch.setattr(stored, "STORED_BLOCK_VALUES", 1)
     torch.manual_seed(0)
     att = blocks.Attention(32, 4, 1e-12, 0.0, 0.0).double().eval()
     b, tq, td = 5, 3, 7

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from aheadrank.rankers import blocks
 
+from aheadrank.kernels import stored
+
 needs_onednn = pytest.mark.skipif(not blocks.ONEDNN_LINEAR, reason="oneDNN linear not available")
 
 
@@ -100,8 +102,8 @@ def test_shared_right_hand_sides_run_packed_and_equal_the_plain_products(monkeyp
         assert blocks.pack_weight(w[:4], x) is None  # too few rows to gain
     assert blocks.pack_weight(w, x) is None  # gradients on: plain
 
-    monkeypatch.setattr(blocks, "STORED_BLOCK_MIN_DOCS", 2)
-    monkeypatch.setattr(blocks, "STORED_BLOCK_VALUES", 1)
+    monkeypatch.setattr(stored, "STORED_BLOCK_MIN_DOCS", 2)
+    monkeypatch.setattr(stored, "STORED_BLOCK_VALUES", 1)
     att = blocks.Attention(64, 4, 1e-12, 0.0, 0.0).eval()
     mask = blocks.key_mask(torch.arange(7)[None, :] < torch.tensor([7, 1, 4, 6, 2, 5])[:, None])
     q = att.project_q(torch.randn(1, 3, 64)).detach()

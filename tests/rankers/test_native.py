@@ -10,12 +10,20 @@ import shutil
 
 import pytest
 import torch
-from aheadrank.rankers import blocks, tk
+from aheadrank.rankers import tk
 from test_init_and_math import _adversarial_matches
 
-from aheadrank.kernels import native
+from aheadrank.kernels import attention, native
 
-needs_cc = pytest.mark.skipif(native._compiler() is None, reason="no C compiler")
+# the loader's own tests need every family on (the suite run with AHEADRANK_NATIVE=none skips them) ...
+families_on = pytest.mark.skipif(
+    native.families() != frozenset(native.FAMILIES), reason="kernel families off (AHEADRANK_NATIVE)"
+)
+# ... and the kernels' a compiler
+needs_cc = pytest.mark.skipif(
+    native._compiler() is None or native.families() != frozenset(native.FAMILIES),
+    reason="no C compiler, or kernel families off (AHEADRANK_NATIVE)",
+)
 MU = tk.KERNEL_MU
 
 
@@ -87,6 +95,7 @@ def test_library_is_built_once_per_machine_and_reused(fresh_native):
     assert built.stat().st_mtime_ns == stamp
 
 
+@families_on
 @pytest.mark.parametrize("cc", ["/nonexistent/cc", "false"])
 def test_no_compiler_or_a_failed_build_falls_back(fresh_native, monkeypatch, caplog, cc):
     """Without a working compiler the loader says so once and returns None; TK's features still come out,
@@ -142,21 +151,21 @@ def test_families_switched_one_by_one(monkeypatch):
 
 
 def test_a_family_switched_off_takes_the_pytorch_path(monkeypatch):
-    """With the attention family off (the others on), blocks.context_native declines and the attention runs in
+    """With the attention family off (the others on), the attention kernel declines and the attention runs in
     PyTorch with the same values; with it on, the compiled kernel answers (where this build has it)."""
     torch.manual_seed(0)
     q = torch.randn(1, 2, 3, 32)
     k, v = torch.randn(4, 9, 64), torch.randn(4, 9, 64)
     monkeypatch.setenv("AHEADRANK_NATIVE", "-attention")
     with torch.inference_mode():
-        assert blocks.context_native(q, k, v, None) is None
+        assert attention.native(q, k, v, None, 32**-0.5) is None
         monkeypatch.setenv("AHEADRANK_NATIVE", "attention")
-        found = blocks.context_native(q, k, v, None)
+        found = attention.native(q, k, v, None, 32**-0.5)
     if found is None:
         pytest.skip("this build has no compiled attention (no compiler or no AVX-512)")
     kh, vh = (x.view(4, 9, 2, 32).transpose(1, 2) for x in (k, v))
     ref = torch.nn.functional.scaled_dot_product_attention(q.expand(4, -1, -1, -1), kh, vh)
-    torch.testing.assert_close(found, ref.transpose(1, 2).reshape(4, 3, 64), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(found[0], ref.transpose(1, 2).reshape(4, 3, 64), atol=1e-5, rtol=1e-5)
 
 
 @needs_cc

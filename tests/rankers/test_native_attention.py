@@ -1,6 +1,7 @@
-"""The compiled attention for a few query rows (``rankers/blocks.py``: context_native, ``native_kernels.c``:
-cross_attention): equal to the formula for every stored dtype and float32, declining (None, so that PyTorch's
-attention runs) wherever it does not apply, and giving MORES S2 the scores of the PyTorch path."""
+"""The compiled attention for a few query rows (``aheadrank/kernels/attention.py``: native, ``native_kernels.c``:
+cross_attention): equal to the formula for every stored dtype and float32, declining (None, so that the reference
+runs) wherever it does not apply, and giving MORES S2 the scores of the PyTorch path; the reference path of
+``attend`` equal to the kernel."""
 
 from __future__ import annotations
 
@@ -10,11 +11,28 @@ from pathlib import Path
 import pytest
 import torch
 from aheadrank.rankers import QuantizedField, init_ranker
-from aheadrank.rankers.blocks import Attention, attend_native, context_native
+from aheadrank.rankers.blocks import Attention
 from aheadrank.rankers.text import pad_fields
 from conftest import needs_kernel, random_text, save_tiny_bert
 
 from aheadrank.kernels import native
+from aheadrank.kernels.attention import native as attend_native
+from aheadrank.kernels.attention import reference_attend
+
+# the native kernel and the reference path of attention.attend, held to the same float64 formula
+BOTH_PATHS = pytest.mark.parametrize(
+    "attend",
+    [
+        pytest.param(attend_native, marks=needs_kernel, id="native"),
+        pytest.param(reference_attend, id="reference"),
+    ],
+)
+
+
+def context_native(q, k, v, mask):
+    """The kernel's softmax(q·kᵀ/√dh)·v, or None where it declines."""
+    found = attend_native(q, k, v, mask, q.shape[-1] ** -0.5)
+    return None if found is None else found[0]
 
 
 def _fields(b: int, t: int, n: int, kind: str, seed: int = 0):
@@ -151,11 +169,11 @@ def test_attention_takes_it_for_a_few_query_rows(monkeypatch, stored):
     calls: list[bool] = []
 
     def counted(*args):
-        out = context_native(*args)
+        out = attend_native(*args)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr("aheadrank.rankers.blocks.context_native", counted)
+    monkeypatch.setattr("aheadrank.kernels.attention.native", counted)
     att = Attention(384, 12, 1e-12, 0.1, 0.1).eval()
     k, v, _, _ = _fields(6, 40, 384, stored)
     q = torch.randn(1, 12, 19, 32)
@@ -217,12 +235,12 @@ def test_mores_s2_scores_equal_the_pytorch_path(head32_base, texts, opts, stored
     calls: list[torch.dtype] = []  # the key dtype of every attention the kernel computed
 
     def counted(*args):
-        out = context_native(*args)
+        out = attend_native(*args)
         if out is not None:
             calls.append(args[1].dtype)
         return out
 
-    monkeypatch.setattr("aheadrank.rankers.blocks.context_native", counted)
+    monkeypatch.setattr("aheadrank.kernels.attention.native", counted)
     with torch.inference_mode():
         qs = ranker.encode_query(queries[0])
         assert not calls  # the query encoder's layers: one compiled call each (blocks.layer_native)
@@ -239,10 +257,10 @@ def test_mores_s2_scores_equal_the_pytorch_path(head32_base, texts, opts, stored
     assert ((fast - slow).abs().max() / spread).item() <= 1e-5
 
 
-@needs_kernel
+@BOTH_PATHS
 @pytest.mark.parametrize("kind", ["float16", "int8", "float32"])
 @pytest.mark.parametrize(("dh", "tq"), [(384, 13), (128, 12), (64, 1)])
-def test_wide_heads_values_that_are_the_keys_and_log_sum_exps(kind, dh, tq):
+def test_wide_heads_values_that_are_the_keys_and_log_sum_exps(kind, dh, tq, attend):
     """One head as wide as the states (PreTTR's folded [CLS] rows over ŝ), the values being the keys (one
     tensor, widened once), a given scale, and each row's log-sum-exp of its scores: all as the float64 formula."""
     g = torch.Generator().manual_seed(5)
@@ -252,7 +270,7 @@ def test_wide_heads_values_that_are_the_keys_and_log_sum_exps(kind, dh, tq):
     keep[:, 0] = True
     keep[3] = False  # no real token: zeros and a log-sum-exp whose exponential is 0
     with torch.inference_mode():
-        found = attend_native(q, k, k, keep[:, None, None, :], 0.7, lse=True)
+        found = attend(q, k, k, keep[:, None, None, :], 0.7, lse=True)
     assert found is not None
     out, lse = found
     assert lse.shape == (7, 1, tq)
@@ -266,11 +284,11 @@ def test_wide_heads_values_that_are_the_keys_and_log_sum_exps(kind, dh, tq):
     assert (out[3] == 0).all() and lse[3].max().item() < -1e29
 
 
-@needs_kernel
+@BOTH_PATHS
 @pytest.mark.parametrize("kind", ["float16", "bfloat16", "int8", "float32"])
 @pytest.mark.parametrize("source", ["given", "quad"])
 @pytest.mark.parametrize("n", [48, 64])
-def test_keys_scaled_per_token_with_an_extra_value(kind, source, n):
+def test_keys_scaled_per_token_with_an_extra_value(kind, source, n, attend):
     """An extra value per key (PreTTR's folded decompression): the keys, which are the values, are each stored row
     times its token's scale (with int8's own scale) followed by x_j, given (``extra``, with ``key_scale``) or
     computed by the kernel from the row (``quad``: x_j = (max(r·(diag ⊙ r + g2) + bb, 0)/n + ε)^−½, the row scaled
@@ -299,7 +317,7 @@ def test_keys_scaled_per_token_with_an_extra_value(kind, source, n):
         x = (form.clamp(min=0) / n + eps).rsqrt()
     q = torch.randn(1, 1, 9, n + 1, generator=g) * 0.3
     with torch.inference_mode():
-        found = attend_native(q, k, k, keep[:, None, None, :], 1.0, lse=True, **kwargs)
+        found = attend(q, k, k, keep[:, None, None, :], 1.0, lse=True, **kwargs)
     assert found is not None
     out, lse = found
     assert out.shape == (b, 9, n + 1)
@@ -371,7 +389,7 @@ def test_prettr_last_layer_scores_equal_the_pytorch_path(head32_base, texts, opt
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr("aheadrank.rankers.prettr.attend_native", counted)
+    monkeypatch.setattr("aheadrank.kernels.attention.native", counted)
     with torch.inference_mode():
         qs = ranker.encode_query(queries[1])
         fast = ranker.score_batch(qs, fields, mask)
@@ -473,10 +491,10 @@ def test_without_the_kernels_the_fold_is_not_computed(head32_base, texts, monkey
     assert ((got - want).abs().max() / spread).item() <= 1e-5
 
 
-@needs_kernel
+@BOTH_PATHS
 @pytest.mark.parametrize("kind", ["float16", "int8"])
 @pytest.mark.parametrize("same", [True, False])
-def test_heads_of_32_with_more_than_16_rows_give_log_sum_exps(kind, same):
+def test_heads_of_32_with_more_than_16_rows_give_log_sum_exps(kind, same, attend):
     """Heads of 32 with 19 query rows (two vectors of rows) and each row's log-sum-exp per head, values that are
     the keys (widened once) or apart: all as the float64 formula."""
     g = torch.Generator().manual_seed(11)
@@ -489,7 +507,7 @@ def test_heads_of_32_with_more_than_16_rows_give_log_sum_exps(kind, same):
     keep[:, 0] = True
     keep[2, 1:] = False  # a single real token
     with torch.inference_mode():
-        found = attend_native(q, k, v, keep[:, None, None, :], 0.4, lse=True)
+        found = attend(q, k, v, keep[:, None, None, :], 0.4, lse=True)
     assert found is not None
     out, lse = found
     kh = k64.view(b, t, h, dh).transpose(1, 2)
