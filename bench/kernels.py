@@ -289,8 +289,8 @@ def part_tkpass(args) -> list[dict]:
 
 
 def prettr_decompressing():
-    """PreTTR decompressing each block (the fold declining)."""
-    return mock.patch.object(prettr.PrettrRanker, "context_folded", lambda *args, **kwargs: None)
+    """PreTTR decompressing each block (no fold)."""
+    return mock.patch.object(prettr.PrettrRanker, "folds", lambda self, n: False)
 
 
 def prettr_gram_gemm():

@@ -31,7 +31,6 @@ from aheadrank.rankers.blocks import (
     key_mask,
     matmul_t,
     pack_weight,
-    token_scores,
     weights_key,
     zero_head,
 )
@@ -39,7 +38,7 @@ from aheadrank.rankers.spec import RankerSpec, Variant, option
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
-from aheadrank.kernels import attention, native
+from aheadrank.kernels import attention
 from aheadrank.kernels.stored import widened
 
 # context_folded runs where e is at most this fraction of n (a rule of the shapes, not a switch): G's quadratic
@@ -255,21 +254,17 @@ class PrettrRanker(Ranker):
         att = last.attention
         parts = self.query_parts(q, q_mask, cache)
         u, q_scores = parts["u"], parts["q_scores"]
-        e = self.config.compress
-        found = None
-        if e and e <= FOLD_DECOMPRESSION * q.shape[2]:
-            found = self.context_folded(q, u, q_scores, r, d_mask, parts)
-        if found is None:
-            found = self.weighted_native(q, u, q_scores, r, d_mask, parts)
-            weighted, pooled = found if found is not None else self.weighted_blocks(q, u, q_scores, r, d_mask)
-            found = att.folded_values(weighted), pooled
-        context, pooled = found
+        if self.folds(q.shape[2]):
+            context, pooled = self.context_folded(q, u, q_scores, r, d_mask, parts)
+        else:
+            weighted, pooled = self.weighted_sums(q, u, q_scores, r, d_mask, parts)
+            context = att.folded_values(weighted)
         score = self.head(last.ffn(att.output(context, q[:, :1]))[:, 0]).squeeze(-1)
         return self.with_sim(score, q_pool, pooled)
 
     def query_parts(self, q: Tensor, q_mask: Tensor, cache: dict | None) -> dict:
         """[CLS]'s folded rows u [H, n] (:meth:`Attention.folded_query`) and its scores over the query's own tokens
-        q_scores [H, tq] (−inf at padding), in a dict that :meth:`context_folded` and :meth:`weighted_native` add
+        q_scores [H, tq] (−inf at padding), in a dict that :meth:`context_folded` and :meth:`weighted_sums` add
         their own query-only tensors to; taken from ``cache`` where it holds them for the same query states and
         unchanged weights (the layer's query, key and value maps, the decompression's fold: version counters and
         storage), else computed and stored there."""
@@ -294,79 +289,51 @@ class PrettrRanker(Ranker):
             cache["prettr_query_parts"] = (key, parts)
         return parts
 
-    def weighted_blocks(
-        self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor
-    ) -> tuple[Tensor, Tensor | None]:
-        """[CLS]'s per-head weighted sums over [query; document] tokens [B, H, n] (and, with ``sim``, the mean of
-        ŝ over each document's tokens [B, n]) in PyTorch: a block of documents at a time, widened and
-        decompressed, scored by one GEMM against the folded rows u [H, n]."""
-        att = self.encoder.layer[self.config.n_layers - 1].attention
-        b, tq = r.shape[0], q.shape[1]
-        packed_u = pack_weight(u, u)  # the same rows against every block: oneDNN where available
-        weighted = q.new_empty(b, u.shape[0], q.shape[2])
-        pooled = []
-        for rows, block in widened(r, q.dtype):
-            s = self.decompress(block)  # [nb, td, n]
-            nb = s.shape[0]
-            d_scores = token_scores(u, s, packed_u).masked_fill(~d_mask[rows, None, :], float("-inf"))
-            p = att.attention_dropout(torch.cat([q_scores.expand(nb, -1, -1), d_scores], -1).softmax(-1))
-            p_d = p[..., tq:]
-            if self.config.sim:  # pooled_docs as one more row of the same sum: 1/|d| on each document token
-                keep = d_mask[rows, None, :].to(p.dtype)
-                p_d = torch.cat([p_d, keep / keep.sum(-1, keepdim=True).clamp(min=1.0)], 1)
-            summed = torch.bmm(p_d, s)  # [nb, H (+1), n]
-            weighted[rows] = summed[:, : u.shape[0]] + p[..., :tq] @ q[0]
-            if self.config.sim:
-                pooled.append(summed[:, -1])
-        return weighted, torch.cat(pooled) if self.config.sim else None
+    def folds(self, n: int) -> bool:
+        """Whether :meth:`upper_from_stored` folds the decompression away (:meth:`context_folded`): a compressor
+        of e ≤ FOLD_DECOMPRESSION·n dims (a rule of the shapes)."""
+        e = self.config.compress
+        return bool(e) and e <= FOLD_DECOMPRESSION * n
 
     def kernel_rows(self, u: Tensor) -> Tensor:
-        """The compiled attention's query rows [R, n]: [CLS]'s folded rows u [H, n] (carrying the 1/√dh), and with
+        """The attention's query rows [R, n]: [CLS]'s folded rows u [H, n] (carrying the 1/√dh), and with
         ``sim`` a zero row more, whose weights are uniform over the document's tokens (the mean the residual
         pools)."""
         return torch.cat([u, u.new_zeros(1, u.shape[1])]) if self.config.sim else u
 
-    def weighted_native(
+    def weighted_sums(
         self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor, parts: dict | None = None
-    ) -> tuple[Tensor, Tensor | None] | None:
-        """:meth:`weighted_blocks` by the compiled attention (``aheadrank.kernels.attention.native``): the H folded rows (and a
-        zero row more for ``sim``, whose weights are uniform over the document's tokens: the mean of ŝ) as the
-        query rows of one head as wide as the states, over the stored states themselves (l5/e0: float16 or int8
-        read in place) or over each block's decompressed ŝ. The query tokens' part, the same for every document, is merged in after by the
-        rows' log-sum-exps (:func:`merge_weights`). None where the kernel does not apply. ``parts``
-        (:meth:`query_parts`) keeps the query-only rows."""
-        n_heads, n = u.shape
+    ) -> tuple[Tensor, Tensor | None]:
+        """[CLS]'s per-head weighted sums over [query; document] tokens [B, H, n] (and, with ``sim``, the mean of
+        ŝ over each document's tokens [B, n]) by the kernels' attention (``aheadrank.kernels.attention.attend``):
+        the H folded rows (and a zero row more for ``sim``, whose weights are uniform over the document's tokens:
+        the mean of ŝ) as the query rows of one head as wide as the states, over the stored states themselves
+        (l5/e0: float16 or int8 read in place) or over each block's decompressed ŝ. The query tokens' part, the
+        same for every document, is merged in after by the rows' log-sum-exps (:func:`merge_weights`).
+        ``parts`` (:meth:`query_parts`) keeps the query-only rows."""
+        n_heads = u.shape[0]
         parts = {} if parts is None else parts
-        if "native_rows" not in parts:
-            parts["native_rows"] = self.kernel_rows(u)
-        rows = parts["native_rows"]
+        if "rows" not in parts:
+            parts["rows"] = self.kernel_rows(u)
+        rows = parts["rows"][None, None]
         if self.config.compress:
-            blocks = []
+            out = q.new_empty(r.shape[0], rows.shape[2], q.shape[2])
+            lse = q.new_empty(r.shape[0], 1, rows.shape[2])
             for sl, block in widened(r, q.dtype):
                 s = self.decompress(block)  # ŝ
-                part = attention.native(rows[None, None], s, s, key_mask(d_mask[sl]), 1.0, lse=True)
-                if part is None:
-                    return None
-                blocks.append(part)
-            found = None
-            if blocks:
-                found = torch.cat([p[0] for p in blocks]), torch.cat([p[1][:, 0] for p in blocks])
+                out[sl], lse[sl] = attention.attend(rows, s, s, key_mask(d_mask[sl]), 1.0, lse=True)
         else:
-            part = attention.native(rows[None, None], r, r, key_mask(d_mask), 1.0, lse=True)
-            found = None if part is None else (part[0], part[1][:, 0])
-        if found is None:
-            return None
-        out = found[0]  # [B, R, n]
-        weighted = out[:, :n_heads]
-        weights = merge_weights(found[1][:, :n_heads], q_scores)
-        # in place over the kernel's output: two passes, no [B, H, n] temporaries (fresh pages cost here)
+            out, lse = attention.attend(rows, r, r, key_mask(d_mask), 1.0, lse=True)
+        weighted = out[:, :n_heads]  # [B, R, n]
+        weights = merge_weights(lse[:, 0, :n_heads], q_scores)
+        # in place over the attention's output: two passes, no [B, H, n] temporaries (fresh pages cost here)
         weighted.mul_(weights[0].unsqueeze(-1))
         weighted.addcmul_(weights[1].unsqueeze(-1), q_scores.softmax(-1) @ q[0])
         return weighted, out[:, n_heads] if self.config.sim else None
 
     def context_folded(
         self, q: Tensor, u: Tensor, q_scores: Tensor, r: Tensor, d_mask: Tensor, parts: dict | None = None
-    ) -> tuple[Tensor, Tensor | None] | None:
+    ) -> tuple[Tensor, Tensor | None]:
         """[CLS]'s attention context in layer L [B, 1, n] (and, with ``sim``, the mean of ŝ over each document's
         tokens [B, n]) straight from the stored r, without decompressing. Per head h (u_h: its folded query,
         :meth:`Attention.folded_query`) the kernel computes the softmax-weighted sums of the keys k_j = [r_j/σ_j,
@@ -374,17 +341,15 @@ class PrettrRanker(Ranker):
         b̃ (W̃, b̃: Wd and bd less their mean over the n outputs, so ỹ_j is y_j − mean(y_j)) and σ_j² = |ỹ_j|²/n + ε
         = (r_jᵀ·G·r_j + 2·g·r_j + |b̃|²)/n + ε (G = W̃ᵀW̃, g = W̃ᵀb̃: :meth:`decompression_fold`), u_h·ŝ_j =
         (a_h·r_j + c_h)/σ_j + u_h·β with a_h = W̃ᵀ(u_h ⊙ γ), c_h = (u_h ⊙ γ)·b̃, and Σ_j p_hj·ŝ_j = γ ⊙ (W̃·Σ_j
-        p_hj r_j/σ_j + b̃·Σ_j p_hj/σ_j) + β. Where G is diagonal (a canonical basis) the kernel computes σ_j itself
-        from each row it widens (``attention.native``'s quad); otherwise 1/σ_j comes from G's GEMM a block of
+        p_hj r_j/σ_j + b̃·Σ_j p_hj/σ_j) + β. Where G is diagonal (a canonical basis) the attention computes σ_j itself
+        from each row it widens (``attention.attend``'s quad); otherwise 1/σ_j comes from G's GEMM a block of
         documents at a time. The value map is folded into the map back (``DecompressionFold.values``: W_vh·γ ⊙
         [W̃, b̃] per head): the head's value vector is read off the e + 1 sums, and ŝ is never formed, not even
         as the weighted sum. The query tokens' part (the same for every document) is merged in by the rows'
         log-sum-exps. Per token e + 2·R·(e + 1) multiply-adds (σ, scores, sums) instead of the n·e of the
-        decompression and 2·R·n of the attention over ŝ. None where the kernel does not apply. ``parts``
-        (:meth:`query_parts`) keeps what depends on the query alone: the kernel's rows, u_h·β, the query tokens'
+        decompression and 2·R·n of the attention over ŝ. ``parts`` (:meth:`query_parts`) keeps what depends
+        on the query alone: the attention's rows, u_h·β, the query tokens'
         log-sum-exps and their part of each head's value vector."""
-        if native.library("attention") is None:  # the kernel is off or unavailable: no constants, no GEMMs
-            return None
         n_heads, n = u.shape
         fold = self.decompression_fold(q)
         e = r.shape[-1]
@@ -402,11 +367,11 @@ class PrettrRanker(Ranker):
                 att.folded_values((q_scores.softmax(-1) @ q[0])[None])[0].view(n_heads, -1),  # [H, dh]
             )
         rows, query, beta_scores, lse_q, on_query = parts["folded"]
-        if fold.quad is not None:  # σ_j by the kernel, from each row as it widens it
-            found = attention.native(query[None, None], r, r, key_mask(d_mask), 1.0, lse=True, quad=fold.quad)
-            if found is None:
-                return None
-            sums, lse = found[0], found[1][:, 0]
+        if fold.quad is not None:  # σ_j by the attention, from each row as it widens it
+            sums, lse = attention.attend(
+                query[None, None], r, r, key_mask(d_mask), 1.0, lse=True, quad=fold.quad
+            )
+            lse = lse[:, 0]
         else:
             b = r.shape[0]
             sums = q.new_empty(b, rows.shape[0], e + 1)
@@ -418,7 +383,7 @@ class PrettrRanker(Ranker):
                 quad = matmul_t(flat, fold.gram, fold.packed_gram, fold.g2).mul_(flat).sum(-1)
                 inv = quad.add_(fold.bb).clamp_(min=0.0).div_(n).add_(fold.eps).rsqrt_().view(nb, t)
                 stored = r[sl]  # read by the kernel as stored, each row times its 1/σ_j, then 1/σ_j itself
-                part = attention.native(
+                part = attention.attend(
                     query[None, None],
                     stored,
                     stored,
@@ -428,8 +393,6 @@ class PrettrRanker(Ranker):
                     key_scale=inv,
                     extra=inv,
                 )
-                if part is None:
-                    return None
                 sums[sl], lse[sl] = part[0], part[1][:, 0]
         # per head: w_d·(W_vh·Σ_d + b_vh) + w_q·(W_vh·Σ_q + b_vh), Σ_d = γ ⊙ (W̃·S + b̃·s) + β over the kernel's
         # sums [S, s]; u_h·β is the same for every token but part of the log-sum-exp

@@ -86,11 +86,15 @@ def reference_attend(
     extended = extra is not None or quad is not None
     out = q.new_empty(b, q.shape[2], n + extended)
     lse_out = q.new_empty(b, h, q.shape[2]) if lse else None
-    for rows, kb, vb in _float_blocks(k, v):
+    for rows, kb, vb, own in _float_blocks(k, v):
         part = None if mask is None else mask if mask.shape[0] == 1 else mask[rows]
         if part is not None:  # padding is never read, whatever it holds (as the kernel skips it)
             pad = ~part.reshape(-1, t, 1)
-            kb, vb = kb.masked_fill(pad, 0.0), (None if v is k else vb.masked_fill(pad, 0.0))
+            if own:  # a widened block: a buffer of this call's own
+                kb.masked_fill_(pad, 0.0)
+                vb = vb if v is k else vb.masked_fill_(pad, 0.0)
+            else:
+                kb, vb = kb.masked_fill(pad, 0.0), (None if v is k else vb.masked_fill(pad, 0.0))
         if quad is not None:  # x_j = (max(r_j·(diag ⊙ r_j + g2) + bb, 0)/n + ε)^−½, the row scaled by it
             diag, g2, (bb, inv_n, eps) = quad[:n], quad[n : 2 * n], quad[2 * n :].tolist()
             x = ((kb * (diag * kb + g2)).sum(-1) + bb).clamp(min=0.0).mul(inv_n).add(eps).rsqrt()
@@ -110,27 +114,26 @@ def reference_attend(
         if lse_out is not None:
             lse_out[rows] = torch.logsumexp(scores, -1)
         p = scores.softmax(-1)
-        if (
-            part is not None
-        ):  # a document without a real token: zeros (its log-sum-exp is −inf), as the kernel
-            p = p.nan_to_num(0.0)
+        if part is not None:  # a document without a real token: zeros (lse −inf), as the kernel gives
+            p = p.nan_to_num(0.0) if torch.is_grad_enabled() else p.nan_to_num_(0.0)
         out[rows] = (p @ vh).transpose(1, 2).reshape(nb, q.shape[2], -1)
     return out, lse_out
 
 
 def _float_blocks(k: Field, v: Field):
-    """(rows, k[rows], v[rows]) in float32: float32 tensors (and those on another device) whole, narrower
-    stored fields a block of documents at a time; v is k's block where v is k."""
+    """(rows, k[rows], v[rows], whether the blocks are buffers of this call's own) in float32: float32 tensors (and
+    those on another device) whole, narrower stored fields a block of documents at a time; v is k's block where
+    v is k."""
     if isinstance(k, Tensor) and (k.dtype == torch.float32 or k.device.type != "cpu"):
         kf = k.float()
-        yield slice(None), kf, kf if v is k else v.float()
+        yield slice(None), kf, kf if v is k else v.float(), False
         return
     if v is k:
         for rows, kb in widened(k, torch.float32):
-            yield rows, kb, kb
+            yield rows, kb, kb, True
         return
     for (rows, kb), (_, vb) in zip(widened(k, torch.float32), widened(v, torch.float32), strict=True):
-        yield rows, kb, vb
+        yield rows, kb, vb, True
 
 
 def native(

@@ -47,8 +47,8 @@ def test_query_parts_are_kept_per_query_and_remade_when_weights_change(tiny_base
         qs = ranker.encode_query(query)
         kept = [ranker.score_batch(qs, f, m) for f, m in chunks]
         assert len(calls) == 1 and "prettr_query_parts" in qs.extra  # the second chunk reused the first's
-        # and the path meant ran: the folded one, or the compiled attention over the stored states
-        assert ("folded" if compress else "native_rows") in qs.extra["prettr_query_parts"][1]
+        # and the path meant ran: the folded one, or the attention over the stored states
+        assert ("folded" if compress else "rows") in qs.extra["prettr_query_parts"][1]
         unkept = [ranker.score_batch(fresh(qs), f, m) for f, m in chunks]
     for a, b in zip(kept, unkept, strict=True):
         assert torch.equal(a, b)
