@@ -13,7 +13,7 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``blocks``: TK's cosine blocks at the default widening size (1 MB of float32, at least 8 documents) vs
   ``tk.COSINE_BLOCK_FACTOR`` times it, inside the whole timed path (the GEMM path, as in ``tkpass``' old).
 * ``tkpass``: TK's cosines as one GEMM over widened blocks of the stored vectors, then the compiled kernel
-  stage, vs the compiled pass that computes both from the stored vectors (``tk.kernel_sums_stored``), from
+  stage, vs the compiled pass that computes both from the stored vectors (``aheadrank.kernels.tk.stored_sums``), from
   float16 and int8 fields, inside the whole timed path.
 * ``prettrfold``: PreTTR l = L − 1 decompressing each block and attending over ŝ vs attending over r with the
   decompression folded away (``PrettrRanker.context_folded``), from float16 and int8 fields, in the whole path.
@@ -71,6 +71,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aheadrank.kernels import native
+from aheadrank.kernels import tk as tk_stage
 from aheadrank.rerank import stored_fields
 
 REPO = Path(__file__).resolve().parents[1]
@@ -259,8 +260,8 @@ def part_native(args) -> list[dict]:
 
 def tk_gemm_path():
     """TK's cosines by one GEMM over widened blocks of the stored vectors, then the kernel stage: the path before
-    the compiled pass from the stored vectors (``tk.kernel_sums_stored`` declining, as where it does not apply)."""
-    return mock.patch.object(tk, "kernel_sums_stored", lambda *args, **kwargs: None)
+    the compiled pass from the stored vectors (``aheadrank.kernels.tk.stored_sums`` declining, as where it does not apply)."""
+    return mock.patch.object(tk_stage, "stored_sums", lambda *args, **kwargs: None)
 
 
 def old_vs_new(part: str, names: list[str], old_path, old: str, new: str, args) -> list[dict]:

@@ -18,7 +18,6 @@ import math
 import re
 import weakref
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -37,8 +36,8 @@ from aheadrank.rankers.spec import RankerSpec, Variant, option
 from aheadrank.rankers.text import positions
 from torch import Tensor, nn
 
-from aheadrank.kernels import native
-from aheadrank.kernels.stored import QuantizedField, native_kind, native_values, widened
+from aheadrank.kernels import tk as tk_kernels
+from aheadrank.kernels.stored import widened
 
 KERNEL_MU = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1, -0.1, -0.3, -0.5, -0.7, -0.9)
 KERNEL_SIGMA = 0.1
@@ -69,50 +68,11 @@ def pooled_features(per_term: Tensor, q_mask: Tensor, d_mask: Tensor) -> tuple[T
 # exponent is raised to the floor too, so no mask multiplication is needed.
 EXPONENT_FLOOR = -80.0
 _FAR = 1e3
-_BLOCK_VALUES = 1 << 19  # match values per block (2 MB of float32): the kernel loop stays in cache
 # Stored vectors widened for the cosine GEMM 4x the default block (4 MB of float32, 20 documents of 130 terms):
 # the GEMM has only Tq columns, so fewer, taller calls pay off. `bench/kernels.py --threads 2 --parts blocks
 # --rounds 15 --chunk 300` (bench/results/kernels-blocks.json), tk-2l: 1.19x the whole path at d = 128 (300
 # candidates), 1.07x at d = 493 (75); 8x the block: 1.12x / 1.00x
 COSINE_BLOCK_FACTOR = 4
-# The chained stage's per-value floor: 1e-30 (e^-69), still far below what the features see, above subnormals
-_CHAIN_FLOOR = -69.0
-_COSINE_RANGE = 1.0 + 1e-3  # cosines of unit vectors in float32 stay within this
-
-
-@dataclass(frozen=True)
-class KernelChain:
-    """How the chained stage reaches every kernel from one: ``anchor`` (the centre nearest 0, evaluated with
-    ``exp``), then ``steps`` of (kernel, previous kernel, Δ = μ_k − μ_prev, log s_k): ``K̃_k = K̃_prev · e^{Δ·m/σ²}``
-    with ``K̃ = K / s`` (the constant factor e^{−(μ_k² − μ_prev²)/2σ²} of each step is gathered in ``s`` and
-    applied to the [B, Tq] sums, not to the [B, Tq, Td] values)."""
-
-    anchor: int
-    steps: tuple[tuple[int, int, float, float], ...]
-
-
-@lru_cache(maxsize=8)
-def kernel_chain(mu: tuple[float, ...], sigma: float) -> KernelChain | None:
-    """The chain for these centres, or None where it is not exact in float32: the anchor kernel must stay far
-    above the floor over every cosine (so no chain starts from a floored value and grows), and no scaled
-    value may overflow."""
-    anchor = min(range(len(mu)), key=lambda k: (abs(mu[k]), k))
-    two_s2 = 2 * sigma**2
-    if (_COSINE_RANGE + abs(mu[anchor])) ** 2 / two_s2 > -_CHAIN_FLOOR - 5:
-        return None
-    steps = []
-    for side in (1, -1):  # outward from the anchor: up the centres, then down
-        chain = sorted(
-            (k for k in range(len(mu)) if side * (mu[k] - mu[anchor]) > 0), key=lambda k: side * mu[k]
-        )
-        prev, log_s = anchor, 0.0
-        for k in chain:
-            log_s += -(mu[k] ** 2 - mu[prev] ** 2) / two_s2
-            if abs(log_s) > 80 or abs(mu[k] - mu[prev]) * _COSINE_RANGE / sigma**2 > 80:
-                return None
-            steps.append((k, prev, mu[k] - mu[prev], log_s))
-            prev = k
-    return KernelChain(anchor, tuple(steps))
 
 
 def kernel_centres(mu: Tensor) -> tuple[float, ...]:
@@ -126,205 +86,19 @@ def kernel_features(
 ) -> tuple[Tensor, Tensor]:
     """match [B, Tq, Td] cosine similarities; masks [B or 1, Tq] / [B, Td] -> (φ_log, φ_len), each [B, n_kernels].
 
-    Online (no gradient) the kernels are evaluated over a cache-sized block of documents at a time, chained
-    (:class:`KernelChain`): the Gaussians share σ, so a kernel is its neighbour times ``e^{Δ·m/σ²}`` and a
-    constant. TK's 11 kernels take 3 ``exp`` passes (the anchor, ``e^{0.2·m/σ²}``, ``e^{0.1·m/σ²}``) and one
+    Online (no gradient) the kernels are evaluated by ``aheadrank.kernels.tk.kernel_sums``, chained: the
+    Gaussians share σ, so a kernel is its neighbour times ``e^{Δ·m/σ²}`` and a constant. TK's 11 kernels take 3 ``exp`` passes (the anchor, ``e^{0.2·m/σ²}``, ``e^{0.1·m/σ²}``) and one
     reciprocal instead of 11 ``exp``; each kernel is then a multiply, a floor and ``Σ_j``. Same values as
     :func:`kernel_features_reference` up to float32 rounding and a 1e-30 floor per value
     (``tests/rankers/test_init_and_math.py``); centres the chain cannot reach exactly are evaluated one
-    ``exp`` each (:func:`kernel_features_direct`). Where the compiled stage is available the same chain runs
-    there, one pass per document (:func:`kernel_sums_native`)."""
+    ``exp`` each (:func:`kernel_features_direct`). Where the native stage applies the same chain runs
+    there, one pass per document."""
     if match.requires_grad or match.dtype != torch.float32:
         return kernel_features_reference(match, q_mask, d_mask, mu, sigma)
-    centres = kernel_centres(mu)
-    chain = kernel_chain(centres, float(sigma))
-    if chain is None:
+    per_term = tk_kernels.kernel_sums(match, d_mask, kernel_centres(mu), float(sigma))
+    if per_term is None:  # centres the chain cannot reach exactly
         return kernel_features_direct(match, q_mask, d_mask, mu, sigma)
-    per_term = kernel_sums_native(match, d_mask, centres, float(sigma))
-    if per_term is not None:
-        return pooled_features(per_term, q_mask, d_mask)
-    b, tq, td = match.shape
-    # Padding: its cosines are clamped into the cosine range (any value a padding slot holds stays finite
-    # through the chain; real cosines are inside it already) and its anchor value is zeroed by a multiply
-    # with the [B, 1, Td] mask (masked_fill over a broadcast mask runs ~8x slower), so every chained value of
-    # it stays at the floor, as for a real cosine far from a kernel. The passes keep match's memory layout
-    # (``cosines`` gives [B, Td, Tq] storage) and write into buffers allocated once per call.
-    keep = d_mask[:, None, :].to(match.dtype)
-    per_term = torch.empty(len(centres), b, tq, dtype=match.dtype, device=match.device)
-    inv = 1.0 / sigma**2
-    block = max(1, _BLOCK_VALUES // max(1, tq * td))
-    floor = math.exp(_CHAIN_FLOOR)
-    bufs = [torch.empty_like(match[:block]) for _ in range(4)]
-    ratio_bufs: dict[float, Tensor] = {}
-    for lo in range(0, b, block):
-        rows = slice(lo, lo + block)
-        m, first, *chained = (x[: min(block, b - lo)] for x in bufs)
-        torch.clamp(match[rows], -_COSINE_RANGE, _COSINE_RANGE, out=m)
-        torch.sub(m, centres[chain.anchor], out=first)
-        first.square_().mul_(-0.5 * inv).exp_().mul_(keep[rows])
-        torch.sum(first, -1, out=per_term[chain.anchor, rows])
-        ratios: dict[float, Tensor] = {}
-        cur = first
-        for i, (kern, prev, delta, log_s) in enumerate(chain.steps):
-            key, back = round(delta, 12), round(-delta, 12)
-            if key not in ratios:
-                if key not in ratio_bufs:
-                    ratio_bufs[key] = torch.empty_like(bufs[0])
-                ratio = ratio_bufs[key][: m.shape[0]]
-                if back in ratios:
-                    ratios[key] = torch.reciprocal(ratios[back], out=ratio)
-                else:
-                    ratios[key] = torch.mul(m, delta * inv, out=ratio).exp_()
-            src = first if prev == chain.anchor else cur
-            cur = torch.mul(src, ratios[key], out=chained[i % 2])
-            cur.clamp_(min=floor * math.exp(-log_s))
-            torch.sum(cur, -1, out=per_term[kern, rows])
-    for kern, _, _, log_s in chain.steps:  # K = K̃ · s, once over all documents' sums
-        per_term[kern].mul_(math.exp(log_s))
-    return pooled_features(per_term.permute(1, 2, 0), q_mask, d_mask)
-
-
-@dataclass(frozen=True)
-class _NativeChain:
-    """:class:`KernelChain` as the C stage takes it (``native_kernels.c``: tk_kernel_sums)."""
-
-    anchor: int
-    mu_anchor: float
-    c: float
-    rdelta: Tensor  # [R] float32: Δ/σ² of each distinct ratio
-    rop: Tensor  # [R] int64: 0 exp, 1 square of ratio rsrc, 2 reciprocal of ratio rsrc
-    rsrc: Tensor
-    kern: Tensor  # [S] int64
-    prev: Tensor
-    ridx: Tensor
-    lo: Tensor  # [S] float32: the per-value floor of each chained kernel (1e-30 / s_k)
-    gain: Tensor  # [K] float32: s_k, 1 for the anchor
-
-
-@lru_cache(maxsize=8)
-def _native_chain(mu: tuple[float, ...], sigma: float) -> _NativeChain | None:
-    chain = kernel_chain(mu, sigma)
-    if chain is None:
-        return None
-    inv = 1.0 / sigma**2
-    # the ratios e^{Δ·m/σ²}: by exp where they must be, else as the square or the reciprocal of one before
-    # (TK: e^{10m} by exp, e^{20m} its square, e^{-20m} that one's reciprocal: one exp pass instead of three)
-    deltas = sorted({round(d, 12) for _, _, d, _ in chain.steps}, key=lambda d: (abs(d), -d))
-    rop, rsrc = [], []
-    for q, d in enumerate(deltas):
-        how = [(1, p) for p in range(q) if abs(2 * deltas[p] - d) < 1e-9]
-        how += [(2, p) for p in range(q) if abs(deltas[p] + d) < 1e-9]
-        op, src = how[0] if how else (0, q)
-        rop.append(op)
-        rsrc.append(src)
-    gain = [1.0] * len(mu)
-    for k, _, _, log_s in chain.steps:
-        gain[k] = math.exp(log_s)
-    if len(mu) > native.MAX_KERNELS or len(deltas) > native.MAX_RATIOS:
-        return None
-    return _NativeChain(
-        anchor=chain.anchor,
-        mu_anchor=mu[chain.anchor],
-        c=-0.5 * inv,
-        rdelta=torch.tensor([d * inv for d in deltas], dtype=torch.float32),
-        rop=torch.tensor(rop, dtype=torch.int64),
-        rsrc=torch.tensor(rsrc, dtype=torch.int64),
-        kern=torch.tensor([s[0] for s in chain.steps], dtype=torch.int64),
-        prev=torch.tensor([s[1] for s in chain.steps], dtype=torch.int64),
-        ridx=torch.tensor([deltas.index(round(s[2], 12)) for s in chain.steps], dtype=torch.int64),
-        lo=torch.tensor([math.exp(_CHAIN_FLOOR - s[3]) for s in chain.steps], dtype=torch.float32),
-        gain=torch.tensor(gain, dtype=torch.float32),
-    )
-
-
-def _chain_args(nc: _NativeChain, k: int) -> tuple:
-    """The chain's arguments of the C stages (``native_kernels.c``: struct chain's order)."""
-    return (
-        k, nc.anchor, nc.mu_anchor, nc.c, _COSINE_RANGE, len(nc.rdelta), nc.rdelta.data_ptr(),
-        nc.rop.data_ptr(), nc.rsrc.data_ptr(), len(nc.kern), nc.kern.data_ptr(), nc.prev.data_ptr(),
-        nc.ridx.data_ptr(), nc.lo.data_ptr(), nc.gain.data_ptr(),
-    )  # fmt: skip
-
-
-def _native_for(mu: tuple[float, ...], sigma: float, tq: int):
-    """(library, chain) where the compiled stages take this chain and Tq query terms, else None."""
-    if not 0 < tq <= native.MAX_QUERY_TERMS:  # an empty query: the C code divides by Tq
-        return None
-    nc = _native_chain(mu, sigma)
-    lib = native.library("tk") if nc is not None else None
-    return None if lib is None else (lib, nc)
-
-
-def kernel_sums_native(match: Tensor, d_mask: Tensor, mu: tuple[float, ...], sigma: float) -> Tensor | None:
-    """Σ_j K per (document, query term, kernel) [B, Tq, K] by the compiled chained stage (``aheadrank/kernels/native.py``):
-    one pass over each document's cosines, the kernels' values kept in cache, padding skipped; the documents
-    split over torch's thread count. None where it does not apply (no compiled library, not a float32 CPU
-    tensor, more than 64 query terms, a chain it cannot take): the caller runs the PyTorch stage. Same sums as
-    that stage within float32 rounding."""
-    b, tq, td = match.shape
-    if not (b and td) or match.device.type != "cpu" or match.dtype != torch.float32 or match.requires_grad:
-        return None
-    found = _native_for(mu, sigma, tq)
-    if found is None:
-        return None
-    lib, nc = found
-    m = match.transpose(1, 2).contiguous()  # [B, Td, Tq]: the storage ``cosines`` writes, so no copy
-    keep = d_mask.expand(b, td).to(torch.uint8).contiguous()
-    out = torch.empty(b, len(mu), tq, dtype=torch.float32)
-    chain = _chain_args(nc, len(mu))
-    threads = torch.get_num_threads()
-    status = lib.tk_kernel_sums(native.ptr(m), native.ptr(keep), b, td, tq, *chain, native.ptr(out), threads)
-    if status != 0:  # outside the C stage's limits, which _native_for checked: never a silent garbage sum
-        raise RuntimeError(f"tk_kernel_sums refused its arguments (Tq={tq}, K={len(mu)})")
-    return out.transpose(1, 2)
-
-
-def kernel_sums_stored(
-    q: Tensor, d: Tensor | QuantizedField, d_mask: Tensor, mu: tuple[float, ...], sigma: float
-) -> Tensor | None:
-    """Σ_j K per (document, query term, kernel) [B, Tq, K] straight from the stored term vectors, cosines and
-    kernels in one compiled pass per document (``native_kernels.c``: tk_stored_sums): d [B, Td, n] is read in its
-    own dtype (float16, bfloat16, int8 with per-term scales, float32), a few vectors at a time, and neither a
-    float32 copy of it nor the [B, Tq, Td] cosines are made. q [1, Tq, n] float32, one query for every document.
-    None where it does not apply (no compiled library, autograd, more than 64 query terms, a width not a multiple
-    of 16, a chain it cannot take): the caller computes the cosines and runs :func:`kernel_features`. Same sums
-    as that within float32 rounding (``tests/rankers/test_native_tk.py``)."""
-    if q.dim() != 3 or q.shape[0] != 1 or q.dtype != torch.float32 or q.device.type != "cpu":
-        return None
-    if torch.is_grad_enabled() and (q.requires_grad or getattr(d, "requires_grad", False)):
-        return None
-    kind = native_kind(d)
-    b, td, n = d.shape
-    tq = q.shape[1]
-    if kind is None or not (b and tq and td) or n != q.shape[2] or n % 16 or td > native.ATTENTION_MAX_KEYS:
-        return None
-    found = _native_for(mu, sigma, tq)
-    if found is None:
-        return None
-    lib, nc = found
-    values, scales = native_values(d)
-    keep = d_mask.expand(b, td).to(torch.uint8).contiguous()
-    out = torch.empty(b, len(mu), tq, dtype=torch.float32)
-    q0 = q[0].contiguous()
-    status = lib.tk_stored_sums(
-        native.ptr(q0),
-        native.ptr(values),
-        None if scales is None else native.ptr(scales),
-        kind,
-        native.ptr(keep),
-        b,
-        td,
-        n,
-        tq,
-        *_chain_args(nc, len(mu)),
-        native.ptr(out),
-        torch.get_num_threads(),
-    )
-    if status == -1:  # this build has no AVX-512 kernel (the limits were checked above)
-        return None
-    if status != 0:
-        raise MemoryError("tk_stored_sums could not allocate its scratch")
-    return out.transpose(1, 2)
+    return pooled_features(per_term, q_mask, d_mask)
 
 
 def kernel_features_direct(
@@ -337,7 +111,7 @@ def kernel_features_direct(
     far = match.masked_fill(~d_mask[:, None, :], _FAR)
     per_term = torch.empty(len(mu), b, tq, dtype=match.dtype, device=match.device)
     scale = -1.0 / (2 * sigma**2)
-    block = max(1, _BLOCK_VALUES // max(1, tq * td))
+    block = max(1, tk_kernels.BLOCK_VALUES // max(1, tq * td))
     for lo in range(0, b, block):
         m = far[lo : lo + block]
         t = torch.empty_like(m)
@@ -434,11 +208,11 @@ class TkRanker(Ranker):
 
     def kernel_score(self, q: Tensor, q_mask: Tensor, d: Tensor, d_mask: Tensor) -> Tensor:
         """q [1 or B, Tq, n], d [B, Td, n] -> [B]. On the CPU, for one query and no gradients, cosines and kernels
-        come from the compiled pass over d in its stored dtype (:func:`kernel_sums_stored`); elsewhere a stored d
-        (float16, or int8 + scales) is widened a block of documents at a time, each block's cosines computed by
+        come from the native pass over d in its stored dtype (``aheadrank.kernels.tk.stored_sums``); elsewhere a
+        stored d (float16, or int8 + scales) is widened a block of documents at a time, each block's cosines computed by
         one GEMM while it is in cache."""
         centres = kernel_centres(self.mu)
-        per_term = kernel_sums_stored(q, d, d_mask, centres, KERNEL_SIGMA)  # compiled, from the stored dtype
+        per_term = tk_kernels.stored_sums(q, d, d_mask, centres, KERNEL_SIGMA)  # native, stored dtype
         if per_term is not None:
             return self.combine(*pooled_features(per_term, q_mask, d_mask))
         packed = self._query_packed(q) if q.shape[0] == 1 else None  # once per query, for every block

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from aheadrank.rankers import blocks
 
 from aheadrank.kernels import stored
+from aheadrank.kernels import tk as tk_kernels
 
 needs_onednn = pytest.mark.skipif(not blocks.ONEDNN_LINEAR, reason="oneDNN linear not available")
 
@@ -123,9 +124,9 @@ def test_tk_packs_a_query_once_and_never_pickles_the_pack(tiny_base, monkeypatch
     """TK's scoring reuses the packed query for every chunk of one query state's candidates, packs a new query
     tensor afresh (never another query's pack), and a ranker holding a pack pickles and deep-copies without
     it (the cosine GEMM path: the compiled pass from the stored vectors, where it runs, needs no pack)."""
-    from aheadrank.rankers import init_ranker, tk
+    from aheadrank.rankers import init_ranker
 
-    monkeypatch.setattr(tk, "kernel_sums_stored", lambda *a, **k: None)
+    monkeypatch.setattr(tk_kernels, "stored_sums", lambda *a, **k: None)
     r = init_ranker("tk", base=tiny_base, tk_heads=4).eval()
     n = r.config.hidden
     q1, q2 = (F.normalize(torch.randn(1, 16, n), dim=-1) for _ in range(2))

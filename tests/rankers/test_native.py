@@ -14,6 +14,7 @@ from aheadrank.rankers import tk
 from test_init_and_math import _adversarial_matches
 
 from aheadrank.kernels import attention, native
+from aheadrank.kernels import tk as tk_kernels
 
 # the loader's own tests need every family on (the suite run with AHEADRANK_NATIVE=none skips them) ...
 families_on = pytest.mark.skipif(
@@ -56,7 +57,7 @@ def test_native_sums_equal_the_formula(b, tq, td):
     d_mask[:, ::5] = False  # holes inside documents, not only trailing padding
     match[~d_mask[:, None, :].expand_as(match)] = 5.0
     with torch.inference_mode():
-        got = tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA)
+        got = tk_kernels.native_sums(match, d_mask, MU, tk.KERNEL_SIGMA)
     assert got is not None and got.shape == (b, tq, len(MU)) and got.dtype == torch.float32
     want = _sums_reference(match, d_mask)
     scale = want.abs().amax((0, 1)).clamp(min=1e-6)
@@ -77,7 +78,7 @@ def test_kernel_features_native_equal_the_pytorch_stage(monkeypatch):
     with torch.inference_mode():
         fast = tk.kernel_features(view, q_mask, d_mask, mu, tk.KERNEL_SIGMA)
         monkeypatch.setenv("AHEADRANK_NATIVE", "0")
-        assert tk.kernel_sums_native(view, d_mask, MU, tk.KERNEL_SIGMA) is None
+        assert tk_kernels.native_sums(view, d_mask, MU, tk.KERNEL_SIGMA) is None
         slow = tk.kernel_features(view, q_mask, d_mask, mu, tk.KERNEL_SIGMA)
     for a, b in zip(fast, slow, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
@@ -112,7 +113,7 @@ def test_no_compiler_or_a_failed_build_falls_back(fresh_native, monkeypatch, cap
     assert not list(fresh_native.glob("*.so")) if fresh_native.exists() else True
     match, q_mask, d_mask = _adversarial_matches(10, 6, 20)
     with torch.inference_mode():
-        assert tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA) is None
+        assert tk_kernels.native_sums(match, d_mask, MU, tk.KERNEL_SIGMA) is None
         feats = tk.kernel_features(match, q_mask, d_mask, torch.tensor(MU), tk.KERNEL_SIGMA)
     assert all(torch.isfinite(f).all() for f in feats)
 
@@ -173,8 +174,8 @@ def test_outside_the_kernels_limits_the_pytorch_stage_runs():
     """More query terms than the compiled stage takes, float64, or gradients: None from the compiled stage,
     and kernel_features still equals the formula."""
     match, q_mask, d_mask = _adversarial_matches(4, native.MAX_QUERY_TERMS + 1, 10)
-    assert tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA) is None
-    assert tk.kernel_sums_native(match.double(), d_mask, MU, tk.KERNEL_SIGMA) is None
+    assert tk_kernels.native_sums(match, d_mask, MU, tk.KERNEL_SIGMA) is None
+    assert tk_kernels.native_sums(match.double(), d_mask, MU, tk.KERNEL_SIGMA) is None
     mu = torch.tensor(MU)
     with torch.inference_mode():
         got = tk.kernel_features(match, q_mask, d_mask, mu, tk.KERNEL_SIGMA)
@@ -213,9 +214,9 @@ def test_kernels_run_on_pytorchs_openmp_runtime():
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA)
+        one = tk_kernels.native_sums(match, d_mask, MU, tk.KERNEL_SIGMA)
         torch.set_num_threads(3)
-        three = tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA)
+        three = tk_kernels.native_sums(match, d_mask, MU, tk.KERNEL_SIGMA)
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(one, three)
@@ -229,7 +230,7 @@ def test_empty_queries_and_batches_take_the_pytorch_stage(b, tq, td):
     match = torch.rand(b, tq, td)
     d_mask = torch.ones(b, td, dtype=torch.bool)
     with torch.inference_mode():
-        assert tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA) is None
+        assert tk_kernels.native_sums(match, d_mask, MU, tk.KERNEL_SIGMA) is None
         log_feat, len_feat = tk.kernel_features(
             match, torch.ones(1, tq, dtype=torch.bool), d_mask, torch.tensor(MU), tk.KERNEL_SIGMA
         )
@@ -254,12 +255,12 @@ def test_the_c_stage_refuses_arguments_outside_its_limits(tq):
     """Called directly with a query length it cannot take (0 would divide by zero, more than 64 would overrun its
     scratch), the C entry point returns -1 and writes nothing; the Python side raises on any non-zero status."""
     lib = native.library()
-    nc = tk._native_chain(MU, tk.KERNEL_SIGMA)
+    nc = tk_kernels._native_chain(MU, tk.KERNEL_SIGMA)
     m = torch.rand(2, 3, max(tq, 1))
     keep = torch.ones(2, 3, dtype=torch.uint8)
     out = torch.full((2, len(MU), max(tq, 1)), -7.0)
     status = lib.tk_kernel_sums(
-        m.data_ptr(), keep.data_ptr(), 2, 3, tq, *tk._chain_args(nc, len(MU)), out.data_ptr(), 1
+        m.data_ptr(), keep.data_ptr(), 2, 3, tq, *tk_kernels._chain_args(nc, len(MU)), out.data_ptr(), 1
     )
     assert status == -1
     assert (out == -7.0).all()
@@ -271,14 +272,14 @@ def test_without_openmp_the_kernels_build_serial(fresh_native, monkeypatch, capl
     says so once, and the kernels give the same sums."""
     match, _, d_mask = _adversarial_matches(9, 5, 30)
     with torch.inference_mode():
-        want = tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA)
+        want = tk_kernels.native_sums(match, d_mask, MU, tk.KERNEL_SIGMA)
     native._load.cache_clear()
     monkeypatch.setattr(native, "FLAGS", (*native.FLAGS, "-fno-such-flag-aheadrank"))
     with caplog.at_level(logging.WARNING, logger="aheadrank.native"):
         assert native.library() is not None
     assert any("without OpenMP" in r.getMessage() for r in caplog.records)
     with torch.inference_mode():
-        got = tk.kernel_sums_native(match, d_mask, MU, tk.KERNEL_SIGMA)
+        got = tk_kernels.native_sums(match, d_mask, MU, tk.KERNEL_SIGMA)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
 
 
