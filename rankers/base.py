@@ -245,7 +245,7 @@ def masked_mean(x: Tensor, mask: Tensor, dtype: torch.dtype | None = None) -> Te
     """Mean of x [B, T, n] over the rows where mask [B or 1, T] is True, in ``dtype`` (default x's).
 
     A float16/bfloat16 x (stored fields) with ``dtype=float32`` is widened a block of documents at a time
-    (``blocks.widened``), not copied whole."""
+    (``aheadrank.kernels.stored.widened``), not copied whole."""
     if dtype is not None and x.dtype != dtype:
         if x.device.type != "cpu" or x.shape[0] == 0:
             return masked_mean(x.to(dtype), mask)

@@ -1,4 +1,7 @@
-"""The kernels' paths, one interface for every ranker: the reference (the rankers' PyTorch code), the compiled
-path (:mod:`aheadrank.kernels.compiled`: the same code through ``torch.compile``), and the hand-written C kernels
-(:mod:`aheadrank.kernels.native`), selected per family by ``AHEADRANK_NATIVE`` (``all``, ``none``, or a list of families).
-``bench/speed.py --paths`` measures them side by side; ``docs/performance.md`` has the table."""
+"""The kernels' paths, one interface for every ranker: :mod:`~aheadrank.kernels.attention` (the attention of a few
+query rows over stored keys and values) and :mod:`~aheadrank.kernels.tk` (TK's kernel stage) each hold the reference
+PyTorch path and the hand-written C kernel (:mod:`aheadrank.kernels.native`) behind one signature, the kernel running
+where it applies and its family is on (``AHEADRANK_NATIVE``: ``all``, ``none``, or a list of families);
+:mod:`~aheadrank.kernels.stored` is how a stored field is read (int8 with scales, widened a block of documents at a
+time); :mod:`~aheadrank.kernels.compiled` is a ranker's scoring through ``torch.compile``. ``bench/speed.py --paths``
+measures the paths side by side; ``docs/performance.md`` has the table."""

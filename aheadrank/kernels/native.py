@@ -1,9 +1,11 @@
-"""Optional C kernels for stages PyTorch runs as many small passes, compiled on first use: TK's kernel stage (alone,
-or with the cosines, from the stored term vectors: ``tk.kernel_sums_stored``), the attention of a few query rows
-(``blocks.attend_native``: MORES' interaction blocks, PreTTR's [CLS], the query encoders), and whole BERT layers
-over a few rows (``blocks.layer_native``, and consecutive layers in one call: ``blocks.stack_native``: the query
-encoders). Each is one family of :data:`FAMILIES`, switched on and off by ``AHEADRANK_NATIVE``; the kernels
-that did not pay at the service level are gone (``docs/performance.md``, "Kernels").
+"""The hand-written C kernels for stages PyTorch runs as many small passes, compiled on first use: TK's kernel stage
+(alone, or with the cosines, from the stored term vectors: :mod:`aheadrank.kernels.tk`), the attention of a few
+query rows (:mod:`aheadrank.kernels.attention`: MORES' interaction blocks, PreTTR's [CLS], the query encoders), and
+whole BERT layers over a few rows (``rankers/blocks.py``: ``layer_native``, ``stack_native``: the query encoders).
+Each is one family of :data:`FAMILIES`, switched on and off by ``AHEADRANK_NATIVE``; the kernels that did not pay
+at the service level are gone (``docs/performance.md``, "Kernels"). The rankers call the interfaces
+(:mod:`aheadrank.kernels.attention`, :mod:`aheadrank.kernels.tk`), which run a kernel where it applies and their
+PyTorch reference elsewhere.
 
 The C source (``native_kernels.c``, shipped with the package) is compiled with the machine's C compiler
 (``$CC``, else ``cc``/``gcc``) for this CPU (``-O3 -march=native -ffast-math -fopenmp``: GCC vectorises
@@ -17,8 +19,8 @@ ran beside PyTorch's OpenMP workers, which spin for a while after each op: on 2 
 speed in the whole path (MORES 1×IB S2: 12.7 ms of cross-attention in the path against 6.6).
 
 Nothing depends on it: with ``AHEADRANK_NATIVE=0`` (or a family left out: :data:`FAMILIES`), without a compiler, or when compiling fails (logged once),
-:func:`library` returns None and the callers run their PyTorch code. Results agree with those paths within
-float32 rounding (``tests/rankers/test_native.py``).
+:func:`library` returns None and the interfaces run their PyTorch reference. Results agree with it within
+float32 rounding (``tests/rankers/test_native*.py``).
 """
 
 from __future__ import annotations
@@ -115,9 +117,9 @@ _lock = threading.Lock()
 # or of families left out of all (``-layer``); an unknown name is an error, never a silent fallback
 ENVIRONMENT = cbuild.ENVIRONMENT
 FAMILIES = (
-    "attention",  # cross_attention: attend_native / context_native (MORES, PreTTR's [CLS], the query encoders)
+    "attention",  # cross_attention: kernels/attention.py (MORES, PreTTR's [CLS], the query encoders)
     "layer",  # encoder_layer, encoder_stack: whole BERT layers over a few rows (layer_native, stack_native)
-    "tk",  # tk_kernel_sums, tk_stored_sums: TK's kernel stage
+    "tk",  # tk_kernel_sums, tk_stored_sums: TK's kernel stage (kernels/tk.py)
 )
 _ALL = ("", "1", "true", "yes", "on", "all")
 _NONE = ("0", "false", "no", "off", "none")
