@@ -18,7 +18,7 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 * ``prettrfold``: PreTTR l = L − 1 decompressing each block and attending over ŝ vs attending over r with the
   decompression folded away (``PrettrRanker.context_folded``), from float16 and int8 fields, in the whole path.
 * ``layer``: a query encoder's layers over a few rows as separate PyTorch calls vs one compiled call each
-  (``blocks.layer_native``), in the whole timed path.
+  (``aheadrank.kernels.layer.native``), in the whole timed path.
 * ``source``: the compiled kernels built from another revision's ``native_kernels.c`` (``--source-rev``,
   default HEAD: what the working tree changes) vs the working tree's, inside the whole timed path; an entry point
   the old source lacks declines there (its caller runs the code it falls back to). Entry points both have must
@@ -70,6 +70,7 @@ from benchkit import cpu_sample, machine_info, score_head_reads_interaction, wri
 from rich.console import Console
 from rich.table import Table
 
+from aheadrank.kernels import layer as kernel_layer
 from aheadrank.kernels import native
 from aheadrank.kernels import tk as tk_stage
 from aheadrank.rerank import stored_fields
@@ -317,7 +318,7 @@ def part_prettrfold(args) -> list[dict]:
 
 def layer_apart():
     """Each layer over a few rows as its separate PyTorch calls, not one compiled call."""
-    return mock.patch.object(blocks, "layer_native", lambda layer, x, mask: None)
+    return mock.patch.object(kernel_layer, "native", lambda weights, x, mask: None)
 
 
 def part_layer(args) -> list[dict]:
@@ -371,9 +372,9 @@ def part_source(args) -> list[dict]:
 
 
 def module_attribute_lookups():
-    """``blocks._layer_arguments`` preceded by the layer's weights looked up through ``nn.Module`` attributes, as
+    """``TransformerLayer.kernel_weights`` preceded by the layer's weights looked up through ``nn.Module`` attributes, as
     it did before the lookups went through the modules' own dicts (the same arguments: the cached ones)."""
-    current = blocks._layer_arguments
+    current = blocks.TransformerLayer.kernel_weights
 
     def looked_up(layer):
         att, inner = layer.attention, layer.intermediate.dense
@@ -383,7 +384,7 @@ def module_attribute_lookups():
             return None
         return current(layer)
 
-    return mock.patch.object(blocks, "_layer_arguments", looked_up)
+    return mock.patch.object(blocks.TransformerLayer, "kernel_weights", looked_up)
 
 
 def part_queryside(args) -> list[dict]:

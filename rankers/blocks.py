@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aheadrank.kernels import attention, native
+from aheadrank.kernels import attention
+from aheadrank.kernels import layer as kernel_layer
 from aheadrank.kernels.stored import widened
 
 
@@ -79,20 +80,6 @@ _MIN_PACKED_FEATURES = 16  # score heads and TK's kernel weights (n -> 1, 11 -> 
 _MIN_SHARED_ROWS = 8
 
 
-# At most this many rows in all (a query encoder's tokens) go through the compiled layer (layer_native)
-SKINNY_MAX_ROWS = 64
-
-
-def pack_panels(w: Tensor) -> Tensor:
-    """w [N, K] as the compiled layer reads it: panels of ``native.SKINNY_PANEL`` output columns,
-    [ceil(N / P), K, P] float32, the columns past N zero."""
-    n, k = w.shape
-    p = native.SKINNY_PANEL
-    panels = w.new_zeros(-(-n // p) * p, k, dtype=torch.float32)
-    panels[:n] = w.detach()
-    return panels.view(-1, p, k).transpose(1, 2).contiguous()
-
-
 class Linear(nn.Linear):
     """``nn.Linear`` (same parameters and state dict) whose inference on the CPU in float32 runs as oneDNN's
     linear over a packed copy of the weight (``ONEDNN_LINEAR``). A copy is made on the first such call and made again whenever the weight has changed since (its version counter or storage: an
@@ -102,7 +89,6 @@ class Linear(nn.Linear):
     relative)."""
 
     _packed: tuple[tuple[int, int], Tensor] | None = None
-    _panels: tuple[tuple[int, int], Tensor] | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         if self._use_packed(x):
@@ -124,21 +110,11 @@ class Linear(nn.Linear):
             self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), 64))
         return torch.ops.mkldnn._linear_pointwise(x, self._packed[1], self.bias, post_op, [], algorithm)
 
-    def panels(self) -> Tensor:
-        """The weight as the compiled layer reads it (:func:`pack_panels`), packed on the first call and
-        again whenever the weight has changed since."""
-        w = self.weight
-        key = weights_key(w)
-        if self._panels is None or self._panels[0] != key:
-            self._panels = (key, pack_panels(w))
-        return self._panels[1]
-
     def __getstate__(self) -> dict:
         """Pickled and deep-copied without the packed copies (oneDNN's is an opaque tensor with no storage to
         copy; both are caches); the copy packs its own on its first call."""
         state = self.__dict__.copy()
         state.pop("_packed", None)
-        state.pop("_panels", None)
         return state
 
     def _use_packed(self, x: Tensor) -> bool:
@@ -395,11 +371,10 @@ class TransformerLayer(nn.Module):
         self.output = _AddNorm(inner, hidden, eps, dropout)
 
     def __getstate__(self) -> dict:
-        """Pickled and deep-copied without the compiled layer's and stack's cached arguments (addresses into this
-        copy's weights and panels): a copy builds its own on its first call."""
+        """Pickled and deep-copied without the kernel's weights (:meth:`kernel_weights`: addresses into this copy's
+        weights and panels): a copy builds its own on its first call."""
         state = self.__dict__.copy()
-        state.pop("_native_arguments", None)
-        state.pop("_native_stack", None)
+        state.pop("_kernel_weights", None)
         return state
 
     def ffn(self, x: Tensor) -> Tensor:
@@ -413,144 +388,56 @@ class TransformerLayer(nn.Module):
         rows: slice | None = None,
         kv: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        if rows is None and kv is None and not self.training:
-            fused = layer_native(self, x, mask)  # a few rows: the whole layer in one compiled call
-            if fused is not None:
-                return fused
-        return self.ffn(self.attention(x, mask, kv=kv, rows=rows))
+        """The layer on x: the kernels' layer (:func:`aheadrank.kernels.layer.layer`: a few rows in inference in
+        one kernel call, else this module's PyTorch sub-layers)."""
+        whole = rows is None and kv is None and not self.training
+        return kernel_layer.layer(
+            self.kernel_weights() if whole else None,
+            x,
+            mask,
+            lambda: self.ffn(self.attention(x, mask, kv=kv, rows=rows)),
+        )
 
-
-def layer_native(layer: TransformerLayer, x: Tensor, mask: Tensor | None) -> Tensor | None:
-    """``layer(x, mask)`` by one compiled call (``native_kernels.c``: encoder_layer) for at most SKINNY_MAX_ROWS
-    rows in all (a query encoder's tokens): Q, K, V, the attention over each sequence's real tokens, the output
-    projection with its residual and LayerNorm, the feed-forward with its GELU, residual and LayerNorm, over the
-    layer's packed panels (:meth:`Linear.panels`). The same layer as separate calls spent more time between the
-    compiled linears than in them (the PreTTR l5 query side: 3.4 ms, of which 1.8 in the kernels). x [B, T, n]
-    float32 on the CPU, mask None or a key mask [B, 1, 1, T] bool (:func:`key_mask`). None where it does not
-    apply (training, autograd, no compiled kernels, more rows, a per-row mask, weights the packed paths do not
-    take): the caller runs the layer as usual. Same values within float32 rounding
-    (``tests/rankers/test_native_layer.py``)."""
-    found = _native_layer_inputs(layer, x, mask)
-    if found is None:
-        return None
-    lib, flat, keep_ptr, args, _keep = found
-    b, t, n = flat.shape
-    out = torch.empty_like(flat)
-    status = lib.encoder_layer(
-        native.ptr(flat), b, t, n, keep_ptr, *args[1], native.ptr(out), torch.get_num_threads()
-    )
-    if status == -2:
-        raise MemoryError("encoder_layer could not allocate its scratch")
-    return out if status == 0 else None
-
-
-def _native_layer_inputs(layer: TransformerLayer, x: Tensor, mask: Tensor | None) -> tuple | None:
-    """(the kernels, x contiguous, the key mask's uint8 address or None, :func:`_layer_arguments`) where
-    :func:`layer_native` applies to ``layer`` on x and mask, else None."""
-    query = _submodule(layer, _LAYER_LINEARS[0])
-    if x.dim() != 3 or not _onednn_inference(x, query.weight):  # also no gradients, no autocast
-        return None
-    b, t, n = x.shape
-    if not 1 <= b * t <= SKINNY_MAX_ROWS or t > native.ENCODER_LAYER_MAX_TOKENS:
-        return None
-    keep = None
-    if mask is not None:
-        if mask.dtype != torch.bool or mask.shape != (b, 1, 1, t):
+    def kernel_weights(self) -> kernel_layer.LayerWeights | None:
+        """This layer's parameters as the kernels' layer takes them, kept until any of them changes (version
+        counters, storage); None while the packed linears are off (``ONEDNN_LINEAR``) or a parameter is missing."""
+        if not ONEDNN_LINEAR:
             return None
-        keep = mask.reshape(b, t).contiguous().view(torch.uint8)
-    lib = native.library("layer")
-    args = _layer_arguments(layer) if lib is not None else None
-    if args is None or n != args[0]:
-        return None
-    # the mask's bytes are kept alive by the caller's mask (a view where it was contiguous) or by this tuple
-    return lib, x.contiguous(), None if keep is None else native.ptr(keep), args, keep
-
-
-def stack_native(layers: Sequence[TransformerLayer], x: Tensor, mask: Tensor | None) -> Tensor | None:
-    """``layers`` one after the other on x by one compiled call (``native_kernels.c``: encoder_stack), each as
-    :func:`layer_native` runs it (the same bits): a query encoder's stack paid a Python wrapper, a parallel region
-    and its scratch per layer (~50 µs a layer in the PreTTR l5 query side). None where :func:`layer_native` would
-    not take one of the layers: the caller runs them as usual. The layers' weight addresses are kept in the first
-    layer's dict while every layer's own arguments (:func:`_layer_arguments`) are unchanged."""
-    if not layers or len(layers) > native.ENCODER_STACK_MAX_LAYERS:
-        return None
-    found = _native_layer_inputs(layers[0], x, mask)
-    if found is None:
-        return None
-    lib, flat, keep_ptr, first, _keep = found
-    n = first[0]
-    args = [first]
-    for layer in layers[1:]:
-        more = _layer_arguments(layer)
-        if (
-            more is None
-            or more[0] != n
-            or not _onednn_inference(flat, _submodule(layer, _LAYER_LINEARS[0]).weight)
-        ):
+        linears = tuple(_submodule(self, path) for path in _LAYER_LINEARS)
+        norms = tuple(_submodule(self, path) for path in _LAYER_NORMS)
+        params = [m._parameters.get(name) for m in (*linears, *norms) for name in ("weight", "bias")]
+        if any(p is None for p in params):
             return None
-        args.append(more)
-    packed = _stack_arguments(layers[0], args)
-    b, t, _ = flat.shape
-    out = torch.empty_like(flat)
-    tmp = torch.empty_like(flat) if len(layers) > 1 else None
-    status = lib.encoder_stack(
-        native.ptr(flat),
-        b,
-        t,
-        n,
-        keep_ptr,
-        len(layers),
-        *(native.ptr(p) for p in packed[1:]),
-        native.ptr(out),
-        None if tmp is None else native.ptr(tmp),
-        torch.get_num_threads(),
-    )
-    if status == -2:
-        raise MemoryError("encoder_stack could not allocate its scratch")
-    return out if status == 0 else None
+        key = weights_key(*params)
+        cached = self.__dict__.get("_kernel_weights")
+        if cached is None or cached[0] != key:
+            heads = self.attention.heads
+            pairs = tuple((m.weight, m.bias) for m in linears)
+            cached = (
+                key,
+                kernel_layer.LayerWeights(heads, pairs, tuple((m.weight, m.bias, m.eps) for m in norms)),
+            )
+            self.__dict__["_kernel_weights"] = cached
+        return cached[1]
 
 
 def run_layers(layers: Sequence[TransformerLayer], x: Tensor, mask: Tensor | None) -> Tensor:
-    """``layers`` one after the other on x with the key mask: a few rows in inference by one compiled call for all
-    of them (:func:`stack_native`), else layer by layer."""
-    if len(layers) > 1 and not any(layer.training for layer in layers):
-        stacked = stack_native(layers, x, mask)
-        if stacked is not None:
-            return stacked
-    for layer in layers:
-        x = layer(x, mask)
-    return x
+    """``layers`` one after the other on x with the key mask: a few rows in inference by one kernel call for all
+    of them (:func:`aheadrank.kernels.layer.stack`), else layer by layer."""
 
+    def one_by_one() -> Tensor:
+        y = x
+        for layer in layers:
+            y = layer(y, mask)
+        return y
 
-def _stack_arguments(holder: nn.Module, args: list[tuple]) -> tuple:
-    """(the layers' argument tuples, their weights' addresses int64 [L, 16], [heads, inner] int64 [L, 2], the
-    LayerNorms' eps float32 [L, 2]) for encoder_stack, kept in ``holder`` while the same argument tuples (made
-    anew by :func:`_layer_arguments` when a weight changes) are given."""
-    cached = holder.__dict__.get("_native_stack")
-    if (
-        cached is not None
-        and len(cached[0]) == len(args)
-        and all(a is c for a, c in zip(args, cached[0], strict=True))
-    ):
-        return cached
-    ptrs, dims, eps = [], [], []
-    for _, a in args:
-        # encoder_layer's order: heads, Q, bq, K, bk, V, bv, O, bo, ln1 w, b, eps1, W1, b1, inner, W2, b2, ln2 w, b, eps2
-        heads, *qkvo, ln1_w, ln1_b, eps1, w1, b1, inner, w2, b2, ln2_w, ln2_b, eps2 = a
-        ptrs.append([*qkvo, ln1_w, ln1_b, w1, b1, w2, b2, ln2_w, ln2_b])
-        dims.append([heads, inner])
-        eps.append([eps1, eps2])
-    packed = (
-        tuple(args),
-        torch.tensor(ptrs, dtype=torch.int64),
-        torch.tensor(dims, dtype=torch.int64),
-        torch.tensor(eps, dtype=torch.float32),
+    stacked = len(layers) > 1 and not any(layer.training for layer in layers)
+    return kernel_layer.stack(
+        [layer.kernel_weights() for layer in layers] if stacked else None, x, mask, one_by_one
     )
-    holder.__dict__["_native_stack"] = packed
-    return packed
 
 
-# encoder_layer's linears and LayerNorms within a TransformerLayer, in its argument order
+# the kernel's linears and LayerNorms within a TransformerLayer, in its argument order
 _LAYER_LINEARS = (
     ("attention", "self", "query"),
     ("attention", "self", "key"),
@@ -564,62 +451,11 @@ _LAYER_NORMS = (("attention", "output", "LayerNorm"), ("output", "LayerNorm"))
 
 def _submodule(module: nn.Module, path: tuple[str, ...]) -> nn.Module:
     """The submodule at ``path``, looked up in the modules' own dicts: ``nn.Module.__getattr__`` costs about a
-    microsecond a step, 30 µs a layer for the lookups of :func:`_layer_arguments` on every query (~3 µs so)."""
+    microsecond a step, 30 µs a layer for the lookups of :meth:`TransformerLayer.kernel_weights` on every query
+    (~3 µs so)."""
     for name in path:
         module = module._modules[name]
     return module
-
-
-def _layer_arguments(layer: TransformerLayer) -> tuple[int, tuple] | None:
-    """(n, the weight arguments of encoder_layer) for a layer whose linears the packed paths take (float32, not
-    inference tensors, with biases; LayerNorms with weights over n), or None. Kept in the layer until any of its
-    parameters changes (version counters, storage), with the panels they point into (:meth:`Linear.panels`)."""
-    linears = tuple(_submodule(layer, path) for path in _LAYER_LINEARS)
-    norms = tuple(_submodule(layer, path) for path in _LAYER_NORMS)
-    params = [m._parameters.get(name) for m in (*linears, *norms) for name in ("weight", "bias")]
-    if any(p is None for p in params):
-        return None
-    key = weights_key(*params)
-    cached = layer.__dict__.get("_native_arguments")
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    att, inner = layer.attention, linears[4]
-    n = linears[0].in_features
-    ok = all(
-        p.dtype == torch.float32 and p.device.type == "cpu" and not p.is_inference() and p.is_contiguous()
-        for p in params
-    ) and all(ln.normalized_shape == (n,) for ln in norms)
-    ok = ok and all(min(lin.in_features, lin.out_features) >= _MIN_PACKED_FEATURES for lin in linears)
-    if not ok:
-        layer.__dict__["_native_arguments"] = (key, None, None)
-        return None
-    panels = [lin.panels() for lin in linears]
-    ln1, ln2 = norms
-    arguments = (
-        n,
-        (
-            att.heads,
-            *(
-                v
-                for pan, lin in zip(panels[:4], linears[:4], strict=True)
-                for v in (pan.data_ptr(), lin.bias.data_ptr())
-            ),
-            ln1.weight.data_ptr(),
-            ln1.bias.data_ptr(),
-            float(ln1.eps),
-            panels[4].data_ptr(),
-            inner.bias.data_ptr(),
-            inner.out_features,
-            panels[5].data_ptr(),
-            layer.output.dense.bias.data_ptr(),
-            ln2.weight.data_ptr(),
-            ln2.bias.data_ptr(),
-            float(ln2.eps),
-        ),
-    )
-    # the panels the addresses point into are kept with them (their Linears hold them too, while the key holds)
-    layer.__dict__["_native_arguments"] = (key, arguments, panels)
-    return arguments
 
 
 class InteractionBlock(nn.Module):

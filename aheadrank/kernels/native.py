@@ -1,11 +1,11 @@
 """The hand-written C kernels for stages PyTorch runs as many small passes, compiled on first use: TK's kernel stage
 (alone, or with the cosines, from the stored term vectors: :mod:`aheadrank.kernels.tk`), the attention of a few
 query rows (:mod:`aheadrank.kernels.attention`: MORES' interaction blocks, PreTTR's [CLS], the query encoders), and
-whole BERT layers over a few rows (``rankers/blocks.py``: ``layer_native``, ``stack_native``: the query encoders).
+whole BERT layers over a few rows (:mod:`aheadrank.kernels.layer`: the query encoders).
 Each is one family of :data:`FAMILIES`, switched on and off by ``AHEADRANK_NATIVE``; the kernels that did not pay
 at the service level are gone (``docs/performance.md``, "Kernels"). The rankers call the interfaces
-(:mod:`aheadrank.kernels.attention`, :mod:`aheadrank.kernels.tk`), which run a kernel where it applies and their
-PyTorch reference elsewhere.
+(:mod:`aheadrank.kernels.attention`, :mod:`aheadrank.kernels.layer`, :mod:`aheadrank.kernels.tk`), which run a
+kernel where it applies and their PyTorch reference elsewhere.
 
 The C source (``native_kernels.c``, shipped with the package) is compiled with the machine's C compiler
 (``$CC``, else ``cc``/``gcc``) for this CPU (``-O3 -march=native -ffast-math -fopenmp``: GCC vectorises
@@ -118,7 +118,7 @@ _lock = threading.Lock()
 ENVIRONMENT = cbuild.ENVIRONMENT
 FAMILIES = (
     "attention",  # cross_attention: kernels/attention.py (MORES, PreTTR's [CLS], the query encoders)
-    "layer",  # encoder_layer, encoder_stack: whole BERT layers over a few rows (layer_native, stack_native)
+    "layer",  # encoder_layer, encoder_stack: whole BERT layers over a few rows (kernels/layer.py)
     "tk",  # tk_kernel_sums, tk_stored_sums: TK's kernel stage (kernels/tk.py)
 )
 _ALL = ("", "1", "true", "yes", "on", "all")

@@ -243,7 +243,7 @@ def test_mores_s2_scores_equal_the_pytorch_path(head32_base, texts, opts, stored
     monkeypatch.setattr("aheadrank.kernels.attention.native", counted)
     with torch.inference_mode():
         qs = ranker.encode_query(queries[0])
-        assert not calls  # the query encoder's layers: one compiled call each (blocks.layer_native)
+        assert not calls  # the query encoder's layers: one kernel call each (kernels.layer)
         calls.clear()
         fast = ranker.score_batch(qs, fields, mask)
         monkeypatch.setenv("AHEADRANK_NATIVE", "0")
