@@ -73,7 +73,9 @@ def _onednn_linear_available() -> bool:
 # CPU inference runs nn.Linear through oneDNN with the weight packed once into its blocked layout, not through
 # torch's default sgemm, which runs the AMD CPUs measured here at about half oneDNN's rate (bench/speed.py records
 # both rates per run in bench/results/speed.json, `matmul`; the floor uses the faster; docs/results-log.md).
-# AHEADRANK_ONEDNN_LINEAR=0 turns it off.
+# AHEADRANK_ONEDNN_LINEAR=0 turns it off (services/README.md), read once at import: a process-wide switch, as
+# torch's own backends flags are. The tests flip it (monkeypatch) to compare the packed and plain linears; it is
+# read at each call (Linear, pack_weight, TransformerLayer.kernel_weights), never copied.
 ONEDNN_LINEAR = _onednn_linear_available()
 _MIN_PACKED_FEATURES = 16  # score heads and TK's kernel weights (n -> 1, 11 -> 1) stay plain
 # x @ wᵀ with fewer rows in w is no faster through oneDNN (scratch timing, 1024 x 384 x 4)

@@ -6,7 +6,6 @@ block's float32 copy used while it is in cache), and a field as the native kerne
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator
 
 import torch
@@ -17,7 +16,11 @@ from torch import Tensor
 STORED_BLOCK_VALUES = 1 << 18
 # ... but never fewer documents than this: below it the per-call cost of the attention on one long document
 # (d = 493: one document per 1 MB block) outweighs what the cache saves (bench/kernels.py, MORES 1xIB S2)
-STORED_BLOCK_MIN_DOCS = int(os.environ.get("AHEADRANK_STORED_BLOCK_MIN_DOCS", "8"))
+STORED_BLOCK_MIN_DOCS = 8
+# Both stay module constants, not parameters: the tests shrink them (monkeypatch) to drive a whole ranker's
+# score_batch through blocks of one or a few documents (tests/rankers/test_equivalence.py, test_linear.py,
+# test_init_and_math.py); as parameters they would be threaded through every ranker's stored-field path for
+# the tests alone. Nothing else sets them.
 
 
 class QuantizedField:
