@@ -89,6 +89,10 @@ class BuildPlan:
     progress: bool = True
     # the store stage also stores long documents as passages (aheadrank index --passages)
     passages: bool = False
+    # a ranker checkpoint the train stage starts from instead of the base model: one trained elsewhere (another
+    # collection's judgments, say); with steps=0 it is used as it is and only the store and the priors are this
+    # collection's
+    init: str | None = None
 
     def directory(self) -> Path:
         return Path(self.out)
@@ -134,7 +138,7 @@ def _write_record(out: Path, record: BuildRecord) -> None:
 
 # the plan's fields that decide what the stages make: a rerun that changes one a finished stage depends on is refused
 _SHARED_PINS = ("collection", "labels", "max_queries", "seed", "base")
-_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps", "ce_weight")
+_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps", "ce_weight", "init")
 
 
 def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
@@ -250,7 +254,15 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
     variant = _variant(plan.ranker)
     rec = recipe_for(plan.device, plan.recipe)
     split = judged_split(plan.collection, plan.labels)
-    model = variant.init(base=plan.base, seed=plan.seed, **rec.init_options()).to(plan.device)
+    if plan.init:
+        model = start_from(plan.init, variant, plan.device)
+        if plan.steps == 0:  # used as it is: this collection's store and priors only
+            from aheadrank.rankers.checkpoint import save_checkpoint
+
+            save_checkpoint(model, p["checkpoint"], overwrite=True, extra={"init": init_record(plan.init)})
+            return {"steps": 0, "init": plan.init}
+    else:
+        model = variant.init(base=plan.base, seed=plan.seed, **rec.init_options()).to(plan.device)
     given = {"seed": plan.seed, "steps": plan.steps, "ce_weight": plan.ce_weight}
     resolved = resolve_training(rec, model.kind, given, ranker=asdict(model.config), label_free=split is None)
     cfg = resolved.train
@@ -279,15 +291,17 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
         _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
         data.teacher, _ = fusion_teacher(p["dense"], p["lucene"], data, val_q, base=base_of(model.config))
         extra = {}
+    if plan.init:  # adapted from a trained ranker: its compressor and kernel weights are kept
+        extra["init"] = init_record(plan.init)
     done = train_recipe(
         model,
         data,
         p["checkpoint"],
         cfg,
-        compressor_steps=resolved.compressor_steps,
-        compressor_init=resolved.compressor_init,
+        compressor_steps=0 if plan.init else resolved.compressor_steps,
+        compressor_init="random" if plan.init else resolved.compressor_init,
         progress=plan.progress,
-        fit_kernels=resolved.fit_kernels,
+        fit_kernels=resolved.fit_kernels and not plan.init,
         extra=extra,
     )
     r = done.result
@@ -296,6 +310,35 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
         "best_step": r.best_step,
         "val_ndcg10": r.best_metric,
         "train_seconds": round(r.seconds, 1),
+    }
+
+
+def start_from(init: str | Path, variant, device: str):
+    """The ranker of checkpoint ``init`` (fingerprint verified), refused unless it is of ``variant``."""
+    from aheadrank.rankers.checkpoint import load_ranker
+
+    model = load_ranker(init, device=device)
+    cfg = model.config
+    wrong = [k for k, v in variant.options.items() if getattr(cfg, k, v) != v]
+    if model.kind != variant.kind or wrong:
+        got = ", ".join(f"{k}={getattr(cfg, k, None)!r}" for k in wrong)
+        raise AheadrankError(
+            f"--init {init} is a {model.kind} ranker{' with ' + got if got else ''}, not {variant.name}: "
+            "give --ranker the checkpoint's variant"
+        )
+    return model
+
+
+def init_record(init: str | Path) -> dict:
+    """Where a build's ranker started: the checkpoint, its fingerprint and what it was trained on."""
+    from aheadrank.rankers.checkpoint import load_config, read_fingerprint
+
+    extra = load_config(init).extra
+    train = extra.get("train", {})
+    return {
+        "checkpoint": str(init),
+        "fingerprint": read_fingerprint(init),
+        "trained_on": extra.get("trained_on") or extra.get("label_free") or {"steps": train.get("steps")},
     }
 
 

@@ -49,11 +49,95 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--base", default=None)
     ap.add_argument("--max-test-queries", type=int, default=None)
     ap.add_argument("--prepare", action="store_true", help="only the stages that need Java, then stop")
+    ap.add_argument(
+        "--sources",
+        nargs="+",
+        default=[],
+        metavar="TARGET=A+B",
+        help="transfer: the ranker of TARGET starts from a checkpoint trained on the judgments of collections A, "
+        "B (every judged query of each; never TARGET's), then --transfer-steps label-free steps on TARGET",
+    )
+    ap.add_argument(
+        "--transfer-steps", type=int, default=0, help="label-free steps after the transfer (0: as is)"
+    )
     ap.add_argument("--no-progress", dest="progress", action="store_false")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    args.sources = parse_sources(args.sources, args.collections)
+    return args
 
 
-def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None = None):
+def parse_sources(given: list[str], collections: list[str]) -> dict[str, list[str]]:
+    """{target: [source collections]} from TARGET=A+B; a target among its own sources is refused."""
+    out = {}
+    for item in given:
+        target, _, rest = item.partition("=")
+        sources = [x for x in rest.split("+") if x]
+        if not sources or target in sources:
+            raise SystemExit(f"--sources {item!r}: give TARGET=A[+B...] with TARGET not among its sources")
+        out[target] = sources
+    return out
+
+
+def merged_collection(data: Path, names: list[str], out: Path) -> Path:
+    """A BEIR folder of the collections ``names`` together (ids prefixed ``name/``), whose ``train`` split is every
+    judged query of each (their train and test splits): what a transferred ranker is trained on."""
+    import json
+
+    from aheadrank.indexer.topics import read_beir_split
+
+    if (out / "qrels" / "train.tsv").is_file():
+        return out
+    tmp = out.with_name(out.name + ".partial")
+    (tmp / "qrels").mkdir(parents=True, exist_ok=True)
+    with (
+        open(tmp / "corpus.jsonl", "w") as corpus,
+        open(tmp / "queries.jsonl", "w") as qf,
+        open(tmp / "qrels" / "train.tsv", "w") as qr,
+    ):
+        qr.write("query-id\tcorpus-id\tscore\n")
+        for name in names:
+            with open(data / name / "corpus.jsonl") as f:
+                for line in f:
+                    doc = json.loads(line)
+                    doc["_id"] = f"{name}/{doc['_id']}"
+                    corpus.write(json.dumps(doc) + "\n")
+            splits = sorted(p.stem for p in (data / name / "qrels").glob("*.tsv") if p.stem != "all")
+            for split in splits:
+                queries, qrels = read_beir_split(data / name, split)
+                for q, text in queries.items():
+                    if any(r > 0 for r in qrels.get(q, {}).values()):
+                        qf.write(json.dumps({"_id": f"{name}/{split}/{q}", "text": text}) + "\n")
+                        for d, r in qrels[q].items():
+                            qr.write(f"{name}/{split}/{q}\t{name}/{d}\t{r}\n")
+    tmp.rename(out)
+    return out
+
+
+def source_checkpoint(args, target: str, variant: str) -> tuple[Path, dict]:
+    """The checkpoint of ``variant`` trained (the recipe, judged) on ``target``'s source collections, built once
+    per source set; and its build record."""
+    from aheadrank.build import BuildPlan, build, paths
+
+    names = args.sources[target]
+    key = "+".join(names)
+    collection = merged_collection(args.data, names, args.workdir / "sources" / key / "collection")
+    out = args.workdir / "sources" / key / variant
+    plan = BuildPlan(
+        collection=str(collection),
+        out=str(out),
+        ranker=variant,
+        device=args.device,
+        labels="train",
+        recipe=args.recipe,
+        steps=args.steps,
+        base=args.base,
+        progress=args.progress,
+    )
+    record = build(plan, echo=log.info)
+    return paths(out)["checkpoint"], record.stages
+
+
+def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None = None, init=None):
     from aheadrank.build import BuildPlan
 
     return BuildPlan(
@@ -63,8 +147,9 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
         device=args.device,
         labels="none",
         recipe=args.recipe,
-        steps=args.steps,
+        steps=args.transfer_steps if init else args.steps,
         max_queries=args.max_queries,
+        init=str(init) if init else None,
         ce_weight=args.ce_weight,
         base=args.base,
         reuse=str(reuse) if reuse else None,
@@ -164,7 +249,10 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
     for v in variants:
         t0 = time.perf_counter()
         d = work / v
-        record = build(plan_for(args, collection, v, d, reuse=shared), search=hits.hits, echo=log.info)
+        init, source = source_checkpoint(args, name, v) if name in args.sources else (None, None)
+        record = build(
+            plan_for(args, collection, v, d, reuse=shared, init=init), search=hits.hits, echo=log.info
+        )
         p = paths(d)
         vf = neural_features(p["checkpoint"], p["store"], queries, cands, qrels, args.device, args.progress)
         from aheadrank.priors import read_priors
@@ -176,9 +264,21 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
             f"{v}+priors": runs_from(vf, served_w),
             f"{v}+pseudo-priors": runs_from(vf, pseudo_w),
         }
+        source_w = None
+        if init is not None:  # the weights fitted on the source collections' held-out judged queries
+            source_w = read_priors(init).weights["neural+bm25+dense"]
+            runs[f"{v}+source-priors"] = runs_from(vf, source_w)
         for k in (0.2, 0.5):  # sensitivity of the default's neural share (not used to choose anything)
             runs[f"{v}+neural{k}"] = runs_from(vf, {"neural": k, "bm25": (1 - k) / 2, "dense": (1 - k) / 2})
-        row = {"weights": served_w, "pseudo_weights": pseudo_w, "build": record.stages, "runs": {}}
+        row = {
+            "weights": served_w,
+            "pseudo_weights": pseudo_w,
+            "build": record.stages,
+            "runs": {},
+            "sources": args.sources.get(name),
+            "source_weights": source_w,
+            "source_build": source,
+        }
         for run_name, run in runs.items():
             row["runs"][run_name] = {
                 "ndcg10": evaluate(run, qrels, ("nDCG@10",))["nDCG@10"],
@@ -198,6 +298,12 @@ def table(results: list[dict]) -> str:
     for r in results:
         b = r["baselines"]
         lines.append(f"\n### {r['collection']} ({r['test_queries']} test queries, BM25 top-{DEPTH})\n")
+        for name, row in r["variants"].items():
+            if row.get("sources"):
+                lines.append(
+                    f"{name}: trained on the judgments of {' + '.join(row['sources'])} (never {r['collection']}'s), "
+                    f"then {row['build'].get('train', {}).get('steps', 0)} label-free steps on {r['collection']}\n"
+                )
         lines.append(
             "| run | nDCG@10 | vs BM25 (diff, p) | vs best label-free fusion (diff, p) | weights n/b/d |"
         )
@@ -211,6 +317,8 @@ def table(results: list[dict]) -> str:
                     if run_name.endswith("+priors")
                     else row["pseudo_weights"]
                     if "pseudo" in run_name
+                    else row.get("source_weights")
+                    if "source" in run_name
                     else None
                 )
                 ws = "/".join(f"{w[f]:.2f}" for f in ("neural", "bm25", "dense")) if w else ""

@@ -38,16 +38,15 @@ def passages(tmp_path_factory):
 
 
 def plan(passages, out, tiny_base, **kw) -> BuildPlan:
-    return BuildPlan(
-        str(passages),
-        str(out),
-        ranker="tk-1l",
-        steps=2,
-        max_queries=40,
-        base=str(tiny_base),
-        progress=False,
+    given = {
+        "ranker": "tk-1l",
+        "steps": 2,
+        "max_queries": 40,
+        "base": str(tiny_base),
+        "progress": False,
         **kw,
-    )
+    }
+    return BuildPlan(str(passages), str(out), **given)
 
 
 def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tmp_path):
@@ -195,3 +194,37 @@ def test_a_build_without_usable_held_out_pseudo_queries_serves_relative_scores_w
     assert priors.weights == LABEL_FREE_WEIGHTS
     scorer = PriorScorer(ranker, p["store"])
     assert any("no calibration (none: " in n and "relative" in n for n in scorer.notices), scorer.notices
+
+
+def test_a_build_starts_from_a_trained_checkpoint_and_refuses_another_variant(
+    built, passages, tiny_base, tmp_path
+):
+    """``--init``: a ranker trained elsewhere (another collection's judgments) is this build's start; with
+    ``steps=0`` its weights are served unchanged, only the store and the priors are this collection's."""
+    import torch
+
+    source = paths(built[0])["checkpoint"]
+    out = tmp_path / "from"
+    record = build(plan(passages, out, tiny_base, steps=0, init=str(source)), echo=lambda _: None)
+    assert record.stages["train"] == {
+        "steps": 0,
+        "init": str(source),
+        "seconds": record.stages["train"]["seconds"],
+    }
+    a, b = load_ranker(source), load_ranker(paths(out)["checkpoint"])
+    assert b.config.extra["init"]["fingerprint"] == a.fingerprint
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    with StoreReader(paths(out)["store"]) as reader:
+        reader.check_fingerprint(b.fingerprint)
+    # adapted further: training moves the weights away from the start
+    moved = tmp_path / "moved"
+    build(plan(passages, moved, tiny_base, steps=2, init=str(source)), echo=lambda _: None)
+    c = load_ranker(paths(moved)["checkpoint"])
+    assert c.config.extra["init"]["checkpoint"] == str(source)
+    # a checkpoint of another variant is refused with one line, before anything is trained
+    with pytest.raises(AheadrankError, match="is a tk ranker.*not tk-2l"):
+        build(
+            plan(passages, tmp_path / "wrong", tiny_base, ranker="tk-2l", init=str(source)),
+            echo=lambda _: None,
+        )

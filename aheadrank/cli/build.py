@@ -59,6 +59,12 @@ def build_cmd(
     base: Path | None = opt(
         None, "--base", help="base model folder (default: the packaged all-MiniLM-L6-v2)"
     ),
+    init: Path | None = opt(
+        None,
+        "--init",
+        help="start training from this ranker checkpoint (e.g. one trained on another collection's judgments) "
+        "instead of the base model; with --steps 0 it is used as it is",
+    ),
     seed: int = opt(0, "--seed"),
     progress: bool = opt(True, "--progress/--no-progress"),
     passages: bool = opt(
@@ -90,6 +96,7 @@ def build_cmd(
         reuse=str(reuse) if reuse else None,
         progress=progress,
         passages=passages,
+        init=str(init) if init else None,
     )
     build(plan, until=until, echo=typer.echo)
     typer.echo(f"serve it: aheadrank serve {out}")
