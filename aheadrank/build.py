@@ -255,12 +255,7 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
     rec = recipe_for(plan.device, plan.recipe)
     split = judged_split(plan.collection, plan.labels)
     if plan.init:
-        model = start_from(plan.init, variant, plan.device)
-        if plan.steps == 0:  # used as it is: this collection's store and priors only
-            from aheadrank.rankers.checkpoint import save_checkpoint
-
-            save_checkpoint(model, p["checkpoint"], overwrite=True, extra={"init": init_record(plan.init)})
-            return {"steps": 0, "init": plan.init}
+        model, source = start_from(plan.init, variant, plan.device)
     else:
         model = variant.init(base=plan.base, seed=plan.seed, **rec.init_options()).to(plan.device)
     given = {"seed": plan.seed, "steps": plan.steps, "ce_weight": plan.ce_weight}
@@ -292,7 +287,17 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
         data.teacher, _ = fusion_teacher(p["dense"], p["lucene"], data, val_q, base=base_of(model.config))
         extra = {}
     if plan.init:  # adapted from a trained ranker: its compressor and kernel weights are kept
-        extra["init"] = init_record(plan.init)
+        extra["init"] = init_record(plan.init, source)
+        if plan.steps == 0:  # used as it is: this collection's store and priors only
+            from aheadrank.rankers.checkpoint import save_checkpoint
+            from aheadrank.rankers.training import split_queries
+
+            # none of this collection's queries was trained on: the recipe's validation share is held out for
+            # the priors stage (fitting or calibrating on them)
+            _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
+            extra["train"] = {"steps": 0, "val_qids": val_q}
+            save_checkpoint(model, p["checkpoint"], overwrite=True, extra=extra)
+            return {"steps": 0, "init": plan.init}
     done = train_recipe(
         model,
         data,
@@ -313,12 +318,21 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
     }
 
 
+# a checkpoint's records of its own training (config.extra), not of the model: a build started from it keeps them
+# under "init"
+TRAINING_RECORDS = ("train", "label_free", "pseudo", "init")
+
+
 def start_from(init: str | Path, variant, device: str):
-    """The ranker of checkpoint ``init`` (fingerprint verified), refused unless it is of ``variant``."""
+    """The ranker of checkpoint ``init`` (fingerprint verified), refused unless it is of ``variant``, and its
+    training records (taken out of its config)."""
     from aheadrank.rankers.checkpoint import load_ranker
 
     model = load_ranker(init, device=device)
     cfg = model.config
+    # what the checkpoint was trained on moves into this build's init record: its held-out queries are another
+    # collection's
+    source = {k: cfg.extra.pop(k) for k in TRAINING_RECORDS if k in cfg.extra}
     wrong = [k for k, v in variant.options.items() if getattr(cfg, k, v) != v]
     if model.kind != variant.kind or wrong:
         got = ", ".join(f"{k}={getattr(cfg, k, None)!r}" for k in wrong)
@@ -326,20 +340,15 @@ def start_from(init: str | Path, variant, device: str):
             f"--init {init} is a {model.kind} ranker{' with ' + got if got else ''}, not {variant.name}: "
             "give --ranker the checkpoint's variant"
         )
-    return model
+    return model, source
 
 
-def init_record(init: str | Path) -> dict:
-    """Where a build's ranker started: the checkpoint, its fingerprint and what it was trained on."""
-    from aheadrank.rankers.checkpoint import load_config, read_fingerprint
+def init_record(init: str | Path, source: dict) -> dict:
+    """Where a build's ranker started: the checkpoint, its fingerprint and its training records (``source``)."""
+    from aheadrank.rankers.checkpoint import read_fingerprint
 
-    extra = load_config(init).extra
-    train = extra.get("train", {})
-    return {
-        "checkpoint": str(init),
-        "fingerprint": read_fingerprint(init),
-        "trained_on": extra.get("trained_on") or extra.get("label_free") or {"steps": train.get("steps")},
-    }
+    train = {k: v for k, v in source.get("train", {}).items() if k != "val_qids"}
+    return {"checkpoint": str(init), "fingerprint": read_fingerprint(init), **source, "train": train}
 
 
 def stage_store(plan: BuildPlan) -> dict:

@@ -122,6 +122,9 @@ def source_checkpoint(args, target: str, variant: str) -> tuple[Path, dict]:
     key = "+".join(names)
     collection = merged_collection(args.data, names, args.workdir / "sources" / key / "collection")
     out = args.workdir / "sources" / key / variant
+    # the shared stages (BM25, dense field) of the source set: from the first variant built over it
+    built = [d for d in sorted((args.workdir / "sources" / key).iterdir()) if (d / "build.json").is_file()]
+    reuse = next((d for d in built if d != out), None)
     plan = BuildPlan(
         collection=str(collection),
         out=str(out),
@@ -131,6 +134,7 @@ def source_checkpoint(args, target: str, variant: str) -> tuple[Path, dict]:
         recipe=args.recipe,
         steps=args.steps,
         base=args.base,
+        reuse=str(reuse) if reuse else None,
         progress=args.progress,
     )
     record = build(plan, echo=log.info)

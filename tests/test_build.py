@@ -213,6 +213,12 @@ def test_a_build_starts_from_a_trained_checkpoint_and_refuses_another_variant(
     }
     a, b = load_ranker(source), load_ranker(paths(out)["checkpoint"])
     assert b.config.extra["init"]["fingerprint"] == a.fingerprint
+    # the queries held out for the priors are this build's own pseudo-queries, none trained on
+    from aheadrank.build import read_queries
+
+    held_out = b.config.extra["train"]["val_qids"]
+    assert held_out and set(held_out) <= set(read_queries(out)["queries"])
+    assert b.config.extra["init"]["train"]["steps"] == a.config.extra["train"]["steps"]
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
     with StoreReader(paths(out)["store"]) as reader:
