@@ -252,8 +252,8 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
     result["shared_stages"] = shared_record.stages if shared_record else {}
     for v in variants:
         t0 = time.perf_counter()
-        d = work / v
         init, source = source_checkpoint(args, name, v) if name in args.sources else (None, None)
+        d = work / (f"{v}-from-{'+'.join(args.sources[name])}-{args.transfer_steps}" if init else v)
         record = build(
             plan_for(args, collection, v, d, reuse=shared, init=init), search=hits.hits, echo=log.info
         )
