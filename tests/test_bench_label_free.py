@@ -1,0 +1,62 @@
+"""bench/label_free.py's transfer: the collections a target's ranker is trained on, and the merged collection of
+their judgments (never the target's)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import label_free  # noqa: E402
+from aheadrank.indexer.topics import read_beir_split  # noqa: E402
+
+
+def beir(root: Path, name: str, docs: list[str], splits: dict[str, dict[str, list[str]]]) -> None:
+    d = root / name
+    (d / "qrels").mkdir(parents=True)
+    (d / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": i, "title": "", "text": f"text of {name} {i}"}) + "\n" for i in docs)
+    )
+    queries = {q for split in splits.values() for q in split}
+    (d / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": f"{name} query {q}"}) + "\n" for q in sorted(queries))
+    )
+    for split, judged in splits.items():
+        rows = [f"{q}\t{doc}\t1" for q, ds in judged.items() for doc in ds]
+        (d / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n")
+    # all.tsv repeats the splits (as Cranfield's and Vaswani's do): not read twice
+    rows = [f"{q}\t{doc}\t1" for judged in splits.values() for q, ds in judged.items() for doc in ds]
+    (d / "qrels" / "all.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n")
+
+
+def test_sources_never_include_the_target():
+    assert label_free.parse_sources(["scifact=cranfield+vaswani"], []) == {
+        "scifact": ["cranfield", "vaswani"]
+    }
+    for bad in ("scifact=scifact+vaswani", "scifact=", "scifact"):
+        with pytest.raises(SystemExit, match="TARGET"):
+            label_free.parse_sources([bad], [])
+
+
+def test_merged_collection_keeps_every_judged_query_of_each_source_under_its_name(tmp_path):
+    beir(tmp_path, "a", ["1", "2", "3"], {"train": {"1": ["1"], "2": ["2", "3"]}, "test": {"1": ["3"]}})
+    beir(tmp_path, "b", ["1", "9"], {"test": {"7": ["9"]}})
+    out = label_free.merged_collection(tmp_path, ["a", "b"], tmp_path / "merged" / "collection")
+    ids = [json.loads(line)["_id"] for line in (out / "corpus.jsonl").read_text().splitlines()]
+    assert ids == ["a/1", "a/2", "a/3", "b/1", "b/9"]  # the same docid in two sources stays two documents
+    queries, qrels = read_beir_split(out, "train")
+    # a query id repeated across splits (a's "1" in train and test) stays two queries, each with its judgments
+    assert qrels == {
+        "a/test/1": {"a/3": 1},
+        "a/train/1": {"a/1": 1},
+        "a/train/2": {"a/2": 1, "a/3": 1},
+        "b/test/7": {"b/9": 1},
+    }
+    assert queries["b/test/7"] == "b query 7"
+    # built once: a second call reads what is there
+    (out / "corpus.jsonl").write_text("")
+    assert label_free.merged_collection(tmp_path, ["a", "b"], out).joinpath("corpus.jsonl").read_text() == ""
