@@ -36,7 +36,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from aheadrank.errors import AheadrankError
@@ -49,6 +49,10 @@ BUILD_FILE = "build.json"
 BUILD_FORMAT = 1
 LABELS = ("auto", "none")  # or the name of a qrels split
 PRIORS_MODES = ("default", "pseudo")
+# label-free: what each pseudo-query is trained to put first. source: the document it was made from (the recipe
+# measured in bench/results/label-free/); teacher: its source left out of its candidates, the fusion's best other
+# candidate instead (:func:`aheadrank.runs.teacher_positives`)
+POSITIVES = ("source", "teacher")
 # the label-free served score: the neural score and the label-free fusion it is added to, in equal parts
 # (neural 1/3, BM25 1/3, bi-encoder 1/3 of the z-scores); bench/label_free.py measures it against weights fitted
 # on held-out pseudo-queries
@@ -93,6 +97,7 @@ class BuildPlan:
     # collection's judgments, say); with steps=0 it is used as it is and only the store and the priors are this
     # collection's
     init: str | None = None
+    positive: str = "source"  # label-free: POSITIVES
 
     def directory(self) -> Path:
         return Path(self.out)
@@ -138,13 +143,15 @@ def _write_record(out: Path, record: BuildRecord) -> None:
 
 # the plan's fields that decide what the stages make: a rerun that changes one a finished stage depends on is refused
 _SHARED_PINS = ("collection", "labels", "max_queries", "seed", "base")
-_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps", "ce_weight", "init")
+_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps", "ce_weight", "init", "positive")
 
 
 def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
     new = asdict(plan)
     pins = _MODEL_PINS if any(s not in SHARED_STAGES for s in done) else _SHARED_PINS
-    changed = [k for k in pins if str(old.get(k)) != str(new.get(k))]
+    # a field newer than the build reads as its default
+    defaults = {f.name: f.default for f in fields(BuildPlan)}
+    changed = [k for k in pins if str(old.get(k, defaults[k])) != str(new.get(k))]
     if changed:
         raise AheadrankError(
             f"{plan.out} was built with other settings ({', '.join(f'{k}={old.get(k)!r}' for k in changed)}); "
@@ -274,8 +281,16 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
             base=base_of(model.config),
             device=plan.device,
         )
+        if plan.positive == "teacher":
+            from aheadrank.runs import teacher_positives
+
+            teacher_positives(data, aliases)
         extra = {
-            "label_free": {"teacher": "equal-weight BM25 + bi-encoder fusion", "queries": len(data.queries)}
+            "label_free": {
+                "teacher": "equal-weight BM25 + bi-encoder fusion",
+                "queries": len(data.queries),
+                "positive": plan.positive,
+            }
         }
     else:
         from aheadrank.baselines import fusion_teacher
@@ -544,6 +559,8 @@ def build(
         raise AheadrankError("--labels is auto, none or a qrels split name")
     if plan.priors not in PRIORS_MODES:
         raise AheadrankError(f"--priors is {' or '.join(PRIORS_MODES)}, not {plan.priors!r}")
+    if plan.positive not in POSITIVES:
+        raise AheadrankError(f"--positive is {' or '.join(POSITIVES)}, not {plan.positive!r}")
     if until is not None and until not in STAGES:
         raise AheadrankError(f"unknown stage {until!r}: one of {', '.join(STAGES)}")
     _variant(plan.ranker)  # an unknown ranker fails before any work

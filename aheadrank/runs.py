@@ -244,6 +244,30 @@ def build_label_free_training_data(
     return TrainingData(pq.texts, pq.queries, pq.qrels, cands), hits, pq
 
 
+def teacher_positives(data, aliases: dict[str, str]) -> list[str]:
+    """Train each pseudo-query on the teacher's ranking of the *other* documents: its source (and the copy it is
+    matched against) leave its candidates and teacher scores, and its one relevant document becomes the teacher's
+    best remaining candidate, so that nothing is learnt from spotting the query inside its own document.
+    ``data``: the label-free TrainingData with its ``teacher`` set, changed in place; queries left with no
+    candidate are dropped. Returns the dropped qids."""
+    assert data.teacher is not None, "teacher_positives needs the teacher's scores"
+    dropped = []
+    for q in sorted(data.queries):
+        alias = next(iter(data.qrels[q]))
+        gone = {alias, aliases[alias]}
+        cands = [d for d in data.candidates.get(q, []) if d not in gone]
+        teacher = {d: s for d, s in data.teacher.get(q, {}).items() if d not in gone}
+        scored = [d for d in cands if d in teacher]
+        if len(scored) < 2:  # no positive and negative left
+            dropped.append(q)
+            for table in (data.queries, data.qrels, data.candidates, data.teacher):
+                table.pop(q, None)
+            continue
+        best = max(scored, key=lambda d: teacher[d])  # the first of equals in BM25 order
+        data.qrels[q], data.candidates[q], data.teacher[q] = {best: 1}, cands, teacher
+    return dropped
+
+
 def alias_candidates(
     hits: dict[str, list], qrels: dict[str, dict[str, int]], aliases: dict[str, str]
 ) -> dict[str, list[str]]:

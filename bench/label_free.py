@@ -60,6 +60,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--transfer-steps", type=int, default=0, help="label-free steps after the transfer (0: as is)"
     )
+    ap.add_argument(
+        "--positive",
+        default="source",
+        choices=("source", "teacher"),
+        help="label-free positive (aheadrank build --positive); teacher builds in VARIANT-positive-teacher",
+    )
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     args = ap.parse_args(argv)
     args.sources = parse_sources(args.sources, args.collections)
@@ -155,6 +161,7 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
         max_queries=args.max_queries,
         init=str(init) if init else None,
         ce_weight=args.ce_weight,
+        positive=args.positive,
         base=args.base,
         reuse=str(reuse) if reuse else None,
         progress=args.progress,
@@ -254,6 +261,8 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
         t0 = time.perf_counter()
         init, source = source_checkpoint(args, name, v) if name in args.sources else (None, None)
         d = work / (f"{v}-from-{'+'.join(args.sources[name])}-{args.transfer_steps}" if init else v)
+        if args.positive != "source":
+            d = d.with_name(f"{d.name}-positive-{args.positive}")
         record = build(
             plan_for(args, collection, v, d, reuse=shared, init=init), search=hits.hits, echo=log.info
         )

@@ -234,3 +234,28 @@ def test_a_build_starts_from_a_trained_checkpoint_and_refuses_another_variant(
             plan(passages, tmp_path / "wrong", tiny_base, ranker="tk-2l", init=str(source)),
             echo=lambda _: None,
         )
+
+
+def test_a_label_free_build_can_train_on_the_teachers_best_other_document(
+    built, passages, tiny_base, tmp_path
+):
+    """``--positive teacher``: the pseudo-queries are trained on the fusion's best document other than their source
+    (recorded in the checkpoint); another positive on a finished build is refused, an unknown one named; a build
+    recorded before the setting existed reads as the default (source)."""
+    import shutil
+
+    older = tmp_path / "older"
+    shutil.copytree(built[0], older)
+    record = json.loads((older / BUILD_FILE).read_text())
+    del record["plan"]["positive"]
+    (older / BUILD_FILE).write_text(json.dumps(record))
+    said: list[str] = []
+    build(plan(passages, older, tiny_base, reuse=None), echo=said.append)
+    assert sum("done before" in line for line in said) == len(STAGES)
+    other = tmp_path / "teacher"
+    build(plan(passages, other, tiny_base, positive="teacher"), echo=lambda _: None)
+    assert load_ranker(paths(other)["checkpoint"]).config.extra["label_free"]["positive"] == "teacher"
+    with pytest.raises(AheadrankError, match="positive='teacher'"):
+        build(plan(passages, other, tiny_base), echo=lambda _: None)
+    with pytest.raises(AheadrankError, match="--positive is source or teacher"):
+        build(plan(passages, other, tiny_base, positive="best"), echo=lambda _: None)

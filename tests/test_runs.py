@@ -66,3 +66,24 @@ def test_reranking_given_candidates_needs_no_java():
         "else:\n    raise AssertionError('bm25_candidates imported without Java')\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_teacher_positives_leave_the_source_out_and_train_on_the_fusions_best_other_document():
+    """``--positive teacher``: a pseudo-query's source and its copy leave its candidates and teacher scores; its one
+    relevant document is the teacher's best remaining candidate; a query left with too little is dropped."""
+    from aheadrank.rankers.training import TrainingData
+    from aheadrank.runs import teacher_positives
+
+    aliases = {"pq:s:a": "a", "pq:s:d": "d"}
+    data = TrainingData(
+        texts={"a": "x", "b": "y", "c": "z", "d": "w", "pq:s:a": "x", "pq:s:d": "w"},
+        queries={"s:a": "q1", "s:d": "q2"},
+        qrels={"s:a": {"pq:s:a": 1}, "s:d": {"pq:s:d": 1}},
+        candidates={"s:a": ["pq:s:a", "b", "c"], "s:d": ["pq:s:d", "b"]},
+        teacher={"s:a": {"pq:s:a": 3.0, "b": -1.0, "c": 0.5}, "s:d": {"pq:s:d": 2.0, "b": 0.1}},
+    )
+    dropped = teacher_positives(data, aliases)
+    assert dropped == ["s:d"] and "s:d" not in data.queries and "s:d" not in data.teacher
+    assert data.qrels == {"s:a": {"c": 1}}
+    assert data.candidates["s:a"] == ["b", "c"] and data.teacher["s:a"] == {"b": -1.0, "c": 0.5}
+    assert data.trainable() == ["s:a"]

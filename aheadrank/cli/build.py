@@ -65,6 +65,12 @@ def build_cmd(
         help="start training from this ranker checkpoint (e.g. one trained on another collection's judgments) "
         "instead of the base model; with --steps 0 it is used as it is",
     ),
+    positive: str = opt(
+        "source",
+        "--positive",
+        help="label-free: what a pseudo-query is trained to put first: source (the document it was made from) or "
+        "teacher (its source left out; the fusion's best other candidate, the fusion's ranking of the rest)",
+    ),
     seed: int = opt(0, "--seed"),
     progress: bool = opt(True, "--progress/--no-progress"),
     passages: bool = opt(
@@ -97,6 +103,7 @@ def build_cmd(
         progress=progress,
         passages=passages,
         init=str(init) if init else None,
+        positive=positive,
     )
     build(plan, until=until, echo=typer.echo)
     typer.echo(f"serve it: aheadrank serve {out}")
