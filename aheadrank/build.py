@@ -151,10 +151,11 @@ def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
     pins = _MODEL_PINS if any(s not in SHARED_STAGES for s in done) else _SHARED_PINS
     # a field newer than the build reads as its default
     defaults = {f.name: f.default for f in fields(BuildPlan)}
-    changed = [k for k in pins if str(old.get(k, defaults[k])) != str(new.get(k))]
+    was = {k: old.get(k, defaults[k]) for k in pins}
+    changed = [k for k in pins if str(was[k]) != str(new.get(k))]
     if changed:
         raise AheadrankError(
-            f"{plan.out} was built with other settings ({', '.join(f'{k}={old.get(k)!r}' for k in changed)}); "
+            f"{plan.out} was built with other settings ({', '.join(f'{k}={was[k]!r}' for k in changed)}); "
             "give another --out, or the same settings to resume"
         )
 

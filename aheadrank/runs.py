@@ -248,8 +248,8 @@ def teacher_positives(data, aliases: dict[str, str]) -> list[str]:
     """Train each pseudo-query on the teacher's ranking of the *other* documents: its source (and the copy it is
     matched against) leave its candidates and teacher scores, and its one relevant document becomes the teacher's
     best remaining candidate, so that nothing is learnt from spotting the query inside its own document.
-    ``data``: the label-free TrainingData with its ``teacher`` set, changed in place; queries left with no
-    candidate are dropped. Returns the dropped qids."""
+    ``data``: the label-free TrainingData with its ``teacher`` set, changed in place; queries left with fewer
+    than two scored candidates (no positive and negative) are dropped. Returns the dropped qids."""
     assert data.teacher is not None, "teacher_positives needs the teacher's scores"
     dropped = []
     for q in sorted(data.queries):

@@ -36,6 +36,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     from aheadrank.rankers.recipe import training_options
     from benchkit import add_options
 
+    from aheadrank.build import POSITIVES
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--collections", nargs="+", default=["scifact", "cranfield", "vaswani"])
@@ -63,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--positive",
         default="source",
-        choices=("source", "teacher"),
+        choices=POSITIVES,
         help="label-free positive (aheadrank build --positive); teacher builds in VARIANT-positive-teacher",
     )
     ap.add_argument("--no-progress", dest="progress", action="store_false")

@@ -250,7 +250,7 @@ def test_a_label_free_build_can_train_on_the_teachers_best_other_document(
     del record["plan"]["positive"]
     (older / BUILD_FILE).write_text(json.dumps(record))
     said: list[str] = []
-    build(plan(passages, older, tiny_base, reuse=None), echo=said.append)
+    build(plan(passages, older, tiny_base), echo=said.append)
     assert sum("done before" in line for line in said) == len(STAGES)
     other = tmp_path / "teacher"
     build(plan(passages, other, tiny_base, positive="teacher"), echo=lambda _: None)

@@ -72,6 +72,7 @@ def test_teacher_positives_leave_the_source_out_and_train_on_the_fusions_best_ot
     """``--positive teacher``: a pseudo-query's source and its copy leave its candidates and teacher scores; its one
     relevant document is the teacher's best remaining candidate; a query left with too little is dropped."""
     from aheadrank.rankers.training import TrainingData
+
     from aheadrank.runs import teacher_positives
 
     aliases = {"pq:s:a": "a", "pq:s:d": "d"}
