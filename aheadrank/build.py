@@ -85,6 +85,7 @@ class BuildPlan:
     max_queries: int = 3000  # pseudo-queries made from the collection
     priors: str = "default"  # label-free priors: default weights or fitted on held-out pseudo-queries
     ce_weight: float | None = None  # the cross-entropy on each query's source (None: 1, TrainConfig's)
+    lr: float | None = None  # the learning rate (None: the recipe's for the ranker's kind)
     seed: int = 0
     base: str | None = None
     reuse: str | None = (
@@ -143,7 +144,7 @@ def _write_record(out: Path, record: BuildRecord) -> None:
 
 # the plan's fields that decide what the stages make: a rerun that changes one a finished stage depends on is refused
 _SHARED_PINS = ("collection", "labels", "max_queries", "seed", "base")
-_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps", "ce_weight", "init", "positive")
+_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps", "ce_weight", "lr", "init", "positive")
 
 
 def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
@@ -266,7 +267,7 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
         model, source = start_from(plan.init, variant, plan.device)
     else:
         model = variant.init(base=plan.base, seed=plan.seed, **rec.init_options()).to(plan.device)
-    given = {"seed": plan.seed, "steps": plan.steps, "ce_weight": plan.ce_weight}
+    given = {"seed": plan.seed, "steps": plan.steps, "ce_weight": plan.ce_weight, "lr": plan.lr}
     resolved = resolve_training(rec, model.kind, given, ranker=asdict(model.config), label_free=split is None)
     cfg = resolved.train
     if split is None:

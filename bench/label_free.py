@@ -45,7 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--recipe", default="auto")
     ap.add_argument("--max-queries", type=int, default=3000)
-    add_options(ap, [o for o in training_options() if o.name in ("steps", "ce_weight")])  # aheadrank train's
+    # aheadrank train's
+    add_options(ap, [o for o in training_options() if o.name in ("steps", "ce_weight", "lr")])
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free")
     ap.add_argument("--base", default=None)
@@ -163,6 +164,7 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
         max_queries=args.max_queries,
         init=str(init) if init else None,
         ce_weight=args.ce_weight,
+        lr=args.lr,
         positive=args.positive,
         base=args.base,
         reuse=str(reuse) if reuse else None,
@@ -265,6 +267,8 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
         d = work / (f"{v}-from-{'+'.join(args.sources[name])}-{args.transfer_steps}" if init else v)
         if args.positive != "source":
             d = d.with_name(f"{d.name}-positive-{args.positive}")
+        if args.lr is not None:
+            d = d.with_name(f"{d.name}-lr{args.lr:g}")
         record = build(
             plan_for(args, collection, v, d, reuse=shared, init=init), search=hits.hits, echo=log.info
         )

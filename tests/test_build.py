@@ -259,3 +259,11 @@ def test_a_label_free_build_can_train_on_the_teachers_best_other_document(
         build(plan(passages, other, tiny_base), echo=lambda _: None)
     with pytest.raises(AheadrankError, match="--positive is source or teacher"):
         build(plan(passages, other, tiny_base, positive="best"), echo=lambda _: None)
+
+
+def test_a_build_trains_at_the_learning_rate_it_is_given_and_pins_it(passages, tiny_base, tmp_path):
+    out = tmp_path / "lr"
+    build(plan(passages, out, tiny_base, lr=1e-5), echo=lambda _: None)
+    assert load_ranker(paths(out)["checkpoint"]).config.extra["train"]["lr"] == 1e-5
+    with pytest.raises(AheadrankError, match="lr=1e-05"):
+        build(plan(passages, out, tiny_base, lr=2e-5), echo=lambda _: None)

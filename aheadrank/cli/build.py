@@ -48,6 +48,9 @@ def build_cmd(
         help="weight of the cross-entropy on each training query's relevant document, beside the listwise KL from "
         "the fusion (default 1)",
     ),
+    lr: float | None = opt(
+        None, "--lr", min=0.0, help="learning rate (default: the recipe's for the ranker's kind)"
+    ),
     reuse: Path | None = opt(
         None,
         "--reuse",
@@ -97,6 +100,7 @@ def build_cmd(
         max_queries=max_queries,
         priors=priors,
         ce_weight=ce_weight,
+        lr=lr,
         seed=seed,
         base=str(base) if base else None,
         reuse=str(reuse) if reuse else None,
