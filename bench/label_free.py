@@ -172,6 +172,20 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
     )
 
 
+def build_name(args, collection: str, variant: str, transfer: bool = False) -> str:
+    """The build folder of ``variant`` under the collection's workdir: every setting that changes the trained ranker
+    away from its default is in the name, so that a run with other settings never resumes (or is refused by) a
+    build made with these."""
+    name = (
+        f"{variant}-from-{'+'.join(args.sources[collection])}-{args.transfer_steps}" if transfer else variant
+    )
+    if args.positive != "source":
+        name += f"-positive-{args.positive}"
+    if args.lr is not None:
+        name += f"-lr{args.lr:g}"
+    return name
+
+
 def runs_from(features: list, docids_weights) -> dict:
     """{qid: {docid: score}} of Σ w·zscore(feature) per query (``features``: (qid, QueryFeatures))."""
     from aheadrank.priors import zscore
@@ -264,11 +278,7 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
     for v in variants:
         t0 = time.perf_counter()
         init, source = source_checkpoint(args, name, v) if name in args.sources else (None, None)
-        d = work / (f"{v}-from-{'+'.join(args.sources[name])}-{args.transfer_steps}" if init else v)
-        if args.positive != "source":
-            d = d.with_name(f"{d.name}-positive-{args.positive}")
-        if args.lr is not None:
-            d = d.with_name(f"{d.name}-lr{args.lr:g}")
+        d = work / build_name(args, name, v, transfer=init is not None)
         record = build(
             plan_for(args, collection, v, d, reuse=shared, init=init), search=hits.hits, echo=log.info
         )

@@ -42,6 +42,18 @@ def test_sources_never_include_the_target():
             label_free.parse_sources([bad], [])
 
 
+def test_each_setting_that_changes_the_ranker_builds_in_a_folder_of_its_own():
+    def name(*argv, transfer=False):
+        args = label_free.parse_args(["--collections", "scifact", "cranfield", *argv])
+        return label_free.build_name(args, "scifact", "mores-2ib-s2", transfer=transfer)
+
+    assert name() == "mores-2ib-s2"
+    assert name("--positive", "teacher", "--lr", "2e-5") == "mores-2ib-s2-positive-teacher-lr2e-05"
+    transfer = name("--sources", "scifact=cranfield", "--transfer-steps", "0", transfer=True)
+    assert transfer == "mores-2ib-s2-from-cranfield-0"
+    assert len({name(), name("--lr", "1e-4"), name("--positive", "teacher")}) == 3
+
+
 def test_merged_collection_keeps_every_judged_query_of_each_source_under_its_name(tmp_path):
     beir(tmp_path, "a", ["1", "2", "3"], {"train": {"1": ["1"], "2": ["2", "3"]}, "test": {"1": ["3"]}})
     beir(tmp_path, "b", ["1", "9"], {"test": {"7": ["9"]}})
