@@ -179,6 +179,10 @@ def build_name(args, collection: str, variant: str, transfer: bool = False) -> s
     name = (
         f"{variant}-from-{'+'.join(args.sources[collection])}-{args.transfer_steps}" if transfer else variant
     )
+    if args.steps is not None and not transfer:  # a transfer's steps are --transfer-steps, named above
+        name += f"-steps{args.steps}"
+    if args.ce_weight is not None:
+        name += f"-ce{args.ce_weight:g}"
     if args.positive != "source":
         name += f"-positive-{args.positive}"
     if args.lr is not None:
