@@ -91,7 +91,8 @@ class LabelFreeQueries:
         return out
 
 
-def _sentences(body: str) -> list[str]:
+def sentences(body: str) -> list[str]:
+    """The sentences of a text: split after ``. ! ?`` followed by white space (empty pieces dropped)."""
     return [s.strip() for s in _SENTENCE_END.split(body) if s.strip()]
 
 
@@ -111,9 +112,9 @@ def _one_query(
         rest = _cut(body, title.strip())
         if len(rest.split()) >= 10:
             return "title", title.strip(), rest
-    sentences = [s for s in _sentences(body) if SENTENCE_WORDS[0] <= len(s.split()) <= SENTENCE_WORDS[1]]
-    if len(_sentences(body)) >= 2 and sentences:
-        s = rng.choice(sentences)
+    usable = [s for s in sentences(body) if SENTENCE_WORDS[0] <= len(s.split()) <= SENTENCE_WORDS[1]]
+    if len(sentences(body)) >= 2 and usable:
+        s = rng.choice(usable)
         rest = _cut(full, s)
         if len(rest.split()) >= 10:
             return "sentence", s, rest

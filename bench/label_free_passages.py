@@ -1,0 +1,304 @@
+"""A stronger label-free feature: the bi-encoder's best passage. Each document (BM25's top 100 of each test query)
+is cut into windows of ``--sentences`` consecutive sentences, title in front (``aheadrank.passages.
+sentence_passages``); the ``bi-encoder-passages`` score is the best window's cosine with the query. Measured
+beside the label-free baselines of ``bench/label_free.py`` (BM25, the bi-encoder, RRF k = 60, the equal-weight
+z-score fusion) and, from committed label-free builds' pure neural runs (``--neural DIR:VARIANT``, read from
+``DIR/<collection>/runs/VARIANT.trec.zst``; nothing is trained here), the served score with and without it:
+
+- ``fusion-passages``: BM25, the bi-encoder and its best passage, 1/3 each (z-scores per query);
+- ``VARIANT+priors``: neural, BM25 and bi-encoder 1/3 each, recomputed from the pure run (the committed
+  ``VARIANT+priors`` run's score is printed beside it as a check);
+- ``VARIANT+priors+passages``: neural, BM25, bi-encoder and best passage, 1/4 each.
+
+Every weight and the window (2 sentences) were fixed before any of this was measured; no judgment chooses
+anything. Paired t-tests against the better of RRF and the equal-weight fusion and against ``fusion-passages``.
+
+    .venv/bin/python bench/label_free_passages.py --collections scifact cranfield vaswani \\
+        --neural bench/results/label-free/positive-teacher:mores-2ib-s2 \\
+                 bench/results/label-free/positive-teacher-rankers:prettr-l5-e128 \\
+                 bench/results/label-free/positive-teacher-rankers:tk-2l \\
+        --out bench/results/label-free/passages
+
+Writes ``--out``: ``label_free_passages.{json,md}`` and ``<collection>/runs/{bi-encoder-passages,fusion-passages,
+VARIANT+priors+passages}.trec.zst``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+log = logging.getLogger("bench.label_free_passages")
+DEPTH = 100
+BASELINES = ("bm25", "bi-encoder", "bi-encoder-passages", "rrf", "fusion-equal", "fusion-passages")
+FUSION_PASSAGES = {"bm25": 1 / 3, "dense": 1 / 3, "passage": 1 / 3}
+SERVED = {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 3}  # aheadrank.build.LABEL_FREE_WEIGHTS
+SERVED_PASSAGES = {"neural": 0.25, "bm25": 0.25, "dense": 0.25, "passage": 0.25}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--collections", nargs="+", default=["scifact", "cranfield", "vaswani"])
+    ap.add_argument("--neural", nargs="*", default=[], metavar="DIR:VARIANT")
+    ap.add_argument("--sentences", type=int, default=2, help="sentences per passage window")
+    ap.add_argument("--base", default=None)
+    ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free" / "passages")
+    ap.add_argument("--progress", action="store_true")
+    args = ap.parse_args(argv)
+    if args.sentences < 1:
+        ap.error("--sentences must be at least 1")
+    args.neural = [parse_neural(n) for n in args.neural]
+    return args
+
+
+def parse_neural(given: str) -> tuple[Path, str]:
+    folder, sep, variant = given.rpartition(":")
+    if not sep or not folder or not variant:
+        raise SystemExit(
+            f"--neural {given!r}: expected DIR:VARIANT (e.g. bench/results/label-free/x:mores-2ib-s2)"
+        )
+    return Path(folder), variant
+
+
+def fused(features: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
+    """Σ w·zscore(feature) of one query's candidates."""
+    from aheadrank.priors import zscore
+
+    return sum(w * zscore(features[f]) for f, w in weights.items())
+
+
+def neural_scores(run: dict, cands: dict[str, list], qids: list[str], source: Path) -> dict[str, np.ndarray]:
+    """The pure run's scores in candidate order; a run over other candidates is an error, never a guess."""
+    out = {}
+    for q in qids:
+        docs = [d for d, _ in cands[q]]
+        got = run.get(q, {})
+        if set(got) != set(docs):
+            missing, extra = len(set(docs) - set(got)), len(set(got) - set(docs))
+            raise SystemExit(
+                f"{source}: query {q!r} ranks other candidates than BM25's top {DEPTH} "
+                f"({missing} missing, {extra} not among them): not a run of this collection's test queries"
+            )
+        out[q] = np.array([got[d] for d in docs], dtype=np.float64)
+    return out
+
+
+def embeddings(collection: Path, docids: list[str], size: int, base, work: Path, progress: bool):
+    """(whole-document vectors {docid: v}, passage vectors [P, n], owner of each passage), cached in ``work``."""
+    from aheadrank.indexer.collections import Collection, join_title_text
+    from aheadrank.rankers.dense import dense_encoder
+    from benchkit import digest
+    from tqdm import tqdm
+
+    from aheadrank.passages import sentence_passages
+
+    enc = dense_encoder(base)
+    path = work / f"passages-{collection.name}-{digest([docids, size, enc.fingerprint])}.npz"
+    if path.exists():
+        z = np.load(path)
+        return dict(zip(docids, z["docs"], strict=True)), z["passages"], z["owner"]
+    want = set(docids)
+    texts = {d: (t, b) for d, t, b in Collection(collection).titled() if d in want}
+    flat, owner = [], []
+    for i, d in enumerate(docids):
+        ps = sentence_passages(*texts[d], size=size)
+        flat.extend(ps)
+        owner.extend([i] * len(ps))
+    t0 = time.perf_counter()
+    chunks = [(k, flat[k : k + 1024]) for k in range(0, len(flat), 1024)]
+    whole = [join_title_text(*texts[d]) for d in docids]
+    docs = np.concatenate([enc.encode_documents(whole[k : k + 1024]) for k in range(0, len(whole), 1024)])
+    bar = tqdm(total=len(flat), unit="passage", disable=not progress, desc=f"{collection.name} passages")
+    vecs = []
+    for _, chunk in chunks:
+        vecs.append(enc.encode_documents(chunk))
+        bar.update(len(chunk))
+    bar.close()
+    passages = np.concatenate(vecs)
+    seconds = time.perf_counter() - t0
+    log.info(
+        "%s: %d documents, %d passages embedded in %.0f s (%.1f passages/s)",
+        collection.name,
+        len(docids),
+        len(flat),
+        seconds,
+        (len(flat) + len(docids)) / seconds,
+    )
+    work.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, docs=docs, passages=passages, owner=np.asarray(owner))
+    tmp.replace(path)
+    return dict(zip(docids, docs, strict=True)), passages, np.asarray(owner)
+
+
+def bench_collection(args, name: str) -> dict:
+    from aheadrank.rankers.dense import dense_encoder
+    from benchkit import Bm25Hits, eval_topics
+    from label_free import comparison, write_zst_run
+
+    from aheadrank.baselines import EQUAL_FUSION, rrf_run
+    from aheadrank.evaluation import compare, evaluate, read_run
+    from aheadrank.priors import QueryFeatures
+
+    collection = args.data / name
+    queries, qrels = eval_topics(collection, "test", None)
+    cands = Bm25Hits(collection, args.workdir, args.progress).hits(queries, DEPTH)
+    qids = sorted(q for q in queries if cands.get(q) and any(r > 0 for r in qrels.get(q, {}).values()))
+    docids = sorted({d for q in qids for d, _ in cands[q]})
+    docs, passages, owner = embeddings(
+        collection, docids, args.sentences, args.base, args.workdir, args.progress
+    )
+    row_of = {d: i for i, d in enumerate(docids)}
+    rows_of = [[] for _ in docids]
+    for p, i in enumerate(owner.tolist()):
+        rows_of[i].append(p)
+    qv = dict(zip(qids, dense_encoder(args.base).encode_queries([queries[q] for q in qids]), strict=True))
+    feats = {}
+    for q in qids:
+        ds = [d for d, _ in cands[q]]
+        sims = passages @ qv[q]
+        feats[q] = {
+            "bm25": np.array([s for _, s in cands[q]], dtype=np.float64),
+            "dense": np.array([docs[d] @ qv[q] for d in ds], dtype=np.float64),
+            "passage": np.array([sims[rows_of[row_of[d]]].max() for d in ds], dtype=np.float64),
+        }
+
+    def run_of(weights: dict[str, float], extra: dict | None = None) -> dict:
+        out = {}
+        for q in qids:
+            f = {**feats[q], **({"neural": extra[q]} if extra else {})}
+            out[q] = dict(zip([d for d, _ in cands[q]], fused(f, weights).tolist(), strict=True))
+        return out
+
+    runs = {
+        "bm25": run_of({"bm25": 1.0}),
+        "bi-encoder": run_of({"dense": 1.0}),
+        "bi-encoder-passages": run_of({"passage": 1.0}),
+        "rrf": rrf_run(
+            {q: QueryFeatures([d for d, _ in cands[q]], feats[q], qrels.get(q, {})) for q in qids}
+        ),
+        "fusion-equal": run_of(EQUAL_FUSION),
+        "fusion-passages": run_of(FUSION_PASSAGES),
+    }
+    result = {
+        "collection": name,
+        "test_queries": len(qids),
+        "documents": len(docids),
+        "passages": len(owner),
+        "baselines": {},
+        "variants": {},
+    }
+    for k, r in runs.items():
+        result["baselines"][k] = evaluate(r, qrels, ("nDCG@10",))["nDCG@10"]
+    best = max(("rrf", "fusion-equal"), key=lambda k: result["baselines"][k])
+    result["best_label_free_baseline"] = best
+    result["fusion-passages"] = {
+        "vs_best_baseline": comparison(compare, runs[best], runs["fusion-passages"], qrels),
+        "vs_bm25": comparison(compare, runs["bm25"], runs["fusion-passages"], qrels),
+    }
+    out_runs = args.out / name / "runs"
+    out_runs.mkdir(parents=True, exist_ok=True)
+    for k in ("bi-encoder-passages", "fusion-passages"):
+        write_zst_run(out_runs / f"{k}.trec.zst", runs[k], k)
+    for folder, variant in args.neural:
+        source = folder / name / "runs" / f"{variant}.trec.zst"
+        if not source.exists():
+            raise SystemExit(f"--neural {folder}:{variant}: no {source}")
+        neural = neural_scores(read_run(source), cands, qids, source)
+        committed = folder / name / "runs" / f"{variant}+priors.trec.zst"
+        vruns = {
+            variant: run_of({"neural": 1.0}, neural),
+            f"{variant}+priors": run_of(SERVED, neural),
+            f"{variant}+priors+passages": run_of(SERVED_PASSAGES, neural),
+        }
+        row = {"from": str(source.relative_to(ROOT) if source.is_relative_to(ROOT) else source), "runs": {}}
+        if committed.exists():
+            row["committed_priors_ndcg10"] = evaluate(read_run(committed), qrels, ("nDCG@10",))["nDCG@10"]
+        for k, r in vruns.items():
+            row["runs"][k] = {
+                "ndcg10": evaluate(r, qrels, ("nDCG@10",))["nDCG@10"],
+                "vs_best_baseline": comparison(compare, runs[best], r, qrels),
+                "vs_fusion_passages": comparison(compare, runs["fusion-passages"], r, qrels),
+            }
+        write_zst_run(
+            out_runs / f"{variant}+priors+passages.trec.zst",
+            vruns[f"{variant}+priors+passages"],
+            f"{variant}_priors_passages",
+        )
+        result["variants"][variant] = row
+    return result
+
+
+def table(results: list[dict]) -> str:
+    lines = [
+        "| collection | run | nDCG@10 | vs better of RRF / fusion-equal | vs fusion-passages |",
+        "|---|---|---|---|---|",
+    ]
+
+    def cmp(c):
+        return f"{c['diff']:+.4f} (p {c['p']:.2g})"
+
+    for r in results:
+        c = r["collection"]
+        for k in BASELINES:
+            extra = ""
+            if k == "fusion-passages":
+                extra = cmp(r["fusion-passages"]["vs_best_baseline"])
+            mark = " (better)" if k == r["best_label_free_baseline"] else ""
+            lines.append(f"| {c} | {k}{mark} | {r['baselines'][k]:.4f} | {extra} | |")
+        for row in r["variants"].values():
+            for k, x in row["runs"].items():
+                lines.append(
+                    f"| {c} | {k} | {x['ndcg10']:.4f} | {cmp(x['vs_best_baseline'])} | {cmp(x['vs_fusion_passages'])} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    from benchkit import machine_info, write_json
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    results = []
+    for name in args.collections:
+        results.append(bench_collection(args, name))
+        log.info("%s: %s", name, {k: round(v, 4) for k, v in results[-1]["baselines"].items()})
+    md = table(results)
+    print(md)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "label_free_passages.md").write_text(md)
+    write_json(
+        args.out / "label_free_passages.json",
+        {
+            "benchmark": "label_free_passages",
+            "command": [
+                "python",
+                "bench/label_free_passages.py",
+                *(argv if argv is not None else sys.argv[1:]),
+            ],
+            "machine": machine_info(2),
+            "sentences": args.sentences,
+            "weights": {
+                "fusion-passages": FUSION_PASSAGES,
+                "served": SERVED,
+                "served+passages": SERVED_PASSAGES,
+            },
+            "results": results,
+            "wall_s": round(time.perf_counter() - t0, 1),
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""bench/label_free_passages.py: committed neural runs are read only over the candidates they were made on, and
+the fused scores are the z-score sums the served score uses."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import label_free_passages as lfp  # noqa: E402
+
+
+def test_neural_is_given_as_folder_and_variant():
+    assert lfp.parse_neural("bench/results/x:mores-2ib-s2") == (Path("bench/results/x"), "mores-2ib-s2")
+    for bad in ("mores-2ib-s2", ":mores", "dir:"):
+        with pytest.raises(SystemExit, match="DIR:VARIANT"):
+            lfp.parse_neural(bad)
+
+
+def test_a_neural_run_over_other_candidates_is_refused():
+    cands = {"q1": [("a", 3.0), ("b", 2.0), ("c", 1.0)]}
+    got = lfp.neural_scores({"q1": {"c": 0.1, "a": 0.9, "b": 0.5}}, cands, ["q1"], Path("run"))
+    assert got["q1"].tolist() == [0.9, 0.5, 0.1]  # in candidate order, not the run's
+    with pytest.raises(SystemExit, match=r"query 'q1' ranks other candidates .*1 missing, 1 not among them"):
+        lfp.neural_scores({"q1": {"a": 0.9, "b": 0.5, "z": 0.1}}, cands, ["q1"], Path("run"))
+    with pytest.raises(SystemExit, match="3 missing"):
+        lfp.neural_scores({}, cands, ["q1"], Path("run"))
+
+
+def test_fused_is_the_weighted_sum_of_per_query_z_scores():
+    f = {"bm25": np.array([1.0, 2.0, 3.0]), "passage": np.array([0.2, 0.2, 0.8])}
+    z = lambda x: (x - x.mean()) / x.std()  # noqa: E731
+    out = lfp.fused(f, {"bm25": 0.25, "passage": 0.75})
+    assert np.allclose(out, 0.25 * z(f["bm25"]) + 0.75 * z(f["passage"]))
+    assert lfp.fused(f, {"passage": 1.0}).argmax() == 2
