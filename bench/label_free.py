@@ -69,6 +69,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=POSITIVES,
         help="label-free positive (aheadrank build --positive); teacher builds in VARIANT-positive-teacher",
     )
+    ap.add_argument(
+        "--passages",
+        action="store_true",
+        help="store documents longer than the ranker's window as passages too, scored by them as served "
+        "(aheadrank build --passages); builds in VARIANT[...]-passages",
+    )
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     args = ap.parse_args(argv)
     args.sources = parse_sources(args.sources, args.collections)
@@ -145,6 +151,7 @@ def source_checkpoint(args, target: str, variant: str) -> tuple[Path, dict]:
         base=args.base,
         reuse=str(reuse) if reuse else None,
         progress=args.progress,
+        passages=getattr(args, "passages", False),
     )
     record = build(plan, echo=log.info)
     return paths(out)["checkpoint"], record.stages
@@ -169,6 +176,7 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
         base=args.base,
         reuse=str(reuse) if reuse else None,
         progress=args.progress,
+        passages=getattr(args, "passages", False),
     )
 
 
@@ -187,6 +195,8 @@ def build_name(args, collection: str, variant: str, transfer: bool = False) -> s
         name += f"-positive-{args.positive}"
     if args.lr is not None:
         name += f"-lr{args.lr:g}"
+    if getattr(args, "passages", False):  # the same ranker, another store
+        name += "-passages"
     return name
 
 

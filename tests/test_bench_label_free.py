@@ -53,6 +53,13 @@ def test_each_setting_that_changes_the_ranker_builds_in_a_folder_of_its_own():
     assert transfer == "mores-2ib-s2-from-cranfield-0"
     settings = [(), ("--lr", "1e-4"), ("--positive", "teacher"), ("--steps", "120"), ("--ce-weight", "0")]
     assert len({name(*s) for s in settings}) == len(settings)
+    # passages change the store, not the ranker: their own folder too, and the build plan stores them
+    assert name("--positive", "teacher", "--passages") == "mores-2ib-s2-positive-teacher-passages"
+    args = label_free.parse_args(["--passages"])
+    assert label_free.plan_for(args, Path("c"), "mores-2ib-s2", Path("o")).passages is True
+    assert (
+        label_free.plan_for(label_free.parse_args([]), Path("c"), "mores-2ib-s2", Path("o")).passages is False
+    )
 
 
 def test_merged_collection_keeps_every_judged_query_of_each_source_under_its_name(tmp_path):

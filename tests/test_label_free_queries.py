@@ -13,7 +13,9 @@ def test_untitled_documents_give_sentence_queries_cut_from_their_own_text(tmp_pa
         "Pressure along the chord was measured at twelve stations. "
         "The results agree with the linear theory within a few percent."
     )
-    lines = [json.dumps({"_id": f"d{i}", "title": "", "text": f"{body} Run {i} ends here now."}) for i in range(8)]
+    lines = [
+        json.dumps({"_id": f"d{i}", "title": "", "text": f"{body} Run {i} ends here now."}) for i in range(8)
+    ]
     path = tmp_path / "corpus.jsonl"
     path.write_text("\n".join(lines) + "\n")
     lf = label_free_queries(path, max_queries=5, seed=3)
