@@ -353,10 +353,12 @@ def collect_features(
     qrels: dict[str, dict[str, int]],
     device: str = "cpu",
     progress: bool = False,
+    aggregation: str = DEFAULT_AGGREGATION,
 ) -> tuple[list, dict]:
-    """Per validation query: neural scores through the store (the serving path), BM25 and the dense
-    cosines from the store's dense field (left out when the store has none). Returns (QueryFeatures list,
-    the dense encoder's fingerprint and length, or None without a dense field)."""
+    """Per validation query: neural scores through the store (the serving path; a document stored as passages
+    gets ``aggregation`` of its passages' scores), BM25 and the dense cosines from the store's dense field (left
+    out when the store has none). Returns (QueryFeatures list, the dense encoder's fingerprint and length, or
+    None without a dense field)."""
     from tqdm.auto import tqdm
 
     from aheadrank.priors import QueryFeatures
@@ -391,6 +393,7 @@ def collect_features(
                 seconds,
                 None,
                 passages,
+                aggregation=aggregation,
                 max_passages=DEFAULT_MAX_PASSAGES,
             )
             if unknown:

@@ -37,6 +37,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     from benchkit import add_options
 
     from aheadrank.build import POSITIVES
+    from aheadrank.passages import AGGREGATIONS
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
@@ -74,6 +75,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="store documents longer than the ranker's window as passages too, scored by them as served "
         "(aheadrank build --passages); builds in VARIANT[...]-passages",
+    )
+    ap.add_argument(
+        "--aggregation",
+        default=None,
+        choices=AGGREGATIONS,
+        help="with --passages: how a document's score comes from its passages' in the measured runs "
+        "(default: the service's, aheadrank.passages.DEFAULT_AGGREGATION); the build and its priors are the same",
     )
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     args = ap.parse_args(argv)
@@ -231,13 +239,31 @@ def comparison(compare, a: dict, b: dict, qrels: dict) -> dict:
 
 
 def neural_features(
-    ckpt: Path, store: Path, queries: dict, cands: dict, qrels: dict, device: str, progress: bool
+    ckpt: Path,
+    store: Path,
+    queries: dict,
+    cands: dict,
+    qrels: dict,
+    device: str,
+    progress: bool,
+    aggregation: str | None = None,
 ):
-    """(qid, QueryFeatures) over the test candidates: neural (through the store), BM25, dense."""
+    """(qid, QueryFeatures) over the test candidates: neural (through the store; a document stored as passages
+    scored by ``aggregation`` of theirs, default the service's), BM25, dense."""
+    from aheadrank.passages import DEFAULT_AGGREGATION
     from aheadrank.rerank import collect_features
 
     qids = sorted(q for q in queries if cands.get(q) and any(r > 0 for r in qrels.get(q, {}).values()))
-    feats, _ = collect_features(ckpt, store, {q: queries[q] for q in qids}, cands, qrels, device, progress)
+    feats, _ = collect_features(
+        ckpt,
+        store,
+        {q: queries[q] for q in qids},
+        cands,
+        qrels,
+        device,
+        progress,
+        aggregation or DEFAULT_AGGREGATION,
+    )
     return list(zip(qids, feats, strict=True))
 
 
@@ -297,7 +323,9 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
             plan_for(args, collection, v, d, reuse=shared, init=init), search=hits.hits, echo=log.info
         )
         p = paths(d)
-        vf = neural_features(p["checkpoint"], p["store"], queries, cands, qrels, args.device, args.progress)
+        vf = neural_features(
+            p["checkpoint"], p["store"], queries, cands, qrels, args.device, args.progress, args.aggregation
+        )
         from aheadrank.priors import read_priors
 
         served_w = read_priors(p["checkpoint"]).weights["neural+bm25+dense"]

@@ -235,3 +235,23 @@ def test_damaged_passages_are_refused_like_the_store(stores, collection, tmp_pat
             assert c.post("/v1/rerank", json={"query": QUERY, "candidates": short}).status_code == 200
     finally:
         backend.close()
+
+
+def test_collect_features_scores_a_stored_long_document_by_the_aggregation_it_is_given(stores, collection):
+    """bench/label_free.py --aggregation: the validation / measurement path aggregates passages as asked; short
+    documents are scored as themselves whatever the aggregation."""
+    from aheadrank.rerank import collect_features
+
+    docids = [LONG, *[d for d in collection[1] if d != LONG]]
+    cands = {"q": [(d, float(len(docids) - i)) for i, d in enumerate(docids)]}
+    got = {}
+    for how in ("maxp", "meanp", "first+max"):
+        (f,), _ = collect_features(
+            stores["checkpoint"], stores["passages"], {"q": QUERY}, cands, {"q": {"d0": 1}}, aggregation=how
+        )
+        got[how] = dict(zip(f.docids, f.features["neural"].tolist(), strict=True))
+    long = {how: s[LONG] for how, s in got.items()}
+    assert long["maxp"] > long["meanp"]  # five windows of random words do not all score alike
+    assert long["first+max"] <= long["maxp"] and long["first+max"] != long["meanp"]
+    for d in docids[1:]:
+        assert got["maxp"][d] == got["meanp"][d] == got["first+max"][d]
