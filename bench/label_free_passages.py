@@ -57,6 +57,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.sentences < 1:
         ap.error("--sentences must be at least 1")
     args.neural = [parse_neural(n) for n in args.neural]
+    names = [v for _, v in args.neural]
+    if len(set(names)) != len(names):
+        ap.error("--neural: each VARIANT once (its runs are named for it); measure other folders in another --out")
     return args
 
 

@@ -19,6 +19,8 @@ def test_neural_is_given_as_folder_and_variant():
     for bad in ("mores-2ib-s2", ":mores", "dir:"):
         with pytest.raises(SystemExit, match="DIR:VARIANT"):
             lfp.parse_neural(bad)
+    with pytest.raises(SystemExit):  # the same variant twice would overwrite its runs: refused
+        lfp.parse_args(["--neural", "a:mores-2ib-s2", "b:mores-2ib-s2"])
 
 
 def test_a_neural_run_over_other_candidates_is_refused():
