@@ -59,7 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.neural = [parse_neural(n) for n in args.neural]
     names = [v for _, v in args.neural]
     if len(set(names)) != len(names):
-        ap.error("--neural: each VARIANT once (its runs are named for it); measure other folders in another --out")
+        ap.error(
+            "--neural: each VARIANT once (its runs are named for it); measure other folders in another --out"
+        )
     return args
 
 
