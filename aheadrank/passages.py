@@ -96,22 +96,6 @@ def split_passages(tokenizer, texts: Sequence[str], opts: PassageOptions) -> lis
     return out
 
 
-def sentence_passages(title: str, body: str, size: int = 2) -> list[str]:
-    """A document as overlapping windows of ``size`` consecutive sentences (stride one sentence), each joined
-    with the title (:func:`~aheadrank.indexer.collections.join_title_text`); a body of at most ``size``
-    sentences is one passage, the document's whole text. What ``bench/label_free_passages.py`` scores with the
-    bi-encoder (the best window's cosine: a label-free feature for documents longer than a claim)."""
-    from aheadrank.indexer.collections import join_title_text
-    from aheadrank.indexer.pseudo_queries import sentences
-
-    if size < 1:
-        raise ValueError(f"a passage needs at least 1 sentence, got {size}")
-    parts = sentences(body)
-    if len(parts) <= size:
-        return [join_title_text(title, body)]
-    return [join_title_text(title, " ".join(parts[i : i + size])) for i in range(len(parts) - size + 1)]
-
-
 def flatten(passages: list[list[str]]) -> tuple[list[str], list[int]]:
     """All passages in one list, and the index of the document each came from."""
     flat, owner = [], []

@@ -1,6 +1,6 @@
 """A stronger label-free feature: the bi-encoder's best passage. Each document (BM25's top 100 of each test query)
-is cut into windows of ``--sentences`` consecutive sentences, title in front (``aheadrank.passages.
-sentence_passages``); the ``bi-encoder-passages`` score is the best window's cosine with the query. Measured
+is cut into windows of ``--sentences`` consecutive sentences, title in front (``aheadrank.indexer.
+pseudo_queries.sentence_passages``); the ``bi-encoder-passages`` score is the best window's cosine with the query. Measured
 beside the label-free baselines of ``bench/label_free.py`` (BM25, the bi-encoder, RRF k = 60, the equal-weight
 z-score fusion) and, from committed label-free builds' pure neural runs (``--neural DIR:VARIANT``, read from
 ``DIR/<collection>/runs/VARIANT.trec.zst``; nothing is trained here), the served score with and without it:
@@ -100,11 +100,10 @@ def neural_scores(run: dict, cands: dict[str, list], qids: list[str], source: Pa
 def embeddings(collection: Path, docids: list[str], size: int, base, work: Path, progress: bool):
     """(whole-document vectors {docid: v}, passage vectors [P, n], owner of each passage), cached in ``work``."""
     from aheadrank.indexer.collections import Collection, join_title_text
+    from aheadrank.indexer.pseudo_queries import sentence_passages
     from aheadrank.rankers.dense import dense_encoder
     from benchkit import digest
     from tqdm import tqdm
-
-    from aheadrank.passages import sentence_passages
 
     enc = dense_encoder(base)
     path = work / f"passages-{collection.name}-{digest([docids, size, enc.fingerprint])}.npz"

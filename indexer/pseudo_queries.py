@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from aheadrank.indexer.collections import Collection
+from aheadrank.indexer.collections import Collection, join_title_text
 
 PSEUDO_KINDS = ("title",)
 QID_PREFIX = "title:"
@@ -94,6 +94,19 @@ class LabelFreeQueries:
 def sentences(body: str) -> list[str]:
     """The sentences of a text: split after ``. ! ?`` followed by white space (empty pieces dropped)."""
     return [s.strip() for s in _SENTENCE_END.split(body) if s.strip()]
+
+
+def sentence_passages(title: str, body: str, size: int = 2) -> list[str]:
+    """A document as overlapping windows of ``size`` consecutive sentences (stride one sentence), each joined
+    with the title (:func:`~aheadrank.indexer.collections.join_title_text`); a body of at most ``size``
+    sentences is one passage, the document's whole text. What ``bench/label_free_passages.py`` scores with the
+    bi-encoder (the best window's cosine: a label-free feature for documents longer than a claim)."""
+    if size < 1:
+        raise ValueError(f"a passage needs at least 1 sentence, got {size}")
+    parts = sentences(body)
+    if len(parts) <= size:
+        return [join_title_text(title, body)]
+    return [join_title_text(title, " ".join(parts[i : i + size])) for i in range(len(parts) - size + 1)]
 
 
 def _cut(text: str, piece: str) -> str:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from aheadrank.passages import PassageOptions, flatten, max_per_document, sentence_passages, split_passages
+from aheadrank.passages import PassageOptions, flatten, max_per_document, split_passages
 
 
 @pytest.fixture(scope="module")
@@ -80,28 +80,3 @@ def test_aggregations():
     assert aggregate(scores, owner, 2, "first+max") == pytest.approx([0.5, -1.0])
     with pytest.raises(ValueError, match="unknown passage aggregation"):
         aggregate(scores, owner, 2, "sum")
-
-
-def test_sentence_passages_are_overlapping_windows_of_sentences_with_the_title():
-    body = "Cats purr. Dogs bark loudly! Do fish sleep? Birds sing."
-    assert sentence_passages("Pets", body, size=2) == [
-        "Pets. Cats purr. Dogs bark loudly!",
-        "Pets. Dogs bark loudly! Do fish sleep?",
-        "Pets. Do fish sleep? Birds sing.",
-    ]
-    assert sentence_passages("", body, size=3) == [
-        "Cats purr. Dogs bark loudly! Do fish sleep?",
-        "Dogs bark loudly! Do fish sleep? Birds sing.",
-    ]
-    # lower-case sentences (Cranfield) are split too; a title ending in a stop gets no second one
-    assert sentence_passages("On flow:", "the flow is slow. the wing is thin. it holds.", size=2) == [
-        "On flow: the flow is slow. the wing is thin.",
-        "On flow: the wing is thin. it holds.",
-    ]
-
-
-def test_a_short_body_is_one_passage_the_whole_document():
-    assert sentence_passages("Title", "One sentence. Two.", size=2) == ["Title. One sentence. Two."]
-    assert sentence_passages("", "no stop at all", size=1) == ["no stop at all"]
-    with pytest.raises(ValueError, match="at least 1 sentence"):
-        sentence_passages("t", "b", size=0)

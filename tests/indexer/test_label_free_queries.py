@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from aheadrank.indexer.pseudo_queries import ALIAS_PREFIX, label_free_queries
+from aheadrank.indexer.pseudo_queries import ALIAS_PREFIX, label_free_queries, sentence_passages
 
 from aheadrank.errors import AheadrankError
 from aheadrank.runs import build_label_free_training_data
@@ -119,3 +119,28 @@ def test_a_collection_too_small_to_train_on_is_refused(tmp_path):
     path = corpus(tmp_path / "corpus.jsonl", 5, titles=False, punctuation=True)
     with pytest.raises(AheadrankError, match="enough text"):
         build_label_free_training_data(path, None, search=lambda q, d: {})
+
+
+def test_sentence_passages_are_overlapping_windows_of_sentences_with_the_title():
+    body = "Cats purr. Dogs bark loudly! Do fish sleep? Birds sing."
+    assert sentence_passages("Pets", body, size=2) == [
+        "Pets. Cats purr. Dogs bark loudly!",
+        "Pets. Dogs bark loudly! Do fish sleep?",
+        "Pets. Do fish sleep? Birds sing.",
+    ]
+    assert sentence_passages("", body, size=3) == [
+        "Cats purr. Dogs bark loudly! Do fish sleep?",
+        "Dogs bark loudly! Do fish sleep? Birds sing.",
+    ]
+    # lower-case sentences (Cranfield) are split too; a title ending in a stop gets no second one
+    assert sentence_passages("On flow:", "the flow is slow. the wing is thin. it holds.", size=2) == [
+        "On flow: the flow is slow. the wing is thin.",
+        "On flow: the wing is thin. it holds.",
+    ]
+
+
+def test_a_short_body_is_one_passage_the_whole_document():
+    assert sentence_passages("Title", "One sentence. Two.", size=2) == ["Title. One sentence. Two."]
+    assert sentence_passages("", "no stop at all", size=1) == ["no stop at all"]
+    with pytest.raises(ValueError, match="at least 1 sentence"):
+        sentence_passages("t", "b", size=0)
