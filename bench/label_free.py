@@ -159,7 +159,6 @@ def source_checkpoint(args, target: str, variant: str) -> tuple[Path, dict]:
         base=args.base,
         reuse=str(reuse) if reuse else None,
         progress=args.progress,
-        passages=getattr(args, "passages", False),
     )
     record = build(plan, echo=log.info)
     return paths(out)["checkpoint"], record.stages
@@ -184,7 +183,7 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
         base=args.base,
         reuse=str(reuse) if reuse else None,
         progress=args.progress,
-        passages=getattr(args, "passages", False),
+        passages=args.passages,
     )
 
 
@@ -203,7 +202,7 @@ def build_name(args, collection: str, variant: str, transfer: bool = False) -> s
         name += f"-positive-{args.positive}"
     if args.lr is not None:
         name += f"-lr{args.lr:g}"
-    if getattr(args, "passages", False):  # the same ranker, another store
+    if args.passages:  # the same ranker, another store
         name += "-passages"
     return name
 

@@ -74,13 +74,6 @@ def parse_neural(given: str) -> tuple[Path, str]:
     return Path(folder), variant
 
 
-def fused(features: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
-    """Σ w·zscore(feature) of one query's candidates."""
-    from aheadrank.priors import zscore
-
-    return sum(w * zscore(features[f]) for f, w in weights.items())
-
-
 def neural_scores(run: dict, cands: dict[str, list], qids: list[str], source: Path) -> dict[str, np.ndarray]:
     """The pure run's scores in candidate order; a run over other candidates is an error, never a guess."""
     out = {}
@@ -147,7 +140,7 @@ def embeddings(collection: Path, docids: list[str], size: int, base, work: Path,
 def bench_collection(args, name: str) -> dict:
     from aheadrank.rankers.dense import dense_encoder
     from benchkit import Bm25Hits, eval_topics
-    from label_free import comparison, write_zst_run
+    from label_free import comparison, runs_from, write_zst_run
 
     from aheadrank.baselines import EQUAL_FUSION, rrf_run
     from aheadrank.evaluation import compare, evaluate, read_run
@@ -166,32 +159,23 @@ def bench_collection(args, name: str) -> dict:
     for p, i in enumerate(owner.tolist()):
         rows_of[i].append(p)
     qv = dict(zip(qids, dense_encoder(args.base).encode_queries([queries[q] for q in qids]), strict=True))
-    feats = {}
+    base = []  # (qid, QueryFeatures): each feature in candidate order
     for q in qids:
         ds = [d for d, _ in cands[q]]
         sims = passages @ qv[q]
-        feats[q] = {
+        features = {
             "bm25": np.array([s for _, s in cands[q]], dtype=np.float64),
             "dense": np.array([docs[d] @ qv[q] for d in ds], dtype=np.float64),
             "passage": np.array([sims[rows_of[row_of[d]]].max() for d in ds], dtype=np.float64),
         }
-
-    def run_of(weights: dict[str, float], extra: dict | None = None) -> dict:
-        out = {}
-        for q in qids:
-            f = {**feats[q], **({"neural": extra[q]} if extra else {})}
-            out[q] = dict(zip([d for d, _ in cands[q]], fused(f, weights).tolist(), strict=True))
-        return out
-
+        base.append((q, QueryFeatures(ds, features, qrels.get(q, {}))))
     runs = {
-        "bm25": run_of({"bm25": 1.0}),
-        "bi-encoder": run_of({"dense": 1.0}),
-        "bi-encoder-passages": run_of({"passage": 1.0}),
-        "rrf": rrf_run(
-            {q: QueryFeatures([d for d, _ in cands[q]], feats[q], qrels.get(q, {})) for q in qids}
-        ),
-        "fusion-equal": run_of(EQUAL_FUSION),
-        "fusion-passages": run_of(FUSION_PASSAGES),
+        "bm25": runs_from(base, {"bm25": 1.0}),
+        "bi-encoder": runs_from(base, {"dense": 1.0}),
+        "bi-encoder-passages": runs_from(base, {"passage": 1.0}),
+        "rrf": rrf_run(dict(base)),
+        "fusion-equal": runs_from(base, EQUAL_FUSION),
+        "fusion-passages": runs_from(base, FUSION_PASSAGES),
     }
     result = {
         "collection": name,
@@ -219,10 +203,13 @@ def bench_collection(args, name: str) -> dict:
             raise SystemExit(f"--neural {folder}:{variant}: no {source}")
         neural = neural_scores(read_run(source), cands, qids, source)
         committed = folder / name / "runs" / f"{variant}+priors.trec.zst"
+        with_neural = [
+            (q, QueryFeatures(f.docids, {**f.features, "neural": neural[q]}, f.qrels)) for q, f in base
+        ]
         vruns = {
-            variant: run_of({"neural": 1.0}, neural),
-            f"{variant}+priors": run_of(SERVED, neural),
-            f"{variant}+priors+passages": run_of(SERVED_PASSAGES, neural),
+            variant: runs_from(with_neural, {"neural": 1.0}),
+            f"{variant}+priors": runs_from(with_neural, SERVED),
+            f"{variant}+priors+passages": runs_from(with_neural, SERVED_PASSAGES),
         }
         row = {"from": str(source.relative_to(ROOT) if source.is_relative_to(ROOT) else source), "runs": {}}
         if committed.exists():

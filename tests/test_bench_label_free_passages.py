@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import label_free_passages as lfp  # noqa: E402
+from label_free import runs_from as lfp_runs  # noqa: E402
 
 
 def test_neural_is_given_as_folder_and_variant():
@@ -33,9 +34,15 @@ def test_a_neural_run_over_other_candidates_is_refused():
         lfp.neural_scores({}, cands, ["q1"], Path("run"))
 
 
-def test_fused_is_the_weighted_sum_of_per_query_z_scores():
+def test_the_fused_runs_are_the_weighted_sum_of_per_query_z_scores():
+    """bench/label_free.py ``runs_from``, which this bench scores its fusions with."""
+    from aheadrank.priors import QueryFeatures
+
     f = {"bm25": np.array([1.0, 2.0, 3.0]), "passage": np.array([0.2, 0.2, 0.8])}
     z = lambda x: (x - x.mean()) / x.std()  # noqa: E731
-    out = lfp.fused(f, {"bm25": 0.25, "passage": 0.75})
-    assert np.allclose(out, 0.25 * z(f["bm25"]) + 0.75 * z(f["passage"]))
-    assert lfp.fused(f, {"passage": 1.0}).argmax() == 2
+    (out,) = lfp_runs(
+        [("q", QueryFeatures(["a", "b", "c"], f, {}))], {"bm25": 0.25, "passage": 0.75}
+    ).values()
+    assert np.allclose(list(out.values()), 0.25 * z(f["bm25"]) + 0.75 * z(f["passage"]))
+    (best,) = lfp_runs([("q", QueryFeatures(["a", "b", "c"], f, {}))], {"passage": 1.0}).values()
+    assert max(best, key=best.get) == "c"
