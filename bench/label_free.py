@@ -37,7 +37,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     from benchkit import add_options
 
     from aheadrank.build import POSITIVES
-    from aheadrank.passages import AGGREGATIONS
+    from aheadrank.passages import AGGREGATIONS, DEFAULT_AGGREGATION
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
@@ -78,7 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--aggregation",
-        default=None,
+        default=DEFAULT_AGGREGATION,
         choices=AGGREGATIONS,
         help="with --passages: how a document's score comes from its passages' in the measured runs "
         "(default: the service's, aheadrank.passages.DEFAULT_AGGREGATION); the build and its priors are the same",
@@ -218,6 +218,19 @@ def runs_from(features: list, docids_weights) -> dict:
     return run
 
 
+def label_free_baselines(features: list) -> dict:
+    """The runs a user can assemble without labels from (qid, QueryFeatures) with ``bm25`` and ``dense``: BM25, the
+    bi-encoder, RRF (k = 60) and the equal-weight z-score fusion."""
+    from aheadrank.baselines import EQUAL_FUSION, rrf_run
+
+    return {
+        "bm25": runs_from(features, {"bm25": 1.0}),
+        "bi-encoder": runs_from(features, {"dense": 1.0}),
+        "rrf": rrf_run(dict(features)),
+        "fusion-equal": runs_from(features, EQUAL_FUSION),
+    }
+
+
 def write_zst_run(path: Path, run: dict, tag: str) -> None:
     """``NAME.trec.zst``; where zstandard is not installed (a GPU machine), ``NAME.trec``."""
     from aheadrank.evaluation import write_run
@@ -245,11 +258,10 @@ def neural_features(
     qrels: dict,
     device: str,
     progress: bool,
-    aggregation: str | None = None,
+    aggregation: str,
 ):
     """(qid, QueryFeatures) over the test candidates: neural (through the store; a document stored as passages
-    scored by ``aggregation`` of theirs, default the service's), BM25, dense."""
-    from aheadrank.passages import DEFAULT_AGGREGATION
+    scored by ``aggregation`` of theirs), BM25, dense."""
     from aheadrank.rerank import collect_features
 
     qids = sorted(q for q in queries if cands.get(q) and any(r > 0 for r in qrels.get(q, {}).values()))
@@ -261,7 +273,7 @@ def neural_features(
         qrels,
         device,
         progress,
-        aggregation or DEFAULT_AGGREGATION,
+        aggregation,
     )
     return list(zip(qids, feats, strict=True))
 
@@ -281,7 +293,7 @@ def pseudo_fitted_weights(build_dir: Path, device: str, progress: bool) -> dict:
 def bench_collection(args, name: str, variants: list[str]) -> dict:
     from benchkit import Bm25Hits, eval_topics
 
-    from aheadrank.baselines import EQUAL_FUSION, dense_features, rrf_run
+    from aheadrank.baselines import dense_features
     from aheadrank.build import build, paths, read_record
     from aheadrank.evaluation import compare, evaluate
 
@@ -300,12 +312,7 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
     feats = dense_features(paths(shared)["dense"], queries, cands, qrels, device=args.device, base=args.base)
     qids = sorted(q for q in feats if any(r > 0 for r in qrels.get(q, {}).values()))
     base_feats = [(q, feats[q]) for q in qids]
-    baselines = {
-        "bm25": runs_from(base_feats, {"bm25": 1.0}),
-        "bi-encoder": runs_from(base_feats, {"dense": 1.0}),
-        "rrf": rrf_run({q: f for q, f in base_feats}),
-        "fusion-equal": runs_from(base_feats, EQUAL_FUSION),
-    }
+    baselines = label_free_baselines(base_feats)
     result = {"collection": name, "test_queries": len(qids), "baselines": {}, "variants": {}}
     for run_name, run in baselines.items():
         result["baselines"][run_name] = evaluate(run, qrels, ("nDCG@10",))["nDCG@10"]

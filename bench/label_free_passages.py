@@ -39,7 +39,6 @@ log = logging.getLogger("bench.label_free_passages")
 DEPTH = 100
 BASELINES = ("bm25", "bi-encoder", "bi-encoder-passages", "rrf", "fusion-equal", "fusion-passages")
 FUSION_PASSAGES = {"bm25": 1 / 3, "dense": 1 / 3, "passage": 1 / 3}
-SERVED = {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 3}  # aheadrank.build.LABEL_FREE_WEIGHTS
 SERVED_PASSAGES = {"neural": 0.25, "bm25": 0.25, "dense": 0.25, "passage": 0.25}
 
 
@@ -111,14 +110,12 @@ def embeddings(collection: Path, docids: list[str], size: int, base, work: Path,
         flat.extend(ps)
         owner.extend([i] * len(ps))
     t0 = time.perf_counter()
-    chunks = [(k, flat[k : k + 1024]) for k in range(0, len(flat), 1024)]
-    whole = [join_title_text(*texts[d]) for d in docids]
-    docs = np.concatenate([enc.encode_documents(whole[k : k + 1024]) for k in range(0, len(whole), 1024)])
+    docs = enc.encode_documents([join_title_text(*texts[d]) for d in docids])
     bar = tqdm(total=len(flat), unit="passage", disable=not progress, desc=f"{collection.name} passages")
     vecs = []
-    for _, chunk in chunks:
-        vecs.append(enc.encode_documents(chunk))
-        bar.update(len(chunk))
+    for k in range(0, len(flat), 1024):  # in chunks, for the progress bar
+        vecs.append(enc.encode_documents(flat[k : k + 1024]))
+        bar.update(len(vecs[-1]))
     bar.close()
     passages = np.concatenate(vecs)
     seconds = time.perf_counter() - t0
@@ -140,9 +137,9 @@ def embeddings(collection: Path, docids: list[str], size: int, base, work: Path,
 def bench_collection(args, name: str) -> dict:
     from aheadrank.rankers.dense import dense_encoder
     from benchkit import Bm25Hits, eval_topics
-    from label_free import comparison, runs_from, write_zst_run
+    from label_free import comparison, label_free_baselines, runs_from, write_zst_run
 
-    from aheadrank.baselines import EQUAL_FUSION, rrf_run
+    from aheadrank.build import LABEL_FREE_WEIGHTS
     from aheadrank.evaluation import compare, evaluate, read_run
     from aheadrank.priors import QueryFeatures
 
@@ -170,11 +167,8 @@ def bench_collection(args, name: str) -> dict:
         }
         base.append((q, QueryFeatures(ds, features, qrels.get(q, {}))))
     runs = {
-        "bm25": runs_from(base, {"bm25": 1.0}),
-        "bi-encoder": runs_from(base, {"dense": 1.0}),
+        **label_free_baselines(base),
         "bi-encoder-passages": runs_from(base, {"passage": 1.0}),
-        "rrf": rrf_run(dict(base)),
-        "fusion-equal": runs_from(base, EQUAL_FUSION),
         "fusion-passages": runs_from(base, FUSION_PASSAGES),
     }
     result = {
@@ -208,7 +202,7 @@ def bench_collection(args, name: str) -> dict:
         ]
         vruns = {
             variant: runs_from(with_neural, {"neural": 1.0}),
-            f"{variant}+priors": runs_from(with_neural, SERVED),
+            f"{variant}+priors": runs_from(with_neural, LABEL_FREE_WEIGHTS["neural+bm25+dense"]),
             f"{variant}+priors+passages": runs_from(with_neural, SERVED_PASSAGES),
         }
         row = {"from": str(source.relative_to(ROOT) if source.is_relative_to(ROOT) else source), "runs": {}}
@@ -257,6 +251,8 @@ def table(results: list[dict]) -> str:
 def main(argv=None) -> int:
     from benchkit import machine_info, write_json
 
+    from aheadrank.build import LABEL_FREE_WEIGHTS
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parse_args(argv)
     t0 = time.perf_counter()
@@ -281,7 +277,7 @@ def main(argv=None) -> int:
             "sentences": args.sentences,
             "weights": {
                 "fusion-passages": FUSION_PASSAGES,
-                "served": SERVED,
+                "served": LABEL_FREE_WEIGHTS["neural+bm25+dense"],
                 "served+passages": SERVED_PASSAGES,
             },
             "results": results,

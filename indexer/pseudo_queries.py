@@ -125,8 +125,9 @@ def _one_query(
         rest = _cut(body, title.strip())
         if len(rest.split()) >= 10:
             return "title", title.strip(), rest
-    usable = [s for s in sentences(body) if SENTENCE_WORDS[0] <= len(s.split()) <= SENTENCE_WORDS[1]]
-    if len(sentences(body)) >= 2 and usable:
+    parts = sentences(body)
+    usable = [s for s in parts if SENTENCE_WORDS[0] <= len(s.split()) <= SENTENCE_WORDS[1]]
+    if len(parts) >= 2 and usable:
         s = rng.choice(usable)
         rest = _cut(full, s)
         if len(rest.split()) >= 10:
