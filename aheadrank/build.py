@@ -11,10 +11,12 @@
   with their BM25 top-100, saved to ``DIR/queries.json.gz`` so later stages need no Java.
 - ``dense``: the base bi-encoder's document embeddings, ``DIR/dense-field`` (the teacher's and the dense prior's).
 - ``train``: the measured recipe (:mod:`aheadrank.rankers.recipe`) into ``DIR/checkpoint``; label-free: the
-  cross-entropy on each pseudo-query's source document plus listwise KL from the equal-weight BM25 +
+  cross-entropy on each pseudo-query's positive (by default the fusion's best candidate other than its source,
+  ``positive="teacher"``; or the source itself) plus listwise KL from the equal-weight BM25 +
   bi-encoder fusion (:data:`aheadrank.baselines.EQUAL_FUSION`), negatives drawn ``spread`` (a document near many
   pseudo-queries is drawn less often, so it does not recur as a negative).
-- ``store``: the representation store and its dense field, ``DIR/store``.
+- ``store``: the representation store and its dense field, ``DIR/store``; label-free (or asked), documents longer
+  than the ranker's window as passages too (:func:`stores_passages`).
 - ``priors``: how the neural score is combined with BM25 and the bi-encoder. With judgments: fitted on the
   judged queries the trainer held out. Without: :data:`LABEL_FREE_WEIGHTS` (``priors="default"``), or fitted on
   the held-out pseudo-queries (``priors="pseudo"``); ``bench/label_free.py`` measures both. Either way the served
@@ -49,10 +51,13 @@ BUILD_FILE = "build.json"
 BUILD_FORMAT = 1
 LABELS = ("auto", "none")  # or the name of a qrels split
 PRIORS_MODES = ("default", "pseudo")
-# label-free: what each pseudo-query is trained to put first. source: the document it was made from (the recipe
-# measured in bench/results/label-free/); teacher: its source left out of its candidates, the fusion's best other
-# candidate instead (:func:`aheadrank.runs.teacher_positives`)
+# label-free: what each pseudo-query is trained to put first. source: the document it was made from; teacher (the
+# default): its source left out of its candidates, the fusion's best other candidate instead
+# (:func:`aheadrank.runs.teacher_positives`; measured against source in bench/results/label-free/positive-teacher/)
 POSITIVES = ("source", "teacher")
+# what a plan field means in a build.json written before the field existed (the behaviour of that time), where
+# it differs from today's default
+_RECORDED_BEFORE = {"positive": "source"}
 # the label-free served score: the neural score and the label-free fusion it is added to, in equal parts
 # (neural 1/3, BM25 1/3, bi-encoder 1/3 of the z-scores); bench/label_free.py measures it against weights fitted
 # on held-out pseudo-queries
@@ -92,13 +97,14 @@ class BuildPlan:
         None  # another build over the same collection: its shared stages are linked, not redone
     )
     progress: bool = True
-    # the store stage also stores long documents as passages (aheadrank index --passages)
-    passages: bool = False
+    # the store stage also stores long documents as passages (aheadrank index --passages); None: only where the
+    # build is label-free (measured there: bench/results/label-free/passages-served/), see :func:`stores_passages`
+    passages: bool | None = None
     # a ranker checkpoint the train stage starts from instead of the base model: one trained elsewhere (another
     # collection's judgments, say); with steps=0 it is used as it is and only the store and the priors are this
     # collection's
     init: str | None = None
-    positive: str = "source"  # label-free: POSITIVES
+    positive: str = "teacher"  # label-free: POSITIVES
 
     def directory(self) -> Path:
         return Path(self.out)
@@ -150,8 +156,8 @@ _MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps", "ce_weight", "lr", "i
 def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
     new = asdict(plan)
     pins = _MODEL_PINS if any(s not in SHARED_STAGES for s in done) else _SHARED_PINS
-    # a field newer than the build reads as its default
-    defaults = {f.name: f.default for f in fields(BuildPlan)}
+    # a field newer than the build reads as what the build did before the field existed
+    defaults = {f.name: f.default for f in fields(BuildPlan)} | _RECORDED_BEFORE
     was = {k: old.get(k, defaults[k]) for k in pins}
     changed = [k for k in pins if str(was[k]) != str(new.get(k))]
     if changed:
@@ -159,6 +165,16 @@ def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
             f"{plan.out} was built with other settings ({', '.join(f'{k}={was[k]!r}' for k in changed)}); "
             "give another --out, or the same settings to resume"
         )
+
+
+def stores_passages(plan: BuildPlan) -> bool:
+    """Whether the store stage stores long documents as passages too: as asked, else (``passages=None``) where the
+    build is label-free. Measured there on SciFact, Cranfield and Vaswani (bench/results/label-free/passages-served/):
+    the label-free MORES read through its passages serves above the label-free fusion; a judged build's priors were
+    fitted and measured without passages, so it keeps them off unless asked."""
+    if plan.passages is not None:
+        return plan.passages
+    return judged_split(plan.collection, plan.labels) is None
 
 
 def judged_split(collection: str | Path, labels: str) -> str | None:
@@ -372,6 +388,7 @@ def stage_store(plan: BuildPlan) -> dict:
     from aheadrank.indexer.build import BuildOptions, build_dense, build_passages, build_store
 
     p = paths(plan.out)
+    passages = stores_passages(plan)
     opts = BuildOptions(
         str(p["checkpoint"]),
         plan.collection,
@@ -379,16 +396,17 @@ def stage_store(plan: BuildPlan) -> dict:
         strategy=_variant(plan.ranker).strategy,
         device=plan.device,
         progress=plan.progress,
-        passages=plan.passages,
+        passages=passages,
     )
     summary = build_store(opts)
-    if plan.passages:
+    if passages:
         build_passages(opts)
     build_dense(opts, p["dense"])
     return {
         "documents": summary.documents,
         "tokens": summary.tokens,
         "docs_per_s": round(summary.docs_per_s, 1),
+        "passages": passages,
     }
 
 

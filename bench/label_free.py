@@ -36,7 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     from aheadrank.rankers.recipe import training_options
     from benchkit import add_options
 
-    from aheadrank.build import POSITIVES
+    from aheadrank.build import POSITIVES, BuildPlan
     from aheadrank.passages import AGGREGATIONS, DEFAULT_AGGREGATION
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,15 +66,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--positive",
-        default="source",
+        default=BuildPlan.positive,
         choices=POSITIVES,
-        help="label-free positive (aheadrank build --positive); teacher builds in VARIANT-positive-teacher",
+        help="label-free positive (aheadrank build --positive; default: the build's, teacher); teacher builds in "
+        "VARIANT-positive-teacher",
     )
     ap.add_argument(
         "--passages",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="store documents longer than the ranker's window as passages too, scored by them as served "
-        "(aheadrank build --passages); builds in VARIANT[...]-passages",
+        "(aheadrank build --passages, a label-free build's default); builds in VARIANT[...]-passages",
     )
     ap.add_argument(
         "--aggregation",
@@ -189,7 +191,7 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
 
 def build_name(args, collection: str, variant: str, transfer: bool = False) -> str:
     """The build folder of ``variant`` under the collection's workdir: every setting that changes the trained ranker
-    away from its default is in the name, so that a run with other settings never resumes (or is refused by) a
+    or its store away from the first label-free recipe (source positives, no passages) is in the name, so that a run with other settings never resumes (or is refused by) a
     build made with these."""
     name = (
         f"{variant}-from-{'+'.join(args.sources[collection])}-{args.transfer_steps}" if transfer else variant

@@ -47,19 +47,20 @@ def test_each_setting_that_changes_the_ranker_builds_in_a_folder_of_its_own():
         args = label_free.parse_args(["--collections", "scifact", "cranfield", *argv])
         return label_free.build_name(args, "scifact", "mores-2ib-s2", transfer=transfer)
 
-    assert name() == "mores-2ib-s2"
-    assert name("--positive", "teacher", "--lr", "2e-5") == "mores-2ib-s2-positive-teacher-lr2e-05"
-    transfer = name("--sources", "scifact=cranfield", "--transfer-steps", "0", transfer=True)
-    assert transfer == "mores-2ib-s2-from-cranfield-0"
-    settings = [(), ("--lr", "1e-4"), ("--positive", "teacher"), ("--steps", "120"), ("--ce-weight", "0")]
+    # the defaults are the build's (teacher positives, passages); the folder names keep the first recipe's
+    # settings bare, so that the builds measured with it are found again
+    assert name() == "mores-2ib-s2-positive-teacher-passages"
+    assert name("--positive", "source", "--no-passages") == "mores-2ib-s2"
+    assert name("--lr", "2e-5", "--no-passages") == "mores-2ib-s2-positive-teacher-lr2e-05"
+    transfer = name("--sources", "scifact=cranfield", "--transfer-steps", "0", "--no-passages", transfer=True)
+    assert transfer == "mores-2ib-s2-from-cranfield-0-positive-teacher"
+    settings = [(), ("--lr", "1e-4"), ("--positive", "source"), ("--steps", "120"), ("--ce-weight", "0")]
     assert len({name(*s) for s in settings}) == len(settings)
     # passages change the store, not the ranker: their own folder too, and the build plan stores them
-    assert name("--positive", "teacher", "--passages") == "mores-2ib-s2-positive-teacher-passages"
-    args = label_free.parse_args(["--passages"])
-    assert label_free.plan_for(args, Path("c"), "mores-2ib-s2", Path("o")).passages is True
-    assert (
-        label_free.plan_for(label_free.parse_args([]), Path("c"), "mores-2ib-s2", Path("o")).passages is False
-    )
+    assert name("--no-passages") == "mores-2ib-s2-positive-teacher"
+    for argv, stored in (([], True), (["--no-passages"], False)):
+        args = label_free.parse_args(argv)
+        assert label_free.plan_for(args, Path("c"), "mores-2ib-s2", Path("o")).passages is stored
 
 
 def test_merged_collection_keeps_every_judged_query_of_each_source_under_its_name(tmp_path):

@@ -236,29 +236,50 @@ def test_a_build_starts_from_a_trained_checkpoint_and_refuses_another_variant(
         )
 
 
-def test_a_label_free_build_can_train_on_the_teachers_best_other_document(
+def test_a_label_free_build_trains_on_the_teachers_best_other_document_by_default(
     built, passages, tiny_base, tmp_path
 ):
-    """``--positive teacher``: the pseudo-queries are trained on the fusion's best document other than their source
-    (recorded in the checkpoint); another positive on a finished build is refused, an unknown one named; a build
-    recorded before the setting existed reads as the default (source)."""
+    """The default positive is ``teacher``: the pseudo-queries are trained on the fusion's best document other than
+    their source (recorded in the checkpoint). ``--positive source`` trains on the source; another positive on a
+    finished build is refused, an unknown one named; a build recorded before the setting existed was built with
+    source positives and reads so."""
     import shutil
 
+    assert BuildPlan("c", "o").positive == "teacher"
+    assert load_ranker(paths(built[0])["checkpoint"]).config.extra["label_free"]["positive"] == "teacher"
+    other = tmp_path / "source"
+    build(plan(passages, other, tiny_base, positive="source"), echo=lambda _: None)
+    assert load_ranker(paths(other)["checkpoint"]).config.extra["label_free"]["positive"] == "source"
+    with pytest.raises(AheadrankError, match="positive='source'"):
+        build(plan(passages, other, tiny_base), echo=lambda _: None)
     older = tmp_path / "older"
-    shutil.copytree(built[0], older)
+    shutil.copytree(other, older)
     record = json.loads((older / BUILD_FILE).read_text())
     del record["plan"]["positive"]
     (older / BUILD_FILE).write_text(json.dumps(record))
     said: list[str] = []
-    build(plan(passages, older, tiny_base), echo=said.append)
+    build(plan(passages, older, tiny_base, positive="source"), echo=said.append)
     assert sum("done before" in line for line in said) == len(STAGES)
-    other = tmp_path / "teacher"
-    build(plan(passages, other, tiny_base, positive="teacher"), echo=lambda _: None)
-    assert load_ranker(paths(other)["checkpoint"]).config.extra["label_free"]["positive"] == "teacher"
-    with pytest.raises(AheadrankError, match="positive='teacher'"):
-        build(plan(passages, other, tiny_base), echo=lambda _: None)
+    with pytest.raises(AheadrankError, match="positive='source'"):
+        build(plan(passages, older, tiny_base), echo=lambda _: None)
     with pytest.raises(AheadrankError, match="--positive is source or teacher"):
         build(plan(passages, other, tiny_base, positive="best"), echo=lambda _: None)
+
+
+def test_a_label_free_build_stores_long_documents_as_passages_by_default(built, tmp_path):
+    """Passages are on by default where the build is label-free (measured there) and off where it trains on
+    judgments (its priors were measured without them); asked for either way, they are as asked."""
+    from aheadrank.build import stores_passages
+
+    assert built[1].stages["store"]["passages"] is True
+    assert (paths(built[0])["store"] / "passages" / "manifest.json").is_file()
+    judged = tmp_path / "judged"
+    (judged / "qrels").mkdir(parents=True)
+    (judged / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq\td\t1\n")
+    assert stores_passages(BuildPlan(str(judged), "o")) is False
+    assert stores_passages(BuildPlan(str(judged), "o", labels="none")) is True
+    assert stores_passages(BuildPlan(str(judged), "o", passages=True)) is True
+    assert stores_passages(BuildPlan(str(tmp_path), "o", passages=False)) is False
 
 
 def test_a_build_trains_at_the_learning_rate_it_is_given_and_pins_it(passages, tiny_base, tmp_path):

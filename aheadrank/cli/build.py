@@ -69,17 +69,19 @@ def build_cmd(
         "instead of the base model; with --steps 0 it is used as it is",
     ),
     positive: str = opt(
-        "source",
+        "teacher",
         "--positive",
-        help="label-free: what a pseudo-query is trained to put first: source (the document it was made from) or "
-        "teacher (its source left out; the fusion's best other candidate, the fusion's ranking of the rest)",
+        help="label-free: what a pseudo-query is trained to put first: teacher (its source left out; the fusion's "
+        "best other candidate, the fusion's ranking of the rest) or source (the document it was made from)",
     ),
     seed: int = opt(0, "--seed"),
     progress: bool = opt(True, "--progress/--no-progress"),
-    passages: bool = opt(
-        False,
+    passages: bool | None = opt(
+        None,
         "--passages/--no-passages",
-        help="store documents longer than the ranker's window as passages too (aheadrank index --passages)",
+        help="store documents longer than the ranker's window as passages too (aheadrank index --passages); "
+        "default: on for a label-free build, off for one trained on judgments",
+        show_default=False,
     ),
 ) -> None:
     """Build everything a collection needs to be served: BM25 index, a ranker adapted to the collection (from
