@@ -402,12 +402,26 @@ def stage_store(plan: BuildPlan) -> dict:
     if passages:
         build_passages(opts)
     build_dense(opts, p["dense"])
+    sizes = _store_bytes(p["store"])
     return {
         "documents": summary.documents,
         "tokens": summary.tokens,
         "docs_per_s": round(summary.docs_per_s, 1),
         "passages": passages,
+        "store_bytes": sizes["all"],
+        **({"passages_bytes": sizes["passages"]} if passages else {}),
     }
+
+
+def _store_bytes(store: Path) -> dict[str, int]:
+    """The store's size on disk in bytes, in all and that of its passages (``passages/``; stored passages can
+    take several times the documents' own: bench/results/label-free/README.md)."""
+    from aheadrank.store.passages import PASSAGES_DIR
+
+    def size(d: Path) -> int:
+        return sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) if d.is_dir() else 0
+
+    return {"all": size(store), "passages": size(store / PASSAGES_DIR)}
 
 
 def label_free_priors(checkpoint: str | Path, fitted_on: dict):

@@ -209,6 +209,36 @@ def build_name(args, collection: str, variant: str, transfer: bool = False) -> s
     return name
 
 
+def add_build_name_options(ap: argparse.ArgumentParser, passages: bool = True) -> None:
+    """The settings that name this bench's build folders (:func:`build_name`), for a script that reads them."""
+    from aheadrank.build import POSITIVES, BuildPlan
+
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--positive", default=BuildPlan.positive, choices=POSITIVES)
+    if passages:
+        ap.add_argument("--passages", action=argparse.BooleanOptionalAction, default=True)
+
+
+def recipe_settings(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with the settings :func:`build_name` reads that a reading script does not take: the recipe's."""
+    args.ce_weight = args.lr = None
+    args.sources, args.transfer_steps = {}, 0
+    args.passages = getattr(args, "passages", True)
+    return args
+
+
+def write_outputs(out: Path, stem: str, md: str, argv, extra: dict, t0: float) -> None:
+    """``out/<stem>.md`` (the table) and ``out/<stem>.json`` (the command, the machine, ``extra``)."""
+    from benchkit import machine_info, write_json
+
+    print(md)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.md").write_text(md + "\n")
+    command = ["python", f"bench/{stem}.py", *(argv if argv is not None else sys.argv[1:])]
+    payload = {"benchmark": stem, "command": command, "machine": machine_info(2), **extra}
+    write_json(out / f"{stem}.json", {**payload, "wall_s": round(time.perf_counter() - t0, 1)})
+
+
 def runs_from(features: list, docids_weights) -> dict:
     """{qid: {docid: score}} of Σ w·zscore(feature) per query (``features``: (qid, QueryFeatures))."""
     from aheadrank.priors import zscore

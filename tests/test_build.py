@@ -271,7 +271,8 @@ def test_a_label_free_build_stores_long_documents_as_passages_by_default(built, 
     judgments (its priors were measured without them); asked for either way, they are as asked."""
     from aheadrank.build import stores_passages
 
-    assert built[1].stages["store"]["passages"] is True
+    store = built[1].stages["store"]
+    assert store["passages"] is True and 0 < store["passages_bytes"] < store["store_bytes"]
     assert (paths(built[0])["store"] / "passages" / "manifest.json").is_file()
     judged = tmp_path / "judged"
     (judged / "qrels").mkdir(parents=True)

@@ -1,0 +1,45 @@
+"""bench/label_free_shares.py and bench/label_free_window.py read the builds of bench/label_free.py under the same
+folder names, and the shares rule is the one their docs state."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import label_free as lf  # noqa: E402
+import label_free_shares as shares  # noqa: E402
+import label_free_window as window  # noqa: E402
+
+
+@pytest.mark.parametrize("module", [shares, window])
+def test_the_probes_find_the_builds_label_free_made_with_the_same_settings(module):
+    argv = ["--collections", "scifact", "--steps", "0"]
+    made = lf.build_name(lf.parse_args(argv), "scifact", "mores-2ib-s2")
+    assert made == "mores-2ib-s2-steps0-positive-teacher-passages"
+    assert lf.build_name(module.parse_args(argv), "scifact", "mores-2ib-s2") == made
+    src = ["--positive", "source", "--collections", "scifact"]
+    assert lf.build_name(module.parse_args(src), "scifact", "mores-2ib-s2") == lf.build_name(
+        lf.parse_args(src), "scifact", "mores-2ib-s2"
+    )
+
+
+def test_the_shares_rule_takes_the_best_held_out_share_and_the_larger_on_a_tie():
+    scores = {0.0: 0.90, 1 / 6: 0.91, 1 / 3: 0.89}
+    assert shares.rule_choice(scores) == 1 / 6
+    assert shares.rule_choice({0.0: 0.9, 1 / 6: 0.8, 1 / 3: 0.9}) == 1 / 3
+    assert shares.rule_choice({0.0: 0.95, 1 / 6: 0.94, 1 / 3: 0.93}) == 0.0
+    for w in shares.SHARES:
+        got = shares.weights(w)
+        assert got["neural"] == w and got["bm25"] == got["dense"]
+        assert sum(got.values()) == pytest.approx(1.0)
+    assert set(shares.RULE_SHARES) <= set(shares.SHARES)
+
+
+def test_the_window_probe_refuses_a_window_too_small_to_hold_a_word():
+    with pytest.raises(SystemExit):
+        window.parse_args(["--windows", "128", "4"])
+    assert window.parse_args(["--windows", "64"]).windows == [64]
