@@ -274,6 +274,9 @@ def test_a_label_free_build_stores_long_documents_as_passages_by_default(built, 
     store = built[1].stages["store"]
     assert store["passages"] is True and 0 < store["passages_bytes"] < store["store_bytes"]
     assert (paths(built[0])["store"] / "passages" / "manifest.json").is_file()
+    # the other setting on the finished build is refused, not silently kept
+    with pytest.raises(AheadrankError, match="--passages to resume"):
+        build(BuildPlan(**{**read_record(built[0]).plan, "passages": False}), echo=lambda _: None)
     judged = tmp_path / "judged"
     (judged / "qrels").mkdir(parents=True)
     (judged / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq\td\t1\n")
