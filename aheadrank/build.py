@@ -165,6 +165,15 @@ def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
             f"{plan.out} was built with other settings ({', '.join(f'{k}={was[k]!r}' for k in changed)}); "
             "give another --out, or the same settings to resume"
         )
+    # passages are pinned by what the store stage did (the plan's None means "where label-free"); a store stage
+    # recorded before it said reads as unknown and passes
+    made = done.get("store", {}).get("passages")
+    if made is not None and made != stores_passages(plan):
+        flag = "--passages" if made else "--no-passages"
+        raise AheadrankError(
+            f"{plan.out} stored {'its long documents as passages' if made else 'no passages'}; give another --out, "
+            f"or {flag} to resume"
+        )
 
 
 def stores_passages(plan: BuildPlan) -> bool:
@@ -563,18 +572,6 @@ def near_source_labels(
     return out, near
 
 
-def _check_same_passages(plan: BuildPlan, done: dict) -> None:
-    """A finished store stage made with (or without) passages is not silently kept under the other setting (a
-    store stage recorded before the setting was, reads as unknown and passes)."""
-    made = done.get("store", {}).get("passages")
-    if made is not None and made != stores_passages(plan):
-        flag = "--passages" if made else "--no-passages"
-        raise AheadrankError(
-            f"{plan.out} stored {'its long documents as passages' if made else 'no passages'}; give another --out, "
-            f"or {flag} to resume"
-        )
-
-
 # ---- the driver ---------------------------------------------------------------------------------------------
 def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
     """Take the shared stages a ``reuse`` build has finished: symbolic links to its outputs."""
@@ -614,7 +611,6 @@ def build(
     out.mkdir(parents=True, exist_ok=True)
     record = read_record(out) or BuildRecord(asdict(plan))
     _check_same_plan(record.plan, plan, record.stages)
-    _check_same_passages(plan, record.stages)
     record.plan = asdict(plan)
     if plan.reuse:
         _link_shared(plan, record)

@@ -36,7 +36,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     from aheadrank.rankers.recipe import training_options
     from benchkit import add_options
 
-    from aheadrank.build import POSITIVES, BuildPlan
     from aheadrank.passages import AGGREGATIONS, DEFAULT_AGGREGATION
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,20 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--transfer-steps", type=int, default=0, help="label-free steps after the transfer (0: as is)"
     )
-    ap.add_argument(
-        "--positive",
-        default=BuildPlan.positive,
-        choices=POSITIVES,
-        help="label-free positive (aheadrank build --positive; default: the build's, teacher); teacher builds in "
-        "VARIANT-positive-teacher",
-    )
-    ap.add_argument(
-        "--passages",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="store documents longer than the ranker's window as passages too, scored by them as served "
-        "(aheadrank build --passages, a label-free build's default); builds in VARIANT[...]-passages",
-    )
+    add_build_name_options(ap, steps=False)  # --steps: aheadrank train's, above
     ap.add_argument(
         "--aggregation",
         default=DEFAULT_AGGREGATION,
@@ -209,14 +195,28 @@ def build_name(args, collection: str, variant: str, transfer: bool = False) -> s
     return name
 
 
-def add_build_name_options(ap: argparse.ArgumentParser, passages: bool = True) -> None:
-    """The settings that name this bench's build folders (:func:`build_name`), for a script that reads them."""
+def add_build_name_options(ap: argparse.ArgumentParser, steps: bool = True, passages: bool = True) -> None:
+    """The settings that name this bench's build folders (:func:`build_name`): this bench's own, and those of a
+    script that reads its builds."""
     from aheadrank.build import POSITIVES, BuildPlan
 
-    ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument("--positive", default=BuildPlan.positive, choices=POSITIVES)
+    if steps:
+        ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument(
+        "--positive",
+        default=BuildPlan.positive,
+        choices=POSITIVES,
+        help="label-free positive (aheadrank build --positive; default: the build's, teacher); teacher builds in "
+        "VARIANT-positive-teacher",
+    )
     if passages:
-        ap.add_argument("--passages", action=argparse.BooleanOptionalAction, default=True)
+        ap.add_argument(
+            "--passages",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="store documents longer than the ranker's window as passages too, scored by them as served "
+            "(aheadrank build --passages, a label-free build's default); builds in VARIANT[...]-passages",
+        )
 
 
 def recipe_settings(args: argparse.Namespace) -> argparse.Namespace:
