@@ -349,6 +349,7 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
         compressor_init="random" if plan.init else resolved.compressor_init,
         progress=plan.progress,
         fit_kernels=resolved.fit_kernels and not plan.init,
+        fit_head=resolved.fit_head and not plan.init,
         extra=extra,
     )
     r = done.result

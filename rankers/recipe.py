@@ -17,6 +17,8 @@ from typing import Any
 
 from aheadrank.rankers.base import Ranker
 from aheadrank.rankers.checkpoint import save_checkpoint
+from aheadrank.rankers.fit import fit_head as fit_score_head
+from aheadrank.rankers.fit import has_head
 from aheadrank.rankers.spec import OptionSpec, option, option_specs
 from aheadrank.rankers.training import (
     NEGATIVE_SAMPLING,
@@ -122,6 +124,11 @@ class StageOptions:
         "TK: start the kernel weights from a ridge fit to the listwise teacher's scores (else the relevant "
         "documents) over training queries' candidates",
     )
+    fit_head: bool | None = option(
+        None,
+        "bert, MORES, PreTTR: start the score head (and the similarity residual's weight) from a ridge fit to the "
+        "listwise teacher's scores (else the relevant documents) over training queries' candidates",
+    )
 
 
 TRAIN_OPTIONS = tuple(f.name for f in dataclasses.fields(TrainConfig))
@@ -166,6 +173,8 @@ def _recipe_default(name: str) -> str | None:
         return "uniform; spread for label-free training"
     if name == "fit_kernels":
         return "on for TK from the base, --tk-base"
+    if name == "fit_head":
+        return "off"
     if name == "lr":
         return ", ".join(f"{r.name} {r.lr:g} (tk {r.lr_tk:g})" for r in RECIPES.values())
     attr = RECIPE_FIELDS.get(name, name if name in STAGE_OPTIONS else None)
@@ -190,6 +199,7 @@ class Resolved:
     compressor_init: str
     pseudo_steps: int
     fit_kernels: bool
+    fit_head: bool
 
 
 def check_training_options(given: dict[str, Any]) -> None:
@@ -241,6 +251,7 @@ def resolve_training(
         "compressor_init": rec.compressor_init if compressor and fresh else "random",
         "pseudo_steps": rec.pseudo_steps,
         "fit_kernels": rec.fits_kernels(kind, tk_base),
+        "fit_head": False,
     }
     for name in STAGE_OPTIONS:
         # a compressor's options apply to a ranker that has one
@@ -282,6 +293,7 @@ class Trained:
     compressor_seconds: float = 0.0
     pool_fit: dict | None = None  # PreTTR with sim: the pooled map's fit (PrettrRanker.fit_pool_map)
     kernel_fit: dict | None = None  # TK: the kernel weights' fit (TkRanker.fit_kernel_weights)
+    head_fit: dict | None = None  # a score head's fit (rankers.fit.fit_head)
     seconds: float = 0.0  # compressor, pooled map and fine-tuning together
 
 
@@ -303,6 +315,7 @@ def train_recipe(
     pseudo: TrainingData | None = None,
     pseudo_steps: int = 0,
     fit_kernels: bool = False,
+    fit_head: bool = False,
 ) -> Trained:
     """Initialise PreTTR's compressor from a PCA of the documents' layer-l states (``compressor_init="pca"``),
     pre-train it (``compressor_steps`` > 0), fit PreTTR's pooled map on ``pool_docs`` of the
@@ -339,6 +352,12 @@ def train_recipe(
         kernel_fit = model.fit_kernel_weights(kernel_fit_lists(data, cfg))
         kernel_fit["seconds"] = round(time.perf_counter() - t2, 1)
         log.info("TK kernel weights fitted: %s", kernel_fit)
+    head_fit = None
+    if fit_head and has_head(model) and not state_file(out).is_file():  # after the pooled map it reads
+        t3 = time.perf_counter()
+        head_fit = fit_score_head(model, kernel_fit_lists(data, cfg))
+        head_fit["seconds"] = round(time.perf_counter() - t3, 1)
+        log.info("score head fitted: %s", head_fit)
     result = None
     record: dict[str, Any] = dict(extra or {}) if fine_tune else {}
     if pseudo_steps < 0:
@@ -379,6 +398,7 @@ def train_recipe(
         compressor_seconds=t1 - t0,
         pool_fit=pool_fit,
         kernel_fit=kernel_fit,
+        head_fit=head_fit,
         seconds=time.perf_counter() - t0,
     )
 

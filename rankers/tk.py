@@ -253,44 +253,32 @@ class TkRanker(Ranker):
     def fit_kernel_weights(
         self, lists: list[tuple[str, list[str], list[float]]], ridge: float = 1e-3, batch: int = 64
     ) -> dict:
-        """Fit the kernel weights (``w_log``, ``w_len``; β = γ = 1) by ridge regression so that the score follows
-        ``lists`` of (query, document texts, target scores) — e.g. a teacher's over the query's candidates —
-        within each query: features and targets are centred per query (a ranking ignores a query's offset) and
-        the targets z-scored per query (the scale the listwise loss reads them at). ``ridge`` is relative to the
-        mean variance of the features. The contextualisation is not touched. Returns the fit's record (pairs,
+        """Fit the kernel weights (``w_log``, ``w_len``; β = γ = 1) so that the score follows ``lists`` of (query,
+        document texts, target scores) — e.g. a teacher's over the query's candidates — within each query: the
+        ridge fit of ``rankers/fit.py``. The contextualisation is not touched. Returns the fit's record (pairs,
         queries, R² within queries), also kept in ``config.extra["kernel_fit"]``."""
+        from aheadrank.rankers.fit import fit_to_lists
         from aheadrank.rankers.text import pad
 
         was_training = self.training
         self.eval()
-        xs, ys = [], []
-        for query, texts, target in lists:
-            if len(texts) < 2:
-                continue
+
+        def features(query: str, texts: list[str]) -> Tensor:
             q_ids, q_mask = pad(self.tokenize_queries([query]), self.device)
             q = self.contextualize(q_ids, q_mask)
-            feats = []
+            rows = []
             for i in range(0, len(texts), batch):
                 d_ids, d_mask = pad(self.tokenize_documents(texts[i : i + batch]), self.device)
                 match = cosines(q, self.contextualize(d_ids, d_mask))
-                feats.append(torch.cat(kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA), -1))
-            x = torch.cat(feats).double()
-            y = torch.tensor(target, dtype=torch.float64, device=x.device)
-            y = (y - y.mean()) / y.std().clamp(min=1e-6)
-            xs.append(x - x.mean(0))
-            ys.append(y)
-        if not xs:
-            raise ValueError("fit_kernel_weights needs at least one query with two or more documents")
-        x, y = torch.cat(xs), torch.cat(ys)
-        lam = ridge * float(x.var(0).mean()) * len(x)
-        w = torch.linalg.solve(x.T @ x + lam * torch.eye(x.shape[1], dtype=x.dtype, device=x.device), x.T @ y)
+                rows.append(torch.cat(kernel_features(match, q_mask, d_mask, self.mu, KERNEL_SIGMA), -1))
+            return torch.cat(rows)
+
+        w, record = fit_to_lists(lists, features, ridge)
         k = len(KERNEL_MU)
         self.dense_log.weight.copy_(w[:k].to(self.dense_log.weight.dtype)[None])
         self.dense_len.weight.copy_(w[k:].to(self.dense_len.weight.dtype)[None])
         nn.init.ones_(self.dense_comb.weight)
-        residual = float(((x @ w - y) ** 2).sum() / (y**2).sum())
         self.train(was_training)
-        record = {"pairs": len(x), "queries": len(xs), "ridge": ridge, "r2": round(1.0 - residual, 4)}
         self.config.extra = {**self.config.extra, "kernel_fit": record}  # saved with every later checkpoint
         return record
 

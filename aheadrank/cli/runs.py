@@ -134,6 +134,7 @@ def train_cmd(
         pseudo=pseudo,
         pseudo_steps=resolved.pseudo_steps,
         fit_kernels=resolved.fit_kernels,
+        fit_head=resolved.fit_head,
     ).result
     typer.echo(
         json.dumps(

@@ -343,3 +343,42 @@ def test_recipe_fits_tk_kernels_by_default_only_for_tk_from_the_base(tiny_base):
     assert fits == [True, False, False]
     assert not dataclasses.replace(cpu, fit_kernels=False).fits_kernels("tk", True)
     assert not dataclasses.replace(cpu, fit_kernels=True).fits_kernels("mores", None)
+
+
+@pytest.mark.parametrize(
+    ("kind", "opts"),
+    [("mores", {"ibs": 1, "sim": True}), ("prettr", {"layer": 3, "compress": 16}), ("bert", {})],
+)
+def test_score_head_fitted_to_the_judgments_raises_the_planted_relevant(tiny_base, tmp_path, kind, opts):
+    """The head (and the residual's α) alone, in closed form: the planted relevant document moves up, nothing
+    below the head changes, the record travels with the checkpoint."""
+    from aheadrank.rankers.fit import head_features
+    from aheadrank.rankers.recipe import kernel_fit_lists, train_recipe
+    from aheadrank.rankers.text import pad
+
+    data = planted_data(7)
+    ranker = init_ranker(kind, base=tiny_base, max_doc_len=32, **opts)
+    cfg = TrainConfig(steps=0, val_queries=6, seed=1)
+    if kind == "prettr":  # its pooled map first, as train_recipe fits it (the residual's cosine reads it)
+        ranker.fit_pool_map(list(data.texts.values())[:40])
+    below = {
+        n: p.detach().clone() for n, p in ranker.state_dict().items() if not n.startswith(("head", "sim"))
+    }
+    before = mean_rank_of_relevant(ranker, data)
+    trained = train_recipe(ranker, data, tmp_path / kind, cfg, progress=False, fine_tune=False, fit_head=True)
+    fit = trained.head_fit
+    assert fit["queries"] == len(kernel_fit_lists(data, cfg)) and fit["r2"] > 0.05
+    assert ("alpha" in fit) == bool(ranker.config.sim)
+    after = mean_rank_of_relevant(ranker, data)
+    assert after < 0.7 * before, (before, after)  # a 32-wide random base: a clear move, not the top
+    assert all(torch.equal(p, below[n]) for n, p in ranker.state_dict().items() if n in below)
+    # the features are what the score is linear in: the fitted score is head · h + α · cos
+    ranker.eval()
+    q_ids, q_mask = pad(ranker.tokenize_queries(["alpha beta"] * 3), ranker.device)
+    d_ids, d_mask = pad(ranker.tokenize_documents(list(data.texts.values())[:3]), ranker.device)
+    x = head_features(ranker, q_ids, q_mask, d_ids, d_mask)
+    w = [*ranker.head.weight[0].tolist(), *([float(ranker.sim.scale.detach())] if ranker.config.sim else [])]
+    with torch.no_grad():
+        score = ranker.forward_pairs(q_ids, q_mask, d_ids, d_mask)
+    assert torch.allclose(x @ torch.tensor(w) + ranker.head.bias, score, atol=1e-4)
+    assert load_ranker(tmp_path / kind).config.extra["head_fit"] == fit
