@@ -91,6 +91,8 @@ class BuildPlan:
     priors: str = "default"  # label-free priors: default weights or fitted on held-out pseudo-queries
     ce_weight: float | None = None  # the cross-entropy on each query's source (None: 1, TrainConfig's)
     lr: float | None = None  # the learning rate (None: the recipe's for the ranker's kind)
+    # the score head (bert, MORES, PreTTR) ridge-fitted to the teacher before training (rankers/fit.py); None: off
+    fit_head: bool | None = None
     seed: int = 0
     base: str | None = None
     reuse: str | None = (
@@ -150,7 +152,7 @@ def _write_record(out: Path, record: BuildRecord) -> None:
 
 # the plan's fields that decide what the stages make: a rerun that changes one a finished stage depends on is refused
 _SHARED_PINS = ("collection", "labels", "max_queries", "seed", "base")
-_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps", "ce_weight", "lr", "init", "positive")
+_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps", "ce_weight", "lr", "init", "positive", "fit_head")
 
 
 def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
@@ -293,6 +295,7 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
     else:
         model = variant.init(base=plan.base, seed=plan.seed, **rec.init_options()).to(plan.device)
     given = {"seed": plan.seed, "steps": plan.steps, "ce_weight": plan.ce_weight, "lr": plan.lr}
+    given["fit_head"] = plan.fit_head
     resolved = resolve_training(rec, model.kind, given, ranker=asdict(model.config), label_free=split is None)
     cfg = resolved.train
     if split is None:

@@ -8,7 +8,7 @@ default weights), plus the priors fitted on held-out pseudo-queries (``--priors 
 features. Paired t-tests against the better of RRF and the equal-weight fusion, and against BM25.
 
     .venv/bin/python bench/label_free.py --collections scifact cranfield vaswani \\
-        --rankers mores-2ib-s2 prettr-l5-e128 tk-2l [--device cuda] [--steps N]
+        --rankers mores-2ib-s2 prettr-l5-e128 tk-6l-base [--device cuda] [--steps N]
 
 Writes ``--out`` (default bench/results/label-free): ``label_free.json``, ``label_free.md`` and the TREC runs
 ``<collection>/runs/{bm25,bi-encoder,rrf,fusion-equal,<variant>,<variant>+priors}.trec.zst``.
@@ -41,12 +41,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--collections", nargs="+", default=["scifact", "cranfield", "vaswani"])
-    ap.add_argument("--rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
+    ap.add_argument("--rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-6l-base"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--recipe", default="auto")
     ap.add_argument("--max-queries", type=int, default=3000)
     # aheadrank train's
     add_options(ap, [o for o in training_options() if o.name in ("steps", "ce_weight", "lr")])
+    ap.add_argument(
+        "--fit-head",
+        action="store_true",
+        help="bert, MORES, PreTTR: the score head ridge-fitted to the teacher first (aheadrank build --fit-head); "
+        "builds in VARIANT[...]-fit-head",
+    )
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free")
     ap.add_argument("--base", default=None)
@@ -167,6 +173,7 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
         init=str(init) if init else None,
         ce_weight=args.ce_weight,
         lr=args.lr,
+        fit_head=args.fit_head or None,
         positive=args.positive,
         base=args.base,
         reuse=str(reuse) if reuse else None,
@@ -190,6 +197,8 @@ def build_name(args, collection: str, variant: str, transfer: bool = False) -> s
         name += f"-positive-{args.positive}"
     if args.lr is not None:
         name += f"-lr{args.lr:g}"
+    if args.fit_head:
+        name += "-fit-head"
     if args.passages:  # the same ranker, another store
         name += "-passages"
     return name
@@ -222,6 +231,7 @@ def add_build_name_options(ap: argparse.ArgumentParser, steps: bool = True, pass
 def recipe_settings(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with the settings :func:`build_name` reads that a reading script does not take: the recipe's."""
     args.ce_weight = args.lr = None
+    args.fit_head = False
     args.sources, args.transfer_steps = {}, 0
     args.passages = getattr(args, "passages", True)
     return args

@@ -43,7 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--collections", nargs="+", default=["scifact", "cranfield", "vaswani"])
-    ap.add_argument("--rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-2l"])
+    ap.add_argument("--rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-6l-base"])
     lf.add_build_name_options(ap)
     ap.add_argument("--aggregation", default=DEFAULT_AGGREGATION, choices=AGGREGATIONS)
     ap.add_argument("--device", default="cpu")

@@ -54,7 +54,19 @@ def test_each_setting_that_changes_the_ranker_builds_in_a_folder_of_its_own():
     assert name("--lr", "2e-5", "--no-passages") == "mores-2ib-s2-positive-teacher-lr2e-05"
     transfer = name("--sources", "scifact=cranfield", "--transfer-steps", "0", "--no-passages", transfer=True)
     assert transfer == "mores-2ib-s2-from-cranfield-0-positive-teacher"
-    settings = [(), ("--lr", "1e-4"), ("--positive", "source"), ("--steps", "120"), ("--ce-weight", "0")]
+    assert name("--fit-head") == "mores-2ib-s2-positive-teacher-fit-head-passages"
+    assert (
+        label_free.plan_for(label_free.parse_args(["--fit-head"]), Path("c"), "m", Path("o")).fit_head is True
+    )
+    assert label_free.plan_for(label_free.parse_args([]), Path("c"), "m", Path("o")).fit_head is None
+    settings = [
+        (),
+        ("--lr", "1e-4"),
+        ("--positive", "source"),
+        ("--steps", "120"),
+        ("--ce-weight", "0"),
+        ("--fit-head",),
+    ]
     assert len({name(*s) for s in settings}) == len(settings)
     # passages change the store, not the ranker: their own folder too, and the build plan stores them
     assert name("--no-passages") == "mores-2ib-s2-positive-teacher"

@@ -292,3 +292,18 @@ def test_a_build_trains_at_the_learning_rate_it_is_given_and_pins_it(passages, t
     assert load_ranker(paths(out)["checkpoint"]).config.extra["train"]["lr"] == 1e-5
     with pytest.raises(AheadrankError, match="lr=1e-05"):
         build(plan(passages, out, tiny_base, lr=2e-5), echo=lambda _: None)
+
+
+def test_a_build_fits_the_score_head_when_asked_and_pins_it(passages, tiny_base, tmp_path):
+    """--fit-head reaches the trainer (the fit is recorded in the checkpoint) and a finished train stage refuses the
+    other setting; without it nothing is fitted."""
+    out = tmp_path / "head"
+    kw = {"ranker": "mores-1ib-s2", "steps": 0, "max_queries": 40}
+    build(plan(passages, out, tiny_base, fit_head=True, **kw), echo=lambda _: None)
+    fit = load_ranker(paths(out)["checkpoint"]).config.extra["head_fit"]
+    assert fit["queries"] > 0 and "alpha" in fit
+    with pytest.raises(AheadrankError, match="fit_head"):
+        build(plan(passages, out, tiny_base, **kw), echo=lambda _: None)
+    plain = tmp_path / "plain"
+    build(plan(passages, plain, tiny_base, **kw), until="train", echo=lambda _: None)
+    assert "head_fit" not in load_ranker(paths(plain)["checkpoint"]).config.extra

@@ -51,6 +51,13 @@ def build_cmd(
     lr: float | None = opt(
         None, "--lr", min=0.0, help="learning rate (default: the recipe's for the ranker's kind)"
     ),
+    fit_head: bool | None = opt(
+        None,
+        "--fit-head/--no-fit-head",
+        help="bert, MORES, PreTTR: ridge-fit the score head (and the similarity residual's weight) to the teacher "
+        "before training (default: off)",
+        show_default=False,
+    ),
     reuse: Path | None = opt(
         None,
         "--reuse",
@@ -103,6 +110,7 @@ def build_cmd(
         priors=priors,
         ce_weight=ce_weight,
         lr=lr,
+        fit_head=fit_head,
         seed=seed,
         base=str(base) if base else None,
         reuse=str(reuse) if reuse else None,
