@@ -294,8 +294,13 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
         model, source = start_from(plan.init, variant, plan.device)
     else:
         model = variant.init(base=plan.base, seed=plan.seed, **rec.init_options()).to(plan.device)
-    given = {"seed": plan.seed, "steps": plan.steps, "ce_weight": plan.ce_weight, "lr": plan.lr}
-    given["fit_head"] = plan.fit_head
+    given = {
+        "seed": plan.seed,
+        "steps": plan.steps,
+        "ce_weight": plan.ce_weight,
+        "lr": plan.lr,
+        "fit_head": plan.fit_head,
+    }
     resolved = resolve_training(rec, model.kind, given, ranker=asdict(model.config), label_free=split is None)
     cfg = resolved.train
     if split is None:

@@ -249,6 +249,17 @@ def write_outputs(out: Path, stem: str, md: str, argv, extra: dict, t0: float) -
     write_json(out / f"{stem}.json", {**payload, "wall_s": round(time.perf_counter() - t0, 1)})
 
 
+def run_probe(argv, parse_args, bench_collection, table, stem: str, **extra) -> int:
+    """A probe's whole run: ``bench_collection(args, name)`` per collection, then :func:`write_outputs` of
+    ``table(results)`` and ``{**extra, "results": results}`` under ``stem``."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    results = [bench_collection(args, name) for name in args.collections]
+    write_outputs(args.out, stem, table(results), argv, {**extra, "results": results}, t0)
+    return 0
+
+
 def runs_from(features: list, docids_weights) -> dict:
     """{qid: {docid: score}} of Σ w·zscore(feature) per query (``features``: (qid, QueryFeatures))."""
     from aheadrank.priors import zscore

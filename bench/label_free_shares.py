@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,14 +155,7 @@ def table(results: list[dict]) -> str:
 def main(argv=None) -> int:
     import label_free as lf
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args = parse_args(argv)
-    t0 = time.perf_counter()
-    results = [bench_collection(args, name) for name in args.collections]
-    lf.write_outputs(
-        args.out, "label_free_shares", table(results), argv, {"rule": RULE, "results": results}, t0
-    )
-    return 0
+    return lf.run_probe(argv, parse_args, bench_collection, table, "label_free_shares", rule=RULE)
 
 
 if __name__ == "__main__":

@@ -43,3 +43,22 @@ def test_the_window_probe_refuses_a_window_too_small_to_hold_a_word():
     with pytest.raises(SystemExit):
         window.parse_args(["--windows", "128", "4"])
     assert window.parse_args(["--windows", "64"]).windows == [64]
+
+
+def test_a_probe_run_writes_each_collections_result_and_its_extra_records(tmp_path):
+    import argparse
+    import json
+
+    args = argparse.Namespace(collections=["a", "b"], out=tmp_path)
+    rc = lf.run_probe(
+        ["--x"],
+        lambda argv: args,
+        lambda a, name: {"collection": name},
+        lambda rs: "| t |",
+        "probe",
+        rule={"k": 1},
+    )
+    data = json.loads((tmp_path / "probe.json").read_text())
+    assert rc == 0 and (tmp_path / "probe.md").read_text() == "| t |\n"
+    assert data["rule"] == {"k": 1} and data["results"] == [{"collection": "a"}, {"collection": "b"}]
+    assert data["command"] == ["python", "bench/probe.py", "--x"]
