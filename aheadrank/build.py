@@ -68,6 +68,13 @@ LABEL_FREE_WEIGHTS = {
     "neural": {"neural": 1.0},
 }
 DEFAULT_RANKER = "mores-2ib-s2"
+# a kind named without a variant in a label-free build: the variant measured best without judgments, where it is
+# not the kind's default. TK contextualised by the base's embedding and all its layers (``tk-6l-base`` for the
+# packaged 6-layer base), its kernel weights ridge-fitted to the label-free teacher, served above the label-free
+# fusion on SciFact and Cranfield where the default ``tk-2l`` (two small layers trained from scratch) served below
+# it on Cranfield and Vaswani (bench/results/label-free/tk-base/); with judgments ``tk`` stays ``tk-2l``, the
+# labelled recipe's measured ranker
+LABEL_FREE_VARIANTS = {"tk": "tk-{layers}l-base"}
 PSEUDO_LABELS = "pseudo-queries"  # a calibration's fitted_on["labels"] where no judgment was read
 # calibrating on pseudo-queries: a candidate whose bi-encoder embedding has a cosine >= NEAR_SOURCE with the source
 # document's counts relevant too (a pseudo-query has one known relevant document, a real query often several).
@@ -123,6 +130,17 @@ def _variant(name: str):
     from aheadrank.rankers.variants import DEFAULTS, parse_variant
 
     return parse_variant(DEFAULTS.get(name, name))
+
+
+def plan_variant(plan: BuildPlan):
+    """The ranker variant a build makes: ``plan.ranker`` (a variant, or a kind: its default variant), except that a
+    kind in :data:`LABEL_FREE_VARIANTS` given to a label-free build is that entry's variant (for the plan's base)."""
+    pattern = LABEL_FREE_VARIANTS.get(plan.ranker)
+    if pattern is not None and judged_split(plan.collection, plan.labels) is None:
+        from aheadrank.rankers.base_model import base_config
+
+        return _variant(pattern.format(layers=base_config(plan.base)["num_hidden_layers"]))
+    return _variant(plan.ranker)
 
 
 def paths(out: str | Path) -> dict[str, Path]:
@@ -287,7 +305,7 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
     from aheadrank.rankers.recipe import recipe_for, resolve_training, train_recipe
 
     p = paths(plan.out)
-    variant = _variant(plan.ranker)
+    variant = plan_variant(plan)
     rec = recipe_for(plan.device, plan.recipe)
     split = judged_split(plan.collection, plan.labels)
     if plan.init:
@@ -347,7 +365,7 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
             _, val_q = split_queries(data, cfg.val_queries, cfg.seed)
             extra["train"] = {"steps": 0, "val_qids": val_q}
             save_checkpoint(model, p["checkpoint"], overwrite=True, extra=extra)
-            return {"steps": 0, "init": plan.init}
+            return {"variant": variant.name, "steps": 0, "init": plan.init}
     done = train_recipe(
         model,
         data,
@@ -362,6 +380,7 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
     )
     r = done.result
     return {
+        "variant": variant.name,
         "steps": r.steps,
         "best_step": r.best_step,
         "val_ndcg10": r.best_metric,
@@ -411,7 +430,7 @@ def stage_store(plan: BuildPlan) -> dict:
         str(p["checkpoint"]),
         plan.collection,
         str(p["store"]),
-        strategy=_variant(plan.ranker).strategy,
+        strategy=plan_variant(plan).strategy,
         device=plan.device,
         progress=plan.progress,
         passages=passages,
@@ -615,7 +634,7 @@ def build(
         raise AheadrankError(f"--positive is {' or '.join(POSITIVES)}, not {plan.positive!r}")
     if until is not None and until not in STAGES:
         raise AheadrankError(f"unknown stage {until!r}: one of {', '.join(STAGES)}")
-    _variant(plan.ranker)  # an unknown ranker fails before any work
+    plan_variant(plan)  # an unknown ranker (or labels split, or base) fails before any work
     out = plan.directory()
     out.mkdir(parents=True, exist_ok=True)
     record = read_record(out) or BuildRecord(asdict(plan))

@@ -33,8 +33,8 @@ def resolve_base(base: str | os.PathLike | None) -> Path:
     return packaged_base_dir() if base in (None, "") else Path(base)
 
 
-def load_base(base: str | os.PathLike | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
-    """(BERT shape config, state dict with BertModel key names, no ``bert.`` prefix) of a local base model."""
+def base_config(base: str | os.PathLike | None = None) -> dict:
+    """The BERT shape config of a local base model (its ``config.json``, checked), without loading its weights."""
     path = resolve_base(base)
     cfg_path = path / "config.json"
     if not cfg_path.is_file():
@@ -52,6 +52,13 @@ def load_base(base: str | os.PathLike | None = None) -> tuple[dict, dict[str, to
     cfg = {k: raw.get(k, defaults.get(k)) for k in BERT_KEYS}
     if raw.get("hidden_act", "gelu") != "gelu":
         raise CheckpointError(f"base model {path} uses {raw.get('hidden_act')!r}; only 'gelu' is supported")
+    return cfg
+
+
+def load_base(base: str | os.PathLike | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(BERT shape config, state dict with BertModel key names, no ``bert.`` prefix) of a local base model."""
+    path = resolve_base(base)
+    cfg = base_config(path)
     if (path / "model.safetensors").is_file():
         sd = load_file(str(path / "model.safetensors"))
     elif (path / "pytorch_model.bin").is_file():

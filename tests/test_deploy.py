@@ -522,7 +522,11 @@ def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
     stages = assert_build(build, 60)
     assert stages["queries"]["pseudo_queries"] >= 20 and stages["train"]["steps"] == 2
     ckpt = paths(build)["checkpoint"]
-    assert json.loads((ckpt / "config.json").read_text())["kind"] == "tk"
+    config = json.loads((ckpt / "config.json").read_text())
+    # AHEADRANK_RANKER=tk without judgments: TK over every layer of the base (aheadrank.build.LABEL_FREE_VARIANTS)
+    layers = json.loads((tiny_base / "config.json").read_text())["num_hidden_layers"]
+    assert (config["kind"], config["tk_base"], config["tk_layers"]) == ("tk", True, layers)
+    assert stages["train"]["variant"] == f"tk-{layers}l-base"
     assert read_priors(ckpt).weights == LABEL_FREE_WEIGHTS  # neural, BM25, bi-encoder: 1/3 each
 
     # a finished volume: every stage skipped, nothing rewritten (not a wall-clock bound)

@@ -19,7 +19,8 @@ def build_cmd(
     ranker: str = opt(
         "mores",
         "--ranker",
-        help="mores | prettr | tk | bert, or a variant (mores-2ib-s2, prettr-l5-e128, tk-2l, ...)",
+        help="mores | prettr | tk | bert, or a variant (mores-2ib-s2, prettr-l5-e128, tk-2l, ...); tk without "
+        "judgments is tk-<L>l-base (contextualised by all L layers of the base: tk-6l-base), with them tk-2l",
     ),
     labels: str = opt(
         "auto",
