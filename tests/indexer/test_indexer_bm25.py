@@ -308,3 +308,33 @@ def test_java_heap_bounds_the_jvm_a_process_starts(planted, tmp_path):
     assert 150 <= max_mb <= 200 and hits >= 0
     with pytest.raises(AheadrankError, match="512m or 2g"):
         bm25.set_java_heap("lots")
+
+
+def test_the_jvm_leaves_sigterm_to_python():
+    """A handler Python installed before Pyserini started the JVM still gets SIGTERM (``-Xrs``): a build stopped
+    by SIGTERM is not exited by Java under a running torch computation, and a server's graceful shutdown runs."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import os, signal, time
+        got = []
+        signal.signal(signal.SIGTERM, lambda sig, frame: got.append(sig))
+        from aheadrank.indexer.bm25 import java_classes
+        java_classes()
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100):  # bounded: 10 s at most
+            if got:
+                break
+            time.sleep(0.1)
+        print("handled" if got else "not handled", flush=True)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "handled", (
+        done.returncode,
+        done.stdout,
+        done.stderr,
+    )
