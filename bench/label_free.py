@@ -303,6 +303,11 @@ def comparison(compare, a: dict, b: dict, qrels: dict) -> dict:
     return {"diff": round(c.mean_diff, 4), "p": c.p}
 
 
+def diff_p(c: dict) -> str:
+    """A :func:`comparison` as a table shows it: ``+0.0123 (p 0.045)``."""
+    return f"{c['diff']:+.4f} (p {c['p']:.2g})"
+
+
 def neural_features(
     ckpt: Path,
     store: Path,

@@ -224,14 +224,12 @@ def bench_collection(args, name: str) -> dict:
 
 
 def table(results: list[dict]) -> str:
+    from label_free import diff_p as cmp
+
     lines = [
         "| collection | run | nDCG@10 | vs better of RRF / fusion-equal | vs fusion-passages |",
         "|---|---|---|---|---|",
     ]
-
-    def cmp(c):
-        return f"{c['diff']:+.4f} (p {c['p']:.2g})"
-
     for r in results:
         c = r["collection"]
         for k in BASELINES:

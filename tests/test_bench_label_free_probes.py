@@ -1,5 +1,6 @@
 """bench/label_free_shares.py and bench/label_free_window.py read the builds of bench/label_free.py under the same
-folder names, and the shares rule is the one their docs state."""
+folder names, and the shares rule is the one their docs state; bench/label_free_prettr_init.py scores as the service
+does."""
 
 from __future__ import annotations
 
@@ -62,3 +63,25 @@ def test_a_probe_run_writes_each_collections_result_and_its_extra_records(tmp_pa
     assert rc == 0 and (tmp_path / "probe.md").read_text() == "| t |\n"
     assert data["rule"] == {"k": 1} and data["results"] == [{"collection": "a"}, {"collection": "b"}]
     assert data["command"] == ["python", "bench/probe.py", "--x"]
+
+
+def test_the_prettr_init_probe_scores_as_the_service_and_measures_r2_as_the_fit(tiny_base):
+    """bench/label_free_prettr_init.py: its scores of a query's candidates (float16 fields, as a store holds them)
+    are the ranker's own scores of the same documents, and its R² of P on the fitted documents is the fit's."""
+    import label_free_prettr_init as probe
+    import numpy as np
+    import torch
+    from aheadrank.rankers import init_ranker
+
+    words = "insulin liver yeast protein fold bank rate heart".split()
+    texts = {f"d{i}": " ".join(words[(i + k) % len(words)] for k in range(3 + i % 9)) for i in range(40)}
+    model = init_ranker("prettr", base=tiny_base, layer=3, compress=8, max_doc_len=32).eval()
+    fit = model.fit_pool_map(list(texts.values()))
+    assert probe.pool_r2(model, list(texts.values())) == pytest.approx(fit["r2"], abs=1e-3)
+    cands = {"q": [(d, 0.0) for d in sorted(texts)[:12]]}
+    got = probe.stored_scores(model, {"q": "liver insulin"}, cands, ["q"], texts)["q"]
+    with torch.no_grad():
+        want = model.score(
+            model.encode_query("liver insulin"), model.encode_documents([texts[d] for d, _ in cands["q"]])
+        )
+    np.testing.assert_allclose(got, want.double().numpy(), rtol=2e-2, atol=2e-2)
