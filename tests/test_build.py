@@ -207,6 +207,7 @@ def test_a_build_starts_from_a_trained_checkpoint_and_refuses_another_variant(
     out = tmp_path / "from"
     record = build(plan(passages, out, tiny_base, steps=0, init=str(source)), echo=lambda _: None)
     assert record.stages["train"] == {
+        "variant": "tk-1l",
         "steps": 0,
         "init": str(source),
         "seconds": record.stages["train"]["seconds"],
