@@ -288,6 +288,35 @@ def train(
         return _train(ranker, data, out, cfg, teacher, resume, progress, stop_after, record or {})
 
 
+def ranker_shape(ranker: Ranker) -> dict:
+    """What makes a training state fit a ranker: its kind and configuration, less its provenance and ``extra`` (the
+    records and fitted maps that training itself adds)."""
+    skip = ("extra", "base", "format")
+    return {"kind": ranker.kind, **{k: v for k, v in asdict(ranker.config).items() if k not in skip}}
+
+
+def check_state_ranker(state: dict, ranker: Ranker, path: Path) -> None:
+    """Refuse to resume ``ranker`` from a training state written for another ranker (e.g. a build whose kind now
+    resolves to another variant): by the shape the state records, or, for a state without one, by its parameters'
+    names and shapes."""
+    fix = "give the variant it was started with, or delete it to start over"
+    mine = ranker_shape(ranker)
+    theirs = state.get("ranker")
+    if theirs is not None:
+        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        if diff:
+            shown = ", ".join(f"{k} {theirs.get(k)!r} (this ranker: {mine.get(k)!r})" for k in diff[:4])
+            raise ValueError(f"{path} was written for another ranker: {shown}; {fix}")
+        return
+    have = {k: tuple(v.shape) for k, v in ranker.state_dict().items()}
+    saved = {k: tuple(v.shape) for k, v in state["model"].items()}
+    if have != saved:
+        odd = sorted(set(have) ^ set(saved)) or sorted(k for k in have if have[k] != saved[k])
+        raise ValueError(
+            f"{path} was written for another ranker ({len(odd)} parameters differ, e.g. {odd[0]}); {fix}"
+        )
+
+
 def _train(
     ranker: Ranker,
     data: TrainingData,
@@ -335,6 +364,7 @@ def _train(
             raise ValueError(
                 f"{state_path} was written with another training config; delete it to start over"
             )
+        check_state_ranker(state, ranker, state_path)
         ranker.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -420,6 +450,7 @@ def _train(
             torch.save(
                 {
                     "config": asdict(cfg),
+                    "ranker": ranker_shape(ranker),
                     "model": ranker.state_dict(),
                     "optimizer": opt.state_dict(),
                     "scheduler": sched.state_dict(),

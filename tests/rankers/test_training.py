@@ -7,7 +7,14 @@ import random
 import pytest
 import torch
 from aheadrank.rankers import init_ranker, load_ranker
-from aheadrank.rankers.training import TrainConfig, TrainingData, pretrain_compressor, rerank_queries, train
+from aheadrank.rankers.training import (
+    TrainConfig,
+    TrainingData,
+    pretrain_compressor,
+    rerank_queries,
+    state_file,
+    train,
+)
 
 TOPICS = [
     "insulin glucose",
@@ -114,6 +121,29 @@ def test_resumed_run_continues_where_it_stopped(tiny_base, tmp_path):
     assert res.steps == 8 and [h["step"] for h in res.history] == list(range(1, 9))
     for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items(), strict=True):
         assert torch.allclose(a, b, atol=1e-6), name
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_resuming_another_rankers_state_is_refused(tiny_base, tmp_path, legacy):
+    """A stopped run's state is never loaded into a ranker of another shape (a build whose kind now resolves to
+    another variant): the state names the ranker it was written for; one written before it did (``legacy``) is
+    checked by its parameters."""
+    data = planted_data(1)
+    cfg = TrainConfig(steps=8, group_size=3, queries_per_step=2, lr=1e-3, eval_every=4, val_queries=4, seed=3)
+    stopped = init_ranker("tk", base=tiny_base, tk_heads=4, tk_layers=2, max_doc_len=32)
+    train(stopped, data, tmp_path / "b", cfg, progress=False, stop_after=3)
+    path = state_file(tmp_path / "b")
+    if legacy:
+        state = torch.load(path, weights_only=False)
+        del state["ranker"]
+        torch.save(state, path)
+    saved = path.read_bytes()
+    other = init_ranker("tk", base=tiny_base, tk_heads=4, tk_layers=1, max_doc_len=32)
+    with pytest.raises(ValueError, match="written for another ranker"):
+        train(other, data, tmp_path / "b", cfg, progress=False)
+    assert path.read_bytes() == saved  # nothing lost: the stopped run still resumes with its own ranker
+    same = init_ranker("tk", base=tiny_base, tk_heads=4, tk_layers=2, max_doc_len=32)
+    assert train(same, data, tmp_path / "b", cfg, progress=False).steps == 8
 
 
 def test_pretrain_compressor_lowers_attention_mse(tiny_base):
