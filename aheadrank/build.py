@@ -286,7 +286,7 @@ def load_label_free(plan: BuildPlan):
     texts = {d.docid: d.text for d in Collection(plan.collection)}
     texts.update(blob["alias_texts"])
     cands = alias_candidates(blob["hits"], blob["qrels"], blob["aliases"])
-    data = TrainingData(texts, blob["queries"], blob["qrels"], cands)
+    data = TrainingData(texts, blob["queries"], blob["qrels"], cands, copies=frozenset(blob["aliases"]))
     return data, blob["hits"], blob["aliases"]
 
 

@@ -241,7 +241,7 @@ def build_label_free_training_data(
         )
     hits = (search or _bm25_search(index))(pq.queries, depth)
     cands = alias_candidates(hits, pq.qrels, pq.aliases)
-    return TrainingData(pq.texts, pq.queries, pq.qrels, cands), hits, pq
+    return TrainingData(pq.texts, pq.queries, pq.qrels, cands, copies=frozenset(pq.aliases)), hits, pq
 
 
 def teacher_positives(data, aliases: dict[str, str]) -> list[str]:

@@ -327,7 +327,7 @@ def train_recipe(
     losses: list[float] = []
     check_compressor_init(compressor_init)
     if compressor_init == "pca" and model.kind == "prettr" and model.config.compress:
-        model.init_compressor_pca(sample_texts(data.texts, PCA_DOCS, cfg.seed), progress=progress)
+        model.init_compressor_pca(sample_texts(data.documents(), PCA_DOCS, cfg.seed), progress=progress)
     if compressor_steps:
         losses = pretrain_compressor(
             model,
@@ -342,7 +342,7 @@ def train_recipe(
     pool_fit = None
     fitted = "pool_map" in model.config.extra and not compressor_steps  # a new compressor needs a new map
     if pool_docs and model.kind == "prettr" and model.config.sim and not fitted:
-        pool_fit = model.fit_pool_map(sample_texts(data.texts, pool_docs, cfg.seed), progress=progress)
+        pool_fit = model.fit_pool_map(sample_texts(data.documents(), pool_docs, cfg.seed), progress=progress)
         pool_fit["seconds"] = round(time.perf_counter() - t1, 1)
         log.info("PreTTR pooled map fitted: %s", pool_fit)
     kernel_fit = None

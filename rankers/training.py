@@ -107,6 +107,13 @@ class TrainingData:
     # optional precomputed teacher scores per query over its candidates (e.g. the BM25 + dense hybrid):
     # the listwise distillation target (``TrainConfig.listwise_weight``)
     teacher: dict[str, dict[str, float]] | None = None
+    # docids whose text is a copy of another document's (a label-free pseudo-query's source, under its own id):
+    # left out where the collection's documents are drawn (:meth:`documents`)
+    copies: frozenset[str] = frozenset()
+
+    def documents(self) -> dict[str, str]:
+        """The collection's own documents: ``texts`` without the ``copies``."""
+        return {d: t for d, t in self.texts.items() if d not in self.copies} if self.copies else self.texts
 
     def trainable(self) -> list[str]:
         """Queries with a judged-relevant document in the collection and at least one negative candidate."""

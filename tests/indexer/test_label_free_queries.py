@@ -83,6 +83,9 @@ def test_training_data_swaps_the_source_for_its_copy_and_the_teacher_follows(tmp
 
     data, hits, pq = build_label_free_training_data(path, None, max_queries=30, depth=10, search=search)
     assert set(data.trainable()) == set(data.queries)
+    # the copies are the pseudo-queries' own documents: where the collection's documents are drawn (PreTTR's
+    # start) they are not drawn twice
+    assert set(data.documents()) == {f"d{i}" for i in range(40)} and set(data.copies) == set(pq.aliases)
     for qid in data.queries:
         (alias,) = data.qrels[qid]
         source = pq.aliases[alias]

@@ -412,3 +412,31 @@ def test_score_head_fitted_to_the_judgments_raises_the_planted_relevant(tiny_bas
         score = ranker.forward_pairs(q_ids, q_mask, d_ids, d_mask)
     assert torch.allclose(x @ torch.tensor(w) + ranker.head.bias, score, atol=1e-4)
     assert load_ranker(tmp_path / kind).config.extra["head_fit"] == fit
+
+
+def test_prettr_start_is_drawn_from_the_documents_not_their_copies(tiny_base, tmp_path, monkeypatch):
+    """PreTTR's compressor PCA and pooled map are fitted on the collection's documents: a label-free build's copies
+    of its pseudo-queries' sources (``TrainingData.copies``) would draw those documents twice."""
+    from aheadrank.rankers.prettr import PrettrRanker
+    from aheadrank.rankers.recipe import train_recipe
+
+    data = planted_data(4)
+    copies = {f"pq:{d}": t for d, t in list(data.texts.items())[:30]}
+    data.texts.update(copies)
+    data.copies = frozenset(copies)
+    seen: dict[str, list[str]] = {}
+    pca, pool = PrettrRanker.init_compressor_pca, PrettrRanker.fit_pool_map
+    monkeypatch.setattr(
+        PrettrRanker,
+        "init_compressor_pca",
+        lambda self, t, **k: seen.setdefault("pca", t) and pca(self, t, **k),
+    )
+    monkeypatch.setattr(
+        PrettrRanker, "fit_pool_map", lambda self, t, **k: seen.setdefault("pool", t) and pool(self, t, **k)
+    )
+    ranker = init_ranker("prettr", base=tiny_base, layer=2, compress=8, sim=True, max_doc_len=32)
+    cfg = TrainConfig(steps=0, val_queries=6, seed=1)
+    train_recipe(ranker, data, tmp_path / "p", cfg, progress=False, fine_tune=False, compressor_init="pca")
+    originals = [t for d, t in data.texts.items() if d not in copies]
+    assert sorted(seen["pool"]) == sorted(originals)  # every document once (fewer than POOL_DOCS)
+    assert len(seen["pca"]) == len(set(seen["pca"])) and set(seen["pca"]) <= set(originals)
