@@ -98,6 +98,61 @@ def fusion_teacher(
     return feature_run(feats, weights), weights
 
 
+# the fusion-passages label-free teacher (aheadrank build --teacher, aheadrank.build.TEACHER_NAMES): the bi-encoder's
+# best window of PASSAGE_SENTENCES sentences beside BM25 and the bi-encoder, 1/3 each (the weights and the window
+# were fixed before anything was measured: bench/results/label-free/passages/, "fusion-passages")
+PASSAGE_SENTENCES = 2
+PASSAGE_FUSION = {"bm25": 1 / 3, "dense": 1 / 3, "passage": 1 / 3}
+
+
+def passage_cosines(
+    queries: dict[str, str],
+    hits: dict[str, list[tuple[str, float]]],
+    titled: dict[str, tuple[str, str]],
+    base: str | Path | None = None,
+    device: str = "cpu",
+    sentences: int = PASSAGE_SENTENCES,
+    progress: bool = False,
+) -> dict[str, np.ndarray]:
+    """Per query, in ``hits`` order: each candidate's best window of ``sentences`` sentences (title in front,
+    :func:`aheadrank.indexer.pseudo_queries.sentence_passages`), by its cosine with the query under the base
+    bi-encoder. ``titled``: {docid: (title, body)} of every listed document (a missing one is an error). Each
+    document's windows are embedded once, however many queries list it."""
+    from aheadrank.indexer.pseudo_queries import sentence_passages
+    from aheadrank.rankers.dense import dense_encoder
+
+    enc = dense_encoder(base, device=device)
+    qids = sorted(q for q in queries if hits.get(q))
+    docids = sorted({d for q in qids for d, _ in hits[q]})
+    missing = [d for d in docids if d not in titled]
+    if missing:
+        raise KeyError(f"no text for listed documents {missing[:5]}")
+    flat, first = [], {}
+    for d in docids:
+        windows = sentence_passages(*titled[d], size=sentences)
+        first[d] = (len(flat), len(flat) + len(windows))
+        flat.extend(windows)
+    vecs = _encode_in_chunks(enc, flat, progress)
+    qvecs = enc.encode_queries([queries[q] for q in qids])
+    out = {}
+    for q, qv in zip(qids, qvecs, strict=True):
+        sims = vecs @ qv
+        out[q] = np.array([sims[slice(*first[d])].max() for d, _ in hits[q]], dtype=np.float64)
+    return out
+
+
+def _encode_in_chunks(enc, texts: list[str], progress: bool, chunk: int = 1024) -> np.ndarray:
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(texts), unit="window", desc="teacher windows", disable=not progress)
+    vecs = []
+    for k in range(0, len(texts), chunk):
+        vecs.append(enc.encode_documents(texts[k : k + chunk]))
+        bar.update(len(vecs[-1]))
+    bar.close()
+    return np.concatenate(vecs) if vecs else np.zeros((0, int(enc.bert["hidden_size"])), np.float32)
+
+
 def label_free_teacher(
     dense_store: str | Path,
     queries: dict[str, str],
@@ -106,12 +161,22 @@ def label_free_teacher(
     qrels: dict[str, dict[str, int]],
     base: str | Path | None = None,
     device: str = "cpu",
+    titled: dict[str, tuple[str, str]] | None = None,
+    progress: bool = False,
 ) -> dict[str, dict[str, float]]:
     """The equal-weight BM25 + bi-encoder fusion (:data:`EQUAL_FUSION`, no judgments) over each pseudo-query's
     BM25 ``hits``, as a listwise teacher: the source document of a query is scored as itself (its full text,
-    which the query came from) and renamed to the alias the query is trained against (``qrels``)."""
+    which the query came from) and renamed to the alias the query is trained against (``qrels``). With
+    ``titled`` ({docid: (title, body)}: the ``fusion-passages`` teacher) the bi-encoder's best 2-sentence window
+    of each candidate is a third feature (:data:`PASSAGE_FUSION`)."""
     feats = dense_features(dense_store, queries, hits, base=base, device=device)
-    run = feature_run(feats, EQUAL_FUSION)
+    weights = EQUAL_FUSION
+    if titled is not None:
+        best = passage_cosines(queries, hits, titled, base=base, device=device, progress=progress)
+        for q, f in feats.items():
+            f.features["passage"] = best[q]
+        weights = PASSAGE_FUSION
+    run = feature_run(feats, weights)
     out = {}
     for q, scores in run.items():
         alias = next(iter(qrels[q]))

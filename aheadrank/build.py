@@ -55,6 +55,13 @@ PRIORS_MODES = ("default", "pseudo")
 # default): its source left out of its candidates, the fusion's best other candidate instead
 # (:func:`aheadrank.runs.teacher_positives`; measured against source in bench/results/label-free/positive-teacher/)
 POSITIVES = ("source", "teacher")
+# label-free: the listwise teacher the ranker's last layer is fitted to and trained against (aheadrank.baselines
+# TEACHERS): the equal-weight BM25 + bi-encoder fusion, or that with the bi-encoder's best 2-sentence window as a
+# third feature (measured against each other in bench/results/label-free/teacher-passages/)
+TEACHER_NAMES = {
+    "fusion": "equal-weight BM25 + bi-encoder fusion",
+    "fusion-passages": "BM25 + bi-encoder + the bi-encoder's best 2-sentence window, 1/3 each",
+}
 # what a plan field means in a build.json written before the field existed (the behaviour of that time), where
 # it differs from today's default
 _RECORDED_BEFORE = {"positive": "source"}
@@ -114,6 +121,7 @@ class BuildPlan:
     # collection's
     init: str | None = None
     positive: str = "teacher"  # label-free: POSITIVES
+    teacher: str = "fusion"  # label-free: the listwise teacher, aheadrank.baselines.TEACHERS
 
     def directory(self) -> Path:
         return Path(self.out)
@@ -170,7 +178,10 @@ def _write_record(out: Path, record: BuildRecord) -> None:
 
 # the plan's fields that decide what the stages make: a rerun that changes one a finished stage depends on is refused
 _SHARED_PINS = ("collection", "labels", "max_queries", "seed", "base")
-_MODEL_PINS = (*_SHARED_PINS, "ranker", "recipe", "steps", "ce_weight", "lr", "init", "positive", "fit_head")
+_MODEL_PINS = (
+    *_SHARED_PINS,
+    *("ranker", "recipe", "steps", "ce_weight", "lr", "init", "positive", "fit_head", "teacher"),
+)
 
 
 def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
@@ -325,6 +336,11 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
         from aheadrank.baselines import label_free_teacher
 
         data, hits, aliases = load_label_free(plan)
+        titled = None
+        if plan.teacher == "fusion-passages":
+            from aheadrank.indexer.collections import Collection
+
+            titled = {d: (t, b) for d, t, b in Collection(plan.collection).titled()}
         data.teacher = label_free_teacher(
             p["dense"],
             data.queries,
@@ -333,6 +349,8 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
             data.qrels,
             base=base_of(model.config),
             device=plan.device,
+            titled=titled,
+            progress=plan.progress,
         )
         if plan.positive == "teacher":
             from aheadrank.runs import teacher_positives
@@ -340,7 +358,7 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
             teacher_positives(data, aliases)
         extra = {
             "label_free": {
-                "teacher": "equal-weight BM25 + bi-encoder fusion",
+                "teacher": TEACHER_NAMES[plan.teacher],
                 "queries": len(data.queries),
                 "positive": plan.positive,
             }
@@ -632,6 +650,8 @@ def build(
         raise AheadrankError(f"--priors is {' or '.join(PRIORS_MODES)}, not {plan.priors!r}")
     if plan.positive not in POSITIVES:
         raise AheadrankError(f"--positive is {' or '.join(POSITIVES)}, not {plan.positive!r}")
+    if plan.teacher not in TEACHER_NAMES:
+        raise AheadrankError(f"--teacher is {' or '.join(TEACHER_NAMES)}, not {plan.teacher!r}")
     if until is not None and until not in STAGES:
         raise AheadrankError(f"unknown stage {until!r}: one of {', '.join(STAGES)}")
     plan_variant(plan)  # an unknown ranker (or labels split, or base) fails before any work

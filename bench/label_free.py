@@ -175,6 +175,7 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
         lr=args.lr,
         fit_head=args.fit_head or None,
         positive=args.positive,
+        teacher=args.teacher,
         base=args.base,
         reuse=str(reuse) if reuse else None,
         progress=args.progress,
@@ -195,6 +196,8 @@ def build_name(args, collection: str, variant: str, transfer: bool = False) -> s
         name += f"-ce{args.ce_weight:g}"
     if args.positive != "source":
         name += f"-positive-{args.positive}"
+    if args.teacher != "fusion":
+        name += f"-teacher-{args.teacher}"
     if args.lr is not None:
         name += f"-lr{args.lr:g}"
     if args.fit_head:
@@ -207,7 +210,7 @@ def build_name(args, collection: str, variant: str, transfer: bool = False) -> s
 def add_build_name_options(ap: argparse.ArgumentParser, steps: bool = True, passages: bool = True) -> None:
     """The settings that name this bench's build folders (:func:`build_name`): this bench's own, and those of a
     script that reads its builds."""
-    from aheadrank.build import POSITIVES, BuildPlan
+    from aheadrank.build import POSITIVES, TEACHER_NAMES, BuildPlan
 
     if steps:
         ap.add_argument("--steps", type=int, default=None)
@@ -217,6 +220,13 @@ def add_build_name_options(ap: argparse.ArgumentParser, steps: bool = True, pass
         choices=POSITIVES,
         help="label-free positive (aheadrank build --positive; default: the build's, teacher); teacher builds in "
         "VARIANT-positive-teacher",
+    )
+    ap.add_argument(
+        "--teacher",
+        default=BuildPlan.teacher,
+        choices=list(TEACHER_NAMES),
+        help="label-free teacher (aheadrank build --teacher; default: the build's, fusion); other teachers build in "
+        "VARIANT[...]-teacher-TEACHER",
     )
     if passages:
         ap.add_argument(

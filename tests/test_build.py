@@ -308,3 +308,21 @@ def test_a_build_fits_the_score_head_when_asked_and_pins_it(passages, tiny_base,
     plain = tmp_path / "plain"
     build(plan(passages, plain, tiny_base, **kw), until="train", echo=lambda _: None)
     assert "head_fit" not in load_ranker(paths(plain)["checkpoint"]).config.extra
+
+
+def test_a_label_free_build_fits_to_the_teacher_it_is_given_and_pins_it(built, passages, tiny_base, tmp_path):
+    """--teacher fusion-passages reaches the train stage (the teacher is named in the checkpoint, the default's
+    is the fusion); a finished train stage refuses the other teacher and an unknown one is named."""
+    from aheadrank.build import TEACHER_NAMES
+
+    assert BuildPlan("c", "o").teacher == "fusion"
+    extra = load_ranker(paths(built[0])["checkpoint"]).config.extra["label_free"]
+    assert extra["teacher"] == TEACHER_NAMES["fusion"]
+    out = tmp_path / "windows"
+    build(plan(passages, out, tiny_base, teacher="fusion-passages"), echo=lambda _: None)
+    extra = load_ranker(paths(out)["checkpoint"]).config.extra["label_free"]
+    assert extra["teacher"] == TEACHER_NAMES["fusion-passages"]
+    with pytest.raises(AheadrankError, match="teacher='fusion-passages'"):
+        build(plan(passages, out, tiny_base), echo=lambda _: None)
+    with pytest.raises(AheadrankError, match="--teacher is fusion or fusion-passages"):
+        build(plan(passages, tmp_path / "x", tiny_base, teacher="cross-encoder"), echo=lambda _: None)

@@ -82,6 +82,13 @@ def build_cmd(
         help="label-free: what a pseudo-query is trained to put first: teacher (its source left out; the fusion's "
         "best other candidate, the fusion's ranking of the rest) or source (the document it was made from)",
     ),
+    teacher: str = opt(
+        "fusion",
+        "--teacher",
+        help="label-free: the listwise teacher the ranker is fitted to and trained against: fusion (BM25 and the "
+        "bi-encoder, equal weights) or fusion-passages (with the bi-encoder's best 2-sentence window as a third "
+        "feature, 1/3 each)",
+    ),
     seed: int = opt(0, "--seed"),
     progress: bool = opt(True, "--progress/--no-progress"),
     passages: bool | None = opt(
@@ -119,6 +126,7 @@ def build_cmd(
         passages=passages,
         init=str(init) if init else None,
         positive=positive,
+        teacher=teacher,
     )
     build(plan, until=until, echo=typer.echo)
     typer.echo(f"serve it: aheadrank serve {out}")

@@ -28,6 +28,20 @@ def corpus(path, n: int, *, titles: bool, punctuation: bool, seed: int = 0):
     return path
 
 
+def fake_features(store, queries, cands, qrels=None, device="cpu", base=None):
+    """``baselines.dense_features`` without a dense store: BM25 as listed, a dense cosine rising down the list."""
+    from aheadrank.priors import QueryFeatures
+
+    return {
+        q: QueryFeatures(
+            [d for d, _ in cands[q]],
+            {"bm25": np.array([s for _, s in cands[q]]), "dense": np.arange(len(cands[q]), dtype=float)},
+            {},
+        )
+        for q in queries
+    }
+
+
 @pytest.mark.parametrize(
     ("titles", "punctuation", "kinds"),
     [(True, True, {"title", "sentence"}), (False, True, {"sentence"}), (False, False, {"span"})],
@@ -96,17 +110,6 @@ def test_training_data_swaps_the_source_for_its_copy_and_the_teacher_follows(tmp
             assert data.candidates[qid].index(alias) == listed.index(source)
 
     from aheadrank import baselines
-    from aheadrank.priors import QueryFeatures
-
-    def fake_features(store, queries, cands, qrels=None, device="cpu", base=None):
-        return {
-            q: QueryFeatures(
-                [d for d, _ in cands[q]],
-                {"bm25": np.array([s for _, s in cands[q]]), "dense": np.arange(len(cands[q]), dtype=float)},
-                {},
-            )
-            for q in queries
-        }
 
     monkeypatch.setattr(baselines, "dense_features", fake_features)
     teacher = baselines.label_free_teacher("unused", data.queries, hits, pq.aliases, data.qrels)
@@ -147,3 +150,42 @@ def test_a_short_body_is_one_passage_the_whole_document():
     assert sentence_passages("", "no stop at all", size=1) == ["no stop at all"]
     with pytest.raises(ValueError, match="at least 1 sentence"):
         sentence_passages("t", "b", size=0)
+
+
+def test_the_passage_teacher_adds_each_candidates_best_two_sentence_window(tmp_path, monkeypatch, tiny_base):
+    """``--teacher fusion-passages``: beside BM25 and the bi-encoder, each candidate's best 2-sentence window by the
+    bi-encoder's cosine with the query, 1/3 each; a candidate without text is an error, not a guess."""
+    from aheadrank.rankers.dense import dense_encoder
+
+    from aheadrank import baselines
+
+    titled = {
+        "long": ("Birds", "Cats purr softly. Dogs bark loudly. Fish swim in rivers. Owls hunt at night."),
+        "short": ("", "Owls hunt at night."),
+        "other": ("Rivers", "Water flows downhill. Salmon swim upstream in autumn. Bears wait for them."),
+    }
+    queries = {"q": "which birds hunt at night", "r": "salmon in rivers"}
+    hits = {"q": [("long", 9.0), ("short", 7.0), ("other", 1.0)], "r": [("other", 5.0), ("long", 2.0)]}
+    best = baselines.passage_cosines(queries, hits, titled, base=tiny_base)
+    enc = dense_encoder(tiny_base)
+    for q, listed in hits.items():
+        qv = enc.encode_queries([queries[q]])[0]
+        for (d, _), got in zip(listed, best[q], strict=True):
+            windows = sentence_passages(*titled[d], size=2)
+            assert len(windows) == (3 if d == "long" else 2 if d == "other" else 1)
+            assert got == pytest.approx(float((enc.encode_documents(windows) @ qv).max()), abs=1e-5)
+
+    monkeypatch.setattr(baselines, "dense_features", fake_features)
+    aliases = {"pq:long": "long", "pq:other": "other"}
+    qrels = {"q": {"pq:long": 1}, "r": {"pq:other": 1}}
+    teacher = baselines.label_free_teacher(
+        "unused", queries, hits, aliases, qrels, base=tiny_base, titled=titled
+    )
+    for q in queries:
+        feats = fake_features(0, [q], hits)[q]
+        feats.features["passage"] = best[q]
+        want = baselines.feature_run({q: feats}, baselines.PASSAGE_FUSION)[q]
+        want = {next(iter(qrels[q])) if d == aliases[next(iter(qrels[q]))] else d: s for d, s in want.items()}
+        assert teacher[q] == pytest.approx(want)
+    with pytest.raises(KeyError, match="no text for listed documents"):
+        baselines.passage_cosines(queries, hits, {"long": titled["long"]}, base=tiny_base)
