@@ -132,7 +132,7 @@ def passage_cosines(
         windows = sentence_passages(*titled[d], size=sentences)
         first[d] = (len(flat), len(flat) + len(windows))
         flat.extend(windows)
-    vecs = _encode_in_chunks(enc, flat, progress)
+    vecs = encode_in_chunks(enc, flat, progress)
     qvecs = enc.encode_queries([queries[q] for q in qids])
     out = {}
     for q, qv in zip(qids, qvecs, strict=True):
@@ -141,10 +141,13 @@ def passage_cosines(
     return out
 
 
-def _encode_in_chunks(enc, texts: list[str], progress: bool, chunk: int = 1024) -> np.ndarray:
+def encode_in_chunks(
+    enc, texts: list[str], progress: bool, desc: str = "teacher windows", chunk: int = 1024
+) -> np.ndarray:
+    """``enc.encode_documents(texts)`` [N, n] a chunk at a time, with a progress bar of windows."""
     from tqdm import tqdm
 
-    bar = tqdm(total=len(texts), unit="window", desc="teacher windows", disable=not progress)
+    bar = tqdm(total=len(texts), unit="window", desc=desc, disable=not progress)
     vecs = []
     for k in range(0, len(texts), chunk):
         vecs.append(enc.encode_documents(texts[k : k + chunk]))

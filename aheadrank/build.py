@@ -55,8 +55,8 @@ PRIORS_MODES = ("default", "pseudo")
 # default): its source left out of its candidates, the fusion's best other candidate instead
 # (:func:`aheadrank.runs.teacher_positives`; measured against source in bench/results/label-free/positive-teacher/)
 POSITIVES = ("source", "teacher")
-# label-free: the listwise teacher the ranker's last layer is fitted to and trained against (aheadrank.baselines
-# TEACHERS): the equal-weight BM25 + bi-encoder fusion, or that with the bi-encoder's best 2-sentence window as a
+# label-free: the listwise teacher the ranker's last layer is fitted to and trained against (the teachers of
+# aheadrank.baselines.label_free_teacher): the equal-weight BM25 + bi-encoder fusion, or that with the bi-encoder's best 2-sentence window as a
 # third feature (measured against each other in bench/results/label-free/teacher-passages/)
 TEACHER_NAMES = {
     "fusion": "equal-weight BM25 + bi-encoder fusion",
@@ -121,7 +121,7 @@ class BuildPlan:
     # collection's
     init: str | None = None
     positive: str = "teacher"  # label-free: POSITIVES
-    teacher: str = "fusion"  # label-free: the listwise teacher, aheadrank.baselines.TEACHERS
+    teacher: str = "fusion"  # label-free: the listwise teacher, TEACHER_NAMES
 
     def directory(self) -> Path:
         return Path(self.out)

@@ -95,7 +95,8 @@ def embeddings(collection: Path, docids: list[str], size: int, base, work: Path,
     from aheadrank.indexer.pseudo_queries import sentence_passages
     from aheadrank.rankers.dense import dense_encoder
     from benchkit import digest
-    from tqdm import tqdm
+
+    from aheadrank.baselines import encode_in_chunks
 
     enc = dense_encoder(base)
     path = work / f"passages-{collection.name}-{digest([docids, size, enc.fingerprint])}.npz"
@@ -111,13 +112,7 @@ def embeddings(collection: Path, docids: list[str], size: int, base, work: Path,
         owner.extend([i] * len(ps))
     t0 = time.perf_counter()
     docs = enc.encode_documents([join_title_text(*texts[d]) for d in docids])
-    bar = tqdm(total=len(flat), unit="passage", disable=not progress, desc=f"{collection.name} passages")
-    vecs = []
-    for k in range(0, len(flat), 1024):  # in chunks, for the progress bar
-        vecs.append(enc.encode_documents(flat[k : k + 1024]))
-        bar.update(len(vecs[-1]))
-    bar.close()
-    passages = np.concatenate(vecs)
+    passages = encode_in_chunks(enc, flat, progress, desc=f"{collection.name} passages")
     seconds = time.perf_counter() - t0
     log.info(
         "%s: %d documents, %d passages embedded in %.0f s (%.1f passages/s)",
