@@ -56,8 +56,9 @@ PRIORS_MODES = ("default", "pseudo")
 # (:func:`aheadrank.runs.teacher_positives`; measured against source in bench/results/label-free/positive-teacher/)
 POSITIVES = ("source", "teacher")
 # label-free: the listwise teacher the ranker's last layer is fitted to and trained against (the teachers of
-# aheadrank.baselines.label_free_teacher): the equal-weight BM25 + bi-encoder fusion, or that with the bi-encoder's best 2-sentence window as a
-# third feature (measured against each other in bench/results/label-free/teacher-passages/)
+# aheadrank.baselines.label_free_teacher): the equal-weight BM25 + bi-encoder fusion, or that with the
+# bi-encoder's best 2-sentence window as a third feature (measured against each other in
+# bench/results/label-free/teacher-passages/)
 TEACHER_NAMES = {
     "fusion": "equal-weight BM25 + bi-encoder fusion",
     "fusion-passages": "BM25 + bi-encoder + the bi-encoder's best 2-sentence window, 1/3 each",
