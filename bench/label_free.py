@@ -318,6 +318,69 @@ def diff_p(c: dict) -> str:
     return f"{c['diff']:+.4f} (p {c['p']:.2g})"
 
 
+def probe_setup(args, name: str):
+    """What a probe of a finished build reads first: (the build's folder, test queries, qrels, BM25 top-DEPTH
+    candidates, their label-free features, the judged qids, the baselines' runs, their nDCG@10, the better of RRF
+    and the equal-weight fusion). A SystemExit where :func:`build_name`'s build is missing."""
+    from benchkit import Bm25Hits, eval_topics
+
+    from aheadrank.baselines import dense_features
+    from aheadrank.build import paths
+    from aheadrank.evaluation import evaluate
+
+    collection = args.data / name
+    build = args.workdir / name / build_name(args, name, args.ranker)
+    if not (build / "build.json").is_file():
+        raise SystemExit(f"no build at {build}: run bench/label_free.py with the same settings first")
+    queries, qrels = eval_topics(collection, "test", None)
+    cands = Bm25Hits(collection, args.workdir, False).hits(queries, DEPTH)
+    feats = dense_features(
+        paths(args.workdir / name / "shared")["dense"], queries, cands, qrels, device=args.device
+    )
+    qids = sorted(q for q in feats if any(r > 0 for r in qrels.get(q, {}).values()))
+    baselines = label_free_baselines([(q, feats[q]) for q in qids])
+    scores = {k: evaluate(r, qrels, ("nDCG@10",))["nDCG@10"] for k, r in baselines.items()}
+    best = max(("rrf", "fusion-equal"), key=scores.get)
+    return build, queries, qrels, cands, feats, qids, baselines, scores, best
+
+
+def pure_and_served(vf: list, qrels: dict, baselines: dict, best: str) -> dict:
+    """``{"pure": row, "served": row}`` of (qid, QueryFeatures with ``neural``): the neural score alone and with BM25
+    and the bi-encoder (1/3 each), each row its nDCG@10 and its comparisons with BM25 and with ``best``."""
+    from aheadrank.evaluation import compare, evaluate
+
+    out = {}
+    for kind, w in (("pure", {"neural": 1.0}), ("served", {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 3})):
+        run = runs_from(vf, w)
+        out[kind] = {
+            "ndcg10": evaluate(run, qrels, ("nDCG@10",))["nDCG@10"],
+            "vs_bm25": comparison(compare, baselines["bm25"], run, qrels),
+            "vs_best_baseline": comparison(compare, baselines[best], run, qrels),
+        }
+    return out
+
+
+def window_table(results: list[dict], key: str, label: str) -> str:
+    """The probes' table of runs per window (``bench/label_free_window.py``, ``label_free_sentence_windows.py``):
+    for each collection its BM25 and better fusion (and ``ranker_window`` where the result has one), then a row per
+    run of each ``result[key]`` entry (``{"runs": {name: {"ndcg10", "vs_bm25", "vs_best_baseline"}}}``), its first
+    column headed ``label``."""
+    lines = []
+    for r in results:
+        b, best = r["baselines"], r["best_baseline"]
+        own = f"the ranker's window {r['ranker_window']}; " if "ranker_window" in r else ""
+        lines.append(f"\n### {r['collection']} ({own}BM25 {b['bm25']:.4f}, {best} {b[best]:.4f})\n")
+        lines.append(f"| {label} | run | nDCG@10 | vs BM25 (diff, p) | vs better fusion (diff, p) |")
+        lines.append("|---:|---|---:|---|---|")
+        for window, row in r[key].items():
+            for name, x in row["runs"].items():
+                lines.append(
+                    f"| {window} | {name} | {x['ndcg10']:.4f} | {diff_p(x['vs_bm25'])} | "
+                    f"{diff_p(x['vs_best_baseline'])} |"
+                )
+    return "\n".join(lines)
+
+
 def neural_features(
     ckpt: Path,
     store: Path,

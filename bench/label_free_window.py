@@ -90,25 +90,11 @@ def rewindowed(
 def bench_collection(args, name: str) -> dict:
     import label_free as lf
     from aheadrank.rankers import load_config
-    from benchkit import Bm25Hits, eval_topics
 
-    from aheadrank.baselines import dense_features
     from aheadrank.build import _variant, paths
-    from aheadrank.evaluation import compare, evaluate
 
     collection = args.data / name
-    source = args.workdir / name / lf.build_name(args, name, args.ranker)
-    if not (source / "build.json").is_file():
-        raise SystemExit(f"no build at {source}: run bench/label_free.py with the same settings first")
-    queries, qrels = eval_topics(collection, "test", None)
-    cands = Bm25Hits(collection, args.workdir, False).hits(queries, DEPTH)
-    feats = dense_features(
-        paths(args.workdir / name / "shared")["dense"], queries, cands, qrels, device=args.device
-    )
-    qids = sorted(q for q in feats if any(r > 0 for r in qrels.get(q, {}).values()))
-    baselines = lf.label_free_baselines([(q, feats[q]) for q in qids])
-    scores = {k: evaluate(r, qrels, ("nDCG@10",))["nDCG@10"] for k, r in baselines.items()}
-    best = max(("rrf", "fusion-equal"), key=scores.get)
+    source, queries, qrels, cands, feats, qids, baselines, scores, best = lf.probe_setup(args, name)
     own = int(load_config(paths(source)["checkpoint"]).max_doc_len)
     out = {
         "collection": name,
@@ -130,38 +116,17 @@ def bench_collection(args, name: str) -> dict:
             vf = lf.neural_features(
                 p["checkpoint"], p["store"], queries, cands, qrels, args.device, False, agg
             )
-            for kind, w in (
-                ("pure", {"neural": 1.0}),
-                ("served", {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 3}),
-            ):
-                run = lf.runs_from(vf, w)
-                row["runs"][f"{agg}/{kind}"] = {
-                    "ndcg10": evaluate(run, qrels, ("nDCG@10",))["nDCG@10"],
-                    "vs_bm25": lf.comparison(compare, baselines["bm25"], run, qrels),
-                    "vs_best_baseline": lf.comparison(compare, baselines[best], run, qrels),
-                }
+            for kind, x in lf.pure_and_served(vf, qrels, baselines, best).items():
+                row["runs"][f"{agg}/{kind}"] = x
         out["windows"][str(window)] = row
         log.info("%s window %d: %s", name, window, {k: round(r["ndcg10"], 4) for k, r in row["runs"].items()})
     return out
 
 
 def table(results: list[dict]) -> str:
-    lines = []
-    for r in results:
-        b = r["baselines"]
-        lines.append(
-            f"\n### {r['collection']} (the ranker's window {r['ranker_window']}; BM25 {b['bm25']:.4f}, "
-            f"{r['best_baseline']} {b[r['best_baseline']]:.4f})\n"
-        )
-        lines.append("| window | run | nDCG@10 | vs BM25 (diff, p) | vs better fusion (diff, p) |")
-        lines.append("|---:|---|---:|---|---|")
-        for window, row in r["windows"].items():
-            for name, x in row["runs"].items():
-                lines.append(
-                    f"| {window} | {name} | {x['ndcg10']:.4f} | {x['vs_bm25']['diff']:+.4f} ({x['vs_bm25']['p']:.2g}) | "
-                    f"{x['vs_best_baseline']['diff']:+.4f} ({x['vs_best_baseline']['p']:.2g}) |"
-                )
-    return "\n".join(lines)
+    import label_free as lf
+
+    return lf.window_table(results, "windows", "window")
 
 
 def main(argv=None) -> int:
