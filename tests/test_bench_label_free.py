@@ -93,3 +93,48 @@ def test_merged_collection_keeps_every_judged_query_of_each_source_under_its_nam
     # built once: a second call reads what is there
     (out / "corpus.jsonl").write_text("")
     assert label_free.merged_collection(tmp_path, ["a", "b"], out).joinpath("corpus.jsonl").read_text() == ""
+
+
+def test_pure_and_served_score_the_neural_feature_alone_and_with_the_priors():
+    """The probes' evaluation: pure is the neural score's own ranking, served its z-scores with BM25 and the
+    bi-encoder's, 1/3 each, each compared with BM25 and the better fusion."""
+    import numpy as np
+
+    from aheadrank.priors import QueryFeatures
+
+    docids = ["a", "b", "c", "d"]
+    qrels = {"q1": {"a": 1}, "q2": {"d": 1}}
+    vf = [  # neural ranks the relevant document first; BM25 last; the bi-encoder in between
+        ("q1", QueryFeatures(docids, {"neural": np.array([4.0, 3, 2, 1]), "bm25": np.array([1.0, 2, 3, 4]),
+                                      "dense": np.array([0.5, 0.9, 0.1, 0.2])}, qrels["q1"])),
+        ("q2", QueryFeatures(docids, {"neural": np.array([1.0, 2, 3, 4]), "bm25": np.array([4.0, 3, 2, 1]),
+                                      "dense": np.array([0.1, 0.2, 0.9, 0.5])}, qrels["q2"])),
+    ]  # fmt: skip
+    baselines = label_free.label_free_baselines(vf)
+    rows = label_free.pure_and_served(vf, qrels, baselines, "fusion-equal")
+    assert set(rows) == {"pure", "served"}
+    assert rows["pure"]["ndcg10"] == pytest.approx(1.0)
+    # served: neural's and BM25's equal shares cancel, the bi-encoder's puts the relevant document second
+    assert rows["served"]["ndcg10"] == pytest.approx(1 / np.log2(3))
+    assert rows["pure"]["vs_bm25"]["diff"] > 0  # BM25 puts the relevant document last for both
+
+
+def test_window_table_has_a_row_per_run_of_each_window():
+    result = {
+        "collection": "cranfield",
+        "ranker_window": 128,
+        "baselines": {"bm25": 0.3443, "rrf": 0.4022, "fusion-equal": 0.3907},
+        "best_baseline": "rrf",
+        "windows": {
+            "128": {"runs": {"maxp/pure": {"ndcg10": 0.373, "vs_bm25": {"diff": 0.0287, "p": 0.21},
+                                           "vs_best_baseline": {"diff": -0.0292, "p": 0.12}}}},
+            "sent2": {"runs": {"maxp/pure": {"ndcg10": 0.3847, "vs_bm25": {"diff": 0.0404, "p": 0.069},
+                                             "vs_best_baseline": {"diff": -0.0175, "p": 0.33}}}},
+        },
+    }  # fmt: skip
+    md = label_free.window_table([result], "windows", "window")
+    assert "### cranfield (the ranker's window 128; BM25 0.3443, rrf 0.4022)" in md
+    assert "| 128 | maxp/pure | 0.3730 | +0.0287 (p 0.21) | -0.0292 (p 0.12) |" in md
+    assert "| sent2 | maxp/pure | 0.3847 | +0.0404 (p 0.069) | -0.0175 (p 0.33) |" in md
+    del result["ranker_window"]
+    assert "### cranfield (BM25 0.3443, rrf 0.4022)" in label_free.window_table([result], "windows", "w")
