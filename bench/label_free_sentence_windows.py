@@ -30,7 +30,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 log = logging.getLogger("bench.label_free_sentence_windows")
-DEPTH = 100
 AGGREGATIONS = ("maxp", "first+max")
 ENCODE_CHUNK = 1024  # windows encoded at once
 

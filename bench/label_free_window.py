@@ -29,7 +29,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 log = logging.getLogger("bench.label_free_window")
-DEPTH = 100
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -94,7 +93,7 @@ def bench_collection(args, name: str) -> dict:
     from aheadrank.build import _variant, paths
 
     collection = args.data / name
-    source, queries, qrels, cands, feats, qids, baselines, scores, best = lf.probe_setup(args, name)
+    source, queries, qrels, cands, _, _, baselines, scores, best = lf.probe_setup(args, name)
     own = int(load_config(paths(source)["checkpoint"]).max_doc_len)
     out = {
         "collection": name,
