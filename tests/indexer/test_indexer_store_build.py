@@ -191,6 +191,9 @@ def test_sigkill_midway_then_resume_equals_uninterrupted(collection, checkpoints
         )
     )
     assert summary.shards_reused >= 2 and summary.documents == 230
+    # the throughput counts what this run encoded, not the shards it found finished
+    assert summary.documents_reused == min(20 * summary.shards_reused, 230)  # shards of 20, the last of 10
+    assert summary.docs_per_s == pytest.approx((230 - summary.documents_reused) / summary.seconds)
     assert shard_hashes(target) == shard_hashes(ref)  # exactly the same store
     assert verify_store(target) == []
     a, b = read_all(ref), read_all(target)
@@ -244,6 +247,7 @@ def test_refuses_a_store_of_another_checkpoint_or_options(collection, checkpoint
         BuildOptions(str(checkpoints["mores"]), str(collection), str(store), shard_size=100, progress=False)
     )
     assert again.shards_reused == 3  # a complete store is reused as it is
+    assert again.documents_reused == again.documents and again.docs_per_s == 0.0  # nothing encoded
     summary = build_store(
         BuildOptions(
             str(checkpoints["mores-b"]),

@@ -66,8 +66,9 @@ def test_the_gpu_service_ranks_as_the_cpu_service(stored_env):
     try:
         assert "cuda" in str(info)
         graphs = gpu_backend.ranker.query_graphs
-        # every query length captured at warm-up, and the request replayed one of them; the dense prior alike
-        assert len(graphs.graphs) == gpu_backend.ranker.config.max_query_len + 2 and graphs.replays >= 1
+        # every query length the service reads (--max-query-len, which may exceed the ranker's trained length)
+        # captured at warm-up, and the request replayed one of them; the dense prior alike
+        assert len(graphs.graphs) == info["model"]["query_len"] + 2 and graphs.replays >= 1
         dense = gpu_backend.scorer.encoder().query_graphs
         assert len(dense.graphs) == dense.max_graphs and dense.replays >= 1
         assert "dense" in gpu["scoring"] and gpu["scoring"] == cpu["scoring"]  # the served score used it
