@@ -8,7 +8,10 @@ z-score fusion) and, from committed label-free builds' pure neural runs (``--neu
 - ``fusion-passages``: BM25, the bi-encoder and its best passage, 1/3 each (z-scores per query);
 - ``VARIANT+priors``: neural, BM25 and bi-encoder 1/3 each, recomputed from the pure run (the committed
   ``VARIANT+priors`` run's score is printed beside it as a check);
-- ``VARIANT+priors+passages``: neural, BM25, bi-encoder and best passage, 1/4 each.
+- ``VARIANT+priors+passages``: neural, BM25, bi-encoder and best passage, 1/4 each;
+- ``VARIANT+priors+split``: neural and BM25 1/3 each, the bi-encoder's third split between the whole document and
+  its best passage (1/6 each). Where a document is one window (Vaswani: no sentence breaks) the two bi-encoder
+  features are equal and this is ``VARIANT+priors`` exactly.
 
 Every weight and the window (2 sentences) were fixed before any of this was measured; no judgment chooses
 anything. Paired t-tests against the better of RRF and the equal-weight fusion and against ``fusion-passages``.
@@ -20,7 +23,7 @@ anything. Paired t-tests against the better of RRF and the equal-weight fusion a
         --out bench/results/label-free/passages
 
 Writes ``--out``: ``label_free_passages.{json,md}`` and ``<collection>/runs/{bi-encoder-passages,fusion-passages,
-VARIANT+priors+passages}.trec.zst``.
+VARIANT+priors+passages,VARIANT+priors+split}.trec.zst``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ DEPTH = 100
 BASELINES = ("bm25", "bi-encoder", "bi-encoder-passages", "rrf", "fusion-equal", "fusion-passages")
 FUSION_PASSAGES = {"bm25": 1 / 3, "dense": 1 / 3, "passage": 1 / 3}
 SERVED_PASSAGES = {"neural": 0.25, "bm25": 0.25, "dense": 0.25, "passage": 0.25}
+SERVED_SPLIT = {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 6, "passage": 1 / 6}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -199,6 +203,7 @@ def bench_collection(args, name: str) -> dict:
             variant: runs_from(with_neural, {"neural": 1.0}),
             f"{variant}+priors": runs_from(with_neural, LABEL_FREE_WEIGHTS["neural+bm25+dense"]),
             f"{variant}+priors+passages": runs_from(with_neural, SERVED_PASSAGES),
+            f"{variant}+priors+split": runs_from(with_neural, SERVED_SPLIT),
         }
         row = {"from": str(source.relative_to(ROOT) if source.is_relative_to(ROOT) else source), "runs": {}}
         if committed.exists():
@@ -209,11 +214,12 @@ def bench_collection(args, name: str) -> dict:
                 "vs_best_baseline": comparison(compare, runs[best], r, qrels),
                 "vs_fusion_passages": comparison(compare, runs["fusion-passages"], r, qrels),
             }
-        write_zst_run(
-            out_runs / f"{variant}+priors+passages.trec.zst",
-            vruns[f"{variant}+priors+passages"],
-            f"{variant}_priors_passages",
-        )
+        for suffix in ("passages", "split"):
+            write_zst_run(
+                out_runs / f"{variant}+priors+{suffix}.trec.zst",
+                vruns[f"{variant}+priors+{suffix}"],
+                f"{variant}_priors_{suffix}",
+            )
         result["variants"][variant] = row
     return result
 

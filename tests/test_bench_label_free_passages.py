@@ -46,3 +46,21 @@ def test_the_fused_runs_are_the_weighted_sum_of_per_query_z_scores():
     assert np.allclose(list(out.values()), 0.25 * z(f["bm25"]) + 0.75 * z(f["passage"]))
     (best,) = lfp_runs([("q", QueryFeatures(["a", "b", "c"], f, {}))], {"passage": 1.0}).values()
     assert max(best, key=best.get) == "c"
+
+
+def test_the_split_share_is_the_served_score_where_a_document_is_one_window():
+    """``SERVED_SPLIT`` keeps the bi-encoder's third: where the best window is the whole document (the passage
+    feature equals the dense one) it scores exactly as the served 1/3 each; where they differ it does not."""
+    from aheadrank.build import LABEL_FREE_WEIGHTS
+    from aheadrank.priors import QueryFeatures
+
+    assert sum(lfp.SERVED_SPLIT.values()) == pytest.approx(1.0)
+    dense = np.array([0.3, 0.5, 0.1, 0.4])
+    f = {"neural": np.array([2.0, 1.0, 0.5, 3.0]), "bm25": np.array([9.0, 4.0, 7.0, 1.0]), "dense": dense}
+    one = [("q", QueryFeatures(list("abcd"), {**f, "passage": dense.copy()}, {}))]
+    (split,) = lfp_runs(one, lfp.SERVED_SPLIT).values()
+    (served,) = lfp_runs(one, LABEL_FREE_WEIGHTS["neural+bm25+dense"]).values()
+    assert np.allclose(list(split.values()), list(served.values()))
+    other = [("q", QueryFeatures(list("abcd"), {**f, "passage": np.array([0.9, 0.1, 0.1, 0.1])}, {}))]
+    (moved,) = lfp_runs(other, lfp.SERVED_SPLIT).values()
+    assert moved["a"] > split["a"] and moved["b"] < split["b"]  # the best window lifts a, the others fall
