@@ -323,7 +323,8 @@ def stage_train(plan: BuildPlan, search: Search | None = None) -> dict:
     if plan.init:
         model, source = start_from(plan.init, variant, plan.device)
     else:
-        model = variant.init(base=plan.base, seed=plan.seed, **rec.init_options()).to(plan.device)
+        options = rec.init_options(label_free=split is None)
+        model = variant.init(base=plan.base, seed=plan.seed, **options).to(plan.device)
     given = {
         "seed": plan.seed,
         "steps": plan.steps,

@@ -76,11 +76,20 @@ class Recipe:
     def lr_for(self, kind: str) -> float:
         return self.lr_tk if kind == "tk" else self.lr
 
-    def init_options(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    def init_options(
+        self, given: dict[str, Any] | None = None, *, label_free: bool = False
+    ) -> dict[str, Any]:
         """A new ranker's options (:func:`rankers.init_ranker` keywords): ``given`` (None: not given) with the
-        recipe's document length."""
-        return {"max_doc_len": self.max_doc_len, **{k: v for k, v in (given or {}).items() if v is not None}}
+        recipe's document length, or ``LABEL_FREE_DOC_LEN`` for a ranker trained without judgments."""
+        window = LABEL_FREE_DOC_LEN if label_free else self.max_doc_len
+        return {"max_doc_len": window, **{k: v for k, v in (given or {}).items() if v is not None}}
 
+
+# Word pieces a label-free ranker reads of a document (longer ones are stored as passages too), whatever the recipe:
+# the GPU recipe's 256 served below 128 on Cranfield, where the window is chosen (MORES 2xIB S2, untrained start,
+# 0.4115 against 0.4193 with first+max; bench/results/label-free/gpu-recipe/cranfield/), and on SciFact (0.7353
+# against 0.7378, gpu-recipe/mores-cpu/), with a store 1.7x the size
+LABEL_FREE_DOC_LEN = 128
 
 RECIPES = {
     # 2 CPU cores: 360 steps (3x the 120 before commit a22b566: bert 0.639 -> 0.702, MORES 2xIB 0.673 -> 0.708 on

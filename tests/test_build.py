@@ -326,3 +326,15 @@ def test_a_label_free_build_fits_to_the_teacher_it_is_given_and_pins_it(built, p
         build(plan(passages, out, tiny_base), echo=lambda _: None)
     with pytest.raises(AheadrankError, match="--teacher is fusion or fusion-passages"):
         build(plan(passages, tmp_path / "x", tiny_base, teacher="cross-encoder"), echo=lambda _: None)
+
+
+def test_a_label_free_build_reads_the_label_free_window_under_every_recipe(passages, tiny_base, tmp_path):
+    """The GPU recipe's 256-piece window served below 128 label-free (bench/results/label-free/gpu-recipe/), so a
+    build without judgments reads ``LABEL_FREE_DOC_LEN`` pieces under it too; the recipe's other settings stay."""
+    from aheadrank.rankers.recipe import LABEL_FREE_DOC_LEN, RECIPES
+
+    out = tmp_path / "gpu"
+    build(plan(passages, out, tiny_base, recipe="gpu", steps=1), until="train", echo=lambda _: None)
+    ranker = load_ranker(paths(out)["checkpoint"])
+    assert ranker.config.max_doc_len == LABEL_FREE_DOC_LEN < RECIPES["gpu"].max_doc_len
+    assert ranker.config.extra["train"]["group_size"] == RECIPES["gpu"].group_size

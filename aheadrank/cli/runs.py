@@ -66,12 +66,12 @@ def train_cmd(
     rec = recipe_for(device, recipe)
     check_training_options(training)  # before anything is read
     seed = TrainConfig.seed if training["seed"] is None else training["seed"]
+    label_free = not (collection / "qrels" / f"{split}.tsv").is_file()
     if init is not None:
         model = load_ranker(init, device=device)
     else:
-        options = rec.init_options(init_options(ranker.value, ranker_options))
+        options = rec.init_options(init_options(ranker.value, ranker_options), label_free=label_free)
         model = init_ranker(ranker.value, base=base, seed=seed, **options).to(device)
-    label_free = not (collection / "qrels" / f"{split}.tsv").is_file()
     resolved = resolve_training(
         rec, model.kind, training, ranker=asdict(model.config), fresh=init is None, label_free=label_free
     )

@@ -13,7 +13,13 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 import pytest
-from aheadrank.rankers.recipe import RECIPES, STAGE_OPTIONS, StageOptions, resolve_training
+from aheadrank.rankers.recipe import (
+    LABEL_FREE_DOC_LEN,
+    RECIPES,
+    STAGE_OPTIONS,
+    StageOptions,
+    resolve_training,
+)
 from aheadrank.rankers.training import TrainConfig
 from typer.testing import CliRunner
 
@@ -80,6 +86,13 @@ def test_the_recipe_resolves_what_the_old_merges_gave(recipe, kind, options, lab
         recipe, kind, options
     ]
     assert RECIPES[recipe].init_options({"max_doc_len": None}) == {"max_doc_len": MAX_DOC_LEN[recipe]}
+    # without judgments every recipe reads the window chosen label-free (Cranfield); a given length still wins
+    assert (
+        RECIPES[recipe].init_options(label_free=True)
+        == {"max_doc_len": LABEL_FREE_DOC_LEN}
+        == {"max_doc_len": 128}
+    )
+    assert RECIPES[recipe].init_options({"max_doc_len": 64}, label_free=True) == {"max_doc_len": 64}
 
 
 def test_given_options_win_and_bad_ones_are_refused():
