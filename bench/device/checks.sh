@@ -34,8 +34,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch,transformers;print('torch',torch.__version__,'transformers',transformers.__version__,'cuda',torch.cuda.is_available())"
 step=${1:-all}  # all, tests, speed, or setup (the install alone; then: export PYTHONPATH=/tmp/site:/tmp/pkg)
 if [ "$step" = all ] || [ "$step" = tests ]; then
-  # -P: without it the working directory's aheadrank/ (no rankers/ inside) shadows the laid-out package
-  timeout ${TESTS_S:-300} python3 -P -m pytest tests/rankers tests/store tests/services/test_service_cuda.py -p no:cacheprovider -n ${WORKERS:-8} \
+  timeout ${TESTS_S:-300} python3 -m pytest tests/rankers tests/store tests/services/test_service_cuda.py -p no:cacheprovider -n ${WORKERS:-8} \
     -o addopts="-q -ra --timeout=300" > $OUT/tests.log 2>&1
   echo "pytest rc=$?" >> $OUT/tests.log; tail -n 25 $OUT/tests.log
 fi

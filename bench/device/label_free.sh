@@ -6,7 +6,7 @@
 # ($NAME.log and $NAME.tar.xz, NAME=lf unless given: several runs in one call keep theirs).
 set -u
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-G=$PWD/.gpu-lf S=/tmp/site P=/tmp/pkg W=/tmp/lf-work D=/tmp/lf-data
+G=$PWD/.gpu-lf S=/tmp/site P=/tmp/pkg W=/tmp/lf-work D=/tmp/lf-data N=${NAME:-lf}
 if [ ! -d $P/aheadrank ]; then
   mkdir -p $P/aheadrank
   for e in aheadrank/*; do ln -s "$PWD/$e" $P/aheadrank/; done
@@ -31,8 +31,8 @@ export PYTHONPATH=$S:$P
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 t0=$(date +%s)
 timeout ${LIMIT_S:-540} ${PYBIN:-python3} -P bench/label_free.py --device ${DEVICE:-cuda} --recipe cpu --base /tmp/minilm --data $D \
-  --workdir $W --out $OUT/${NAME:-lf} --no-progress "$@" > $OUT/${NAME:-lf}.log 2>&1
-echo "rc=$? after $(( $(date +%s) - t0 )) s" >> $OUT/${NAME:-lf}.log
-tail -n 60 $OUT/${NAME:-lf}.log
-tar -C $OUT -cJf $OUT/${NAME:-lf}.tar.xz ${NAME:-lf} && rm -rf $OUT/${NAME:-lf}
+  --workdir $W --out $OUT/$N --no-progress "$@" > $OUT/$N.log 2>&1
+echo "rc=$? after $(( $(date +%s) - t0 )) s" >> $OUT/$N.log
+tail -n 60 $OUT/$N.log
+tar -C $OUT -cJf $OUT/$N.tar.xz $N && rm -rf $OUT/$N
 ls -la $OUT
