@@ -18,7 +18,7 @@
 - ``store``: the representation store and its dense field, ``DIR/store``; label-free (or asked), documents longer
   than the ranker's window as passages too (:func:`stores_passages`).
 - ``priors``: how the neural score is combined with BM25 and the bi-encoder. With judgments: fitted on the
-  judged queries the trainer held out. Without: :data:`LABEL_FREE_WEIGHTS` (``priors="default"``), or fitted on
+  judged queries the trainer held out. Without: :func:`label_free_weights` (``priors="default"``), or fitted on
   the held-out pseudo-queries (``priors="pseudo"``); ``bench/label_free.py`` measures both. Either way the served
   ``relevance_score`` is calibrated (:func:`aheadrank.priors.fit_calibration`, saved in ``priors.json``) on the
   held-out queries: judged ones, or the pseudo-queries with their source documents as the relevant ones
@@ -39,6 +39,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from fractions import Fraction
 from pathlib import Path
 
 from aheadrank.errors import AheadrankError
@@ -66,15 +67,30 @@ TEACHER_NAMES = {
 # what a plan field means in a build.json written before the field existed (the behaviour of that time), where
 # it differs from today's default
 _RECORDED_BEFORE = {"positive": "source"}
-# the label-free served score: the neural score and the label-free fusion it is added to, in equal parts
-# (neural 1/3, BM25 1/3, bi-encoder 1/3 of the z-scores); bench/label_free.py measures it against weights fitted
-# on held-out pseudo-queries
-LABEL_FREE_WEIGHTS = {
-    "neural+bm25+dense": {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 3},
-    "neural+bm25": {"neural": 0.5, "bm25": 0.5},
-    "neural+dense": {"neural": 0.5, "dense": 0.5},
-    "neural": {"neural": 1.0},
-}
+# the label-free served score: the neural score beside the label-free fusion it is added to, BM25 and the
+# bi-encoder sharing the rest equally (z-scores). The neural share is 1/3 (equal parts) but for the kinds listed
+# here: chosen by bench/label_free_loo.py's rule (fixed in b954f8d before it ran) over SciFact's, Cranfield's and
+# Vaswani's test judgments, the share in {0, 1/6, 1/3} with the largest mean margin over the better of RRF and the
+# equal-weight fusion (bench/results/label-free/loo/): PreTTR l5/e128 and tk-6l-base serve at or above that
+# fusion on all three at 1/6 (at 1/3 PreTTR fell below it on SciFact, TK on Vaswani); MORES keeps 1/3
+LABEL_FREE_NEURAL_SHARE: dict[str, Fraction] = {"prettr": Fraction(1, 6), "tk": Fraction(1, 6)}
+_SUBSETS = (("neural", "bm25", "dense"), ("neural", "bm25"), ("neural", "dense"), ("neural",))
+
+
+def label_free_weights(kind: str | None = None) -> dict[str, dict[str, float]]:
+    """The label-free served weights of a ranker ``kind`` for every feature subset the service may have (the full
+    weights restricted to the subset and renormalised: without the dense field, ``neural+bm25``)."""
+    share = LABEL_FREE_NEURAL_SHARE.get(kind or "", Fraction(1, 3))
+    full = {"neural": share, "bm25": (1 - share) / 2, "dense": (1 - share) / 2}
+    out = {}
+    for names in _SUBSETS:
+        total = sum(full[n] for n in names)
+        out["+".join(names)] = {n: float(full[n] / total) for n in names}
+    return out
+
+
+# the served weights of a kind not in LABEL_FREE_NEURAL_SHARE (MORES, bert): 1/3 each
+LABEL_FREE_WEIGHTS = label_free_weights()
 DEFAULT_RANKER = "mores-2ib-s2"
 # a kind named without a variant in a label-free build: the variant measured best without judgments, where it is
 # not the kind's default. TK contextualised by the base's embedding and all its layers (``tk-6l-base`` for the
@@ -482,14 +498,15 @@ def _store_bytes(store: Path) -> dict[str, int]:
 
 
 def label_free_priors(checkpoint: str | Path, fitted_on: dict):
-    """:data:`LABEL_FREE_WEIGHTS` as the checkpoint's priors (with its dense encoder's identity)."""
+    """:func:`label_free_weights` of the checkpoint's kind as its priors (with its dense encoder's identity)."""
     from aheadrank.priors import Priors
     from aheadrank.rankers import load_config
     from aheadrank.rankers.dense import base_of, dense_encoder
 
-    enc = dense_encoder(base_of(load_config(checkpoint)))
+    config = load_config(checkpoint)
+    enc = dense_encoder(base_of(config))
     return Priors(
-        weights={k: dict(w) for k, w in LABEL_FREE_WEIGHTS.items()},
+        weights=label_free_weights(config.kind),
         dense={"fingerprint": enc.fingerprint, "max_len": enc.max_len},
         fitted_on=fitted_on,
     )
@@ -540,7 +557,7 @@ def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
             write_priors(ckpt, priors.to_dict())
     else:
         priors = label_free_priors(
-            ckpt, {"label_free": "default weights (aheadrank.build.LABEL_FREE_WEIGHTS)"}
+            ckpt, {"label_free": "default weights (aheadrank.build.label_free_weights)"}
         )
         cal, why = pseudo_calibration(plan.out, priors.weights, plan.device, plan.progress)
         if cal is not None:

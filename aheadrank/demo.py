@@ -9,8 +9,9 @@ shutdown.
 
 The demo builds **without judgments** by default (``--labels none``): the README's first journey is "my corpus,
 no judgments", so the demo shows that one. The sample's ``qrels/train.tsv`` is left unused: the ranker learns
-from pseudo-queries cut from the sample's abstracts, and the served score weighs the neural score, BM25 and the
-bi-encoder in equal parts (1/3 each), so the ranker carries a third of what is served. The test judgments are
+from pseudo-queries cut from the sample's abstracts, and the served score gives the neural score its kind's
+label-free share (:func:`aheadrank.build.label_free_weights`: 1/6 for TK and PreTTR, 1/3 for MORES), BM25 and the
+bi-encoder the rest in equal parts. The test judgments are
 only read to score the result, which is then an honest held-out measurement of a build that saw no
 judgment at all. ``--labels auto`` shows the labelled journey instead (trains on the sample's train queries,
 fits the weights on the fifth the trainer held out): with so few queries the fit can give the ranker no

@@ -101,3 +101,27 @@ def test_a_folder_whose_served_run_does_not_recompute_is_refused(tmp_path):
 def test_one_collection_cannot_choose_for_itself():
     with pytest.raises(SystemExit):
         loo.parse_args(["--collections", "scifact", "--neural", "a:mores-2ib-s2"])
+
+
+def test_the_label_free_build_serves_each_kind_at_the_share_the_committed_rule_chose():
+    """``aheadrank.build.label_free_weights`` holds the shares bench/results/label-free/loo/ chose over every
+    collection (the rule's product default), and its feature subsets are the full weights renormalised."""
+    from aheadrank.build import LABEL_FREE_WEIGHTS, label_free_weights
+
+    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "label-free" / "loo"
+    results = json.loads((committed / "label_free_loo.json").read_text())["results"]
+    assert {v.split("-")[0] for v in results} == {"mores", "prettr", "tk"}
+    for variant, r in results.items():
+        w = label_free_weights(variant.split("-")[0])
+        assert w["neural+bm25+dense"]["neural"] == pytest.approx(float(Fraction(r["default_share"])))
+    for kind in ("mores", "prettr", "tk", "bert", None):
+        w = label_free_weights(kind)
+        full = w["neural+bm25+dense"]
+        assert sum(full.values()) == pytest.approx(1.0) and full["bm25"] == full["dense"]
+        for sub in w.values():
+            assert sum(sub.values()) == pytest.approx(1.0)
+            assert sub["neural"] / sub.get("bm25", sub.get("dense", 1)) == pytest.approx(
+                full["neural"] / full["bm25"] if len(sub) > 1 else 1.0
+            )
+    assert label_free_weights("mores") == LABEL_FREE_WEIGHTS == label_free_weights(None)
+    assert LABEL_FREE_WEIGHTS["neural+bm25+dense"] == {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 3}

@@ -10,7 +10,7 @@ from aheadrank.rankers import load_ranker
 from aheadrank.store import StoreReader
 from typer.testing import CliRunner
 
-from aheadrank.build import BUILD_FILE, LABEL_FREE_WEIGHTS, STAGES, BuildPlan, build, paths, read_record
+from aheadrank.build import BUILD_FILE, STAGES, BuildPlan, build, label_free_weights, paths, read_record
 from aheadrank.cli import app
 from aheadrank.cli.serve import from_build
 from aheadrank.errors import AheadrankError
@@ -60,7 +60,7 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
     ranker = load_ranker(p["checkpoint"])  # fingerprint (priors included) verified on load
     assert ranker.config.extra["label_free"]["queries"] == record.stages["queries"]["pseudo_queries"]
     priors = read_priors(p["checkpoint"])
-    assert priors.weights == LABEL_FREE_WEIGHTS and priors.dense["fingerprint"]
+    assert priors.weights == label_free_weights("tk") and priors.dense["fingerprint"]
     with StoreReader(p["store"]) as reader:
         assert len(reader) == 80
         reader.check_fingerprint(ranker.fingerprint)
@@ -139,7 +139,7 @@ def test_a_label_free_build_serves_scores_calibrated_on_its_held_out_pseudo_quer
         assert used == near and relevant(labelled) == expect
     assert sum(relevant(near_source_labels(p["store"], feats)[0])) == cal.fitted_on["relevant"]
     # the calibrated combination keeps the build's default weights; only statistics and Platt are fitted
-    assert {k: cal.weights[k] for k in cal.platt} == {k: LABEL_FREE_WEIGHTS[k] for k in cal.platt}
+    assert {k: cal.weights[k] for k in cal.platt} == {k: label_free_weights("tk")[k] for k in cal.platt}
     assert record.stages["priors"]["calibration"]["labels"] == "pseudo-queries"
     texts = [json.loads(line)["contents"] for line in open(record.plan["collection"])][:12]
     query = "supersonic flow over a cone"
@@ -191,7 +191,7 @@ def test_a_build_without_usable_held_out_pseudo_queries_serves_relative_scores_w
     ranker = load_ranker(p["checkpoint"])
     priors = read_priors(p["checkpoint"])
     assert priors.calibrated() is None and priors.fitted_on["calibration"].startswith("none: ")
-    assert priors.weights == LABEL_FREE_WEIGHTS
+    assert priors.weights == label_free_weights("tk")
     scorer = PriorScorer(ranker, p["store"])
     assert any("no calibration (none: " in n and "relative" in n for n in scorer.notices), scorer.notices
 

@@ -495,7 +495,7 @@ def test_index_job_is_executable_bash():
 def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
     from aheadrank.services.process import ServeProcess
 
-    from aheadrank.build import LABEL_FREE_WEIGHTS, STAGES, paths
+    from aheadrank.build import STAGES, label_free_weights, paths
     from aheadrank.priors import read_priors
 
     collection = write_passages(tmp_path / "passages.jsonl")
@@ -527,7 +527,7 @@ def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
     layers = json.loads((tiny_base / "config.json").read_text())["num_hidden_layers"]
     assert (config["kind"], config["tk_base"], config["tk_layers"]) == ("tk", True, layers)
     assert stages["train"]["variant"] == f"tk-{layers}l-base"
-    assert read_priors(ckpt).weights == LABEL_FREE_WEIGHTS  # neural, BM25, bi-encoder: 1/3 each
+    assert read_priors(ckpt).weights == label_free_weights("tk")  # neural 1/6, BM25 and bi-encoder 5/12 each
 
     # a finished volume: every stage skipped, nothing rewritten (not a wall-clock bound)
     outputs = (ckpt / "fingerprint.json", ckpt / "priors.json", paths(build)["store"] / "manifest.json")

@@ -39,7 +39,8 @@ def build_cmd(
     priors: str = opt(
         "default",
         "--priors",
-        help="label-free priors: default (neural, BM25 and bi-encoder in equal parts) or pseudo (fitted on held-out "
+        help="label-free priors: default (the neural score 1/3 for MORES and bert, 1/6 for TK and PreTTR, BM25 and "
+        "the bi-encoder the rest in equal parts) or pseudo (fitted on held-out "
         "pseudo-queries)",
     ),
     ce_weight: float | None = opt(
