@@ -79,14 +79,19 @@ _SUBSETS = (("neural", "bm25", "dense"), ("neural", "bm25"), ("neural", "dense")
 
 
 def label_free_weights(kind: str | None = None) -> dict[str, dict[str, float]]:
-    """The label-free served weights of a ranker ``kind`` for every feature subset the service may have (the full
-    weights restricted to the subset and renormalised: without the dense field, ``neural+bm25``)."""
-    share = LABEL_FREE_NEURAL_SHARE.get(kind or "", Fraction(1, 3))
+    """The label-free served weights of a ranker ``kind`` (:func:`share_weights` of its neural share)."""
+    return share_weights(LABEL_FREE_NEURAL_SHARE.get(kind or "", Fraction(1, 3)))
+
+
+def share_weights(share: Fraction) -> dict[str, dict[str, float]]:
+    """The neural score at ``share``, BM25 and the bi-encoder the rest in equal parts, for every feature subset the
+    service may have (the full weights restricted to the subset and renormalised: without the dense field,
+    ``neural+bm25``; the neural score alone always weighs 1, even at share 0: it is then all there is)."""
     full = {"neural": share, "bm25": (1 - share) / 2, "dense": (1 - share) / 2}
     out = {}
     for names in _SUBSETS:
         total = sum(full[n] for n in names)
-        out["+".join(names)] = {n: float(full[n] / total) for n in names}
+        out["+".join(names)] = {n: float(full[n] / total) if total else 1.0 / len(names) for n in names}
     return out
 
 

@@ -71,8 +71,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def weights(share: Fraction) -> dict[str, float]:
-    rest = (1 - share) / 2
-    return {"neural": float(share), "bm25": float(rest), "dense": float(rest)}
+    """The served weights at a neural share, as a label-free build serves them (``aheadrank.build.share_weights``)."""
+    from aheadrank.build import share_weights
+
+    return share_weights(share)["neural+bm25+dense"]
 
 
 def choose(margins: dict[str, dict[Fraction, float]], among: list[str]) -> Fraction:
@@ -177,7 +179,7 @@ def bench_ranker(args, folder: Path, variant: str) -> dict:
         row = p["row"] | {
             "chosen_on": others,
             "share": str(s),
-            "served": round(p["row"]["served_by_share"][str(s)], 4),
+            "served": p["row"]["served_by_share"][str(s)],
             "vs_better_fusion": comparison(compare, p["best_run"], run, p["qrels"]),
             "vs_third": comparison(compare, p["served"][SHARES[-1]], run, p["qrels"]),
         }

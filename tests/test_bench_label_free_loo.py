@@ -32,6 +32,7 @@ def test_the_share_is_chosen_on_the_other_collections_and_ties_go_to_the_larger(
     for s in loo.SHARES:
         assert sum(loo.weights(s).values()) == pytest.approx(1.0)
     assert loo.weights(THIRD) == pytest.approx({"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 3})
+    assert loo.weights(ZERO) == {"neural": 0.0, "bm25": 0.5, "dense": 0.5}
 
 
 def _collection(root: Path, name: str, rng, neural_gain: float, tamper: bool = False) -> None:
