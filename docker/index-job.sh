@@ -15,7 +15,7 @@
 #   AHEADRANK_DATA         output folder [/data]: the build goes to $AHEADRANK_DATA/build
 #   AHEADRANK_RANKER       tk | mores | prettr | bert, or a variant (tk-2l, mores-2ib-s2, prettr-l5-e128) [tk]; tk
 #                          is tk-2l with judgments and tk-6l-base without (aheadrank build --help)
-#   AHEADRANK_TRAIN_STEPS  training steps, 1 or more [the recipe's: 360 on CPU]
+#   AHEADRANK_TRAIN_STEPS  training steps, 1 or more [the recipe's: 360 on CPU with judgments, none without]
 #   AHEADRANK_LABELS       auto: the collection's qrels/train.tsv when it has one, else label-free; none: label-free
 #                          even with judgments; or another qrels split name [auto]
 #   any other AHEADRANK_*  read by `aheadrank build` itself (AHEADRANK_BASE, AHEADRANK_DEVICE, AHEADRANK_MAX_QUERIES,

@@ -90,6 +90,14 @@ class Recipe:
 # 0.4115 against 0.4193 with first+max; bench/results/label-free/gpu-recipe/cranfield/), and on SciFact (0.7353
 # against 0.7378, gpu-recipe/mores-cpu/), with a store 1.7x the size
 LABEL_FREE_DOC_LEN = 128
+# Fine-tuning steps of a ranker built without judgments unless told otherwise: none. Its start is already fitted to
+# the collection (PreTTR's compressor and pooled map on its documents, TK's kernel weights on its pseudo-queries), and
+# training on pseudo-queries did not improve on it: the recipe's validation on held-out pseudo-queries kept step 0
+# in 8 of the 9 CPU builds measured (MORES 2xIB S2, PreTTR l5/e128, tk-6l-base x SciFact, Cranfield, Vaswani), and
+# the builds where it kept a trained step served no better (MORES on Cranfield 0.4119 against 0.4193 at step 0,
+# defaults-cranfield/; the GPU recipe's PreTTR on SciFact and TK on Vaswani level, gpu-recipe/; all in
+# bench/results/label-free/). A build skips 16-34 minutes of training on 2 cores for that; --steps N still trains
+LABEL_FREE_STEPS = 0
 
 RECIPES = {
     # 2 CPU cores: 360 steps (3x the 120 before commit a22b566: bert 0.639 -> 0.702, MORES 2xIB 0.673 -> 0.708 on
@@ -195,6 +203,8 @@ def _recipe_default(name: str) -> str | None:
     )
     if name.startswith("compressor_"):  # the recipe's for a new compressor only
         return f"{shown} for a new compressor, else {_shown(0 if name == 'compressor_steps' else 'random')}"
+    if name == "steps":
+        return f"{shown}; {LABEL_FREE_STEPS} for label-free training"
     return shown
 
 
@@ -252,6 +262,7 @@ def resolve_training(
     measured["lr"] = rec.lr_for(kind)
     if label_free:
         measured["negatives"] = "spread"
+        measured["steps"] = LABEL_FREE_STEPS
     train = {**measured, **{k: v for k, v in given.items() if k in TRAIN_OPTIONS}}
     if not train["eval_every"]:  # 0: once, at the end
         train["eval_every"] = max(1, train["steps"])

@@ -73,7 +73,8 @@ STAGES = {
 
 def expected(recipe: str, kind: str, label_free: bool = False, **given) -> dict:
     lr = {"lr": TK_LR} if kind == "tk" else {}
-    negatives = {"negatives": "spread"} if label_free else {}
+    # without judgments a build does not fine-tune unless told to (LABEL_FREE_STEPS)
+    negatives = {"negatives": "spread", "steps": 0} if label_free else {}
     return {**TRAINER, **RECIPE[recipe], **lr, **negatives, **given}
 
 
@@ -93,6 +94,14 @@ def test_the_recipe_resolves_what_the_old_merges_gave(recipe, kind, options, lab
         == {"max_doc_len": 128}
     )
     assert RECIPES[recipe].init_options({"max_doc_len": 64}, label_free=True) == {"max_doc_len": 64}
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_a_label_free_build_trains_only_when_told(recipe):
+    rec = RECIPES[recipe]
+    assert resolve_training(rec, "mores", {}, label_free=True).train.steps == 0
+    assert resolve_training(rec, "mores", {"steps": 36}, label_free=True).train.steps == 36
+    assert resolve_training(rec, "mores", {}).train.steps == rec.steps > 0  # judged queries: the recipe's budget
 
 
 def test_given_options_win_and_bad_ones_are_refused():
