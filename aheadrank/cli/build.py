@@ -32,7 +32,9 @@ def build_cmd(
     recipe: str = opt(
         "auto", "--recipe", help="auto (gpu on cuda, else cpu), cpu or gpu (rankers/recipe.py)"
     ),
-    steps: int | None = opt(None, "--steps", min=0, help="training steps (default: the recipe's with judged queries, 0 without)"),
+    steps: int | None = opt(
+        None, "--steps", min=0, help="training steps (default: the recipe's with judged queries, 0 without)"
+    ),
     max_queries: int = opt(
         3000, "--max-queries", min=20, help="label-free: pseudo-queries made from the collection"
     ),

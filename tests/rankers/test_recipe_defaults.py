@@ -101,7 +101,8 @@ def test_a_label_free_build_trains_only_when_told(recipe):
     rec = RECIPES[recipe]
     assert resolve_training(rec, "mores", {}, label_free=True).train.steps == 0
     assert resolve_training(rec, "mores", {"steps": 36}, label_free=True).train.steps == 36
-    assert resolve_training(rec, "mores", {}).train.steps == rec.steps > 0  # judged queries: the recipe's budget
+    # judged queries: the recipe's budget
+    assert resolve_training(rec, "mores", {}).train.steps == rec.steps > 0
 
 
 def test_given_options_win_and_bad_ones_are_refused():
