@@ -644,6 +644,50 @@ def near_source_labels(
 
 
 # ---- the driver ---------------------------------------------------------------------------------------------
+def workload(plan: BuildPlan, collection: dict):
+    """What the build has to do (:class:`aheadrank.buildtime.Workload`), from the plan and the collection stage's
+    record (its documents and their mean length)."""
+    from aheadrank.buildtime import Workload, cost_key, judged_queries
+    from aheadrank.rankers.recipe import LABEL_FREE_DOC_LEN, LABEL_FREE_STEPS, POOL_DOCS, recipe_for
+
+    variant = plan_variant(plan)
+    split = judged_split(plan.collection, plan.labels)
+    rec = recipe_for(plan.device, plan.recipe)
+    docs = int(collection["documents"])
+    steps = plan.steps if plan.steps is not None else (LABEL_FREE_STEPS if split is None else rec.steps)
+    window = variant.options.get("max_doc_len") or (LABEL_FREE_DOC_LEN if split is None else rec.max_doc_len)
+    fresh_map = variant.kind == "prettr" and bool(variant.options.get("compress", 1)) and not plan.init
+    return Workload(
+        documents=docs,
+        mean_words=float(collection["mean_words"]),
+        queries=min(plan.max_queries, docs) if split is None else judged_queries(plan.collection, split),
+        steps=steps,
+        cost=cost_key(variant.kind, variant.options),
+        window=window,
+        passages=stores_passages(plan),
+        pool_docs=min(POOL_DOCS, docs) if fresh_map else 0,
+    )
+
+
+def estimate(plan: BuildPlan, record: BuildRecord, after: str, until: str | None) -> str | None:
+    """The ``[estimate]`` line printed after stage ``after`` (collection: at the reference rates; dense: scaled by
+    how long the dense stage took against its estimate) for the stages still to run up to ``until``; None when
+    there are none or the record cannot tell (an estimate never stops a build)."""
+    from aheadrank.buildtime import estimate_line, reference_seconds
+
+    try:
+        ref = reference_seconds(workload(plan, record.stages["collection"]))
+        scale = None
+        if after != "collection":
+            scale = max(float(record.stages["dense"].get("seconds", 0)), 1.0) / max(ref["dense"], 1.0)
+    except (AheadrankError, KeyError, TypeError, ValueError) as exc:
+        log.debug("no estimate: %s", exc)
+        return None
+    ahead = STAGES[STAGES.index(after) + 1 : (STAGES.index(until) + 1) if until else None]
+    left = {s: ref[s] * (scale or 1.0) for s in ahead if s not in record.stages}
+    return estimate_line(left, scale) if left else None
+
+
 def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
     """Take the shared stages a ``reuse`` build has finished: symbolic links to its outputs."""
     other = read_record(plan.reuse)
@@ -710,6 +754,10 @@ def build(
             echo(
                 f"[{stage}] {info['seconds']:.0f} s  {json.dumps({k: v for k, v in info.items() if k != 'seconds'})}"
             )
+        if stage in ("collection", "dense") and stage != until:
+            line = estimate(plan, record, stage, until)
+            if line:
+                echo(line)
         if stage == until:
             break
     total = sum(s.get("seconds", 0) for s in record.stages.values() if "reused" not in s)

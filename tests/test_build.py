@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 from aheadrank.rankers import load_ranker
@@ -64,10 +65,19 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
     with StoreReader(p["store"]) as reader:
         assert len(reader) == 80
         reader.check_fingerprint(ranker.fingerprint)
-    # a rerun does nothing again: every stage is "done before"
+    # the time the stages ahead should take: at the reference rates once the collection is read, then scaled by
+    # the dense stage's time against its estimate
+    estimates = [line for line in said if line.startswith("[estimate]")]
+    assert len(estimates) == 2, said
+    assert re.match(r"\[collection\] \d+ s ", said[said.index(estimates[0]) - 1])
+    assert re.match(r"\[dense\] \d+ s", said[said.index(estimates[1]) - 1])
+    assert "bm25" in estimates[0] and "refined after the dense stage" in estimates[0]
+    assert "bm25" not in estimates[1] and "train" in estimates[1] and "as the dense stage ran" in estimates[1]
+    # a rerun does nothing again: every stage is "done before", nothing is left to estimate
     again: list[str] = []
     build(plan(passages, out, tiny_base), echo=again.append)
     assert sum("done before" in line for line in again) == len(STAGES)
+    assert not any(line.startswith("[estimate]") for line in again)
     # other settings for a finished build are refused, not mixed in
     with pytest.raises(AheadrankError, match="other settings"):
         build(plan(passages, out, tiny_base, seed=1), echo=lambda _: None)

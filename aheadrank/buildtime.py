@@ -1,0 +1,128 @@
+"""What each stage of ``aheadrank build`` costs, and the estimate the build prints before it runs them.
+
+The rates are measured on the reference machine, 2 idle CPU cores (x86-64, no GPU), from the builds' own records
+(``build.json``) of ``bench/results/label-free/``: ``build-time/`` (SciFact, 5,183 abstracts of 215 words, and
+57,175 MS MARCO passages of 55 words, both with nothing else running), ``passages-served/`` (SciFact's store with
+passages) and, for how the rankers compare with one another in one run, ``defaults-steps0/``, ``tk-base/`` and
+``prettr-pool8k/`` (beside other work, so only their ratios are used). A stage's cost follows what it reads:
+
+- ``bm25``: about 2.2 µs a word (SciFact 2.4 s, MS MARCO 7 s) and a second to start Java;
+- ``queries``: about 3 ms a training query (3,000 pseudo-queries in 7.6–9 s);
+- ``dense``: 6.7 ms a document plus 0.061 ms a word (SciFact 102 s, MS MARCO 570 s: the line through both);
+- ``train``: the ranker's start (fits, the step-0 validation; PreTTR's pooled map on up to 8,192 documents) plus
+  its steps (2.6 s a step for MORES 2×IB S2, 360 steps in 935 s; the others by their ratio to it);
+- ``store``: the sequences the ranker encodes (each document's first window, and with passages every passage:
+  windows of the ranker's length overlapping by a quarter), about 11.5 ms each for MORES whatever their length
+  (SciFact 10.6 ms without passages and 11.7 ms with them, 23,738 sequences in 277 s; MS MARCO's 57,175 short
+  passages 13 ms), the others by ratio;
+- ``priors``: half a minute.
+
+So an estimate is the right order of magnitude, not a promise: documents of very unequal length (the estimate
+reads the mean), a loaded machine or another CPU move it. The build prints it once the collection is read and
+again after the dense stage, with the reference scaled by how long that stage took against its estimate (a GPU, a
+faster or a busier machine), and every stage's real time as it ends (``build.json`` keeps them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+PIECES_PER_WORD = 1.36  # word pieces per whitespace word (MS MARCO: 4,266,225 pieces for 57,175 x 54.8 words)
+BM25_S = (1.0, 2.2e-6)  # seconds: to start, per word
+QUERY_S = 3e-3  # per training query (cut from the collection, or judged) and its BM25 candidates
+DENSE_S = (6.7e-3, 6.1e-5)  # per document, per word
+STORE_S_PER_SEQUENCE = 11.5e-3  # MORES 2xIB S2; the other rankers by KIND_COST["store"]
+STEP_S = 2.6  # one step of the cpu recipe (8 groups of 8), MORES 2xIB S2; the others by KIND_COST["step"]
+PRIORS_S = 30.0
+POOL_FIT_S = (
+    0.03  # PreTTR: per document its pooled map is fitted on (prettr-pool8k/: 96 s on 1,400, 293 on 8,192)
+)
+# the ranker's costs against MORES 2xIB S2's (store and step) and its start in seconds: the same-run ratios of
+# defaults-steps0/ (store: PreTTR l5/e128 447 s, TK 2 layers 57 s against MORES's 606 s on SciFact), tk-base/ (TK
+# over the base's 6 layers, 426 s beside a 1.4x slower dense stage), cpu-core-360/ (360 judged steps: bert 1,453 s,
+# PreTTR 1,085 s, TK 2 layers 216 s against MORES's 1,497 s) and positive-teacher-rankers/ (tk-6l-base's 360 steps
+# 1,555-1,838 s)
+KIND_COST = {
+    "mores": {"store": 1.0, "step": 1.0, "start": 60.0},
+    "prettr": {"store": 0.74, "step": 0.72, "start": 30.0},
+    "tk": {"store": 0.1, "step": 0.15, "start": 30.0},
+    "tk-base": {"store": 0.5, "step": 1.7, "start": 250.0},
+    "bert": {"store": 0.1, "step": 0.97, "start": 60.0},
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a build has to do, as far as its cost goes."""
+
+    documents: int
+    mean_words: float
+    queries: int  # training queries (pseudo-queries or judged)
+    steps: int
+    cost: str  # a KIND_COST key
+    window: int  # word pieces the ranker reads of a document
+    passages: bool  # long documents stored as passages too
+    pool_docs: int = 0  # PreTTR: documents its pooled map is fitted on
+
+
+def stored_sequences(w: Workload) -> float:
+    """Sequences the store stage runs through the ranker: each document's first window, and with passages its
+    windows of ``w.window`` pieces overlapping by a quarter (aheadrank.passages), from the mean length."""
+    pieces = w.mean_words * PIECES_PER_WORD
+    per_doc = 1
+    if w.passages and pieces > w.window:
+        stride = w.window - w.window // 4
+        per_doc += math.ceil((pieces - w.window) / stride) + 1
+    return w.documents * per_doc
+
+
+def reference_seconds(w: Workload) -> dict[str, float]:
+    """Each stage's seconds on the reference machine (2 idle CPU cores)."""
+    k = KIND_COST[w.cost]
+    words = w.documents * w.mean_words
+    return {
+        "collection": 0.0,
+        "bm25": BM25_S[0] + BM25_S[1] * words,
+        "queries": QUERY_S * w.queries,
+        "dense": DENSE_S[0] * w.documents + DENSE_S[1] * words,
+        "train": k["start"] + POOL_FIT_S * w.pool_docs + STEP_S * k["step"] * w.steps,
+        "store": STORE_S_PER_SEQUENCE * k["store"] * stored_sequences(w),
+        "priors": PRIORS_S,
+    }
+
+
+def cost_key(kind: str, options: dict) -> str:
+    """The KIND_COST entry of a ranker variant (its kind and options)."""
+    if kind == "tk" and options.get("tk_base"):
+        return "tk-base"
+    return kind if kind in KIND_COST else "mores"
+
+
+def judged_queries(collection: str | Path, split: str) -> int:
+    """Distinct queries of ``qrels/<split>.tsv`` (0 when it cannot be read: the estimate only)."""
+    try:
+        lines = (Path(collection) / "qrels" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return 0
+    return len({ln.split("\t", 1)[0] for ln in lines[1:] if ln.strip()})
+
+
+def duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def estimate_line(left: dict[str, float], scale: float | None) -> str:
+    """One line: the stages still to run with their estimated time, and what the rates are."""
+    total = sum(left.values())
+    parts = ", ".join(f"{stage} {duration(s)}" for stage, s in left.items() if s >= 1)
+    if scale is None:
+        how = "at the reference rates of 2 idle CPU cores (aheadrank/buildtime.py), refined after the dense stage"
+    else:
+        how = f"the reference rates x {scale:.2g}, as the dense stage ran against its estimate"
+    return f"[estimate] about {duration(total)} left ({parts}): {how}"

@@ -1,0 +1,142 @@
+"""How far the ``[estimate]`` lines of ``aheadrank build`` (aheadrank/buildtime.py) were from the stages' real
+times, for finished builds: their ``build.json`` records the plan, the collection's size and every stage's seconds.
+
+For each build and stage: the estimate at the reference rates (what the build prints once the collection is read),
+the estimate scaled by the dense stage's time against its own (printed after the dense stage, for the stages after
+it) and the measured seconds, with measured / estimate. Nothing is run: the estimate is recomputed from the
+record. A stage taken from another build (``--reuse``) keeps that build's time.
+
+    .venv/bin/python bench/build_estimate.py work/label-free/*/* bench/results/label-free/build-time/*.build.json \\
+        --out bench/results/label-free/build-estimate
+
+Writes ``--out``/``build_estimate.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "builds", nargs="+", type=Path, help="build folders (with build.json) or build.json files"
+    )
+    ap.add_argument("--out", type=Path, required=True)
+    return ap.parse_args(argv)
+
+
+def record_of(path: Path) -> tuple[str, dict] | None:
+    """(a name, the build record) of a build folder or a ``*.build.json``; None for a folder without one."""
+    file = path / "build.json" if path.is_dir() else path
+    if not file.is_file():
+        return None
+    rec = json.loads(file.read_text())
+    name = path.name if path.is_dir() else path.name.removesuffix(".build.json")
+    if path.is_dir() and path.parent.name:
+        name = f"{path.parent.name}/{name}"
+    return name, rec
+
+
+def compare(rec: dict) -> dict:
+    """Per stage: estimated (reference), estimated after the dense stage, measured; None where not measured."""
+    from aheadrank.build import STAGES, BuildPlan, workload
+    from aheadrank.buildtime import reference_seconds
+
+    known = {f.name for f in fields(BuildPlan)}
+    stages = rec["stages"]
+    plan = BuildPlan(**{k: v for k, v in rec["plan"].items() if k in known})
+    if "steps" in stages.get("train", {}):  # the steps it ran (a default of its day may differ from today's)
+        plan.steps = stages["train"]["steps"]
+    ref = reference_seconds(workload(plan, stages["collection"]))
+    dense = stages.get("dense", {}).get("seconds")
+    scale = max(float(dense), 1.0) / max(ref["dense"], 1.0) if dense is not None else None
+    after_dense = STAGES[STAGES.index("dense") + 1 :]
+    out = {}
+    for s in STAGES[1:]:
+        measured = stages.get(s, {}).get("seconds")
+        row = {
+            "estimate_s": round(ref[s], 1),
+            "measured_s": measured,
+            "reused": "reused" in stages.get(s, {}),
+        }
+        if scale is not None and s in after_dense:
+            row["estimate_after_dense_s"] = round(ref[s] * scale, 1)
+        out[s] = row
+    return {"scale": scale, "stages": out, "documents": stages["collection"]["documents"],
+            "mean_words": stages["collection"]["mean_words"], "ranker": plan.ranker,
+            "steps": stages.get("train", {}).get("steps")}  # fmt: skip
+
+
+def ratio(measured, estimate) -> str:
+    if measured is None or not estimate:
+        return ""
+    return f"{measured / estimate:.2f}"
+
+
+def table(results: dict) -> str:
+    lines = [
+        "| build | documents | stage | estimate (s) | after dense (s) | measured (s) | measured / estimate | "
+        "measured / after dense |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        tot = {"estimate_s": 0.0, "estimate_after_dense_s": 0.0, "measured_s": 0.0}
+        for s, row in r["stages"].items():
+            m, e, a = row["measured_s"], row["estimate_s"], row.get("estimate_after_dense_s")
+            if m is not None and not row["reused"]:
+                tot["estimate_s"] += e
+                tot["measured_s"] += m
+                tot["estimate_after_dense_s"] += a if a is not None else e
+            note = " (reused)" if row["reused"] else ""
+            lines.append(
+                f"| {name} | {r['documents']:,} | {s}{note} | {e:.0f} | {'' if a is None else f'{a:.0f}'} | "
+                f"{'' if m is None else f'{m:.0f}'} | {ratio(m, e)} | {ratio(m, a)} |"
+            )
+        lines.append(
+            f"| {name} | | **all run here** | {tot['estimate_s']:.0f} | {tot['estimate_after_dense_s']:.0f} | "
+            f"{tot['measured_s']:.0f} | {ratio(tot['measured_s'], tot['estimate_s'])} | "
+            f"{ratio(tot['measured_s'], tot['estimate_after_dense_s'])} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from benchkit import machine, write_record
+
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    results = {}
+    for path in args.builds:
+        got = record_of(path)
+        if got is None:
+            continue
+        name, rec = got
+        if "collection" not in rec.get("stages", {}):
+            continue
+        results[name] = compare(rec)
+    if not results:
+        print("no finished build among the paths given", file=sys.stderr)
+        return 2
+    md = table(results)
+    print(md)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "build_estimate.md").write_text(
+        "# aheadrank build: estimated and measured stage times\n\n" + md + "\n"
+    )
+    write_record(
+        args.out / "build_estimate.json", "build_estimate.py", argv, machine("cpu"), t0, results=results
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""bench/build_estimate.py: the estimates recomputed from a finished build's record, beside its measured times."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import build_estimate  # noqa: E402
+
+from aheadrank.buildtime import Workload, reference_seconds  # noqa: E402
+
+
+def write_build(folder: Path, collection: Path, dense_s: float) -> None:
+    stages = {
+        "collection": {"documents": 5183, "mean_words": 214.6, "seconds": 0.1},
+        "bm25": {"seconds": 2.0},
+        "queries": {"pseudo_queries": 3000, "seconds": 8.0},
+        "dense": {"seconds": dense_s},
+        "train": {"steps": 36, "best_step": 0, "seconds": 150.0},
+        "store": {"seconds": 250.0},
+    }
+    plan = {"collection": str(collection), "out": str(folder), "ranker": "mores-2ib-s2", "labels": "none",
+            "steps": None, "an_old_field": 1}  # fmt: skip
+    folder.mkdir(parents=True)
+    (folder / "build.json").write_text(json.dumps({"plan": plan, "stages": stages, "format": 1}))
+
+
+def test_the_estimates_are_recomputed_and_scaled_by_the_dense_stage(tmp_path):
+    coll = tmp_path / "c.jsonl"
+    coll.write_text('{"id": "d", "contents": "x"}\n')
+    ref = reference_seconds(Workload(5183, 214.6, 3000, 36, "mores", 128, True))
+    write_build(tmp_path / "runs" / "fast", coll, dense_s=ref["dense"])
+    write_build(tmp_path / "runs" / "slow", coll, dense_s=2 * ref["dense"])
+    (tmp_path / "runs" / "empty").mkdir()
+    out = tmp_path / "out"
+    assert (
+        build_estimate.main([str(p) for p in sorted((tmp_path / "runs").iterdir())] + ["--out", str(out)])
+        == 0
+    )
+    got = json.loads((out / "build_estimate.json").read_text())["results"]
+    assert set(got) == {"runs/fast", "runs/slow"}  # a folder without build.json is passed over
+    fast, slow = got["runs/fast"], got["runs/slow"]
+    # the steps the build ran (its train stage), not today's default
+    assert fast["stages"]["train"]["estimate_s"] == pytest.approx(ref["train"], abs=0.1)
+    assert fast["stages"]["store"]["estimate_after_dense_s"] == pytest.approx(ref["store"], rel=1e-3)
+    assert slow["stages"]["store"]["estimate_after_dense_s"] == pytest.approx(2 * ref["store"], rel=1e-3)
+    assert "estimate_after_dense_s" not in slow["stages"]["bm25"]  # printed before the dense stage
+    assert slow["stages"]["priors"]["measured_s"] is None
+    md = (out / "build_estimate.md").read_text()
+    assert "| runs/slow | 5,183 | store | " in md and "**all run here**" in md
+
+
+def test_no_finished_build_is_an_error(tmp_path, capsys):
+    assert build_estimate.main([str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "no finished build" in capsys.readouterr().err

@@ -1,0 +1,78 @@
+"""aheadrank/buildtime.py: what the stages of ``aheadrank build`` should cost, from the collection's size and the
+plan (the estimate the build prints; tests/test_build.py checks that it prints it)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from aheadrank.rankers.recipe import LABEL_FREE_STEPS, POOL_DOCS, RECIPES
+
+from aheadrank.build import BuildPlan, workload
+from aheadrank.buildtime import (
+    KIND_COST,
+    STORE_S_PER_SEQUENCE,
+    Workload,
+    estimate_line,
+    reference_seconds,
+    stored_sequences,
+)
+
+SCIFACT = Workload(
+    documents=5183, mean_words=214.6, queries=3000, steps=0, cost="mores", window=128, passages=True
+)
+
+
+def test_the_cost_follows_the_documents_their_length_and_the_steps():
+    ref = reference_seconds(SCIFACT)
+    double = reference_seconds(dataclasses.replace(SCIFACT, documents=2 * SCIFACT.documents))
+    for stage in ("dense", "store"):
+        assert double[stage] == pytest.approx(2 * ref[stage])
+    assert double["bm25"] > ref["bm25"] and double["train"] == ref["train"]  # no steps: the start only
+    trained = reference_seconds(dataclasses.replace(SCIFACT, steps=360))
+    assert trained["train"] - ref["train"] == pytest.approx(360 * 2.6)
+    # passages are stored only for documents longer than the window, and they cost store time
+    plain = dataclasses.replace(SCIFACT, passages=False)
+    assert reference_seconds(plain)["store"] < ref["store"]
+    short = dataclasses.replace(SCIFACT, mean_words=40.0)
+    assert stored_sequences(short) == stored_sequences(dataclasses.replace(short, passages=False))
+    assert stored_sequences(plain) == SCIFACT.documents  # the first window only
+
+
+def test_the_reference_reproduces_the_measured_scifact_build_within_its_order():
+    """bench/results/label-free/build-time/ at bd750f3 (2 idle cores, 360 steps, no passages): dense 102 s, store
+    55 s, training 935 s; passages-served/: the store with passages 277 s. The rates were read off these builds, so
+    this checks the arithmetic, not the machine."""
+    built = dataclasses.replace(SCIFACT, steps=360, passages=False)
+    ref = reference_seconds(built)
+    assert ref["dense"] == pytest.approx(102, rel=0.1)
+    assert ref["store"] == pytest.approx(55, rel=0.25)
+    assert ref["train"] == pytest.approx(935, rel=0.1)
+    assert reference_seconds(SCIFACT)["store"] == pytest.approx(277, rel=0.25)
+
+
+def test_every_ranker_kind_has_a_cost_and_the_line_names_the_stages_left():
+    assert set(KIND_COST) >= {"mores", "prettr", "tk", "tk-base", "bert"}
+    assert STORE_S_PER_SEQUENCE > 0
+    line = estimate_line({"train": 30.0, "store": 300.0, "priors": 0.4}, None)
+    assert line.startswith("[estimate] about 6 min left (train 30 s, store 5 min)")
+    assert "x 0.5" in estimate_line({"store": 300.0}, 0.5)
+
+
+def test_a_label_free_plan_estimates_what_the_build_will_run(tmp_path):
+    coll = tmp_path / "c.jsonl"
+    coll.write_text('{"id": "d1", "contents": "a b c"}\n')
+    info = {"documents": 20000, "mean_words": 55.0}
+    lf = workload(BuildPlan(str(coll), str(tmp_path / "o"), ranker="prettr", labels="none"), info)
+    assert lf.steps == LABEL_FREE_STEPS and lf.queries == 3000 and lf.passages and lf.window == 128
+    assert lf.cost == "prettr" and lf.pool_docs == min(POOL_DOCS, 20000)
+    tk = workload(BuildPlan(str(coll), str(tmp_path / "o"), ranker="tk", labels="none", steps=36), info)
+    assert tk.cost == "tk-base" and tk.steps == 36 and tk.pool_docs == 0  # label-free tk is tk-6l-base
+    # with judgments: the recipe's steps and window, the judged queries, no passages
+    (tmp_path / "beir" / "qrels").mkdir(parents=True)
+    (tmp_path / "beir" / "qrels" / "train.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td1\t1\n"
+    )
+    judged = workload(BuildPlan(str(tmp_path / "beir"), str(tmp_path / "o"), ranker="tk"), info)
+    assert judged.steps == RECIPES["cpu"].steps and judged.queries == 2 and not judged.passages
+    assert judged.cost == "tk" and judged.window == RECIPES["cpu"].max_doc_len
