@@ -145,6 +145,9 @@ class BuildPlan:
     init: str | None = None
     positive: str = "teacher"  # label-free: POSITIVES
     teacher: str = "fusion"  # label-free: the listwise teacher, TEACHER_NAMES
+    # how the store holds the ranker's document side (store.spec.DTYPES; aheadrank index --dtype): float16, or
+    # int8 / book4 / book2, 2x / 4x / 8x smaller; the dense field stays float16
+    dtype: str = "float16"
 
     def directory(self) -> Path:
         return Path(self.out)
@@ -203,7 +206,7 @@ def _write_record(out: Path, record: BuildRecord) -> None:
 _SHARED_PINS = ("collection", "labels", "max_queries", "seed", "base")
 _MODEL_PINS = (
     *_SHARED_PINS,
-    *("ranker", "recipe", "steps", "ce_weight", "lr", "init", "positive", "fit_head", "teacher"),
+    *("ranker", "recipe", "steps", "ce_weight", "lr", "init", "positive", "fit_head", "teacher", "dtype"),
 )
 
 
@@ -476,6 +479,7 @@ def stage_store(plan: BuildPlan) -> dict:
         device=plan.device,
         progress=plan.progress,
         passages=passages,
+        dtype=plan.dtype,
     )
     summary = build_store(opts)
     if passages:
@@ -487,6 +491,7 @@ def stage_store(plan: BuildPlan) -> dict:
         "tokens": summary.tokens,
         "docs_per_s": round(summary.docs_per_s, 1),
         "passages": passages,
+        "dtype": plan.dtype,
         "store_bytes": sizes["all"],
         **({"passages_bytes": sizes["passages"]} if passages else {}),
     }
@@ -721,6 +726,10 @@ def build(
         raise AheadrankError(f"--positive is {' or '.join(POSITIVES)}, not {plan.positive!r}")
     if plan.teacher not in TEACHER_NAMES:
         raise AheadrankError(f"--teacher is {' or '.join(TEACHER_NAMES)}, not {plan.teacher!r}")
+    from aheadrank.store.spec import DTYPES
+
+    if plan.dtype not in DTYPES:
+        raise AheadrankError(f"--dtype is {', '.join(DTYPES)}, not {plan.dtype!r}")
     if until is not None and until not in STAGES:
         raise AheadrankError(f"unknown stage {until!r}: one of {', '.join(STAGES)}")
     plan_variant(plan)  # an unknown ranker (or labels split, or base) fails before any work

@@ -180,6 +180,7 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
         reuse=str(reuse) if reuse else None,
         progress=args.progress,
         passages=args.passages,
+        dtype=args.dtype,
     )
 
 
@@ -204,30 +205,27 @@ def build_name(args, collection: str, variant: str, transfer: bool = False) -> s
         name += "-fit-head"
     if args.passages:  # the same ranker, another store
         name += "-passages"
+    if args.dtype != "float16":  # the same ranker, another store
+        name += f"-{args.dtype}"
     return name
 
 
 def add_build_name_options(ap: argparse.ArgumentParser, steps: bool = True, passages: bool = True) -> None:
     """The settings that name this bench's build folders (:func:`build_name`): this bench's own, and those of a
     script that reads its builds."""
+    from aheadrank.store.spec import DTYPES
+
     from aheadrank.build import POSITIVES, TEACHER_NAMES, BuildPlan
 
     if steps:
         ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument(
-        "--positive",
-        default=BuildPlan.positive,
-        choices=POSITIVES,
-        help="label-free positive (aheadrank build --positive; default: the build's, teacher); teacher builds in "
-        "VARIANT-positive-teacher",
-    )
-    ap.add_argument(
-        "--teacher",
-        default=BuildPlan.teacher,
-        choices=list(TEACHER_NAMES),
-        help="label-free teacher (aheadrank build --teacher; default: the build's, fusion); other teachers build in "
-        "VARIANT[...]-teacher-TEACHER",
-    )
+    # the build's own setting by default (BuildPlan's); another value builds in a folder named for it
+    for flag, choices, what in (
+        ("positive", POSITIVES, "label-free positive (aheadrank build --positive); teacher builds in VARIANT-positive-teacher"),
+        ("teacher", list(TEACHER_NAMES), "label-free teacher (aheadrank build --teacher); others build in VARIANT[...]-teacher-TEACHER"),
+        ("dtype", list(DTYPES), "the store's dtype (aheadrank build --dtype); other than float16 builds in VARIANT[...]-DTYPE"),
+    ):  # fmt: skip
+        ap.add_argument(f"--{flag}", default=getattr(BuildPlan, flag), choices=choices, help=what)
     if passages:
         ap.add_argument(
             "--passages",
@@ -244,6 +242,7 @@ def recipe_settings(args: argparse.Namespace) -> argparse.Namespace:
     args.fit_head = False
     args.sources, args.transfer_steps = {}, 0
     args.passages = getattr(args, "passages", True)
+    args.dtype = getattr(args, "dtype", "float16")
     return args
 
 

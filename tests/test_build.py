@@ -348,3 +348,22 @@ def test_a_label_free_build_reads_the_label_free_window_under_every_recipe(passa
     ranker = load_ranker(paths(out)["checkpoint"])
     assert ranker.config.max_doc_len == LABEL_FREE_DOC_LEN < RECIPES["gpu"].max_doc_len
     assert ranker.config.extra["train"]["group_size"] == RECIPES["gpu"].group_size
+
+
+def test_a_build_stores_at_the_dtype_it_is_given_and_pins_it(passages, tiny_base, tmp_path):
+    from aheadrank.store import read_manifest
+
+    with pytest.raises(AheadrankError, match="--dtype is float16, int8"):
+        build(plan(passages, tmp_path / "bad", tiny_base, dtype="int4"), echo=lambda _: None)
+    assert not (tmp_path / "bad").exists()  # refused before any work
+    out = tmp_path / "int8"
+    record = build(plan(passages, out, tiny_base, steps=0, dtype="int8"), echo=lambda _: None)
+    store = paths(out)["store"]
+    assert record.stages["store"]["dtype"] == "int8"
+    assert read_manifest(store).spec.dtype == "int8"
+    assert read_manifest(store / "dense").spec.dtype == "float16"  # the bi-encoder's field as it always is
+    with StoreReader(store) as reader:
+        assert len(reader) == 80
+    # a finished build at another dtype is refused, not overwritten
+    with pytest.raises(AheadrankError, match="dtype='int8'"):
+        build(plan(passages, out, tiny_base, steps=0), echo=lambda _: None)

@@ -101,6 +101,12 @@ def build_cmd(
         "default: on for a label-free build, off for one trained on judgments",
         show_default=False,
     ),
+    dtype: str = opt(
+        "float16",
+        "--dtype",
+        help="how the store holds the ranker's document side, as aheadrank index --dtype: float16, int8 (2x "
+        "smaller), book4 or book2 (4x / 8x: a codebook per shard and dimension); the dense field stays float16",
+    ),
 ) -> None:
     """Build everything a collection needs to be served: BM25 index, a ranker adapted to the collection (from
     its own texts when it has no judgments), the store and its dense field, the priors. Prints each stage's
@@ -130,6 +136,7 @@ def build_cmd(
         init=str(init) if init else None,
         positive=positive,
         teacher=teacher,
+        dtype=dtype,
     )
     build(plan, until=until, echo=typer.echo)
     typer.echo(f"serve it: aheadrank serve {out}")
