@@ -680,6 +680,8 @@ def estimate(plan: BuildPlan, record: BuildRecord, after: str, until: str | None
     there are none or the record cannot tell (an estimate never stops a build)."""
     from aheadrank.buildtime import estimate_line, reference_seconds
 
+    if after == "collection" and "dense" in record.stages:  # the line after the dense stage says it better
+        return None
     try:
         ref = reference_seconds(workload(plan, record.stages["collection"]))
         scale = None
