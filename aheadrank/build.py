@@ -653,14 +653,16 @@ def workload(plan: BuildPlan, collection: dict):
     """What the build has to do (:class:`aheadrank.buildtime.Workload`), from the plan and the collection stage's
     record (its documents and their mean length)."""
     from aheadrank.buildtime import Workload, cost_key, judged_queries
-    from aheadrank.rankers.recipe import LABEL_FREE_DOC_LEN, LABEL_FREE_STEPS, POOL_DOCS, recipe_for
+    from aheadrank.rankers.recipe import POOL_DOCS, recipe_for, resolve_training
 
     variant = plan_variant(plan)
     split = judged_split(plan.collection, plan.labels)
     rec = recipe_for(plan.device, plan.recipe)
     docs = int(collection["documents"])
-    steps = plan.steps if plan.steps is not None else (LABEL_FREE_STEPS if split is None else rec.steps)
-    window = variant.options.get("max_doc_len") or (LABEL_FREE_DOC_LEN if split is None else rec.max_doc_len)
+    # the steps and the window the train stage will resolve (rankers.recipe: the one place they are decided)
+    steps = resolve_training(rec, variant.kind, {"steps": plan.steps}, label_free=split is None).train.steps
+    given = {"max_doc_len": variant.options.get("max_doc_len")}
+    window = rec.init_options(given, label_free=split is None)["max_doc_len"]
     fresh_map = variant.kind == "prettr" and bool(variant.options.get("compress", 1)) and not plan.init
     return Workload(
         documents=docs,

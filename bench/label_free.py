@@ -238,11 +238,13 @@ def add_build_name_options(ap: argparse.ArgumentParser, steps: bool = True, pass
 
 def recipe_settings(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with the settings :func:`build_name` reads that a reading script does not take: the recipe's."""
+    from aheadrank.build import BuildPlan
+
     args.ce_weight = args.lr = None
     args.fit_head = False
     args.sources, args.transfer_steps = {}, 0
     args.passages = getattr(args, "passages", True)
-    args.dtype = getattr(args, "dtype", "float16")
+    args.dtype = getattr(args, "dtype", BuildPlan.dtype)
     return args
 
 
