@@ -1,23 +1,25 @@
 """``make demo``: the README's journey end to end on the bundled SciFact sample, through the HTTP service.
 
 ``aheadrank build`` (:mod:`aheadrank.build`: collection check → BM25 index → training queries → the bi-encoder's
-dense field → a TK ranker trained briefly → representation store → priors; into
-``WORKDIR/build-RANKER-STEPS-LABELS``, where a rerun finds every stage done) → ``aheadrank serve DIR`` on 127.0.0.1 → the sample's test queries sent to ``POST /v1/rerank`` (plus
-one ad-hoc ``POST /rerank``) → results next to BM25's, the effectiveness line (nDCG@10 of BM25, the label-free
-BM25 + bi-encoder fusion, the served score and the ranker alone) beside the served score's weights → clean
-shutdown.
+dense field → the ranker (the build's default, MORES 2×IB Reuse-S2, kept as the base model made it: a label-free
+build does not fine-tune unless given steps) → representation store → priors; into
+``WORKDIR/build-RANKER-STEPS-LABELS``, where a rerun finds every stage done) → ``aheadrank serve DIR`` on
+127.0.0.1 → the sample's test queries sent to ``POST /v1/rerank`` (plus one ad-hoc ``POST /rerank``) → results
+next to BM25's, the effectiveness line (nDCG@10 of BM25, the label-free BM25 + bi-encoder fusion, the served
+score and the ranker alone) beside the served score's weights → clean shutdown.
 
 The demo builds **without judgments** by default (``--labels none``): the README's first journey is "my corpus,
-no judgments", so the demo shows that one. The sample's ``qrels/train.tsv`` is left unused: the ranker learns
-from pseudo-queries cut from the sample's abstracts, and the served score gives the neural score its kind's
-label-free share (:func:`aheadrank.build.label_free_weights`: 1/6 for TK and PreTTR, 1/3 for MORES), BM25 and the
-bi-encoder the rest in equal parts. The test judgments are
-only read to score the result, which is then an honest held-out measurement of a build that saw no
-judgment at all. ``--labels auto`` shows the labelled journey instead (trains on the sample's train queries,
-fits the weights on the fifth the trainer held out): with so few queries the fit can give the ranker no
-weight at all (it did: neural 0.00, bm25 0.05, dense 0.95 before this demo used ``aheadrank build``).
+no judgments", so the demo shows that one, with the build's own defaults. The sample's ``qrels/train.tsv`` is
+left unused: pseudo-queries cut from the sample's abstracts are held out to check the ranker (and train it, given
+``--steps N``), and the served score gives the neural score its kind's label-free share
+(:func:`aheadrank.build.label_free_weights`: 1/3 for MORES, 1/6 for TK and PreTTR), BM25 and the bi-encoder the
+rest in equal parts. The test judgments are only read to score the result, which is then an honest held-out
+measurement of a build that saw no judgment at all. ``--labels auto`` shows the labelled journey instead (trains
+on the sample's train queries, fits the weights on the fifth the trainer held out): with so few queries the fit
+can give the ranker no weight at all (it did: neural 0.00, bm25 0.05, dense 0.95 before this demo used
+``aheadrank build``).
 
-    .venv/bin/python -m aheadrank.demo [--ranker tk-2l] [--steps 60] [--labels none|auto] [--workdir .demo]
+    .venv/bin/python -m aheadrank.demo [--ranker mores-2ib-s2] [--steps N] [--labels none|auto] [--workdir .demo]
 """
 
 from __future__ import annotations
@@ -32,11 +34,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SAMPLE = Path(__file__).resolve().parent / "data" / "scifact-sample"
-# tk-2l (two small TK layers) by default: its 60 training steps fit in a few minutes on 2 CPU cores, where the
-# kind ``tk`` built label-free is tk-6l-base (aheadrank.build.LABEL_FREE_VARIANTS), six layers over every document
-RANKERS = ("tk-2l", "tk", "mores", "prettr", "bert")
-STEPS = 60  # training steps that fit in a few minutes on 2 CPU cores
-MAX_QUERIES = 600  # label-free: pseudo-queries cut from the sample (60 steps x 8 queries, plus 100 held out)
+# the build's default ranker (aheadrank.build.DEFAULT_RANKER) first; tk-2l (two small TK layers) trains in a few
+# minutes on 2 CPU cores with --steps 60, where the kind ``tk`` built label-free is tk-6l-base
+# (aheadrank.build.LABEL_FREE_VARIANTS), six layers over every document
+RANKERS = ("mores-2ib-s2", "tk-2l", "tk", "mores", "prettr", "bert")
+# label-free: pseudo-queries cut from the sample (100 held out, enough for --steps 60 x 8 queries)
+MAX_QUERIES = 600
 
 
 def say(msg: str) -> None:
@@ -76,8 +79,13 @@ def fusion_scores(results: list[dict]) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ranker", choices=RANKERS, default="tk-2l")
-    ap.add_argument("--steps", type=int, default=STEPS, help="training steps (0: untrained)")
+    ap.add_argument("--ranker", choices=RANKERS, default=RANKERS[0])
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="training steps (default: the recipe's; a label-free build does not train unless given them)",
+    )
     ap.add_argument(
         "--labels",
         default="none",
@@ -102,11 +110,13 @@ def main() -> None:
     from aheadrank.services.process import ServeProcess
 
     work = args.workdir.resolve()
-    out = work / f"build-{args.ranker}-{args.steps}-{args.labels}"
+    steps = "default" if args.steps is None else args.steps
+    out = work / f"build-{args.ranker}-{steps}-{args.labels}"
     t0 = time.perf_counter()
     say(
-        f"aheadrank build --collection {SAMPLE.name} --out {out} --ranker {args.ranker} --steps {args.steps} "
-        f"--labels {args.labels}"
+        f"aheadrank build --collection {SAMPLE.name} --out {out} --ranker {args.ranker} "
+        + ("" if args.steps is None else f"--steps {args.steps} ")
+        + f"--labels {args.labels}"
     )
     plan = BuildPlan(
         str(SAMPLE),
