@@ -676,10 +676,13 @@ def workload(plan: BuildPlan, collection: dict):
     )
 
 
-def estimate(plan: BuildPlan, record: BuildRecord, after: str, until: str | None) -> str | None:
+def estimate(
+    plan: BuildPlan, record: BuildRecord, after: str, until: str | None, earlier: bool = False
+) -> str | None:
     """The ``[estimate]`` line printed after stage ``after`` (collection: at the reference rates; dense: scaled by
-    how long the dense stage took against its estimate) for the stages still to run up to ``until``; None when
-    there are none or the record cannot tell (an estimate never stops a build)."""
+    how long the dense stage took against its estimate, ``earlier`` when that time is not this run's: done before
+    or linked from another build) for the stages still to run up to ``until``; None when there are none or the
+    record cannot tell (an estimate never stops a build)."""
     from aheadrank.buildtime import estimate_line, reference_seconds
 
     if after == "collection" and "dense" in record.stages:  # the line after the dense stage says it better
@@ -694,7 +697,7 @@ def estimate(plan: BuildPlan, record: BuildRecord, after: str, until: str | None
         return None
     ahead = STAGES[STAGES.index(after) + 1 : (STAGES.index(until) + 1) if until else None]
     left = {s: ref[s] * (scale or 1.0) for s in ahead if s not in record.stages}
-    return estimate_line(left, scale) if left else None
+    return estimate_line(left, scale, earlier) if left else None
 
 
 def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
@@ -754,6 +757,7 @@ def build(
         "priors": lambda: stage_priors(plan, search),
     }
     t_all = time.perf_counter()
+    ran: set[str] = set()
     for stage in STAGES:
         if stage in record.stages:
             echo(f"[{stage}] done before ({record.stages[stage].get('seconds', 0):.0f} s)")
@@ -763,12 +767,13 @@ def build(
             info = runners[stage]()
             info["seconds"] = round(time.perf_counter() - t0, 1)
             record.stages[stage] = info
+            ran.add(stage)
             _write_record(out, record)
             echo(
                 f"[{stage}] {info['seconds']:.0f} s  {json.dumps({k: v for k, v in info.items() if k != 'seconds'})}"
             )
         if stage in ("collection", "dense") and stage != until:
-            line = estimate(plan, record, stage, until)
+            line = estimate(plan, record, stage, until, earlier=stage not in ran)
             if line:
                 echo(line)
         if stage == until:

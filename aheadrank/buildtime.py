@@ -117,12 +117,15 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def estimate_line(left: dict[str, float], scale: float | None) -> str:
-    """One line: the stages still to run with their estimated time, and what the rates are."""
+def estimate_line(left: dict[str, float], scale: float | None, earlier: bool = False) -> str:
+    """One line: the stages still to run with their estimated time, and what the rates are (``earlier``: the scale
+    comes from a dense stage timed in an earlier run or another build, maybe on a machine busier or idler than now)."""
     total = sum(left.values())
-    parts = ", ".join(f"{stage} {duration(s)}" for stage, s in left.items() if s >= 1)
+    parts = ", ".join(f"{stage} {duration(s)}" for stage, s in left.items() if s >= 1) or "each under 1 s"
     if scale is None:
         how = "at the reference rates of 2 idle CPU cores (aheadrank/buildtime.py), refined after the dense stage"
     else:
         how = f"the reference rates x {scale:.2g}, as the dense stage ran against its estimate"
+        if earlier:
+            how += " in an earlier run (the machine may be busier or idler now)"
     return f"[estimate] about {duration(total)} left ({parts}): {how}"

@@ -73,6 +73,7 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
     assert re.match(r"\[dense\] \d+ s", said[said.index(estimates[1]) - 1])
     assert "bm25" in estimates[0] and "refined after the dense stage" in estimates[0]
     assert "bm25" not in estimates[1] and "train" in estimates[1] and "as the dense stage ran" in estimates[1]
+    assert "earlier run" not in estimates[1]
     # a rerun does nothing again: every stage is "done before", nothing is left to estimate
     again: list[str] = []
     build(plan(passages, out, tiny_base), echo=again.append)
@@ -91,6 +92,18 @@ def test_serve_refuses_an_unfinished_build_and_a_plain_folder(passages, tiny_bas
     assert list(read_record(out).stages) == ["collection", "bm25", "queries"]
     with pytest.raises(AheadrankError, match="stages left: dense, train, store, priors"):
         from_build(out, {"checkpoint": None})
+    # resumed: the dense stage timed now scales the estimate of the stages after it; timed in an earlier run, the
+    # line says so (its time may be another day's)
+    said: list[str] = []
+    build(plan(passages, out, tiny_base), until="dense", echo=said.append)
+    (line,) = [line for line in said if line.startswith("[estimate]")]  # after the collection, done before
+    assert "refined after the dense stage" in line and "()" not in line
+    said.clear()
+    build(plan(passages, out, tiny_base), until="train", echo=said.append)
+    (line,) = [line for line in said if line.startswith("[estimate]")]
+    assert "train" in line and "as the dense stage ran" in line and "in an earlier run" in line
+    dense_done = [x for x in said if x.startswith("[dense] done before")]
+    assert said.index(line) == said.index(dense_done[0]) + 1
     with pytest.raises(AheadrankError, match=BUILD_FILE):
         from_build(tmp_path, {"checkpoint": None})
     with pytest.raises(AheadrankError, match="--checkpoint"):

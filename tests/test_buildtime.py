@@ -57,6 +57,12 @@ def test_every_ranker_kind_has_a_cost_and_the_line_names_the_stages_left():
     line = estimate_line({"train": 30.0, "store": 300.0, "priors": 0.4}, None)
     assert line.startswith("[estimate] about 6 min left (train 30 s, store 5 min)")
     assert "x 0.5" in estimate_line({"store": 300.0}, 0.5)
+    assert estimate_line({"bm25": 0.2, "dense": 0.5}, None).startswith(
+        "[estimate] about 1 s left (each under 1 s)"
+    )
+    assert "earlier run" not in estimate_line({"store": 300.0}, 0.5)
+    assert "x 0.5" in estimate_line({"store": 300.0}, 0.5, earlier=True)
+    assert "in an earlier run" in estimate_line({"store": 300.0}, 0.5, earlier=True)
 
 
 def test_a_label_free_plan_estimates_what_the_build_will_run(tmp_path):
