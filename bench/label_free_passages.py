@@ -13,8 +13,21 @@ z-score fusion) and, from committed label-free builds' pure neural runs (``--neu
   its best passage (1/6 each). Where a document is one window (Vaswani: no sentence breaks) the two bi-encoder
   features are equal and this is ``VARIANT+priors`` exactly.
 
-Every weight and the window (2 sentences) were fixed before any of this was measured; no judgment chooses
-anything. Paired t-tests against the better of RRF and the equal-weight fusion and against ``fusion-passages``.
+- ``VARIANT+priors+window``: the window rule, written (with the code that applies it) before it was first run on
+  the current label-free defaults: where at least half of the collection's documents are cut into two or more
+  windows (``multi_window``, counted over the whole corpus from its texts), the best window joins the served
+  score at the bi-encoder's weight: neural ``s`` (the kind's label-free share, ``aheadrank.build.
+  LABEL_FREE_NEURAL_SHARE``: MORES 1/3, PreTTR and TK 1/6), BM25, bi-encoder and best window ``(1 - s)/2``
+  each, normalised to sum 1 (MORES: 1/4 each, ``+priors+passages``); elsewhere (most documents one window,
+  where the feature only repeats the bi-encoder and would double its weight) it is ``VARIANT+priors``. The
+  gate was written after ``passages-stored-maxp/`` showed the 4-way fusion 0.018 below ``+priors`` on
+  Vaswani, whose documents are all one window: that collection's result under the rule is not blind to its
+  judgments (it is ``+priors``, the build's served score, unchanged).
+
+``VARIANT+priors`` uses the kind's label-free weights (``aheadrank.build.label_free_weights``; before the window
+rule, 1/3 each for every kind, which the folders measured then used). Every other weight and the window (2
+sentences) were fixed before any of this was measured; no judgment chooses anything. Paired t-tests against
+the better of RRF and the equal-weight fusion and against ``fusion-passages``.
 
     .venv/bin/python bench/label_free_passages.py --collections scifact cranfield vaswani \\
         --neural bench/results/label-free/positive-teacher:mores-2ib-s2 \\
@@ -22,8 +35,14 @@ anything. Paired t-tests against the better of RRF and the equal-weight fusion a
                  bench/results/label-free/positive-teacher-rankers:tk-2l \\
         --out bench/results/label-free/passages
 
+The window rule on the current label-free defaults (the runs of ``bench/label_free.py``'s top-level folder)::
+
+    .venv/bin/python bench/label_free_passages.py --collections scifact cranfield vaswani \\
+        --neural bench/results/label-free:mores-2ib-s2 bench/results/label-free:prettr-l5-e128 \\
+                 bench/results/label-free:tk-6l-base --out bench/results/label-free/window-rule
+
 Writes ``--out``: ``label_free_passages.{json,md}`` and ``<collection>/runs/{bi-encoder-passages,fusion-passages,
-VARIANT+priors+passages,VARIANT+priors+split}.trec.zst``.
+VARIANT+priors+passages,VARIANT+priors+split,VARIANT+priors+window}.trec.zst``.
 """
 
 from __future__ import annotations
@@ -44,6 +63,27 @@ BASELINES = ("bm25", "bi-encoder", "bi-encoder-passages", "rrf", "fusion-equal",
 FUSION_PASSAGES = {"bm25": 1 / 3, "dense": 1 / 3, "passage": 1 / 3}
 SERVED_PASSAGES = {"neural": 0.25, "bm25": 0.25, "dense": 0.25, "passage": 0.25}
 SERVED_SPLIT = {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 6, "passage": 1 / 6}
+MULTI_WINDOW = 0.5  # the window rule's gate: the share of documents with two or more windows
+
+
+def window_weights(share: float) -> dict[str, float]:
+    """The window rule's served weights: neural ``share``, BM25, bi-encoder and best window (1 - share)/2 each,
+    normalised to sum 1."""
+    rest = (1 - share) / 2
+    total = share + 3 * rest
+    return {"neural": share / total, "bm25": rest / total, "dense": rest / total, "passage": rest / total}
+
+
+def multi_window(collection: Path, size: int) -> float:
+    """The share of the collection's documents that :func:`sentence_passages` cuts into two or more windows."""
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.indexer.pseudo_queries import sentence_passages
+
+    n = multi = 0
+    for _, title, body in Collection(collection).titled():
+        n += 1
+        multi += len(sentence_passages(title, body, size=size)) > 1
+    return multi / n if n else 0.0
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -138,7 +178,7 @@ def bench_collection(args, name: str) -> dict:
     from benchkit import Bm25Hits, eval_topics
     from label_free import comparison, label_free_baselines, runs_from, write_zst_run
 
-    from aheadrank.build import LABEL_FREE_WEIGHTS
+    from aheadrank.build import _variant, label_free_weights
     from aheadrank.evaluation import compare, evaluate, read_run
     from aheadrank.priors import QueryFeatures
 
@@ -170,11 +210,21 @@ def bench_collection(args, name: str) -> dict:
         "bi-encoder-passages": runs_from(base, {"passage": 1.0}),
         "fusion-passages": runs_from(base, FUSION_PASSAGES),
     }
+    multi = multi_window(collection, args.sentences)
+    gate = multi >= MULTI_WINDOW
+    log.info(
+        "%s: %.1f %% of documents have two or more windows: window rule %s",
+        name,
+        100 * multi,
+        "on" if gate else "off",
+    )
     result = {
         "collection": name,
         "test_queries": len(qids),
         "documents": len(docids),
         "passages": len(owner),
+        "multi_window": round(multi, 4),
+        "window_rule": gate,
         "baselines": {},
         "variants": {},
     }
@@ -195,17 +245,28 @@ def bench_collection(args, name: str) -> dict:
         if not source.exists():
             raise SystemExit(f"--neural {folder}:{variant}: no {source}")
         neural = neural_scores(read_run(source), cands, qids, source)
+        priors_w = label_free_weights(_variant(variant).kind)["neural+bm25+dense"]
         committed = folder / name / "runs" / f"{variant}+priors.trec.zst"
         with_neural = [
             (q, QueryFeatures(f.docids, {**f.features, "neural": neural[q]}, f.qrels)) for q, f in base
         ]
         vruns = {
             variant: runs_from(with_neural, {"neural": 1.0}),
-            f"{variant}+priors": runs_from(with_neural, LABEL_FREE_WEIGHTS["neural+bm25+dense"]),
+            f"{variant}+priors": runs_from(with_neural, priors_w),
             f"{variant}+priors+passages": runs_from(with_neural, SERVED_PASSAGES),
             f"{variant}+priors+split": runs_from(with_neural, SERVED_SPLIT),
+            f"{variant}+priors+window": runs_from(
+                with_neural, window_weights(priors_w["neural"]) if gate else priors_w
+            ),
         }
-        row = {"from": str(source.relative_to(ROOT) if source.is_relative_to(ROOT) else source), "runs": {}}
+        row = {
+            "from": str(source.relative_to(ROOT) if source.is_relative_to(ROOT) else source),
+            "weights": {
+                "priors": priors_w,
+                "window": window_weights(priors_w["neural"]) if gate else priors_w,
+            },
+            "runs": {},
+        }
         if committed.exists():
             row["committed_priors_ndcg10"] = evaluate(read_run(committed), qrels, ("nDCG@10",))["nDCG@10"]
         for k, r in vruns.items():
@@ -214,7 +275,7 @@ def bench_collection(args, name: str) -> dict:
                 "vs_best_baseline": comparison(compare, runs[best], r, qrels),
                 "vs_fusion_passages": comparison(compare, runs["fusion-passages"], r, qrels),
             }
-        for suffix in ("passages", "split"):
+        for suffix in ("passages", "split", "window"):
             write_zst_run(
                 out_runs / f"{variant}+priors+{suffix}.trec.zst",
                 vruns[f"{variant}+priors+{suffix}"],
@@ -244,13 +305,19 @@ def table(results: list[dict]) -> str:
                 lines.append(
                     f"| {c} | {k} | {x['ndcg10']:.4f} | {cmp(x['vs_best_baseline'])} | {cmp(x['vs_fusion_passages'])} |"
                 )
+    lines.append("")
+    for r in results:
+        if "multi_window" in r:
+            state = "on" if r["window_rule"] else "off (+priors+window is +priors)"
+            lines.append(
+                f"- {r['collection']}: {100 * r['multi_window']:.1f} % of documents have two or more windows; "
+                f"window rule {state}"
+            )
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     from benchkit import machine_info, write_json
-
-    from aheadrank.build import LABEL_FREE_WEIGHTS
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parse_args(argv)
@@ -276,8 +343,9 @@ def main(argv=None) -> int:
             "sentences": args.sentences,
             "weights": {
                 "fusion-passages": FUSION_PASSAGES,
-                "served": LABEL_FREE_WEIGHTS["neural+bm25+dense"],
+                "served": "aheadrank.build.label_free_weights(kind)",
                 "served+passages": SERVED_PASSAGES,
+                "served+window": "window_weights(the kind's share) where multi_window >= 0.5",
             },
             "results": results,
             "wall_s": round(time.perf_counter() - t0, 1),

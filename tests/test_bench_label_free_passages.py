@@ -64,3 +64,23 @@ def test_the_split_share_is_the_served_score_where_a_document_is_one_window():
     other = [("q", QueryFeatures(list("abcd"), {**f, "passage": np.array([0.9, 0.1, 0.1, 0.1])}, {}))]
     (moved,) = lfp_runs(other, lfp.SERVED_SPLIT).values()
     assert moved["a"] > split["a"] and moved["b"] < split["b"]  # the best window lifts a, the others fall
+
+
+def test_the_window_rule_gives_the_best_window_the_bi_encoders_weight():
+    """MORES's share 1/3 gives 1/4 each (``SERVED_PASSAGES``); PreTTR's and TK's 1/6 keeps the neural score at
+    2/5 of the bi-encoder's weight (1/6 against 5/12, as served), the window equal to the bi-encoder's."""
+    assert lfp.window_weights(1 / 3) == pytest.approx(lfp.SERVED_PASSAGES)
+    w = lfp.window_weights(1 / 6)
+    assert sum(w.values()) == pytest.approx(1.0)
+    assert w["bm25"] == w["dense"] == w["passage"] == pytest.approx(2.5 * w["neural"])
+
+
+def test_the_window_gate_counts_documents_cut_into_two_or_more_windows(tmp_path):
+    rows = [
+        '{"_id": "a", "title": "T", "text": "One. Two. Three."}',  # three sentences: two windows
+        '{"_id": "b", "title": "", "text": "no sentence breaks at all"}',  # one window
+        '{"_id": "c", "title": "T", "text": "Only one. And two."}',  # two sentences: one window
+    ]
+    (tmp_path / "corpus.jsonl").write_text("\n".join(rows) + "\n")
+    assert lfp.multi_window(tmp_path, 2) == pytest.approx(1 / 3)
+    assert lfp.multi_window(tmp_path, 1) == pytest.approx(2 / 3)
