@@ -76,20 +76,33 @@ _RECORDED_BEFORE = {"positive": "source"}
 # saw every collection's judgments: leave-one-out the rule chose 1/3 for those two targets. MORES keeps 1/3
 LABEL_FREE_NEURAL_SHARE: dict[str, Fraction] = {"prettr": Fraction(1, 6), "tk": Fraction(1, 6)}
 _SUBSETS = (("neural", "bm25", "dense"), ("neural", "bm25"), ("neural", "dense"), ("neural",))
+_WINDOW_SUBSETS = (("neural", "bm25", "dense", "window"), ("neural", "dense", "window"))
+# the window prior (store/windows.py): the bi-encoder's best window of WINDOW_SENTENCES sentences, title in front,
+# joins the label-free served score at the bi-encoder's weight where at least MULTI_WINDOW of the collection's
+# documents are two or more windows (a collection of one-window documents would only repeat the bi-encoder). The
+# rule was written into bench/label_free_passages.py (6133ddf) before it ran on the label-free defaults
+# (bench/results/label-free/window-rule/): SciFact MORES 2xIB S2 / PreTTR l5/e128 / tk-6l-base 0.7480 / 0.7440 /
+# 0.7484 against 0.7378 / 0.7345 / 0.7394 without, all significantly above the label-free fusion; Cranfield higher
+# for all three; Vaswani's documents are one window each (gate off)
+WINDOW_SENTENCES = 2
+MULTI_WINDOW = 0.5
 
 
-def label_free_weights(kind: str | None = None) -> dict[str, dict[str, float]]:
-    """The label-free served weights of a ranker ``kind`` (:func:`share_weights` of its neural share)."""
-    return share_weights(LABEL_FREE_NEURAL_SHARE.get(kind or "", Fraction(1, 3)))
+def label_free_weights(kind: str | None = None, window: bool = False) -> dict[str, dict[str, float]]:
+    """The label-free served weights of a ranker ``kind`` (:func:`share_weights` of its neural share), with the
+    window prior where the store has sentence windows."""
+    return share_weights(LABEL_FREE_NEURAL_SHARE.get(kind or "", Fraction(1, 3)), window)
 
 
-def share_weights(share: Fraction) -> dict[str, dict[str, float]]:
-    """The neural score at ``share``, BM25 and the bi-encoder the rest in equal parts, for every feature subset the
+def share_weights(share: Fraction, window: bool = False) -> dict[str, dict[str, float]]:
+    """The neural score at ``share``, BM25 and the bi-encoder the rest in equal parts (and, with ``window``, the
+    best window at the bi-encoder's weight: the weights normalised to sum 1), for every feature subset the
     service may have (the full weights restricted to the subset and renormalised: without the dense field,
     ``neural+bm25``; the neural score alone always weighs 1, even at share 0: it is then all there is)."""
-    full = {"neural": share, "bm25": (1 - share) / 2, "dense": (1 - share) / 2}
+    rest = (1 - share) / 2
+    full = {"neural": share, "bm25": rest, "dense": rest, "window": rest}
     out = {}
-    for names in _SUBSETS:
+    for names in (*_WINDOW_SUBSETS, *_SUBSETS) if window else _SUBSETS:
         total = sum(full[n] for n in names)
         out["+".join(names)] = {n: float(full[n] / total) if total else 1.0 / len(names) for n in names}
     return out
@@ -139,6 +152,10 @@ class BuildPlan:
     # the store stage also stores long documents as passages (aheadrank index --passages); None: only where the
     # build is label-free (measured there: bench/results/label-free/passages-served/), see :func:`stores_passages`
     passages: bool | None = None
+    # the store stage also stores the bi-encoder's sentence windows (store/windows.py) and the served score weighs
+    # the best one; None: where the build is label-free and the collection's documents are mostly several
+    # windows (:func:`stores_windows`)
+    windows: bool | None = None
     # a ranker checkpoint the train stage starts from instead of the base model: one trained elsewhere (another
     # collection's judgments, say); with steps=0 it is used as it is and only the store and the priors are this
     # collection's
@@ -185,6 +202,7 @@ def paths(out: str | Path) -> dict[str, Path]:
         "queries": d / "queries.json.gz",
         "checkpoint": d / "checkpoint",
         "store": d / "store",
+        "windows": d / "window-field",
     }
 
 
@@ -222,15 +240,48 @@ def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
             f"{plan.out} was built with other settings ({', '.join(f'{k}={was[k]!r}' for k in changed)}); "
             "give another --out, or the same settings to resume"
         )
-    # passages are pinned by what the store stage did (the plan's None means "where label-free"); a store stage
-    # recorded before it said reads as unknown and passes
-    made = done.get("store", {}).get("passages")
-    if made is not None and made != stores_passages(plan):
-        flag = "--passages" if made else "--no-passages"
-        raise AheadrankError(
-            f"{plan.out} stored {'its long documents as passages' if made else 'no passages'}; give another --out, "
-            f"or {flag} to resume"
-        )
+    # passages and windows are pinned by what the store stage did (the plan's None means "where label-free"...); a
+    # store stage recorded before it said reads as unknown and passes
+    for key, wanted, what in (
+        ("passages", stores_passages, "its long documents as passages"),
+        ("windows", stores_windows, "the sentence windows"),
+    ):
+        made = done.get("store", {}).get(key)
+        if made is not None and made != wanted(plan):
+            raise AheadrankError(
+                f"{plan.out} stored {what if made else 'no ' + key}; give another --out, or "
+                f"--{'' if made else 'no-'}{key} to resume"
+            )
+
+
+def stores_windows(plan: BuildPlan, multi: float | None = None) -> bool:
+    """Whether the build stores the bi-encoder's sentence windows and serves the window prior: as asked, else
+    (``windows=None``) where the build is label-free and at least :data:`MULTI_WINDOW` of the documents are two
+    or more windows (``multi``, else the collection stage's ``multi_window``, else counted now; measured:
+    bench/results/label-free/window-rule/)."""
+    if plan.windows is not None:
+        return plan.windows
+    if judged_split(plan.collection, plan.labels) is not None:
+        return False
+    share = multi
+    if share is None:
+        record = read_record(plan.out)
+        share = (record.stages.get("collection", {}) if record else {}).get("multi_window")
+    if share is None:
+        share = multi_window(plan.collection)
+    return share >= MULTI_WINDOW
+
+
+def multi_window(collection: str | Path, sentences: int = WINDOW_SENTENCES) -> float:
+    """The share of the collection's documents that are two or more windows of ``sentences`` sentences."""
+    from aheadrank.indexer.collections import Collection
+    from aheadrank.indexer.pseudo_queries import sentence_passages
+
+    n = multi = 0
+    for _, title, body in Collection(collection).titled():
+        n += 1
+        multi += len(sentence_passages(title, body, size=sentences)) > 1
+    return multi / n if n else 0.0
 
 
 def stores_passages(plan: BuildPlan) -> bool:
@@ -257,13 +308,17 @@ def judged_split(collection: str | Path, labels: str) -> str | None:
 # ---- the stages ---------------------------------------------------------------------------------------------
 def stage_collection(plan: BuildPlan) -> dict:
     from aheadrank.indexer.collections import Collection
+    from aheadrank.indexer.pseudo_queries import sentence_passages
 
     coll = Collection(plan.collection)
-    docs = titled = words = 0
+    docs = titled = words = multi = windows = 0
     for _, title, body in coll.titled():
         docs += 1
         titled += bool(title)
         words += len(body.split()) + len(title.split())
+        n = len(sentence_passages(title, body, size=WINDOW_SENTENCES))
+        multi += n > 1
+        windows += n if n > 1 else 0
     if docs == 0:
         raise AheadrankError(f"{plan.collection}: no usable document ({coll.report.summary()})")
     return {
@@ -272,6 +327,8 @@ def stage_collection(plan: BuildPlan) -> dict:
         "titled": titled,
         "mean_words": round(words / docs, 1),
         "skipped": coll.report.skipped,
+        "multi_window": round(multi / docs, 4),  # documents of two or more sentence windows (stores_windows)
+        "windows": windows,  # their windows: what the window field embeds (aheadrank.buildtime)
     }
 
 
@@ -290,7 +347,25 @@ def stage_dense(plan: BuildPlan) -> dict:
     summary = ensure_dense_field(
         plan.collection, paths(plan.out)["dense"], plan.base, plan.device, plan.progress
     )
-    return {"docs_per_s": round(summary.docs_per_s, 1)} if summary else {}
+    info = {"docs_per_s": round(summary.docs_per_s, 1)} if summary else {}
+    if stores_windows(plan):
+        t0 = time.perf_counter()
+        windows = _window_field(plan)
+        info["windows"] = {"seconds": round(time.perf_counter() - t0, 1), **windows}
+    return info
+
+
+def _window_field(plan: BuildPlan) -> dict:
+    """The collection's sentence windows embedded once (``DIR/window-field``), beside its dense field."""
+    from aheadrank.indexer.build import ensure_window_field
+
+    p = paths(plan.out)
+    summary = ensure_window_field(
+        plan.collection, p["windows"], p["dense"], plan.base, WINDOW_SENTENCES, plan.device, plan.progress
+    )
+    if summary is None:
+        return {}
+    return {"windows": summary.documents, "windows_per_s": round(summary.docs_per_s, 1)}
 
 
 def stage_queries(plan: BuildPlan, search: Search | None = None) -> dict:
@@ -485,15 +560,23 @@ def stage_store(plan: BuildPlan) -> dict:
     if passages:
         build_passages(opts)
     build_dense(opts, p["dense"])
+    windows = stores_windows(plan)
+    if windows:
+        from aheadrank.indexer.build import build_windows
+
+        _window_field(plan)  # made by the dense stage (a build whose dense stage was done before: here)
+        build_windows(opts, p["windows"])
     sizes = _store_bytes(p["store"])
     return {
         "documents": summary.documents,
         "tokens": summary.tokens,
         "docs_per_s": round(summary.docs_per_s, 1),
         "passages": passages,
+        "windows": windows,
         "dtype": plan.dtype,
         "store_bytes": sizes["all"],
         **({"passages_bytes": sizes["passages"]} if passages else {}),
+        **({"windows_bytes": sizes["windows"]} if windows else {}),
     }
 
 
@@ -501,15 +584,17 @@ def _store_bytes(store: Path) -> dict[str, int]:
     """The store's size on disk in bytes, in all and that of its passages (``passages/``; stored passages can
     take several times the documents' own: bench/results/label-free/README.md)."""
     from aheadrank.store.passages import PASSAGES_DIR
+    from aheadrank.store.windows import WINDOWS_DIR
 
     def size(d: Path) -> int:
         return sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) if d.is_dir() else 0
 
-    return {"all": size(store), "passages": size(store / PASSAGES_DIR)}
+    return {"all": size(store), "passages": size(store / PASSAGES_DIR), "windows": size(store / WINDOWS_DIR)}
 
 
-def label_free_priors(checkpoint: str | Path, fitted_on: dict):
-    """:func:`label_free_weights` of the checkpoint's kind as its priors (with its dense encoder's identity)."""
+def label_free_priors(checkpoint: str | Path, fitted_on: dict, window: bool = False):
+    """:func:`label_free_weights` of the checkpoint's kind as its priors (with its dense encoder's identity);
+    ``window``: with the window prior (a store with sentence windows)."""
     from aheadrank.priors import Priors
     from aheadrank.rankers import load_config
     from aheadrank.rankers.dense import base_of, dense_encoder
@@ -517,7 +602,7 @@ def label_free_priors(checkpoint: str | Path, fitted_on: dict):
     config = load_config(checkpoint)
     enc = dense_encoder(base_of(config))
     return Priors(
-        weights=label_free_weights(config.kind),
+        weights=label_free_weights(config.kind, window),
         dense={"fingerprint": enc.fingerprint, "max_len": enc.max_len},
         fitted_on=fitted_on,
     )
@@ -567,8 +652,12 @@ def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
                 priors.fitted_on["calibration"] = f"none: {why}"
             write_priors(ckpt, priors.to_dict())
     else:
+        from aheadrank.store import read_manifest
+
         priors = label_free_priors(
-            ckpt, {"label_free": "default weights (aheadrank.build.label_free_weights)"}
+            ckpt,
+            {"label_free": "default weights (aheadrank.build.label_free_weights)"},
+            window=read_manifest(p["store"]).windows is not None,
         )
         cal, why = pseudo_calibration(plan.out, priors.weights, plan.device, plan.progress)
         if cal is not None:
@@ -578,7 +667,7 @@ def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
         write_priors(ckpt, priors.to_dict())
     cal = priors.calibrated()
     return {
-        "weights": priors.weights.get("neural+bm25+dense"),
+        "weights": priors.widest(),
         "fitted_on": priors.fitted_on,
         "calibration": "none (relative scores)"
         if cal is None
@@ -673,6 +762,10 @@ def workload(plan: BuildPlan, collection: dict):
         window=window,
         passages=stores_passages(plan),
         pool_docs=min(POOL_DOCS, docs) if fresh_map else 0,
+        # a record from before the window prior has no count: it stored none
+        windows=int(collection["windows"])
+        if collection.get("windows") and stores_windows(plan, collection.get("multi_window"))
+        else 0,
     )
 
 
@@ -714,9 +807,9 @@ def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
     for stage in SHARED_STAGES:
         if stage in record.stages or stage not in other.stages:
             continue
-        key = {"bm25": "lucene", "dense": "dense", "queries": "queries"}.get(stage)
-        if key and theirs[key].exists() and not mine[key].exists():
-            mine[key].symlink_to(theirs[key].resolve())
+        for key in {"bm25": ["lucene"], "dense": ["dense", "windows"], "queries": ["queries"]}.get(stage, []):
+            if theirs[key].exists() and not mine[key].exists():
+                mine[key].symlink_to(theirs[key].resolve())
         record.stages[stage] = {**other.stages[stage], "reused": str(plan.reuse)}
 
 

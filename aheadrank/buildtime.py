@@ -8,7 +8,9 @@ passages) and, for how the rankers compare with one another in one run, ``defaul
 
 - ``bm25``: about 2.2 µs a word (SciFact 2.4 s, MS MARCO 7 s) and a second to start Java;
 - ``queries``: about 3 ms a training query (3,000 pseudo-queries in 7.6–9 s);
-- ``dense``: 6.7 ms a document plus 0.061 ms a word (SciFact 102 s, MS MARCO 570 s: the line through both);
+- ``dense``: 6.7 ms a document plus 0.061 ms a word (SciFact 102 s, MS MARCO 570 s: the line through both), and
+  where the build stores the window prior, about 6 ms a sentence window (each of a document's 2-sentence windows
+  with its title; SciFact's 5,183 abstracts have about 43,000: 4-5 minutes);
 - ``train``: the ranker's start (fits, the step-0 validation; PreTTR's pooled map on up to 8,192 documents) plus
   its steps (2.6 s a step for MORES 2×IB S2, 360 steps in 935 s; the others by their ratio to it);
 - ``store``: the sequences the ranker encodes (each document's first window, and with passages every passage:
@@ -36,6 +38,10 @@ DENSE_S = (6.7e-3, 6.1e-5)  # per document, per word
 STORE_S_PER_SEQUENCE = 11.5e-3  # MORES 2xIB S2; the other rankers by KIND_COST["store"]
 STEP_S = 2.6  # one step of the cpu recipe (8 groups of 8), MORES 2xIB S2; the others by KIND_COST["step"]
 PRIORS_S = 30.0
+# per sentence window of the window prior: the demo build of 2026-11-29 (`make demo`, .demo/build-*/build.json)
+# embedded 8,531 windows in 176 s and its 1,000 documents in 68 s, 3.4x the reference DENSE_S (a busy machine):
+# 20.6 ms a window there, about 6 ms at the reference rates
+WINDOW_S = 6e-3
 POOL_FIT_S = (
     0.03  # PreTTR: per document its pooled map is fitted on (prettr-pool8k/: 96 s on 1,400, 293 on 8,192)
 )
@@ -65,6 +71,7 @@ class Workload:
     window: int  # word pieces the ranker reads of a document
     passages: bool  # long documents stored as passages too
     pool_docs: int = 0  # PreTTR: documents its pooled map is fitted on
+    windows: int = 0  # sentence windows the dense stage embeds (the window prior; 0 without it)
 
 
 def stored_sequences(w: Workload) -> float:
@@ -86,7 +93,7 @@ def reference_seconds(w: Workload) -> dict[str, float]:
         "collection": 0.0,
         "bm25": BM25_S[0] + BM25_S[1] * words,
         "queries": QUERY_S * w.queries,
-        "dense": DENSE_S[0] * w.documents + DENSE_S[1] * words,
+        "dense": DENSE_S[0] * w.documents + DENSE_S[1] * words + WINDOW_S * w.windows,
         "train": k["start"] + POOL_FIT_S * w.pool_docs + STEP_S * k["step"] * w.steps,
         "store": STORE_S_PER_SEQUENCE * k["store"] * stored_sequences(w),
         "priors": PRIORS_S,

@@ -55,14 +55,12 @@ def weights_line(checkpoint: Path) -> str:
     priors = read_priors(checkpoint)
     if priors is None:
         return "no priors (the neural score alone is served)"
-    w = priors.weights_for(("neural", "bm25", "dense"))
+    w = priors.widest()
     origin = priors.fitted_on.get("label_free") or (
         f"fitted on {priors.fitted_on.get('queries', '?')} held-out {priors.fitted_on.get('split', '')} queries"
     )
-    return (
-        f"weights neural {w.get('neural', 0):.2f} / bm25 {w.get('bm25', 0):.2f} / dense {w.get('dense', 0):.2f} "
-        f"({origin})"
-    )
+    parts = " / ".join(f"{f} {w.get(f, 0):.2f}" for f in ("neural", "bm25", "dense", "window") if f in w)
+    return f"weights {parts} ({origin})"
 
 
 def fusion_scores(results: list[dict]) -> dict[str, float]:

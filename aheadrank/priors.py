@@ -1,4 +1,5 @@
-"""Priors in the served score: a ranker's neural score combined with BM25 and the dense bi-encoder cosine.
+"""Priors in the served score: a ranker's neural score combined with BM25 and the dense bi-encoder cosine (and,
+where the store holds sentence windows, the bi-encoder's best window: ``window``, store/windows.py).
 
 DESIGN.md "Priors: the served score". Per query, each available feature is standardised over the query's
 scored candidates (z-score: ``(x - mean) / std``, 0 where the std is 0), then combined linearly:
@@ -27,7 +28,10 @@ import numpy as np
 from aheadrank.errors import CheckpointError
 from aheadrank.evaluation import best_first
 
-FEATURES = ("neural", "bm25", "dense")
+FEATURES = ("neural", "bm25", "dense", "window")
+# the window prior is the best of a document's windows and the document itself (its one window where it has no
+# more: the dense field's row), so it is never served without the dense feature
+NEEDS = {"window": "dense"}
 PRIORS_FILE = "priors.json"
 PRIORS_FORMAT = 1
 GRID_STEP = 0.05
@@ -42,6 +46,12 @@ def subset_key(features: Iterable[str]) -> str:
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; known: {FEATURES}")
     return "+".join(f for f in FEATURES if f in have)
+
+
+def servable(names: Iterable[str]) -> bool:
+    """Whether a feature set can be served: every feature's prerequisite (:data:`NEEDS`) is in it."""
+    have = set(names)
+    return all(NEEDS[f] in have for f in have if f in NEEDS)
 
 
 def zscore(x: np.ndarray) -> np.ndarray:
@@ -75,6 +85,10 @@ class Priors:
         if key not in self.weights:
             raise KeyError(f"no weights fitted for the feature set {key!r} (have {sorted(self.weights)})")
         return self.weights[key]
+
+    def widest(self) -> dict[str, float]:
+        """The weights of the largest feature set: what a stored candidate with every prior is scored with."""
+        return self.weights[max(self.weights, key=lambda k: (len(k.split("+")), k))]
 
     def combine(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
         """The final scores of one query's candidates from whichever features are given."""
@@ -217,6 +231,8 @@ def fit_priors(
     for r in range(len(others) + 1):
         for extra in itertools.combinations(others, r):
             names = ["neural", *extra]
+            if not servable(names):
+                continue
             w, m = fit_weights(queries, names, step)
             weights[subset_key(names)] = w
             metrics[subset_key(names)] = m
@@ -356,7 +372,10 @@ def fit_calibration(
             raise ValueError("the neural score is missing from the calibration features")
         others = [f for f in have if f != "neural"]
         subsets = [
-            ["neural", *extra] for r in range(len(others) + 1) for extra in itertools.combinations(others, r)
+            ["neural", *extra]
+            for r in range(len(others) + 1)
+            for extra in itertools.combinations(others, r)
+            if servable(["neural", *extra])
         ]
     keys = [subset_key(names) for names in subsets]
     for key in keys:

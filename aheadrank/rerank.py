@@ -34,6 +34,7 @@ class Scored:
     neural: float
     bm25: float | None = None
     dense: float | None = None
+    window: float | None = None
 
 
 # word pieces of a query read by every online path (the service, rerank-run, fitting the priors), where the ranker's
@@ -60,6 +61,29 @@ def dense_cosines(reader, qvec: np.ndarray, docids: list[str]) -> np.ndarray:
             files,
         )
     return cos
+
+
+def window_cosines(windows, qvec: np.ndarray, docids: list[str], dense: np.ndarray) -> np.ndarray:
+    """Each document's best sentence window's cosine with the query (the ``window`` prior): the largest over its
+    stored windows (``windows``: store/windows.py's sub-store, as ``StoredPassages``), and ``dense`` (its
+    cosine in the dense field, in ``docids`` order) for a document that is one window. A window missing from
+    ``windows/`` or a non-finite value is a StoreError (:func:`dense_cosines`), never a silent score."""
+    out = np.asarray(dense, dtype=np.float32).copy()
+    expanded = windows.expand(docids)
+    if not expanded:
+        return out
+    cos = dense_cosines(windows.reader, qvec, [p for ps in expanded.values() for p in ps])
+    at = {d: i for i, d in enumerate(docids)}
+    start = 0
+    for d, ps in expanded.items():
+        out[at[d]] = cos[start : start + len(ps)].max()
+        start += len(ps)
+    return out
+
+
+def weighs_windows(priors: Priors) -> bool:
+    """Whether the priors give the window prior a weight in some feature set."""
+    return any(w.get("window") for w in priors.weights.values())
 
 
 def open_dense_field(store: str | Path, fingerprint: str, main_reader=None, notices: list | None = None):
@@ -129,6 +153,7 @@ class PriorScorer:
         self.calibration = None  # aheadrank.priors.Calibration: absolute, calibrated scores
         self.notices: list[str] = []
         self.dense_reader = None
+        self.windows = None  # store/windows.py StoredPassages: the window prior's sub-store
         self._encoder = None
         self._ranker = ranker
         self._device = device
@@ -153,6 +178,15 @@ class PriorScorer:
             return
         fingerprint = self.priors.dense["fingerprint"]
         self.dense_reader = open_dense_field(store, fingerprint, main_reader, self.notices)
+        if self.dense_reader is not None and weighs_windows(self.priors):
+            from aheadrank.store.windows import open_windows
+
+            self.windows = open_windows(store, fingerprint, main_reader)
+            if self.windows is None:
+                self.notices.append(
+                    "the checkpoint's priors weigh the bi-encoder's sentence windows, but the store has none: "
+                    "serving without the window prior (`aheadrank build` stores them)"
+                )
 
     # ---- what is available -------------------------------------------------------------------------
     def active(self, pure: bool = False) -> bool:
@@ -190,6 +224,12 @@ class PriorScorer:
             return None
         return dense_cosines(self.dense_reader, qvec, docids)
 
+    def stored_window(self, qvec: np.ndarray, docids: list[str], dense: np.ndarray) -> np.ndarray | None:
+        """The documents' best window's cosines (:func:`window_cosines`); None without stored windows."""
+        if self.windows is None or not docids:
+            return None
+        return window_cosines(self.windows, qvec, docids, dense)
+
     def text_dense(self, qvec: np.ndarray, texts: list[str]) -> np.ndarray:
         return self.encoder().encode_documents(texts) @ qvec
 
@@ -197,6 +237,9 @@ class PriorScorer:
         if self.dense_reader is not None:
             self.dense_reader.close()
             self.dense_reader = None
+        if self.windows is not None:
+            self.windows.close()
+            self.windows = None
 
 
 # ---- the one scoring loop ---------------------------------------------------------------------------------
@@ -295,12 +338,14 @@ def apply_priors(
     dense: np.ndarray | None = None,
     pure: bool = False,
     seconds: dict[str, float] | None = None,
+    window: np.ndarray | None = None,
 ) -> list[Scored]:
     """One query's neural scores ``[(docid, score)]`` -> ranked rows with the final score and its parts.
 
     ``bm25`` gives first-stage scores (the BM25 prior is used only when every candidate has one); ``dense``
-    the cosines in ``scored``'s order (``PriorScorer.stored_dense`` or ``text_dense``). ``pure`` (or no
-    fitted priors) ranks by the neural score."""
+    the cosines in ``scored``'s order (``PriorScorer.stored_dense`` or ``text_dense``), ``window`` the best
+    windows' (``PriorScorer.stored_window``; used with ``dense`` only). ``pure`` (or no fitted priors) ranks by
+    the neural score."""
     t0 = time.perf_counter()
     for d, s in scored:
         if not math.isfinite(s):
@@ -319,6 +364,7 @@ def apply_priors(
             float(n),
             None if b is None else float(b[i]),
             None if dense is None else float(dense[i]),
+            None if dense is None or window is None else float(window[i]),
         )
         for i, (d, n) in enumerate(zip(docids, neural, strict=True))
     ]
@@ -328,6 +374,8 @@ def apply_priors(
             features["bm25"] = b
         if dense is not None:
             features["dense"] = np.asarray(dense, dtype=np.float64)
+            if window is not None:
+                features["window"] = np.asarray(window, dtype=np.float64)
         final = scorer.priors.combine(features)
         for row, f in zip(rows, final, strict=True):
             row.score = float(f)
@@ -337,11 +385,19 @@ def apply_priors(
     return [by_docid[d] for d, _ in by_score((r.docid, r.score) for r in rows)]
 
 
-def features_used(scorer: PriorScorer | None, bm25: bool, dense: bool, pure: bool = False) -> str:
+def features_used(
+    scorer: PriorScorer | None, bm25: bool, dense: bool, pure: bool = False, window: bool = False
+) -> str:
     """The feature set a request is scored with (reported in responses)."""
     if pure or scorer is None or scorer.priors is None:
         return "neural"
-    return subset_key(["neural", *(["bm25"] if bm25 else []), *(["dense"] if dense else [])])
+    return subset_key(
+        [
+            "neural",
+            *(["bm25"] if bm25 else []),
+            *(["dense", *(["window"] if window else [])] if dense else []),
+        ]
+    )
 
 
 # ---- fitting a checkpoint's priors on validation queries ---------------------------------------------------
@@ -357,7 +413,7 @@ def collect_features(
 ) -> tuple[list, dict]:
     """Per validation query: neural scores through the store (the serving path; a document stored as passages
     gets ``aggregation`` of its passages' scores), BM25 and the dense cosines from the store's dense field (left
-    out when the store has none). Returns (QueryFeatures list, the dense encoder's fingerprint and length, or
+    out when the store has none), and the best windows' where the store has sentence windows (store/windows.py). Returns (QueryFeatures list, the dense encoder's fingerprint and length, or
     None without a dense field)."""
     from tqdm.auto import tqdm
 
@@ -377,6 +433,11 @@ def collect_features(
     dense_reader = StoreReader(dense_dir) if (dense_dir / "manifest.json").is_file() else None
     if dense_reader is not None and dense_reader.spec.fingerprint != enc.fingerprint:
         raise StoreError(f"the dense field in {dense_dir} was written by another dense encoder")
+    windows = None
+    if dense_reader is not None:
+        from aheadrank.store.windows import open_windows
+
+        windows = open_windows(store, enc.fingerprint, reader)  # the window prior, where the store has it
     out = []
     seconds = {"fetch": 0.0, "score": 0.0}
     try:
@@ -405,7 +466,10 @@ def collect_features(
                 "bm25": np.array([bm25[d] for d in docids], dtype=np.float64),
             }
             if dense_reader is not None:
-                feats["dense"] = dense_cosines(dense_reader, enc.encode_queries([queries[qid]])[0], docids)
+                qvec = enc.encode_queries([queries[qid]])[0]
+                feats["dense"] = dense_cosines(dense_reader, qvec, docids)
+                if windows is not None:
+                    feats["window"] = window_cosines(windows, qvec, docids, feats["dense"])
             out.append(QueryFeatures(docids, feats, qrels[qid]))
     finally:
         reader.close()
@@ -413,6 +477,8 @@ def collect_features(
             passages.close()
         if dense_reader is not None:
             dense_reader.close()
+        if windows is not None:
+            windows.close()
     dense = {"fingerprint": enc.fingerprint, "max_len": enc.max_len} if dense_reader is not None else None
     return out, dense
 

@@ -136,8 +136,11 @@ def rerank_with_store(
         )
     t1 = time.perf_counter()
     dense = scorer.stored_dense(qvec, [d for d, _ in scored]) if use_dense else None
+    window = scorer.stored_window(qvec, [d for d, _ in scored], dense) if dense is not None else None
     stats.seconds["fetch"] += time.perf_counter() - t1
-    rows = apply_priors(scorer, scored, dict(candidates), dense, pure=pure, seconds=stats.seconds)
+    rows = apply_priors(
+        scorer, scored, dict(candidates), dense, pure=pure, seconds=stats.seconds, window=window
+    )
     if rows_out is not None:  # the rows with their parts (neural, bm25, dense)
         rows_out.extend(rows)
     stats.queries += 1

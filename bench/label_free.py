@@ -411,7 +411,8 @@ def neural_features(
 
 
 def pseudo_fitted_weights(build_dir: Path, device: str, progress: bool) -> dict:
-    """The neural+bm25+dense weights fitted on the build's held-out pseudo-queries (not written anywhere)."""
+    """The weights of every feature the build serves (neural, BM25, bi-encoder; its best window where the store has
+    sentence windows) fitted on the build's held-out pseudo-queries (not written anywhere)."""
     from aheadrank.build import paths, pseudo_validation
     from aheadrank.priors import fit_priors
     from aheadrank.rerank import collect_features
@@ -419,7 +420,7 @@ def pseudo_fitted_weights(build_dir: Path, device: str, progress: bool) -> dict:
     p = paths(build_dir)
     val, cands, qrels = pseudo_validation(build_dir)
     feats, dense = collect_features(p["checkpoint"], p["store"], val, cands, qrels, device, progress)
-    return fit_priors(feats, dense, {}).weights["neural+bm25+dense"]
+    return fit_priors(feats, dense, {}).widest()
 
 
 def bench_collection(args, name: str, variants: list[str]) -> dict:
@@ -466,7 +467,7 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
         )
         from aheadrank.priors import read_priors
 
-        served_w = read_priors(p["checkpoint"]).weights["neural+bm25+dense"]
+        served_w = read_priors(p["checkpoint"]).widest()
         pseudo_w = pseudo_fitted_weights(d, args.device, args.progress)
         runs = {
             v: runs_from(vf, {"neural": 1.0}),
@@ -477,8 +478,9 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
         if init is not None:  # the weights fitted on the source collections' held-out judged queries
             source_w = read_priors(init).weights["neural+bm25+dense"]
             runs[f"{v}+source-priors"] = runs_from(vf, source_w)
+        rest = [f for f in served_w if f != "neural"]
         for k in (0.2, 0.5):  # sensitivity of the default's neural share (not used to choose anything)
-            runs[f"{v}+neural{k}"] = runs_from(vf, {"neural": k, "bm25": (1 - k) / 2, "dense": (1 - k) / 2})
+            runs[f"{v}+neural{k}"] = runs_from(vf, {"neural": k, **{f: (1 - k) / len(rest) for f in rest}})
         row = {
             "weights": served_w,
             "pseudo_weights": pseudo_w,
@@ -514,7 +516,7 @@ def table(results: list[dict]) -> str:
                     f"then {row['build'].get('train', {}).get('steps', 0)} label-free steps on {r['collection']}\n"
                 )
         lines.append(
-            "| run | nDCG@10 | vs BM25 (diff, p) | vs best label-free fusion (diff, p) | weights n/b/d |"
+            "| run | nDCG@10 | vs BM25 (diff, p) | vs best label-free fusion (diff, p) | weights n/b/d(/w) |"
         )
         lines.append("|---|---:|---|---|---|")
         for k, v in b.items():
@@ -530,7 +532,11 @@ def table(results: list[dict]) -> str:
                     if "source" in run_name
                     else None
                 )
-                ws = "/".join(f"{w[f]:.2f}" for f in ("neural", "bm25", "dense")) if w else ""
+                ws = (
+                    "/".join(f"{w[f]:.2f}" for f in ("neural", "bm25", "dense", "window") if f in w)
+                    if w
+                    else ""
+                )
                 lines.append(
                     f"| {run_name} | {x['ndcg10']:.4f} | {x['vs_bm25']['diff']:+.4f} ({x['vs_bm25']['p']:.2g}) | "
                     f"{x['vs_best_baseline']['diff']:+.4f} ({x['vs_best_baseline']['p']:.2g}) vs {r['best_label_free_baseline']} | {ws} |"

@@ -63,27 +63,22 @@ BASELINES = ("bm25", "bi-encoder", "bi-encoder-passages", "rrf", "fusion-equal",
 FUSION_PASSAGES = {"bm25": 1 / 3, "dense": 1 / 3, "passage": 1 / 3}
 SERVED_PASSAGES = {"neural": 0.25, "bm25": 0.25, "dense": 0.25, "passage": 0.25}
 SERVED_SPLIT = {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 6, "passage": 1 / 6}
-MULTI_WINDOW = 0.5  # the window rule's gate: the share of documents with two or more windows
 
 
 def window_weights(share: float) -> dict[str, float]:
     """The window rule's served weights: neural ``share``, BM25, bi-encoder and best window (1 - share)/2 each,
-    normalised to sum 1."""
-    rest = (1 - share) / 2
-    total = share + 3 * rest
-    return {"neural": share / total, "bm25": rest / total, "dense": rest / total, "passage": rest / total}
+    normalised to sum 1 (what ``aheadrank build`` serves since: ``aheadrank.build.share_weights``)."""
+    from aheadrank.build import share_weights
+
+    w = share_weights(share, window=True)["neural+bm25+dense+window"]
+    return {("passage" if f == "window" else f): v for f, v in w.items()}  # this bench's name for it
 
 
 def multi_window(collection: Path, size: int) -> float:
-    """The share of the collection's documents that :func:`sentence_passages` cuts into two or more windows."""
-    from aheadrank.indexer.collections import Collection
-    from aheadrank.indexer.pseudo_queries import sentence_passages
+    """The share of the collection's documents cut into two or more windows (``aheadrank.build.multi_window``)."""
+    from aheadrank.build import multi_window as share
 
-    n = multi = 0
-    for _, title, body in Collection(collection).titled():
-        n += 1
-        multi += len(sentence_passages(title, body, size=size)) > 1
-    return multi / n if n else 0.0
+    return share(collection, size)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -178,7 +173,7 @@ def bench_collection(args, name: str) -> dict:
     from benchkit import Bm25Hits, eval_topics
     from label_free import comparison, label_free_baselines, runs_from, write_zst_run
 
-    from aheadrank.build import _variant, label_free_weights
+    from aheadrank.build import MULTI_WINDOW, _variant, label_free_weights
     from aheadrank.evaluation import compare, evaluate, read_run
     from aheadrank.priors import QueryFeatures
 
@@ -211,7 +206,7 @@ def bench_collection(args, name: str) -> dict:
         "fusion-passages": runs_from(base, FUSION_PASSAGES),
     }
     multi = multi_window(collection, args.sentences)
-    gate = multi >= MULTI_WINDOW
+    gate = multi >= MULTI_WINDOW  # aheadrank.build.MULTI_WINDOW
     log.info(
         "%s: %.1f %% of documents have two or more windows: window rule %s",
         name,

@@ -96,7 +96,8 @@ def time_ranker(
         scored, _ = score_stored(ranker, reader, qs, ids, {"fetch": 0.0, "score": 0.0}, batch)
         if scorer is not None:
             dense = scorer.stored_dense(qvec, ids) if qvec is not None else None
-            apply_priors(scorer, scored, {d: 0.0 for d in ids}, dense)
+            window = scorer.stored_window(qvec, ids, dense) if dense is not None else None
+            apply_priors(scorer, scored, {d: 0.0 for d in ids}, dense, window=window)
         return (time.perf_counter() - t0) * 1e3
 
     for query, ids in zip(queries, cands, strict=True):  # warm-up: page cache, kernels, allocator

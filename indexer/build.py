@@ -31,6 +31,7 @@ from aheadrank.fsfaults import check_writable, describe, exclusive_lock
 log = logging.getLogger("aheadrank.indexer")
 DENSE_DIR = "dense"  # a store's sub-store holding the dense prior's field (one row per document)
 PASSAGES_DIR = "passages"  # a store's sub-store holding its long documents' passages (store/passages.py)
+WINDOWS_DIR = "windows"  # a store's sub-store holding the bi-encoder's sentence windows (store/windows.py)
 
 
 @dataclass
@@ -50,7 +51,9 @@ class BuildOptions:
     scheduler: str | None = None
     workers: int | None = None
     progress: bool = True
-    encoder: str = "ranker"  # "dense": the base bi-encoder's field for the dense prior (rankers/dense.py)
+    # "dense": the base bi-encoder's field for the dense prior (rankers/dense.py); "windows": the same bi-encoder
+    # over each document's sentence windows (store/windows.py, built by ensure_window_field)
+    encoder: str = "ranker"
     # recorded in the store's manifest: True: the dense field (dense/) is part of the store, so it is served
     # only once dense/ is complete; False: --no-dense; None: not recorded (build_dense records True)
     dense: bool | None = None
@@ -59,7 +62,9 @@ class BuildOptions:
     passages: bool = False
     passage_overlap: int | None = None
     max_chunks_per_doc: int | None = None  # None: aheadrank.passages.DEFAULT_MAX_PASSAGES
-    split_record: dict | None = None  # set by build_passages for the passages/ build (encoder "passages")
+    # set by build_passages for the passages/ build (encoder "passages"), by ensure_window_field for a window
+    # field (encoder "windows": {"sentences", "collection"})
+    split_record: dict | None = None
 
 
 @dataclass
@@ -94,6 +99,7 @@ def get_ranker(
     from aheadrank.rankers import load_ranker
 
     encoder = "ranker" if encoder == "passages" else encoder  # the passages are the ranker's documents
+    encoder = "dense" if encoder == "windows" else encoder  # the windows are the bi-encoder's documents
     key = (str(Path(checkpoint).resolve()) if checkpoint else "", strategy, device, max_doc_len, encoder)
     with _RANKER_LOCK:
         if key not in _RANKERS and encoder == "dense":
@@ -144,6 +150,7 @@ def make_spec(ranker, opts: BuildOptions):
             "ranker": ranker.describe(),
             "checkpoint": str(opts.checkpoint),
             **({"passages": opts.split_record} if opts.encoder == "passages" else {}),
+            **({"windows": opts.split_record} if opts.encoder == "windows" else {}),
         },
     )
 
@@ -324,16 +331,21 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
         opts.checkpoint,
         opts.strategy,
         opts.device,
-        None if opts.encoder == "dense" else opts.max_doc_len,
+        None if opts.encoder in ("dense", "windows") else opts.max_doc_len,
         opts.encoder,
     )
     start = time.perf_counter()
     spec = make_spec(ranker, opts)
-    done = prepare_build(path, spec, opts.overwrite, keep=(LOCK_NAME,), owned=(DENSE_DIR, PASSAGES_DIR))
+    done = prepare_build(
+        path, spec, opts.overwrite, keep=(LOCK_NAME,), owned=(DENSE_DIR, PASSAGES_DIR, WINDOWS_DIR)
+    )
     collection = Collection(opts.collection, strict=opts.strict)
     if opts.encoder == "passages":  # the entries are the long documents' passages
         check_split_record(path, opts.split_record)
         collection = PassageCollection(collection, ranker, passage_options(ranker, opts))
+    if opts.encoder == "windows":  # the entries are the multi-window documents' windows
+        check_window_record(path, opts.split_record)
+        collection = WindowCollection(collection, int(opts.split_record["sentences"]))
     infos: dict[int, Any] = dict(done)
     sources: dict[int, str] = {}
     counters = {"docs": 0, "tokens": 0}
@@ -404,7 +416,7 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
         "documents": collection.report.documents,
         "sha256": whole,
     }
-    dense = opts.dense if opts.encoder != "dense" else None
+    dense = opts.dense if opts.encoder not in ("dense", "windows") else None
     write_manifest(path, spec, ordered, complete=True, collection=fingerprint, dense=dense)
     return BuildSummary(
         store=str(path),
@@ -604,6 +616,105 @@ class _PassageReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.collection.report.to_dict(), "passages": self.documents}
+
+
+class WindowCollection:
+    """The bi-encoder's sentence windows (store/windows.py) of a collection's documents of more than
+    ``sentences`` sentences, as documents of their own (docids ``<docid>#p<k>``), in collection order; a
+    document that is one window has none (its window is the whole document: the dense field's row)."""
+
+    def __init__(self, collection, sentences: int) -> None:
+        self.collection = collection
+        self.sentences = sentences
+        self.report = _PassageReport(collection)
+
+    def __iter__(self):
+        from aheadrank.indexer.collections import Document
+        from aheadrank.indexer.pseudo_queries import sentence_passages
+        from aheadrank.store.passages import passage_docid
+
+        self.report.documents = 0
+        for docid, title, body in self.collection.titled():
+            windows = sentence_passages(title, body, size=self.sentences)
+            if len(windows) > 1:
+                for k, text in enumerate(windows):
+                    self.report.documents += 1
+                    yield Document(passage_docid(docid, k), text)
+
+
+def check_window_record(path: Path, record: dict) -> None:
+    """A window field is continued only when it was cut as requested, from the same collection."""
+    from aheadrank.store import read_manifest
+
+    if (path / "manifest.json").is_file() and read_manifest(path).spec.config.get("windows") != record:
+        raise StoreError(
+            f"the windows in {path} were cut with {read_manifest(path).spec.config.get('windows')}, not "
+            f"{record}: delete it (or pass --overwrite) to rebuild it"
+        )
+
+
+def ensure_window_field(
+    collection: str | Path,
+    path: str | Path,
+    dense_field: str | Path,
+    base: str | None,
+    sentences: int,
+    device: str = "cpu",
+    progress: bool = True,
+) -> BuildSummary | None:
+    """The collection's sentence windows (store/windows.py) embedded by the dense prior's bi-encoder, as a store
+    of its own at ``path``, bound to the collection of the complete dense field ``dense_field`` (built from the
+    same collection: its fingerprint is the store's); built once: None when a complete one is there already."""
+    from aheadrank.store import read_manifest
+    from aheadrank.store.windows import window_record
+
+    if (Path(path) / "manifest.json").is_file() and read_manifest(path).complete:
+        return None
+    dense = read_manifest(dense_field)
+    if not dense.complete:
+        raise StoreError(f"the dense field {dense_field} is incomplete: build it before its windows")
+    fingerprint = {k: dense.collection.get(k) for k in ("documents", "sha256")}
+    record = {**window_record(sentences), "collection": fingerprint}
+    return build_store(
+        BuildOptions(
+            str(base or ""),
+            str(collection),
+            str(path),
+            device=device,
+            progress=progress,
+            encoder="windows",
+            split_record=record,
+        )
+    )
+
+
+def build_windows(opts: BuildOptions, source: str | Path) -> None:
+    """Copy the complete window field ``source`` (:func:`ensure_window_field`) into ``<store>/windows``, after
+    checking that it belongs to the store (the same collection; embedded by the checkpoint's dense encoder). The
+    cut is recorded in the store's manifest first: a build killed while copying leaves a store that is refused
+    until it is resumed, never one served without its windows."""
+    from aheadrank.store import read_manifest
+    from aheadrank.store.manifest import write_manifest_file
+    from aheadrank.store.windows import binding_problem, window_record
+
+    src = read_manifest(source)
+    if not src.complete:
+        raise StoreError(f"the window field {source} is incomplete: resume its build first")
+    record = window_record(int((src.spec.config.get("windows") or {}).get("sentences", 0)))
+    main = replace(read_manifest(opts.store), windows=record)
+    encoder = get_ranker(opts.checkpoint, None, opts.device, None, "dense")
+    why = binding_problem(main, src, encoder.fingerprint)
+    if why:
+        raise StoreError(f"the window field {source} does not belong to the store {opts.store}: {why}")
+    write_manifest_file(Path(opts.store), main)
+    target = Path(opts.store) / WINDOWS_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    tmp = target.with_name(f".{WINDOWS_DIR}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(source, tmp)
+    tmp.rename(target)
 
 
 def check_split_record(path: Path, record: dict) -> None:

@@ -123,7 +123,8 @@ class RerankOutcome:
     missing: list[str]
     planned_depth: int | None
     texts: dict[str, str]
-    parts: dict[str, tuple[float, float | None]] = field(default_factory=dict)  # docid -> (neural, dense)
+    # docid -> (neural, dense, window)
+    parts: dict[str, tuple[float, float | None, float | None]] = field(default_factory=dict)
     scoring: str = "neural"  # the feature set of the served scores (aheadrank/rerank.py)
 
 
@@ -290,11 +291,12 @@ class RerankBackend:
 
     # ---- the store and its sub-stores, guarded alike ------------------------------------------------
     def readers(self) -> list:
-        """The open stores: the ranker's, its passages (``passages/``) and its dense field (``dense/``) when the
-        served score uses it."""
+        """The open stores: the ranker's, its passages (``passages/``), its dense field (``dense/``) and sentence
+        windows (``windows/``) when the served score uses them."""
         dense = self.scorer.dense_reader if self.scorer is not None else None
+        windows = self.scorer.windows.reader if self.scorer is not None and self.scorer.windows else None
         passages = self.passages.reader if self.passages is not None else None
-        return [r for r in (self.reader, passages, dense) if r is not None]
+        return [r for r in (self.reader, passages, dense, windows) if r is not None]
 
     def watch(self) -> None:
         """File leases on every shard of every open store (StoreReader.watch); where one cannot be had, a
@@ -399,9 +401,11 @@ class RerankBackend:
         qvec=None,
         dense: dict | None = None,
         max_passages: int | None = None,
+        window: dict | None = None,
     ) -> list[tuple[str, float]]:
         """Neural scores of one chunk; with a dense query vector, the chunk's dense cosines go into
-        ``dense`` (their fetch counts as fetch time, so the latency model includes the priors). A document the
+        ``dense`` and, where the store has sentence windows, their best windows' into ``window`` (their fetch
+        counts as fetch time, so the latency model includes the priors). A document the
         store holds as passages is scored by its first ``max_passages`` (default --max-chunks-per-doc) and
         --passage-aggregation, as its text sent ad hoc."""
         from aheadrank.rerank import score_stored
@@ -424,7 +428,11 @@ class RerankBackend:
         if qvec is not None and dense is not None and scored:
             t = time.perf_counter()
             ids = [d for d, _ in scored]
-            dense.update(zip(ids, self.scorer.stored_dense(qvec, ids).tolist(), strict=True))
+            cos = self.scorer.stored_dense(qvec, ids)
+            dense.update(zip(ids, cos.tolist(), strict=True))
+            best = self.scorer.stored_window(qvec, ids, cos) if window is not None else None
+            if best is not None:
+                window.update(zip(ids, best.tolist(), strict=True))
             seconds["fetch"] += time.perf_counter() - t
         return scored
 
@@ -526,6 +534,7 @@ class RerankBackend:
         priors = self.uses_priors(pure)
         qvec = self.scorer.query_vector(query) if self.stored_dense_on(pure) else None
         dense: dict[str, float] = {}
+        window: dict[str, float] | None = {} if qvec is not None and self.scorer.windows is not None else None
         clock.seconds["query"] = time.perf_counter() - t
 
         ids = [d for d, _ in head]
@@ -538,7 +547,9 @@ class RerankBackend:
             for begin in range(0, len(ids), step):
                 yield
                 work.check()
-                scored += self._score_chunk(qs, ids[begin : begin + step], clock.seconds, qvec, dense)
+                scored += self._score_chunk(
+                    qs, ids[begin : begin + step], clock.seconds, qvec, dense, window=window
+                )
                 work.chunks_done += 1
         else:
             deadline = arrival + budget_ms / 1e3
@@ -555,7 +566,7 @@ class RerankBackend:
                 work.check()
                 t = time.perf_counter()
                 scored += self._score_chunk(
-                    qs, ids[len(scored) : len(scored) + n], clock.seconds, qvec, dense
+                    qs, ids[len(scored) : len(scored) + n], clock.seconds, qvec, dense, window=window
                 )
                 self.latency.observe(n, time.perf_counter() - t)
                 work.chunks_done += 1
@@ -567,14 +578,17 @@ class RerankBackend:
             [dense[d] for d, _ in scored] if qvec is not None else None,
             pure=not priors,
             seconds=clock.seconds,
+            window=[window[d] for d, _ in scored] if window is not None else None,
         )
         ranked = [(r.docid, r.score, bm25[r.docid]) for r in rows]
         ranked += [(d, None, bm25[d]) for d in ids[len(scored) :]]  # the tail keeps first-stage order
         ranked += [(d, None, bm25[d]) for d in missing]
         texts = self.searcher.doc_texts([d for d, _, _ in ranked]) if want_text else {}
-        parts = {r.docid: (r.neural, r.dense) for r in rows}
+        parts = {r.docid: (r.neural, r.dense, r.window) for r in rows}
         has_bm25 = bool(rows) and rows[0].bm25 is not None
-        scoring = features_used(self.scorer, has_bm25, qvec is not None, pure=not priors)
+        scoring = features_used(
+            self.scorer, has_bm25, qvec is not None, pure=not priors, window=window is not None
+        )
         return RerankOutcome(ranked, len(scored), len(hits), missing, planned, texts, parts, scoring)
 
     def overlong(self, texts: list[str]) -> list[tuple[int, int]]:
@@ -693,6 +707,7 @@ class RerankBackend:
                 },
             },
             "dense_field": self.scorer.dense_reader is not None,
+            "windows": self.scorer.windows is not None,
             "fitted_on": {
                 k: v for k, v in p.fitted_on.items() if k in ("split", "queries", "depth", "val_ndcg10")
             },
@@ -727,6 +742,9 @@ class RerankBackend:
                 "passages": None
                 if self.passages is None
                 else {**self.passages.record, "documents": len(self.passages.counts)},
+                "windows": None
+                if self.scorer is None or self.scorer.windows is None
+                else {**self.scorer.windows.record, "documents": len(self.scorer.windows.counts)},
                 "lease": self.lease_state(),
                 "verification": self.verification().status(),
             }

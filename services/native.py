@@ -82,8 +82,9 @@ class NativeHandler(Handler):
                 rank=i + 1,
                 score=s,
                 bm25_score=b,
-                neural_score=out.parts.get(d, (None, None))[0],
-                dense_score=out.parts.get(d, (None, None))[1],
+                neural_score=out.parts.get(d, (None, None, None))[0],
+                dense_score=out.parts.get(d, (None, None, None))[1],
+                window_score=out.parts.get(d, (None, None, None))[2],
                 text=out.texts.get(d) if req.return_text else None,
             )
             for i, (d, s, b) in enumerate(shown)

@@ -69,6 +69,11 @@ class RerankResult(BaseModel):
     dense_score: float | None = Field(
         None, description="cosine of the bi-encoder embeddings (the dense prior); null when not used"
     )
+    window_score: float | None = Field(
+        None,
+        description="the best sentence window's cosine with the query (the window prior, a store with "
+        "sentence windows); null when not used",
+    )
     text: str | None = None
 
 

@@ -72,6 +72,9 @@ class Manifest:
     # what long documents were split with when the build stored them as passages (the sub-store passages/,
     # store/passages.py): {"window", "overlap", "max_passages"}; None: built without --passages
     passages: dict[str, Any] | None = None
+    # what the bi-encoder's sentence windows were cut with (the sub-store windows/, store/windows.py):
+    # {"sentences"}; None: built without them
+    windows: dict[str, Any] | None = None
 
     @property
     def n_docs(self) -> int:
@@ -133,6 +136,7 @@ class Manifest:
             **({"collection": self.collection} if self.collection else {}),
             **({"dense": self.dense} if self.dense is not None else {}),
             **({"passages": self.passages} if self.passages is not None else {}),
+            **({"windows": self.windows} if self.windows is not None else {}),
             "config": spec.config,
             "created": self.created,
             "updated": _now(),
@@ -180,6 +184,11 @@ def manifest_from_dict(data: Any, where: str = "manifest") -> Manifest:
     passages = data.get("passages")
     if passages is not None and not (isinstance(passages, dict) and isinstance(passages.get("window"), int)):
         raise StoreError(f"{where}: 'passages' must be an object with the passage window")
+    windows = data.get("windows")
+    if windows is not None and not (
+        isinstance(windows, dict) and isinstance(windows.get("sentences"), int) and windows["sentences"] >= 1
+    ):
+        raise StoreError(f"{where}: 'windows' must be an object with the sentences per window")
     return Manifest(
         spec,
         shards,
@@ -190,6 +199,7 @@ def manifest_from_dict(data: Any, where: str = "manifest") -> Manifest:
         collection,
         dense,
         passages,
+        windows,
     )
 
 

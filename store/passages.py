@@ -113,26 +113,46 @@ def open_passages(store: str | Path, main_reader=None) -> StoredPassages | None:
     ``passages/`` is missing or incomplete, written by another checkpoint, split otherwise than the store
     records, or built from another collection."""
     from aheadrank.store.manifest import read_manifest
-    from aheadrank.store.reader import StoreReader
 
     main = main_reader.manifest if main_reader is not None else read_manifest(store)
     if main.passages is None:
         return None
     sub_dir = Path(store) / PASSAGES_DIR
-    resume = "its build was interrupted: re-run `aheadrank index` with the same flags to resume it"
-    if not (sub_dir / "manifest.json").is_file():
-        raise StoreError(f"the store {store} was built with --passages, but {sub_dir} is missing: {resume}")
-    sub = read_manifest(sub_dir)
-    if not sub.complete:
-        raise StoreError(
-            f"the store {store} was built with --passages, but {sub_dir} is incomplete: {resume}"
-        )
+    sub = whole_sub(store, sub_dir, "--passages", "aheadrank index")
     why = binding_problem(main, sub)
     if why:
         raise StoreError(
             f"refusing the store {store}: {why}. Rebuild it: `aheadrank index --passages --overwrite`"
         )
-    reader = StoreReader(sub_dir, label=f"{PASSAGES_DIR}/")
+    reader, counts = open_parts(
+        store, sub_dir, main_reader, "passages", "Rebuild it: `aheadrank index --passages --overwrite`"
+    )
+    return StoredPassages(reader, counts, dict(main.passages))
+
+
+def whole_sub(store, sub_dir: Path, built_with: str, command: str):
+    """The manifest of the store's sub-store ``sub_dir``, which the store records it was ``built_with``; a
+    StoreError, never a silent serve without it, when it is missing or incomplete (re-run ``command``)."""
+    from aheadrank.store.manifest import read_manifest
+
+    resume = f"its build was interrupted: re-run `{command}` with the same flags to resume it"
+    if not (sub_dir / "manifest.json").is_file():
+        raise StoreError(f"the store {store} was built with {built_with}, but {sub_dir} is missing: {resume}")
+    sub = read_manifest(sub_dir)
+    if not sub.complete:
+        raise StoreError(
+            f"the store {store} was built with {built_with}, but {sub_dir} is incomplete: {resume}"
+        )
+    return sub
+
+
+def open_parts(store, sub_dir: Path, main_reader, parts: str, rebuild: str):
+    """(reader, {docid: entries}) of a sub-store of documents' parts (``<docid>#p<k>``: passages, windows), whose
+    entries must be in order and, with ``main_reader``, of documents the store holds (else a StoreError that says
+    ``rebuild``)."""
+    from aheadrank.store.reader import StoreReader
+
+    reader = StoreReader(sub_dir, label=f"{sub_dir.name}/")
     try:
         counts = passage_counts(reader.docids())
         if main_reader is not None and counts:
@@ -140,13 +160,13 @@ def open_passages(store: str | Path, main_reader=None) -> StoredPassages | None:
             absent = [d for d, k in zip(ids, main_reader.known(ids), strict=True) if not k]
             if absent:
                 raise StoreError(
-                    f"refusing the store {store}: {sub_dir} holds passages of {len(absent)} document(s) the store "
-                    f"does not hold ({absent[:3]}). Rebuild it: `aheadrank index --passages --overwrite`"
+                    f"refusing the store {store}: {sub_dir} holds {parts} of {len(absent)} document(s) the store "
+                    f"does not hold ({absent[:3]}). {rebuild}"
                 )
     except BaseException:
         reader.close()
         raise
-    return StoredPassages(reader, counts, dict(main.passages))
+    return reader, counts
 
 
 def binding_problem(main, sub) -> str | None:

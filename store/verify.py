@@ -93,6 +93,7 @@ def verify_store(
     if substores:
         problems += _verify_dense(directory, manifest, allow_incomplete)
         problems += _verify_passages(directory, manifest, allow_incomplete)
+        problems += _verify_windows(directory, manifest, allow_incomplete)
     return problems
 
 
@@ -166,28 +167,52 @@ def _verify_passages(directory: Path, manifest: Manifest, allow_incomplete: bool
     """``passages/`` (store/passages.py): present and complete when the store records passages, every shard
     sound, bound to the store (checkpoint, split, collection), its entries ``<docid>#p<k>`` in order and of
     documents the store holds."""
-    from aheadrank.store.passages import PASSAGES_DIR, binding_problem, passage_counts
+    from aheadrank.store.passages import PASSAGES_DIR, binding_problem
 
     if manifest.passages is None:
         return []
-    sub = directory / PASSAGES_DIR
-    problems, passages = _verify_sub(directory, PASSAGES_DIR, True, "--passages", manifest, allow_incomplete)
-    if passages is None:
+    return _verify_parts(
+        directory, manifest, allow_incomplete, PASSAGES_DIR, "--passages", "passages", binding_problem
+    )
+
+
+def _verify_windows(directory: Path, manifest: Manifest, allow_incomplete: bool) -> list[str]:
+    """``windows/`` (store/windows.py): as ``passages/``, bound by the cut and the collection (the dense
+    encoder that wrote it is checked where it is served, against the priors')."""
+    from aheadrank.store.windows import WINDOWS_DIR, binding_problem
+
+    if manifest.windows is None:
+        return []
+    return _verify_parts(
+        directory, manifest, allow_incomplete, WINDOWS_DIR, "sentence windows", "windows", binding_problem
+    )
+
+
+def _verify_parts(
+    directory: Path, manifest: Manifest, allow_incomplete: bool, name: str, what: str, parts: str, binding
+) -> list[str]:
+    """A sub-store of a document's parts (``<docid>#p<k>``: passages, windows): present and complete, every
+    shard sound, ``binding(manifest, sub)`` None, its entries in order and of documents the store holds."""
+    from aheadrank.store.passages import passage_counts
+
+    sub = directory / name
+    problems, found = _verify_sub(directory, name, True, what, manifest, allow_incomplete)
+    if found is None:
         return problems
-    why = binding_problem(manifest, passages)
+    why = binding(manifest, found)
     if why:
         return [*problems, why]
     pids: list[str] = []
-    for info in passages.shards:
+    for info in found.shards:
         try:
-            meta = read_shard_meta(sub / info.file, passages.spec, expected_index=info.index)
+            meta = read_shard_meta(sub / info.file, found.spec, expected_index=info.index)
         except StoreError:
             return problems  # already reported
         pids += [d.decode("utf-8") for d in meta.docids.tolist()]
     try:
         owners = set(passage_counts(pids))
     except StoreError as exc:
-        return [*problems, f"{PASSAGES_DIR}/: {exc}"]
+        return [*problems, f"{name}/: {exc}"]
     ids: set[str] = set()
     for info in manifest.shards:
         try:
@@ -198,7 +223,7 @@ def _verify_passages(directory: Path, manifest: Manifest, allow_incomplete: bool
     absent = sorted(owners - ids)
     if absent:
         problems.append(
-            f"{PASSAGES_DIR}/ holds passages of {len(absent)} document(s) the store does not ({absent[:3]})"
+            f"{name}/ holds {parts} of {len(absent)} document(s) the store does not ({absent[:3]})"
         )
     return problems
 

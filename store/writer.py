@@ -281,8 +281,9 @@ def write_manifest(
         old = read_manifest(directory)
         previous, dense = old.created, old.dense if dense is None else dense  # kept unless given
         passages = old.passages if passages is None else passages
+        windows = old.windows  # recorded by aheadrank.indexer.build.build_windows, kept on every rewrite
     except StoreError:
-        previous = ""
+        previous, windows = "", None
     manifest = Manifest(
         spec,
         list(shards),
@@ -291,6 +292,7 @@ def write_manifest(
         collection=collection or {},
         dense=dense,
         passages=passages,
+        windows=windows,
     )
     write_manifest_file(directory, manifest)
     return manifest

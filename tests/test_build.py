@@ -61,10 +61,18 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
     ranker = load_ranker(p["checkpoint"])  # fingerprint (priors included) verified on load
     assert ranker.config.extra["label_free"]["queries"] == record.stages["queries"]["pseudo_queries"]
     priors = read_priors(p["checkpoint"])
-    assert priors.weights == label_free_weights("tk") and priors.dense["fingerprint"]
+    # every passage is three sentences, two windows: the store holds them and the served score weighs the best
+    assert record.stages["collection"]["multi_window"] == 1.0 and record.stages["store"]["windows"]
+    assert priors.weights == label_free_weights("tk", window=True) and priors.dense["fingerprint"]
+    assert (
+        record.stages["priors"]["weights"]
+        == label_free_weights("tk", window=True)["neural+bm25+dense+window"]
+    )
     with StoreReader(p["store"]) as reader:
         assert len(reader) == 80
         reader.check_fingerprint(ranker.fingerprint)
+    with StoreReader(p["store"] / "windows") as windows:
+        assert len(windows) == 160 and windows.docids()[:2] == ["p0#p0", "p0#p1"]
     # the time the stages ahead should take: at the reference rates once the collection is read, then scaled by
     # the dense stage's time against its estimate
     estimates = [line for line in said if line.startswith("[estimate]")]
@@ -162,7 +170,10 @@ def test_a_label_free_build_serves_scores_calibrated_on_its_held_out_pseudo_quer
         assert used == near and relevant(labelled) == expect
     assert sum(relevant(near_source_labels(p["store"], feats)[0])) == cal.fitted_on["relevant"]
     # the calibrated combination keeps the build's default weights; only statistics and Platt are fitted
-    assert {k: cal.weights[k] for k in cal.platt} == {k: label_free_weights("tk")[k] for k in cal.platt}
+    assert {k: cal.weights[k] for k in cal.platt} == {
+        k: label_free_weights("tk", window=True)[k] for k in cal.platt
+    }
+    assert "neural+bm25+dense+window" in cal.platt and all("dense" in k for k in cal.platt if "window" in k)
     assert record.stages["priors"]["calibration"]["labels"] == "pseudo-queries"
     texts = [json.loads(line)["contents"] for line in open(record.plan["collection"])][:12]
     query = "supersonic flow over a cone"
@@ -214,7 +225,7 @@ def test_a_build_without_usable_held_out_pseudo_queries_serves_relative_scores_w
     ranker = load_ranker(p["checkpoint"])
     priors = read_priors(p["checkpoint"])
     assert priors.calibrated() is None and priors.fitted_on["calibration"].startswith("none: ")
-    assert priors.weights == label_free_weights("tk")
+    assert priors.weights == label_free_weights("tk", window=True)
     scorer = PriorScorer(ranker, p["store"])
     assert any("no calibration (none: " in n and "relative" in n for n in scorer.notices), scorer.notices
 

@@ -82,3 +82,23 @@ def test_a_label_free_plan_estimates_what_the_build_will_run(tmp_path):
     judged = workload(BuildPlan(str(tmp_path / "beir"), str(tmp_path / "o"), ranker="tk"), info)
     assert judged.steps == RECIPES["cpu"].steps and judged.queries == 2 and not judged.passages
     assert judged.cost == "tk" and judged.window == RECIPES["cpu"].max_doc_len
+
+
+def test_the_window_prior_adds_its_windows_to_the_dense_stage(tmp_path):
+    from aheadrank.buildtime import WINDOW_S
+
+    ref = reference_seconds(SCIFACT)
+    windowed = reference_seconds(dataclasses.replace(SCIFACT, windows=43_000))
+    assert windowed["dense"] - ref["dense"] == pytest.approx(43_000 * WINDOW_S)
+    assert {k: v for k, v in windowed.items() if k != "dense"} == {
+        k: v for k, v in ref.items() if k != "dense"
+    }
+    coll = tmp_path / "c.jsonl"
+    coll.write_text('{"id": "d1", "contents": "a b c"}\n')
+    plan = BuildPlan(str(coll), str(tmp_path / "o"), labels="none")
+    info = {"documents": 100, "mean_words": 55.0}
+    assert workload(plan, {**info, "multi_window": 0.9, "windows": 400}).windows == 400
+    assert workload(plan, {**info, "multi_window": 0.1, "windows": 40}).windows == 0  # one-window documents
+    assert workload(plan, info).windows == 0  # a record from before the window prior
+    off = BuildPlan(str(coll), str(tmp_path / "o"), labels="none", windows=False)
+    assert workload(off, {**info, "multi_window": 0.9, "windows": 400}).windows == 0

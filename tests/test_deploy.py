@@ -527,7 +527,8 @@ def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
     layers = json.loads((tiny_base / "config.json").read_text())["num_hidden_layers"]
     assert (config["kind"], config["tk_base"], config["tk_layers"]) == ("tk", True, layers)
     assert stages["train"]["variant"] == f"tk-{layers}l-base"
-    assert read_priors(ckpt).weights == label_free_weights("tk")  # neural 1/6, BM25 and bi-encoder 5/12 each
+    # neural 1/6, BM25 and bi-encoder 5/12 each, and the best of the passages' two sentence windows as the bi-encoder
+    assert read_priors(ckpt).weights == label_free_weights("tk", window=True)
 
     # a finished volume: every stage skipped, nothing rewritten (not a wall-clock bound)
     outputs = (ckpt / "fingerprint.json", ckpt / "priors.json", paths(build)["store"] / "manifest.json")
@@ -561,8 +562,10 @@ def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
         )
         assert r.status_code == 200, r.text
         body = r.json()
-        assert body["results"] and body["scoring"] == "neural+bm25+dense", body
-        assert all(x["neural_score"] is not None for x in body["results"]), body
+        assert body["results"] and body["scoring"] == "neural+bm25+dense+window", body
+        assert all(
+            x["neural_score"] is not None and x["window_score"] is not None for x in body["results"]
+        ), body
     finally:
         assert server.stop(60) == 0, server.log_tail()
 

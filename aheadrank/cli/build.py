@@ -101,6 +101,14 @@ def build_cmd(
         "default: on for a label-free build, off for one trained on judgments",
         show_default=False,
     ),
+    windows: bool | None = opt(
+        None,
+        "--windows/--no-windows",
+        help="store the bi-encoder's 2-sentence windows of each document and weigh the best one in the served "
+        "score (the window prior); default: on for a label-free build whose documents are mostly two or more "
+        "windows",
+        show_default=False,
+    ),
     dtype: str = opt(
         "float16",
         "--dtype",
@@ -133,6 +141,7 @@ def build_cmd(
         reuse=str(reuse) if reuse else None,
         progress=progress,
         passages=passages,
+        windows=windows,
         init=str(init) if init else None,
         positive=positive,
         teacher=teacher,

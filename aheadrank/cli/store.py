@@ -43,6 +43,7 @@ def _summary(path: Path) -> dict:
         "created": manifest.created,
         "dense_field": _dense_state(path, manifest),
         "passages": _passages_state(path, manifest),
+        "windows": _windows_state(path, manifest),
         "text_digest": manifest.text_digest or None,
     }
 
@@ -64,21 +65,36 @@ def _dense_state(path: Path, manifest) -> str:
 
 def _passages_state(path: Path, manifest) -> str:
     """What the store's long documents as passages (passages/) are: the split and how many, or none."""
-    from aheadrank.store.manifest import MANIFEST_NAME, read_manifest
-    from aheadrank.store.passages import PASSAGES_DIR, passage_counts
+    from aheadrank.store.passages import PASSAGES_DIR
 
     p = manifest.passages
     if p is None:
         return "none (long documents: their first window)"
     split = f"window {p['window']}, overlap {p['overlap']}, at most {p['max_passages']} a document"
-    sub = Path(path) / PASSAGES_DIR
-    if not (sub / MANIFEST_NAME).is_file() or not read_manifest(sub).complete:
-        return f"{split}: INCOMPLETE or MISSING ({PASSAGES_DIR}/: resume the build)"
-    from aheadrank.store import StoreReader
+    return _parts_state(Path(path) / PASSAGES_DIR, split, "passages")
 
+
+def _windows_state(path: Path, manifest) -> str:
+    """What the store's sentence windows (windows/, the window prior) are: the cut and how many, or none."""
+    from aheadrank.store.windows import WINDOWS_DIR
+
+    w = manifest.windows
+    if w is None:
+        return "none (no window prior)"
+    return _parts_state(Path(path) / WINDOWS_DIR, f"{w['sentences']} sentences", "windows")
+
+
+def _parts_state(sub: Path, how: str, parts: str) -> str:
+    """``how`` and how many documents and ``parts`` a sub-store of documents' parts holds, or that it is not whole."""
+    from aheadrank.store import StoreReader
+    from aheadrank.store.manifest import MANIFEST_NAME, read_manifest
+    from aheadrank.store.passages import passage_counts
+
+    if not (sub / MANIFEST_NAME).is_file() or not read_manifest(sub).complete:
+        return f"{how}: INCOMPLETE or MISSING ({sub.name}/: resume the build)"
     with StoreReader(sub) as reader:
         counts = passage_counts(reader.docids())
-    return f"{split}: {len(counts):,} documents, {sum(counts.values()):,} passages ({PASSAGES_DIR}/)"
+    return f"{how}: {len(counts):,} documents, {sum(counts.values()):,} {parts} ({sub.name}/)"
 
 
 @app.command("store-info")
@@ -113,6 +129,7 @@ def store_info(
         ("fingerprint", info["fingerprint"]),
         ("dense field", info["dense_field"]),
         ("passages", info["passages"]),
+        ("windows", info["windows"]),
         ("text digests", info["text_digest"] or "none (texts sent to /rerank are encoded online)"),
         ("format version", str(info["format_version"])),
     ]
