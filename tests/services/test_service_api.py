@@ -162,9 +162,9 @@ def test_time_budget_is_honoured_on_a_slow_model(service_env):
     backend = make_backend(service_env, batch_size=16)
     inner = backend._score_chunk
 
-    def slow(qs, ids, seconds, *priors):
+    def slow(qs, ids, seconds, *priors, **more):
         time.sleep(1e-3 * len(ids))
-        return inner(qs, ids, seconds, *priors)
+        return inner(qs, ids, seconds, *priors, **more)
 
     backend._score_chunk = slow
     backend.warmup()  # calibrate the latency model on the slowed path
@@ -489,9 +489,9 @@ def test_deadline_answers_504_and_stops_the_work(service_env):
     backend = make_backend(service_env, batch_size=16, doc_batch_size=1, request_timeout_s=0.2)
     inner_chunk, inner_encode = backend._score_chunk, backend.ranker.encode_documents
 
-    def slow_chunk(qs, ids, seconds, *priors):
+    def slow_chunk(qs, ids, seconds, *priors, **more):
         time.sleep(1e-3 * len(ids))
-        return inner_chunk(qs, ids, seconds, *priors)
+        return inner_chunk(qs, ids, seconds, *priors, **more)
 
     def slow_encode(texts, batch_size=64):
         time.sleep(1e-2 * len(texts))
