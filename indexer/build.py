@@ -717,6 +717,34 @@ def build_windows(opts: BuildOptions, source: str | Path) -> None:
     tmp.rename(target)
 
 
+def index_windows(opts: BuildOptions, sentences: int) -> BuildSummary | None:
+    """``aheadrank index --windows``: the store's collection cut into windows of ``sentences`` sentences and
+    embedded by the checkpoint's dense encoder (:func:`ensure_window_field`, resumable, in the store's hidden
+    ``.window-field``), then moved in as ``<store>/windows`` (:func:`build_windows`). Needs the store's complete
+    dense field. None when the store holds these windows already (a finished build run again)."""
+    from aheadrank.store import read_manifest
+    from aheadrank.store.windows import window_record
+
+    store = Path(opts.store)
+    target = store / WINDOWS_DIR
+    if (
+        read_manifest(store).windows == window_record(sentences)
+        and (target / "manifest.json").is_file()
+        and read_manifest(target).complete
+    ):
+        return None
+    dense = store / DENSE_DIR
+    if not (dense / "manifest.json").is_file() or not read_manifest(dense).complete:
+        raise StoreError(f"--windows needs the store's dense field: {dense} is missing or incomplete")
+    field = store / ".window-field"
+    summary = ensure_window_field(
+        opts.collection, field, dense, opts.checkpoint, sentences, opts.device, opts.progress
+    )
+    build_windows(opts, field)
+    shutil.rmtree(field)
+    return summary
+
+
 def check_split_record(path: Path, record: dict) -> None:
     """A passage sub-store is continued only when it was split as requested (the store's spec ignores its
     ``config``, where the split is recorded)."""

@@ -67,11 +67,18 @@ def open_windows(store: str | Path, fingerprint: str, main_reader=None):
     if main.windows is None:
         return None
     sub_dir = Path(store) / WINDOWS_DIR
-    sub = whole_sub(store, sub_dir, "sentence windows", "aheadrank build")
+    sub = whole_sub(store, sub_dir, "sentence windows", "aheadrank build` or `aheadrank index --windows")
     why = binding_problem(main, sub, fingerprint)
     if why:
         raise StoreError(
-            f"refusing the store {store}: {why}. Rebuild it (`aheadrank build` into a new --out)"
+            f"refusing the store {store}: {why}. Rebuild it (`aheadrank build` into a new --out, or `aheadrank "
+            "index --overwrite --windows`)"
         )
-    reader, counts = open_parts(store, sub_dir, main_reader, "windows", "Rebuild it (`aheadrank build`)")
+    reader, counts = open_parts(
+        store,
+        sub_dir,
+        main_reader,
+        "windows",
+        "Rebuild it (`aheadrank build`, or `aheadrank index --overwrite --windows`)",
+    )
     return StoredPassages(reader, counts, dict(main.windows))

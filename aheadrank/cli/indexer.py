@@ -170,10 +170,18 @@ def index_cmd(
         help="With --passages: at most this many passages a document "
         "(default 10, the service's default); the service may read fewer, not more.",
     ),
+    windows: bool = opt(
+        False,
+        "--windows/--no-windows",
+        help="Also store the bi-encoder's 2-sentence windows (title in front) of each document of two or more "
+        "(<store>/windows): the window prior, weighed where the checkpoint's priors weigh it (aheadrank "
+        "fit-priors on this store fits it; aheadrank build stores them by itself where label-free).",
+    ),
 ) -> None:
     """Build (or resume) the representation store: the checkpoint's document side over the collection,
     plus the dense prior's field (one embedding per document)."""
-    from aheadrank.indexer.build import BuildOptions, build_dense, build_passages, build_store
+    from aheadrank.build import WINDOW_SENTENCES
+    from aheadrank.indexer.build import BuildOptions, build_dense, build_passages, build_store, index_windows
 
     if scheduler and workers:
         raise AheadrankError("give --scheduler or --workers, not both")
@@ -200,9 +208,12 @@ def index_cmd(
     )
     if not passages and (passage_overlap is not None or max_chunks_per_doc is not None):
         raise AheadrankError("--passage-overlap and --max-chunks-per-doc need --passages")
+    if windows and not (dense or dense_from is not None):
+        raise AheadrankError("--windows needs the dense field: drop --no-dense (or give --dense-from)")
     summary = build_store(opts)
     split = build_passages(opts) if passages else None
     dense_summary = build_dense(opts, dense_from) if dense or dense_from else None
+    cut = index_windows(opts, WINDOW_SENTENCES) if windows else None
     typer.echo(
         f"stored {summary.documents:,} documents ({summary.tokens:,} tokens) in {summary.shards} shards "
         f"({summary.shards_reused} reused) at {summary.store} in {summary.seconds:.1f} s "
@@ -216,4 +227,5 @@ def index_cmd(
             else "; no dense field (--no-dense): served without the dense prior"
         )
         + (f"; {split.documents:,} passages of long documents ({split.tokens:,} tokens)" if split else "")
+        + (f"; {cut.documents:,} sentence windows in {cut.seconds:.1f} s" if cut else "")
     )

@@ -195,3 +195,49 @@ def test_a_store_without_windows_serves_the_priors_without_them_and_says_so(buil
         assert any("sentence windows" in n for n in backend.scorer.notices)
     finally:
         backend.close()
+
+
+def test_aheadrank_index_windows_stores_the_same_windows_as_aheadrank_build(built, checkpoint, tmp_path):
+    """``aheadrank index --windows`` (a store built by hand, e.g. from a judged checkpoint): the window field cut
+    and embedded inside the store, moved in as ``windows/``, the same entries and vectors as the build's; run
+    again it keeps them; without the dense field it is refused before anything is written."""
+    from aheadrank.store import StoreReader
+
+    coll, _, ref = built
+    store = tmp_path / "store"
+    args = ["index", "--checkpoint", str(checkpoint), "--collection", str(coll), "--store", str(store)]
+    first = CliRunner().invoke(app, [*args, "--windows", "--no-progress"])
+    assert first.exit_code == 0, first.output
+    assert "sentence windows in" in first.output
+    assert read_manifest(store).windows == {"sentences": 2} and verify_store(store) == []
+    assert not (store / ".window-field").exists()
+    with StoreReader(ref / "windows") as a, StoreReader(store / "windows") as b:
+        ids = a.docids()
+        assert ids == b.docids() and len(ids) > 0
+        x, y = a.fetch(ids), b.fetch(ids)
+        assert x.fields.keys() == y.fields.keys()
+        assert all(np.array_equal(x.fields[k], y.fields[k]) for k in x.fields)
+    again = CliRunner().invoke(app, [*args, "--windows", "--no-progress"])
+    assert again.exit_code == 0 and "sentence windows in" not in again.output
+    backend = _backend(checkpoint, store)
+    try:
+        assert backend.scorer.windows is not None
+    finally:
+        backend.close()
+    # what fit-priors fits on: the window among the validation features
+    from aheadrank.rerank import collect_features
+
+    with StoreReader(store) as main:
+        docs = main.docids()[:8]
+    feats, _ = collect_features(
+        checkpoint, store, {"q": "tumour cell gene"}, {"q": [(d, 1.0) for d in docs]}, {"q": {docs[0]: 1}}
+    )
+    assert {"neural", "dense", "window"} <= set(feats[0].features)
+    bare = tmp_path / "bare"
+    refused = CliRunner().invoke(
+        app,
+        ["index", "--checkpoint", str(checkpoint), "--collection", str(coll), "--store", str(bare)]
+        + ["--windows", "--no-dense", "--no-progress"],
+    )
+    assert refused.exit_code == 2 and "--windows needs the dense field" in refused.output
+    assert not bare.exists()
