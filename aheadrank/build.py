@@ -275,21 +275,13 @@ def stores_windows(plan: BuildPlan, multi: float | None = None) -> bool:
 def multi_window(collection: str | Path, sentences: int = WINDOW_SENTENCES) -> float:
     """The share of the collection's documents that are two or more windows of ``sentences`` sentences."""
     from aheadrank.indexer.collections import Collection
+    from aheadrank.indexer.pseudo_queries import stored_windows
 
     n = multi = 0
     for _, title, body in Collection(collection).titled():
         n += 1
-        multi += stored_windows(title, body, sentences) > 0
+        multi += bool(stored_windows(title, body, sentences))
     return multi / n if n else 0.0
-
-
-def stored_windows(title: str, body: str, sentences: int = WINDOW_SENTENCES) -> int:
-    """How many windows a document has in ``windows/``: its windows where it is two or more, else none (its one
-    window is the whole document, the dense field's row; indexer.build.WindowCollection)."""
-    from aheadrank.indexer.pseudo_queries import sentence_passages
-
-    n = len(sentence_passages(title, body, size=sentences))
-    return n if n > 1 else 0
 
 
 def stores_passages(plan: BuildPlan) -> bool:
@@ -316,6 +308,7 @@ def judged_split(collection: str | Path, labels: str) -> str | None:
 # ---- the stages ---------------------------------------------------------------------------------------------
 def stage_collection(plan: BuildPlan) -> dict:
     from aheadrank.indexer.collections import Collection
+    from aheadrank.indexer.pseudo_queries import stored_windows
 
     coll = Collection(plan.collection)
     docs = titled = words = multi = windows = 0
@@ -323,7 +316,7 @@ def stage_collection(plan: BuildPlan) -> dict:
         docs += 1
         titled += bool(title)
         words += len(body.split()) + len(title.split())
-        n = stored_windows(title, body)
+        n = len(stored_windows(title, body, WINDOW_SENTENCES))
         multi += n > 0
         windows += n
     if docs == 0:

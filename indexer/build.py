@@ -630,16 +630,14 @@ class WindowCollection:
 
     def __iter__(self):
         from aheadrank.indexer.collections import Document
-        from aheadrank.indexer.pseudo_queries import sentence_passages
+        from aheadrank.indexer.pseudo_queries import stored_windows
         from aheadrank.store.passages import passage_docid
 
         self.report.documents = 0
         for docid, title, body in self.collection.titled():
-            windows = sentence_passages(title, body, size=self.sentences)
-            if len(windows) > 1:
-                for k, text in enumerate(windows):
-                    self.report.documents += 1
-                    yield Document(passage_docid(docid, k), text)
+            for k, text in enumerate(stored_windows(title, body, self.sentences)):
+                self.report.documents += 1
+                yield Document(passage_docid(docid, k), text)
 
 
 def check_window_record(path: Path, record: dict) -> None:
@@ -670,9 +668,11 @@ def ensure_window_field(
 
     if (Path(path) / "manifest.json").is_file() and read_manifest(path).complete:
         return None
+    if not (Path(dense_field) / "manifest.json").is_file() or not read_manifest(dense_field).complete:
+        raise StoreError(
+            f"the dense field {dense_field} is missing or incomplete: build it before its windows"
+        )
     dense = read_manifest(dense_field)
-    if not dense.complete:
-        raise StoreError(f"the dense field {dense_field} is incomplete: build it before its windows")
     fingerprint = {k: dense.collection.get(k) for k in ("documents", "sha256")}
     record = {**window_record(sentences), "collection": fingerprint}
     return build_store(
@@ -733,12 +733,9 @@ def index_windows(opts: BuildOptions, sentences: int) -> BuildSummary | None:
         and read_manifest(target).complete
     ):
         return None
-    dense = store / DENSE_DIR
-    if not (dense / "manifest.json").is_file() or not read_manifest(dense).complete:
-        raise StoreError(f"--windows needs the store's dense field: {dense} is missing or incomplete")
     field = store / ".window-field"
     summary = ensure_window_field(
-        opts.collection, field, dense, opts.checkpoint, sentences, opts.device, opts.progress
+        opts.collection, field, store / DENSE_DIR, opts.checkpoint, sentences, opts.device, opts.progress
     )
     build_windows(opts, field)
     shutil.rmtree(field)

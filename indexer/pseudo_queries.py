@@ -109,6 +109,13 @@ def sentence_passages(title: str, body: str, size: int = 2) -> list[str]:
     return [join_title_text(title, " ".join(parts[i : i + size])) for i in range(len(parts) - size + 1)]
 
 
+def stored_windows(title: str, body: str, size: int = 2) -> list[str]:
+    """The windows a document has in a store's ``windows/`` (store/windows.py): its :func:`sentence_passages`
+    where it is two or more, else none (its one window is the whole document: the dense field's row)."""
+    windows = sentence_passages(title, body, size)
+    return windows if len(windows) > 1 else []
+
+
 def _cut(text: str, piece: str) -> str:
     """``text`` without any occurrence of ``piece`` (whitespace tidied)."""
     return " ".join(text.replace(piece, " ").split())
