@@ -1,4 +1,4 @@
-"""bench/label_free_shares.py and bench/label_free_window.py read the builds of bench/label_free.py under the same
+"""bench/label_free_shares.py, bench/label_free_window.py and bench/label_free_hybrid.py read the builds of bench/label_free.py under the same
 folder names, and the shares rule is the one their docs state; bench/label_free_prettr_init.py scores as the service
 does."""
 
@@ -12,11 +12,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import label_free as lf  # noqa: E402
+import label_free_hybrid as hybrid  # noqa: E402
 import label_free_shares as shares  # noqa: E402
 import label_free_window as window  # noqa: E402
 
 
-@pytest.mark.parametrize("module", [shares, window])
+@pytest.mark.parametrize("module", [shares, window, hybrid])
 def test_the_probes_find_the_builds_label_free_made_with_the_same_settings(module):
     argv = ["--collections", "scifact", "--steps", "0"]
     made = lf.build_name(lf.parse_args(argv), "scifact", "mores-2ib-s2")
@@ -26,6 +27,17 @@ def test_the_probes_find_the_builds_label_free_made_with_the_same_settings(modul
     assert lf.build_name(module.parse_args(src), "scifact", "mores-2ib-s2") == lf.build_name(
         lf.parse_args(src), "scifact", "mores-2ib-s2"
     )
+
+
+def test_hybrid_candidates_add_the_bi_encoders_missing_documents_with_their_exact_bm25_score():
+    top = {"q": [("a", 9.0), ("b", 7.0)]}
+    every = {"q": [("a", 9.0), ("b", 7.0), ("c", 2.5)]}
+    dense = {"q": ["c", "a", "d"]}
+    got = hybrid.hybrid(top, every, dense)
+    assert got == {"q": [("a", 9.0), ("b", 7.0), ("c", 2.5), ("d", 0.0)]}
+    qrels = {"q": {"d": 1, "e": 2, "b": 0}}
+    assert hybrid.recall(top, qrels, ["q"]) == 0.0
+    assert hybrid.recall(got, qrels, ["q"]) == pytest.approx(0.5)
 
 
 def test_the_shares_rule_takes_the_best_held_out_share_and_the_larger_on_a_tie():
