@@ -5,7 +5,10 @@ Per collection (BEIR folders with a test split): BM25 top-100 of the test querie
 (k = 60) and the equal-weight z-score fusion of the two (the baselines); per ranker variant the pure neural
 score and the served score (neural + priors, the checkpoint's ``priors.json``: ``aheadrank.build``'s label-free
 default weights), plus the priors fitted on held-out pseudo-queries (``--priors pseudo``) computed from the same
-features. Paired t-tests against the better of RRF and the equal-weight fusion, and against BM25.
+features. Paired t-tests against the better of RRF and the equal-weight fusion, and against BM25. Rows that choose
+nothing: ``+neural0.2`` / ``+neural0.5`` (the served score at other neural shares) and, for a kind whose share is
+not 1/3 (``aheadrank.build.LABEL_FREE_NEURAL_SHARE``: chosen on every collection's test judgments), ``+share1/3``:
+the served score at the share fixed before anything was measured, the one that saw no judgment.
 
     .venv/bin/python bench/label_free.py --collections scifact cranfield vaswani \\
         --rankers mores-2ib-s2 prettr-l5-e128 tk-6l-base [--device cuda] [--steps N]
@@ -282,6 +285,23 @@ def runs_from(features: list, docids_weights) -> dict:
     return run
 
 
+def equal_share_weights(served: dict[str, float]) -> dict[str, float] | None:
+    """The served weights over ``served``'s features with the neural share at 1/3 (``aheadrank.build.share_weights``,
+    the share fixed before anything was measured), or None where ``served`` already has it. A kind listed in
+    ``aheadrank.build.LABEL_FREE_NEURAL_SHARE`` (PreTTR, TK: 1/6) got its share from a rule over the test judgments
+    of SciFact, Cranfield and Vaswani (``bench/results/label-free/loo/``), so its ``+priors`` row saw this
+    collection's judgments; its ``+share1/3`` row saw none."""
+    from fractions import Fraction
+
+    from aheadrank.build import share_weights
+
+    for names, w in share_weights(Fraction(1, 3), window="window" in served).items():
+        if set(names.split("+")) == set(served):
+            same = all(abs(w[f] - served[f]) < 1e-9 for f in w)
+            return None if same else w
+    return None
+
+
 def label_free_baselines(features: list) -> dict:
     """The runs a user can assemble without labels from (qid, QueryFeatures) with ``bm25`` and ``dense``: BM25, the
     bi-encoder, RRF (k = 60) and the equal-weight z-score fusion."""
@@ -481,6 +501,11 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
         rest = [f for f in served_w if f != "neural"]
         for k in (0.2, 0.5):  # sensitivity of the default's neural share (not used to choose anything)
             runs[f"{v}+neural{k}"] = runs_from(vf, {"neural": k, **{f: (1 - k) / len(rest) for f in rest}})
+        equal = equal_share_weights(served_w)
+        if (
+            equal is not None
+        ):  # the kind's share saw every collection's judgments: the served score at 1/3 saw none
+            runs[f"{v}+share1/3"] = runs_from(vf, equal)
         row = {
             "weights": served_w,
             "pseudo_weights": pseudo_w,

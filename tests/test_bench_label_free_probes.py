@@ -97,3 +97,20 @@ def test_the_prettr_init_probe_scores_as_the_service_and_measures_r2_as_the_fit(
             model.encode_query("liver insulin"), model.encode_documents([texts[d] for d, _ in cands["q"]])
         )
     np.testing.assert_allclose(got, want.double().numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_equal_share_row_is_added_only_where_the_served_share_is_not_one_third():
+    from fractions import Fraction
+
+    from aheadrank.build import label_free_weights
+
+    mores = label_free_weights("mores", window=True)["neural+bm25+dense+window"]
+    assert lf.equal_share_weights(mores) is None
+    for has_window, key in ((True, "neural+bm25+dense+window"), (False, "neural+bm25+dense")):
+        tk = label_free_weights("tk", window=has_window)[key]
+        assert tk["neural"] < 0.2  # the share LABEL_FREE_NEURAL_SHARE gives it
+        got = lf.equal_share_weights(tk)
+        assert set(got) == set(tk) and sum(got.values()) == pytest.approx(1.0)
+        others = [w for f, w in got.items() if f != "neural"]
+        assert got["neural"] == pytest.approx(0.25 if has_window else float(Fraction(1, 3)))
+        assert max(others) == pytest.approx(min(others))
