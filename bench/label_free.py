@@ -501,10 +501,9 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
         rest = [f for f in served_w if f != "neural"]
         for k in (0.2, 0.5):  # sensitivity of the default's neural share (not used to choose anything)
             runs[f"{v}+neural{k}"] = runs_from(vf, {"neural": k, **{f: (1 - k) / len(rest) for f in rest}})
+        # a kind whose share saw every collection's judgments: its served score at the share 1/3, which saw none
         equal = equal_share_weights(served_w)
-        if (
-            equal is not None
-        ):  # the kind's share saw every collection's judgments: the served score at 1/3 saw none
+        if equal is not None:
             runs[f"{v}+share1/3"] = runs_from(vf, equal)
         row = {
             "weights": served_w,

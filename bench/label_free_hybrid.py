@@ -110,6 +110,7 @@ def recall(cands: dict, qrels: dict, qids: list[str]) -> float:
 
 def run_collection(args, name: str) -> dict:
     import label_free as lf
+    from aheadrank.store import read_manifest
     from benchkit import Bm25Hits, eval_topics
 
     from aheadrank.baselines import dense_features
@@ -126,8 +127,6 @@ def run_collection(args, name: str) -> dict:
     hits = Bm25Hits(collection, args.workdir, args.progress)
     t0 = time.perf_counter()
     top = hits.hits(queries, DEPTH)
-    from aheadrank.store import read_manifest
-
     every = hits.hits(queries, read_manifest(dense_dir).n_docs)
     dense = dense_top(dense_dir, queries, DEPTH, args.device)
     sets = {"bm25": top, "hybrid": hybrid(top, every, dense)}
