@@ -365,13 +365,19 @@ def probe_setup(args, name: str):
     return build, queries, qrels, cands, feats, qids, baselines, scores, best
 
 
-def pure_and_served(vf: list, qrels: dict, baselines: dict, best: str) -> dict:
+def pure_and_served(vf: list, qrels: dict, baselines: dict, best: str, extra: dict | None = None) -> dict:
     """``{"pure": row, "served": row}`` of (qid, QueryFeatures with ``neural``): the neural score alone and with BM25
-    and the bi-encoder (1/3 each), each row its nDCG@10 and its comparisons with BM25 and with ``best``."""
+    and the bi-encoder (1/3 each), plus a row per ``extra`` {name: weights}, each row its nDCG@10 and its
+    comparisons with BM25 and with ``best``."""
     from aheadrank.evaluation import compare, evaluate
 
     out = {}
-    for kind, w in (("pure", {"neural": 1.0}), ("served", {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 3})):
+    rows = {
+        "pure": {"neural": 1.0},
+        "served": {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 3},
+        **(extra or {}),
+    }
+    for kind, w in rows.items():
         run = runs_from(vf, w)
         out[kind] = {
             "ndcg10": evaluate(run, qrels, ("nDCG@10",))["nDCG@10"],

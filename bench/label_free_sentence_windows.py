@@ -11,7 +11,16 @@ The rule fixed before the first run (bench/results/label-free/README.md, "Nor do
 windows replace the ranker's, chosen on Cranfield's judgments (where ``window/`` chose), only if they serve at least
 as well under both aggregations; then they would be applied unchanged to SciFact and Vaswani.
 
+The same probe measures ``--titled``: the ranker's window with the title in front of every passage
+(:func:`titled_passages`; Dai & Callan 2019 put the title before each passage, and a plain split leaves it in the
+first passage only). The served rows are 1/3 each (``served``) and, where the collection passes the window gate,
+the label-free build's served weights with the window prior (``served+window``: 1/4 each for MORES). Rule, written
+with this code before its first run: ``pieces+title`` replaces ``pieces`` in the label-free store only if on
+Cranfield its ``served+window`` is at least ``pieces``'s under both aggregations (MaxP and ``first+max``); it would
+then be applied unchanged to SciFact (Vaswani has no titles: nothing changes there).
+
     .venv/bin/python bench/label_free_sentence_windows.py --collections cranfield --sizes 2 3 --steps 0
+    .venv/bin/python bench/label_free_sentence_windows.py --collections cranfield --sizes --titled
 
 needs ``bench/label_free.py``'s build of the same settings (its ``--workdir``). Writes ``--out``:
 ``label_free_sentence_windows.{json,md}``.
@@ -41,9 +50,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--collections", nargs="+", default=["cranfield"])
     ap.add_argument("--ranker", default="mores-2ib-s2")
-    ap.add_argument("--sizes", nargs="+", type=int, default=[2], help="sentences per window")
+    ap.add_argument("--sizes", nargs="*", type=int, default=[2], help="sentences per window")
+    ap.add_argument(
+        "--titled",
+        action="store_true",
+        help="also the scheme pieces+title: the ranker's window of word pieces with the title in front of every passage",
+    )
     lf.add_build_name_options(ap)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument(
+        "--base", default=None, help="the bi-encoder of the window prior (default: the packaged one)"
+    )
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
     ap.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "results" / "label-free" / "sentence-windows"
@@ -54,9 +71,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     return lf.recipe_settings(args)
 
 
-def windows_of(ranker, titled: dict, docids: list[str], sizes: list[int]) -> dict[str, list[list[str]]]:
+def titled_passages(tokenizer, title: str, body: str, opts) -> list[str]:
+    """A document's passages of ``opts.window`` word pieces with its title in front of every one (Dai & Callan
+    2019's title + passage): the whole text where it fits the window or has no title; else the body split as
+    ``--passages`` splits (:func:`aheadrank.passages.split_passages`, its overlap a quarter of the body's window) into
+    windows of what the title (cut to half the window at most) leaves, each joined with the title
+    (:func:`aheadrank.indexer.collections.join_title_text`)."""
+    from aheadrank.indexer.collections import join_title_text
+
+    from aheadrank.passages import PassageOptions, effective_overlap, split_passages
+
+    def pieces(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    whole = join_title_text(title, body)
+    if not (title or "").strip() or not (body or "").strip() or pieces(whole) <= opts.window:
+        return split_passages(tokenizer, [whole], opts)[0]
+    half = opts.window // 2
+    head = split_passages(tokenizer, [title.strip()], PassageOptions(half, 0, 1))[0][0]
+    room = opts.window - pieces(join_title_text(head, "x")) + pieces("x")
+    body_opts = PassageOptions(room, effective_overlap(room, None), opts.max_passages)
+    return [join_title_text(head, p) for p in split_passages(tokenizer, [body], body_opts)[0]]
+
+
+def windows_of(
+    ranker, titled: dict, docids: list[str], sizes: list[int], with_title: bool = False
+) -> dict[str, list[list[str]]]:
     """Per scheme, each document's windows: ``pieces`` (the ranker's window, split as ``--passages`` splits: a
-    document that fits is one window) and ``sent<N>`` (N sentences, stride one, title in front)."""
+    document that fits is one window), ``pieces+title`` (with ``with_title``: the same window, the title in front of
+    every passage, :func:`titled_passages`) and ``sent<N>`` (N sentences, stride one, title in front)."""
     from aheadrank.indexer.collections import join_title_text
     from aheadrank.indexer.pseudo_queries import sentence_passages
 
@@ -65,10 +108,40 @@ def windows_of(ranker, titled: dict, docids: list[str], sizes: list[int]) -> dic
     window = int(ranker._text().max_doc_len)
     opts = PassageOptions(window, effective_overlap(window, None), DEFAULT_MAX_PASSAGES)
     texts = [join_title_text(*titled[d]) for d in docids]
-    out = {"pieces": split_passages(ranker._text().tokenizer, texts, opts)}
+    tokenizer = ranker._text().tokenizer
+    out = {"pieces": split_passages(tokenizer, texts, opts)}
+    if with_title:
+        out["pieces+title"] = [titled_passages(tokenizer, *titled[d], opts) for d in docids]
     for s in sizes:
         out[f"sent{s}"] = [sentence_passages(*titled[d], size=s) for d in docids]
     return out
+
+
+def window_prior(args, collection: Path, queries: dict, feats: dict, qids: list[str]) -> tuple[bool, dict]:
+    """The window prior of the label-free served score (``aheadrank.build``: the bi-encoder's best 2-sentence window
+    at the bi-encoder's weight where at least MULTI_WINDOW of the documents are two or more windows): whether the
+    collection passes that gate, and where it does ``{"served+window": weights}`` after adding each test query's
+    ``window`` feature to ``feats`` (``bench/label_free_passages.py``'s, embedded once and cached in ``--workdir``)."""
+    from aheadrank.rankers.dense import dense_encoder
+    from label_free_passages import embeddings, multi_window
+
+    from aheadrank.build import MULTI_WINDOW, WINDOW_SENTENCES, _variant, label_free_weights
+
+    if multi_window(collection, WINDOW_SENTENCES) < MULTI_WINDOW:
+        return False, {}
+    docids = sorted({d for q in qids for d in feats[q].docids})
+    _, windows, owner = embeddings(collection, docids, WINDOW_SENTENCES, args.base, args.workdir, False)
+    rows_of: list[list[int]] = [[] for _ in docids]
+    for p, i in enumerate(owner.tolist()):
+        rows_of[i].append(p)
+    row_of = {d: i for i, d in enumerate(docids)}
+    qv = dense_encoder(args.base).encode_queries([queries[q] for q in qids])
+    for q, v in zip(qids, qv, strict=True):
+        sims = windows @ v
+        f = feats[q]
+        f.features["window"] = np.array([sims[rows_of[row_of[d]]].max() for d in f.docids], dtype=np.float64)
+    kind = _variant(args.ranker).kind
+    return True, {"served+window": label_free_weights(kind, window=True)["neural+bm25+dense+window"]}
 
 
 def bench_collection(args, name: str) -> dict:
@@ -90,8 +163,16 @@ def bench_collection(args, name: str) -> dict:
     want = set(docids)
     titled = {d: (t, b) for d, t, b in Collection(collection).titled() if d in want}
     pos = {d: i for i, d in enumerate(docids)}
-    out = {"collection": name, "build": str(build), "baselines": scores, "best_baseline": best, "schemes": {}}
-    for scheme, per_doc in windows_of(ranker, titled, docids, args.sizes).items():
+    gate, extra = window_prior(args, collection, queries, feats, qids)
+    out = {
+        "collection": name,
+        "build": str(build),
+        "baselines": scores,
+        "best_baseline": best,
+        "window_rule": gate,
+        "schemes": {},
+    }
+    for scheme, per_doc in windows_of(ranker, titled, docids, args.sizes, args.titled).items():
         t0 = time.perf_counter()
         flat = [w for ws in per_doc for w in ws]
         lengths = np.array([len(ws) for ws in per_doc])
@@ -131,7 +212,7 @@ def bench_collection(args, name: str) -> dict:
                 f = feats[q]
                 neural = np.array(aggregate(*windows[q], len(f.docids), agg))
                 vf.append((q, type(f)(f.docids, {**f.features, "neural": neural}, f.qrels)))
-            for kind, x in lf.pure_and_served(vf, qrels, baselines, best).items():
+            for kind, x in lf.pure_and_served(vf, qrels, baselines, best, extra).items():
                 row["runs"][f"{agg}/{kind}"] = x
                 log.info(
                     "%s %-7s %-9s %-6s %.4f  vs bm25 %s  vs %s %s",

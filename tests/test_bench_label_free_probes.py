@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import label_free as lf  # noqa: E402
 import label_free_hybrid as hybrid  # noqa: E402
+import label_free_sentence_windows as sentence_windows  # noqa: E402
 import label_free_shares as shares  # noqa: E402
 import label_free_window as window  # noqa: E402
 
@@ -114,3 +115,36 @@ def test_the_equal_share_row_is_added_only_where_the_served_share_is_not_one_thi
         others = [w for f, w in got.items() if f != "neural"]
         assert got["neural"] == pytest.approx(0.25 if has_window else float(Fraction(1, 3)))
         assert max(others) == pytest.approx(min(others))
+
+
+def test_titled_passages_put_the_title_in_front_of_every_passage_within_the_window(minilm_dir):
+    from transformers import AutoTokenizer
+
+    from aheadrank.passages import PassageOptions, split_passages
+
+    tok = AutoTokenizer.from_pretrained(str(minilm_dir))
+    opts = PassageOptions(32, 8, 10)
+    title = "Vitamin D and bone density"
+    body = " ".join(
+        f"sentence {i} says that calcium intake changes fracture risk in older adults." for i in range(12)
+    )
+    got = sentence_windows.titled_passages(tok, title, body, opts)
+    plain = split_passages(tok, [f"{title}. {body}"], opts)[0]
+    assert len(got) > 2 and all(p.startswith(f"{title}. ") for p in got)
+    assert (
+        sum(p.startswith(title) for p in plain) == 1
+    )  # the plain split has the title in its first passage only
+    for (
+        p
+    ) in got:  # each passage still fits the ranker's window (a piece of slack where "title. " meets the body)
+        assert len(tok(p, add_special_tokens=False)["input_ids"]) <= opts.window + 1
+    bodies = [p[len(title) + 2 :] for p in got]
+    assert body.startswith(bodies[0]) and body.endswith(bodies[-1])  # the whole body is covered, in order
+    assert all(b in body for b in bodies)
+    # a document that fits, or has no title, is split as before
+    assert sentence_windows.titled_passages(tok, title, "Short.", opts) == [f"{title}. Short."]
+    assert sentence_windows.titled_passages(tok, "", body, opts) == split_passages(tok, [body], opts)[0]
+    # a title longer than half the window is cut to half of it, leaving room for the body
+    long_title = " ".join(["osteoporosis"] * 40)
+    for p in sentence_windows.titled_passages(tok, long_title, body, opts):
+        assert len(tok(p, add_special_tokens=False)["input_ids"]) <= opts.window + 1
