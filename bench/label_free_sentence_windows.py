@@ -117,29 +117,30 @@ def windows_of(
     return out
 
 
-def window_prior(args, collection: Path, queries: dict, feats: dict, qids: list[str]) -> tuple[bool, dict]:
-    """The window prior of the label-free served score (``aheadrank.build``: the bi-encoder's best 2-sentence window
-    at the bi-encoder's weight where at least MULTI_WINDOW of the documents are two or more windows): whether the
-    collection passes that gate, and where it does ``{"served+window": weights}`` after adding each test query's
-    ``window`` feature to ``feats`` (``bench/label_free_passages.py``'s, embedded once and cached in ``--workdir``)."""
+def window_prior(args, build: Path, queries: dict, feats: dict, qids: list[str]) -> tuple[bool, dict]:
+    """The window prior of the label-free served score as the build serves it: each test candidate's best stored
+    2-sentence window (``aheadrank.rerank.window_cosines`` over the build's ``store/windows``, which the build keeps
+    where at least MULTI_WINDOW of the documents are two or more windows). Whether the store has windows, and where
+    it does ``{"served+window": the build's served weights}`` after adding the ``window`` feature to ``feats``."""
     from aheadrank.rankers.dense import dense_encoder
-    from label_free_passages import embeddings, multi_window
+    from aheadrank.store.windows import open_windows
 
-    from aheadrank.build import MULTI_WINDOW, WINDOW_SENTENCES, _variant, label_free_weights
+    from aheadrank.build import _variant, label_free_weights, paths
+    from aheadrank.rerank import window_cosines
 
-    if multi_window(collection, WINDOW_SENTENCES) < MULTI_WINDOW:
+    encoder = dense_encoder(args.base)
+    windows = open_windows(paths(build)["store"], encoder.fingerprint)
+    if windows is None:
         return False, {}
-    docids = sorted({d for q in qids for d in feats[q].docids})
-    _, windows, owner = embeddings(collection, docids, WINDOW_SENTENCES, args.base, args.workdir, False)
-    rows_of: list[list[int]] = [[] for _ in docids]
-    for p, i in enumerate(owner.tolist()):
-        rows_of[i].append(p)
-    row_of = {d: i for i, d in enumerate(docids)}
-    qv = dense_encoder(args.base).encode_queries([queries[q] for q in qids])
-    for q, v in zip(qids, qv, strict=True):
-        sims = windows @ v
-        f = feats[q]
-        f.features["window"] = np.array([sims[rows_of[row_of[d]]].max() for d in f.docids], dtype=np.float64)
+    try:
+        qv = encoder.encode_queries([queries[q] for q in qids])
+        for q, v in zip(qids, qv, strict=True):
+            f = feats[q]
+            f.features["window"] = window_cosines(windows, v, f.docids, f.features["dense"]).astype(
+                np.float64
+            )
+    finally:
+        windows.close()
     kind = _variant(args.ranker).kind
     return True, {"served+window": label_free_weights(kind, window=True)["neural+bm25+dense+window"]}
 
@@ -163,7 +164,7 @@ def bench_collection(args, name: str) -> dict:
     want = set(docids)
     titled = {d: (t, b) for d, t, b in Collection(collection).titled() if d in want}
     pos = {d: i for i, d in enumerate(docids)}
-    gate, extra = window_prior(args, collection, queries, feats, qids)
+    gate, extra = window_prior(args, build, queries, feats, qids)
     out = {
         "collection": name,
         "build": str(build),
