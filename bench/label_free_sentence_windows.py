@@ -14,10 +14,10 @@ as well under both aggregations; then they would be applied unchanged to SciFact
 The same probe measures ``--titled``: the ranker's window with the title in front of every passage
 (:func:`titled_passages`; Dai & Callan 2019 put the title before each passage, and a plain split leaves it in the
 first passage only). The served rows are 1/3 each (``served``) and, where the build's store has sentence windows
-(the window gate), the label-free build's served weights with the window prior (``served+window``: 1/4 each for MORES). Rule, written
-with this code before its first run: ``pieces+title`` replaces ``pieces`` in the label-free store only if on
-Cranfield its ``served+window`` is at least ``pieces``'s under both aggregations (MaxP and ``first+max``); it would
-then be applied unchanged to SciFact (Vaswani has no titles: nothing changes there).
+(the window gate), the label-free build's served weights with the window prior (``served+window``: 1/4 each for
+MORES). Rule, written with this code before its first run: ``pieces+title`` replaces ``pieces`` in the label-free
+store only if on Cranfield its ``served+window`` is at least ``pieces``'s under both aggregations (MaxP and
+``first+max``); it would then be applied unchanged to SciFact (Vaswani has no titles: nothing changes there).
 
     .venv/bin/python bench/label_free_sentence_windows.py --collections cranfield --sizes 2 3 --steps 0
     .venv/bin/python bench/label_free_sentence_windows.py --collections cranfield --sizes --titled
