@@ -542,7 +542,13 @@ def init_record(init: str | Path, source: dict) -> dict:
 
 
 def stage_store(plan: BuildPlan) -> dict:
-    from aheadrank.indexer.build import BuildOptions, build_dense, build_passages, build_store
+    from aheadrank.indexer.build import (
+        BuildOptions,
+        build_dense,
+        build_passages,
+        build_store,
+        existing_shard_size,
+    )
 
     p = paths(plan.out)
     passages = stores_passages(plan)
@@ -551,6 +557,8 @@ def stage_store(plan: BuildPlan) -> dict:
         plan.collection,
         str(p["store"]),
         strategy=plan_variant(plan).strategy,
+        # the store in the shards of its dense field (they share them); a store begun before goes on in its own
+        shard_size=existing_shard_size(p["store"]) or existing_shard_size(p["dense"]),
         device=plan.device,
         progress=plan.progress,
         passages=passages,

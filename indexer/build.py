@@ -32,6 +32,10 @@ log = logging.getLogger("aheadrank.indexer")
 DENSE_DIR = "dense"  # a store's sub-store holding the dense prior's field (one row per document)
 PASSAGES_DIR = "passages"  # a store's sub-store holding its long documents' passages (store/passages.py)
 WINDOWS_DIR = "windows"  # a store's sub-store holding the bi-encoder's sentence windows (store/windows.py)
+# documents a shard holds unless told (--shard-size): a build holds up to two shards' fields in memory (one being
+# encoded, one being written) and redoes at most one when resumed, so this bounds both its memory and what a stop
+# costs (MORES 2×IB S2: about 0.4 GB a shard; bench/results/build-memory/). A store being resumed keeps its own.
+DEFAULT_SHARD_SIZE = 1_024
 
 
 @dataclass
@@ -40,7 +44,7 @@ class BuildOptions:
     collection: str
     store: str
     strategy: str | None = None
-    shard_size: int = 10_000
+    shard_size: int | None = None  # None: the existing store's (a build resumed), else DEFAULT_SHARD_SIZE
     batch_size: int = 64
     max_doc_len: int | None = None
     device: str = "cpu"
@@ -307,6 +311,29 @@ def prefetch(it: Iterator, depth: int = 2) -> Iterator:
 LOCK_NAME = ".aheadrank-build.lock"
 
 
+def existing_shard_size(path: str | Path) -> int | None:
+    """The shard size of the store at ``path``, complete or not; None where there is none (or its manifest does
+    not read: the build then says why)."""
+    from aheadrank.store import read_manifest
+
+    if not (Path(path) / "manifest.json").is_file():
+        return None
+    try:
+        return read_manifest(path).spec.shard_size
+    except (StoreError, OSError, ValueError):
+        return None
+
+
+def resolve_shard_size(opts: BuildOptions) -> int:
+    """``--shard-size`` when given; else the size of the store being resumed (a build begun with another default
+    goes on as it began, instead of being refused); else :data:`DEFAULT_SHARD_SIZE`."""
+    if opts.shard_size is not None:
+        return opts.shard_size
+    if opts.overwrite:
+        return DEFAULT_SHARD_SIZE
+    return existing_shard_size(opts.store) or DEFAULT_SHARD_SIZE
+
+
 def build_store(opts: BuildOptions) -> BuildSummary:
     """Build (or resume) a representation store from a collection with a checkpoint's document side."""
 
@@ -326,6 +353,7 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
     from aheadrank.indexer.collections import Collection
     from aheadrank.store import prepare_build, write_manifest
 
+    opts = replace(opts, shard_size=resolve_shard_size(opts))
     t_load = time.perf_counter()
     ranker = get_ranker(
         opts.checkpoint,
@@ -531,8 +559,14 @@ def build_dense(opts: BuildOptions, reuse: str | Path | None = None) -> BuildSum
                 f"--dense-from {reuse} was written by another dense encoder ({src.spec.fingerprint[:12]}, "
                 f"this checkpoint's base gives {encoder.fingerprint[:12]})"
             )
-        if not src.complete or [s.n_docs for s in src.shards] != [s.n_docs for s in main.shards]:
+        if not src.complete or src.n_docs != main.n_docs:
             raise StoreError(f"--dense-from {reuse} is incomplete or holds other documents than {opts.store}")
+        if [s.n_docs for s in src.shards] != [s.n_docs for s in main.shards]:
+            raise StoreError(
+                f"--dense-from {reuse} was written in shards of {src.spec.shard_size:,} documents, the store "
+                f"{opts.store} in shards of {main.spec.shard_size:,}: a store and its dense field share their "
+                f"shards, so build the store with --shard-size {src.spec.shard_size} (or drop --dense-from)"
+            )
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(reuse, target)
@@ -545,8 +579,18 @@ def build_dense(opts: BuildOptions, reuse: str | Path | None = None) -> BuildSum
         return None
     from dataclasses import replace
 
+    # the dense field shares the store's shards (its collection fingerprint is the store's: rerank.open_dense_field)
+    size = opts.shard_size or existing_shard_size(opts.store)
     return build_store(
-        replace(opts, store=str(target), encoder="dense", strategy=None, dtype="float16", compression="none")
+        replace(
+            opts,
+            store=str(target),
+            encoder="dense",
+            strategy=None,
+            dtype="float16",
+            compression="none",
+            shard_size=size,
+        )
     )
 
 

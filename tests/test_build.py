@@ -118,6 +118,32 @@ def test_serve_refuses_an_unfinished_build_and_a_plain_folder(passages, tiny_bas
         from_build(None, {"checkpoint": None})
 
 
+def test_a_build_begun_under_another_shard_size_goes_on_in_it_and_serves(
+    passages, tiny_base, tmp_path, monkeypatch
+):
+    """A build whose dense field was cut into shards of another size (begun under another default) stores its
+    ranker's fields in the same shards, so the dense field and the windows bind to the store and are served."""
+    import aheadrank.indexer.build as ib
+    from aheadrank.store import read_manifest
+
+    from aheadrank.rerank import PriorScorer
+
+    out = tmp_path / "b"
+    monkeypatch.setattr(ib, "DEFAULT_SHARD_SIZE", 32)
+    build(plan(passages, out, tiny_base, steps=0), until="dense", echo=lambda _: None)
+    monkeypatch.setattr(ib, "DEFAULT_SHARD_SIZE", 1_024)
+    build(plan(passages, out, tiny_base, steps=0), echo=lambda _: None)
+    p = paths(out)
+    assert [s.n_docs for s in read_manifest(p["store"]).shards] == [32, 32, 16]  # 80 passages
+    assert [s.n_docs for s in read_manifest(p["store"] / "dense").shards] == [32, 32, 16]
+    ranker = load_ranker(p["checkpoint"])
+    with StoreReader(p["store"]) as main:
+        scorer = PriorScorer(ranker, p["store"], main_reader=main)
+        assert scorer.dense_reader is not None and scorer.windows is not None, scorer.notices
+        scorer.dense_reader.close()
+        scorer.windows.reader.close()
+
+
 def test_a_collection_that_cannot_be_used_is_one_error_line(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"id": "a", "contents": ""}\n{not json\n')

@@ -109,10 +109,12 @@ def index_cmd(
     collection: Path = opt(..., "--collection", help="Collection path."),
     store: Path = opt(..., "--store", help="Representation store directory."),
     strategy: str | None = opt(None, "--strategy", help="MORES: s1 or s2."),
-    shard_size: int = opt(
-        10_000,
+    shard_size: int | None = opt(
+        None,
         "--shard-size",
         min=1,
+        help="Documents a shard holds (default: the store's own when resuming, else 1,024). A build holds up to "
+        "two shards in memory and a resumed one redoes at most one.",
     ),
     batch_size: int = opt(
         64,

@@ -275,6 +275,45 @@ def test_refuses_a_store_of_another_checkpoint_or_options(collection, checkpoint
     assert (tmp_path / "precious" / "thesis.tex").exists()
 
 
+def test_a_store_goes_on_in_its_own_shards_and_its_dense_field_shares_them(
+    collection, checkpoints, tmp_path, monkeypatch
+):
+    """Without --shard-size a new store is cut into DEFAULT_SHARD_SIZE documents a shard; a store being resumed
+    keeps the size it began with (a build begun under another default goes on instead of being refused); the
+    dense field is cut as its store, and a dense field cut otherwise is refused with the size to give."""
+    import aheadrank.indexer.build as ib
+    from aheadrank.indexer.build import build_dense
+
+    from aheadrank.rerank import open_dense_field
+
+    monkeypatch.setattr(ib, "DEFAULT_SHARD_SIZE", 64)
+    ckpt = str(checkpoints["mores"])
+    new = tmp_path / "new"
+    build_store(BuildOptions(ckpt, str(collection), str(new), progress=False))
+    assert [s.n_docs for s in read_manifest(new).shards] == [64, 64, 64, 38]  # 230 documents
+    old = tmp_path / "old"
+    build_store(BuildOptions(ckpt, str(collection), str(old), shard_size=100, progress=False))
+    whole = read_all(old)
+    (old / read_manifest(old).shards[1].file).unlink()  # a stop: the second shard is gone
+    resumed = build_store(BuildOptions(ckpt, str(collection), str(old), progress=False))
+    manifest = read_manifest(old)
+    assert resumed.shards_reused == 2 and manifest.complete and manifest.spec.shard_size == 100
+    got = read_all(old)
+    assert got.keys() == whole.keys()
+    assert all(np.array_equal(got[d][k], whole[d][k]) for d in whole for k in whole[d])
+    build_dense(BuildOptions(ckpt, str(collection), str(old), progress=False))
+    dense = read_manifest(old / "dense")
+    assert [s.n_docs for s in dense.shards] == [100, 100, 30]
+    with StoreReader(old) as main:
+        field = open_dense_field(old, dense.spec.fingerprint, main)
+        assert field is not None and len(field) == 230
+        field.close()
+    with pytest.raises(StoreError, match="--shard-size 100"):
+        build_dense(BuildOptions(ckpt, str(collection), str(new), progress=False), reuse=old / "dense")
+    build_store(BuildOptions(ckpt, str(collection), str(old), overwrite=True, progress=False))
+    assert read_manifest(old).spec.shard_size == 64  # started over: the default
+
+
 def test_index_cli_reports_errors_without_traceback(collection, checkpoints, tmp_path):
     from typer.testing import CliRunner
 
