@@ -38,7 +38,7 @@ DEFAULT_COLLECTION = REPO.parent / "shared" / "data" / "scifact"
 def run_index(
     checkpoint: Path, collection: Path, store: Path, strategy: str | None, shard_size: int, passages: bool
 ):
-    """``aheadrank index`` in a child process: (wall seconds, peak RSS in MB, its output)."""
+    """``aheadrank index`` in a child process: (wall seconds, peak RSS in MB); its output is shown if it fails."""
     cmd = [
         sys.executable,
         "-m",
@@ -66,11 +66,7 @@ def run_index(
         output = log.read().decode("utf-8", "replace")
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{output}")
-    return seconds, usage.ru_maxrss / 1024, output  # ru_maxrss: kB on Linux
-
-
-def store_bytes(store: Path) -> int:
-    return sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
+    return seconds, usage.ru_maxrss / 1024  # ru_maxrss: kB on Linux
 
 
 # Documents are encoded in length-sorted batches within their shard, so another shard size batches them with
@@ -130,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     from aheadrank.rankers.variants import parse_variant
     from aheadrank.store import read_manifest
 
+    from aheadrank.build import _store_bytes
+
     t_start = time.perf_counter()
     info = machine_info(1)
     rows = []
@@ -143,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             stores = []
             for size in args.shard_sizes:
                 store = root / f"{name}-{size}"
-                seconds, rss_mb, _ = run_index(
+                seconds, rss_mb = run_index(
                     ckpt, args.collection, store, variant.strategy, size, args.passages
                 )
                 manifest = read_manifest(store)
@@ -158,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                     else 0,
                     "seconds": round(seconds, 1),
                     "peak_rss_mb": round(rss_mb),
-                    "store_mb": round(store_bytes(store) / 1e6),
+                    "store_mb": round(_store_bytes(store)["all"] / 1e6),
                 }
                 if stores:
                     first = stores[0]
