@@ -53,7 +53,7 @@ CHECK_TOLERANCE = 1e-6  # nDCG@10 of a recomputed run against its committed twin
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from label_free_passages import parse_neural
+    from label_free_passages import neural_list
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
@@ -63,10 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if len(args.collections) < 2:
         ap.error("--collections: at least two (each is chosen on the others)")
-    args.neural = [parse_neural(n) for n in args.neural]
-    names = [v for _, v in args.neural]
-    if len(set(names)) != len(names):
-        ap.error("--neural: each VARIANT once (its served run is named for it)")
+    args.neural = neural_list(ap, args.neural)
     return args
 
 

@@ -51,6 +51,7 @@ import argparse
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -94,13 +95,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.sentences < 1:
         ap.error("--sentences must be at least 1")
-    args.neural = [parse_neural(n) for n in args.neural]
-    names = [v for _, v in args.neural]
-    if len(set(names)) != len(names):
-        ap.error(
-            "--neural: each VARIANT once (its runs are named for it); measure other folders in another --out"
-        )
+    args.neural = neural_list(ap, args.neural, "; measure other folders in another --out")
     return args
+
+
+def neural_list(ap: argparse.ArgumentParser, given: list[str], hint: str = "") -> list[tuple[Path, str]]:
+    """``--neural DIR:VARIANT ...`` parsed, each VARIANT once (its runs are named for it), else an argparse error."""
+    parsed = [parse_neural(n) for n in given]
+    names = [v for _, v in parsed]
+    if len(set(names)) != len(names):
+        ap.error(f"--neural: each VARIANT once (its runs are named for it){hint}")
+    return parsed
 
 
 def parse_neural(given: str) -> tuple[Path, str]:
@@ -168,14 +173,28 @@ def embeddings(collection: Path, docids: list[str], size: int, base, work: Path,
     return dict(zip(docids, docs, strict=True)), passages, np.asarray(owner)
 
 
-def bench_collection(args, name: str) -> dict:
+@dataclass
+class Candidates:
+    """A collection's judged test queries, BM25's top ``DEPTH`` for each, and the bi-encoder's vectors of the
+    queries, the candidates and their windows (``rows_of[row_of[docid]]``: the rows of ``passages`` a document
+    is cut into)."""
+
+    collection: Path
+    qrels: dict
+    cands: dict
+    qids: list
+    docs: dict
+    passages: np.ndarray
+    owner: np.ndarray
+    row_of: dict
+    rows_of: list
+    qv: dict
+
+
+def candidates(args, name: str) -> Candidates:
+    """:class:`Candidates` of ``args.data / name`` (``args``: data, workdir, sentences, base, progress)."""
     from aheadrank.rankers.dense import dense_encoder
     from benchkit import Bm25Hits, eval_topics
-    from label_free import comparison, label_free_baselines, runs_from, write_zst_run
-
-    from aheadrank.build import MULTI_WINDOW, _variant, label_free_weights
-    from aheadrank.evaluation import compare, evaluate, read_run
-    from aheadrank.priors import QueryFeatures
 
     collection = args.data / name
     queries, qrels = eval_topics(collection, "test", None)
@@ -185,11 +204,31 @@ def bench_collection(args, name: str) -> dict:
     docs, passages, owner = embeddings(
         collection, docids, args.sentences, args.base, args.workdir, args.progress
     )
-    row_of = {d: i for i, d in enumerate(docids)}
     rows_of = [[] for _ in docids]
     for p, i in enumerate(owner.tolist()):
         rows_of[i].append(p)
     qv = dict(zip(qids, dense_encoder(args.base).encode_queries([queries[q] for q in qids]), strict=True))
+    row_of = {d: i for i, d in enumerate(docids)}
+    return Candidates(collection, qrels, cands, qids, docs, passages, owner, row_of, rows_of, qv)
+
+
+def bench_collection(args, name: str) -> dict:
+    from label_free import comparison, label_free_baselines, runs_from, write_zst_run
+
+    from aheadrank.build import MULTI_WINDOW, _variant, label_free_weights
+    from aheadrank.evaluation import compare, evaluate, read_run
+    from aheadrank.priors import QueryFeatures
+
+    c = candidates(args, name)
+    collection, qrels, cands, qids, docs, passages = (
+        c.collection,
+        c.qrels,
+        c.cands,
+        c.qids,
+        c.docs,
+        c.passages,
+    )
+    owner, row_of, rows_of, qv = c.owner, c.row_of, c.rows_of, c.qv
     base = []  # (qid, QueryFeatures): each feature in candidate order
     for q in qids:
         ds = [d for d, _ in cands[q]]
@@ -216,7 +255,7 @@ def bench_collection(args, name: str) -> dict:
     result = {
         "collection": name,
         "test_queries": len(qids),
-        "documents": len(docids),
+        "documents": len(row_of),
         "passages": len(owner),
         "multi_window": round(multi, 4),
         "window_rule": gate,
