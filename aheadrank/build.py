@@ -821,6 +821,30 @@ def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
         record.stages[stage] = {**other.stages[stage], "reused": str(plan.reuse)}
 
 
+def reset_peak_rss() -> bool:
+    """Start this process's peak resident memory over (Linux: ``/proc/self/clear_refs``), so that the next
+    :func:`peak_rss_mb` is one stage's; False where the system has no such reset."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> int | None:
+    """This process's peak resident memory since :func:`reset_peak_rss` (MB; ``VmHWM``), None off Linux. Child
+    processes (the Dask workers of a distributed build) are not counted."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024)
+    except OSError:
+        pass
+    return None
+
+
 def build(
     plan: BuildPlan, *, search: Search | None = None, until: str | None = None, echo=print
 ) -> BuildRecord:
@@ -865,8 +889,12 @@ def build(
         else:
             echo(f"[{stage}] ...")
             t0 = time.perf_counter()
+            reset_peak_rss()
             info = runners[stage]()
             info["seconds"] = round(time.perf_counter() - t0, 1)
+            peak = peak_rss_mb()
+            if peak is not None:
+                info["peak_rss_mb"] = peak
             record.stages[stage] = info
             ran.add(stage)
             _write_record(out, record)
@@ -880,7 +908,12 @@ def build(
         if stage == until:
             break
     total = sum(s.get("seconds", 0) for s in record.stages.values() if "reused" not in s)
+    peaks = {
+        k: s["peak_rss_mb"] for k, s in record.stages.items() if "peak_rss_mb" in s and "reused" not in s
+    }
+    top = max(peaks, key=peaks.get) if peaks else None
     echo(
         f"build {out}: {total / 60:.1f} min of stages in all ({(time.perf_counter() - t_all) / 60:.1f} min this run)"
+        + (f"; peak memory {peaks[top]:,} MB ({top} stage)" if top else "")
     )
     return record

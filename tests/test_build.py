@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import random
 import re
+import sys
 
+import numpy as np
 import pytest
 from aheadrank.rankers import load_ranker
 from aheadrank.store import StoreReader
@@ -57,6 +59,11 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
     assert list(record.stages) == list(STAGES)
     assert record.stages["queries"]["pseudo_queries"] >= 20
     assert all("seconds" in s for s in record.stages.values())
+    if sys.platform == "linux":  # each stage's own peak memory, and the largest named in the last line
+        peaks = {k: s["peak_rss_mb"] for k, s in record.stages.items()}
+        assert all(v > 0 for v in peaks.values()), peaks
+        top = max(peaks, key=peaks.get)
+        assert said[-1].endswith(f"; peak memory {peaks[top]:,} MB ({top} stage)"), said[-1]
     p = paths(out)
     ranker = load_ranker(p["checkpoint"])  # fingerprint (priors included) verified on load
     assert ranker.config.extra["label_free"]["queries"] == record.stages["queries"]["pseudo_queries"]
@@ -92,6 +99,21 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
         build(plan(passages, out, tiny_base, seed=1), echo=lambda _: None)
     settings = from_build(out, {"checkpoint": None, "store": None, "index": None, "port": 1})
     assert settings == {"checkpoint": p["checkpoint"], "store": p["store"], "index": p["lucene"], "port": 1}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the peak is read from /proc")
+def test_a_stage_s_peak_memory_starts_over_when_it_begins():
+    from aheadrank.build import peak_rss_mb, reset_peak_rss
+
+    assert reset_peak_rss()
+    before = peak_rss_mb()
+    block = np.ones(64 * 2**20, dtype=np.uint8)  # 64 MB touched
+    during = peak_rss_mb()
+    del block
+    assert during >= before + 60
+    assert peak_rss_mb() >= during  # a peak, not the memory in use now
+    assert reset_peak_rss()
+    assert peak_rss_mb() < during - 32  # started over: the 64 MB freed is no longer in it
 
 
 def test_serve_refuses_an_unfinished_build_and_a_plain_folder(passages, tiny_base, tmp_path):
