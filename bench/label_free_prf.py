@@ -60,17 +60,21 @@ def point_name(p: tuple[int, float]) -> str:
     return "none" if p == NONE else f"k{p[0]}-b{p[1]:g}"
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None, doc: str | None = None, out: str = "prf") -> argparse.Namespace:
+    """The arguments of a probe that chooses each collection's setting on the others (this bench's, and
+    ``label_free_bm25_window.py``'s with its ``doc`` and ``out`` folder under bench/results/label-free)."""
     from label_free_passages import neural_list
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=doc or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--collections", nargs="+", default=["scifact", "cranfield", "vaswani"])
     ap.add_argument("--neural", nargs="+", required=True, metavar="DIR:VARIANT")
     ap.add_argument("--sentences", type=int, default=2, help="sentences per window (the build's)")
     ap.add_argument("--base", default=None)
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free" / "prf")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free" / out)
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args(argv)
     if len(args.collections) < 2:
@@ -197,8 +201,23 @@ def collection_runs(c: dict, variants: list[str]) -> dict:
     return out
 
 
-def main(argv=None) -> int:
+def write_probe(out: Path, name: str, lines: list[str], argv, t0: float, fields: dict) -> None:
+    """Print a probe's table and write ``out/NAME.{md,json}`` (the argv, the machine, ``fields``, the wall time)."""
     from benchkit import machine_info, write_json
+
+    md = "\n".join(lines) + "\n"
+    print(md)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(md)
+    command = ["python", f"bench/{name}.py", *(argv if argv is not None else sys.argv[1:])]
+    write_json(
+        out / f"{name}.json",
+        {"benchmark": name, "command": command, "machine": machine_info(2), **fields}
+        | {"wall_s": round(time.perf_counter() - t0, 1)},
+    )
+
+
+def main(argv=None) -> int:
     from label_free import comparison, diff_p, write_zst_run
 
     from aheadrank.evaluation import compare, evaluate
@@ -288,23 +307,19 @@ def main(argv=None) -> int:
         f"Default over all collections: {point_name(default)}; held out, each collection's chosen point serves at "
         f"least as well as no feedback: {veto}; adopted: {adopt}"
     )
-    md = "\n".join(lines) + "\n"
-    print(md)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "label_free_prf.md").write_text(md)
-    write_json(
-        args.out / "label_free_prf.json",
+    write_probe(
+        args.out,
+        "label_free_prf",
+        lines,
+        argv,
+        t0,
         {
-            "benchmark": "label_free_prf",
-            "command": ["python", "bench/label_free_prf.py", *(argv if argv is not None else sys.argv[1:])],
-            "machine": machine_info(2),
             "grid": [point_name(p) for p in GRID],
             "first_pass": "aheadrank.baselines.EQUAL_FUSION over BM25's top 100",
             "results": results,
             "default": point_name(default),
             "veto": veto,
             "adopted": adopt,
-            "wall_s": round(time.perf_counter() - t0, 1),
         },
     )
     return 0
