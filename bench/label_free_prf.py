@@ -44,6 +44,8 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -115,15 +117,32 @@ def query_features(qvec, bm25, docvecs, window_vecs, owner_rows, point) -> dict[
     }
 
 
-def choose(margins: dict[str, dict[tuple, float]], among: list[str]) -> tuple[int, float]:
-    """The grid point with the largest mean margin over ``among``; ties go to no feedback, then to the earlier
-    point."""
+@dataclass(frozen=True)
+class Grid:
+    """What a leave-one-collection-out probe chooses among: ``points`` (``none``, the served score as built, among
+    them), how a point is named, what the setting is called in the table and the suffix of its runs."""
+
+    points: tuple
+    none: tuple
+    name: Callable[[tuple], str]
+    what: str
+    suffix: str
+
+
+def choose(margins: dict[str, dict[tuple, float]], among: list[str], grid: Grid | None = None) -> tuple:
+    """The grid point with the largest mean margin over ``among``; ties go to ``none`` (no feedback), then to the
+    earlier point."""
+    g = grid or FEEDBACK
     return max(
-        GRID, key=lambda p: (float(np.mean([margins[c][p] for c in among])), p == NONE, -GRID.index(p))
+        g.points,
+        key=lambda p: (float(np.mean([margins[c][p] for c in among])), p == g.none, -g.points.index(p)),
     )
 
 
-def collection_features(args, name: str) -> dict:
+FEEDBACK = Grid(GRID, NONE, point_name, "feedback", "prf")
+
+
+def collection_features(args, name: str, grid: tuple = GRID) -> dict:
     """Everything a collection's rows need: qrels, candidates, the features at each grid point, the neural
     scores of each variant and the window gate."""
     from label_free_passages import candidates, multi_window, neural_scores
@@ -135,7 +154,7 @@ def collection_features(args, name: str) -> dict:
     collection, qrels, cands, qids = c.collection, c.qrels, c.cands, c.qids
     docs, passages, row_of, rows_of, qv = c.docs, c.passages, c.row_of, c.rows_of, c.qv
     at = {}
-    for point in GRID:
+    for point in grid:
         per_q = []
         for q in qids:
             ds = [d for d, _ in cands[q]]
@@ -168,6 +187,7 @@ def collection_features(args, name: str) -> dict:
         "neural": neural,
         "multi_window": multi,
         "gate": multi >= MULTI_WINDOW,
+        "docs": docs,
     }
 
 
@@ -217,55 +237,60 @@ def write_probe(out: Path, name: str, lines: list[str], argv, t0: float, fields:
     )
 
 
-def main(argv=None) -> int:
+def loo_probe(args, argv, grid: Grid, runs_of: Callable, bench: str, fields: dict) -> int:
+    """Run a leave-one-collection-out probe: ``runs_of(name)`` gives a collection's ``(features, {point: {run
+    name: run}})`` (``features`` as :func:`collection_features`), each collection's point is chosen on the others,
+    and the table, the JSON and each collection's runs at its point are written."""
     from label_free import comparison, diff_p, write_zst_run
 
     from aheadrank.evaluation import compare, evaluate
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args = parse_args(argv)
     t0 = time.perf_counter()
     variants = [v for _, v in args.neural]
+    none, name_of = grid.none, grid.name
     per, runs, ndcg, best = {}, {}, {}, {}
     for name in args.collections:
-        per[name] = collection_features(args, name)
-        runs[name] = collection_runs(per[name], variants)
+        per[name], runs[name] = runs_of(name)
         qrels = per[name]["qrels"]
         ndcg[name] = {
             p: {k: evaluate(r, qrels, ("nDCG@10",))["nDCG@10"] for k, r in rs.items()}
             for p, rs in runs[name].items()
         }
-        best[name] = max(("rrf", "fusion-equal"), key=lambda k: ndcg[name][NONE][k])
+        best[name] = max(("rrf", "fusion-equal"), key=lambda k: ndcg[name][none][k])
         log.info(
-            "%s: %s", name, {point_name(p): round(ndcg[name][p][f"{variants[0]}+priors"], 4) for p in GRID}
+            "%s: %s",
+            name,
+            {name_of(p): round(ndcg[name][p][f"{variants[0]}+priors"], 4) for p in grid.points},
         )
     margins = {
         c: {
-            p: float(np.mean([ndcg[c][p][f"{v}+priors"] for v in variants])) - ndcg[c][NONE][best[c]]
-            for p in GRID
+            p: float(np.mean([ndcg[c][p][f"{v}+priors"] for v in variants])) - ndcg[c][none][best[c]]
+            for p in grid.points
         }
         for c in args.collections
     }
     results, lines = {}, []
     lines.append(
-        "| collection | run | no feedback | chosen point | with feedback | vs better fusion (diff, p) | "
-        "vs no feedback (diff, p) |"
+        f"| collection | run | no {grid.what} | chosen point | with {grid.what} | vs better fusion (diff, p) | "
+        f"vs no {grid.what} (diff, p) |"
     )
     lines.append("|---|---|---:|---|---:|---|---|")
     for c in args.collections:
         others = [o for o in args.collections if o != c]
-        point = choose(margins, others)
+        point = choose(margins, others, grid)
         qrels = per[c]["qrels"]
-        ref = runs[c][NONE][best[c]]
+        ref = runs[c][none][best[c]]
         row = {
             "test_queries": len(per[c]["qids"]),
             "multi_window": round(per[c]["multi_window"], 4),
             "window_prior": per[c]["gate"],
             "better_fusion": best[c],
             "chosen_on": others,
-            "point": point_name(point),
-            "ndcg10_by_point": {point_name(p): {k: round(v, 4) for k, v in ndcg[c][p].items()} for p in GRID},
-            "margin_by_point": {point_name(p): round(m, 4) for p, m in margins[c].items()},
+            "point": name_of(point),
+            "ndcg10_by_point": {
+                name_of(p): {k: round(v, 4) for k, v in ndcg[c][p].items()} for p in grid.points
+            },
+            "margin_by_point": {name_of(p): round(m, 4) for p, m in margins[c].items()},
             "runs": {},
         }
         out_runs = args.out / c / "runs"
@@ -273,56 +298,70 @@ def main(argv=None) -> int:
         for k in ("bi-encoder", "fusion-equal", *(f"{v}+priors" for v in variants)):
             after = runs[c][point][k]
             row["runs"][k] = {
-                "none": round(ndcg[c][NONE][k], 4),
-                "prf": round(ndcg[c][point][k], 4),
+                "none": round(ndcg[c][none][k], 4),
+                grid.suffix: round(ndcg[c][point][k], 4),
                 "vs_better_fusion": comparison(compare, ref, after, qrels),
-                "vs_none": comparison(compare, runs[c][NONE][k], after, qrels),
+                "vs_none": comparison(compare, runs[c][none][k], after, qrels),
             }
             r = row["runs"][k]
             lines.append(
-                f"| {c} | {k} | {r['none']:.4f} | {row['point']} | {r['prf']:.4f} | "
+                f"| {c} | {k} | {r['none']:.4f} | {row['point']} | {r[grid.suffix]:.4f} | "
                 f"{diff_p(r['vs_better_fusion'])} | {diff_p(r['vs_none'])} |"
             )
             if k != "bi-encoder":
-                write_zst_run(out_runs / f"{k}+prf.trec.zst", after, f"{k}+prf".replace("+", "_"))
+                tag = f"{k}+{grid.suffix}"
+                write_zst_run(out_runs / f"{tag}.trec.zst", after, tag.replace("+", "_"))
         for k in ("bm25", "rrf", "fusion-equal"):
-            row.setdefault("baselines", {})[k] = round(ndcg[c][NONE][k], 4)
+            row.setdefault("baselines", {})[k] = round(ndcg[c][none][k], 4)
         results[c] = row
-    default = choose(margins, list(args.collections))
+    default = choose(margins, list(args.collections), grid)
     veto = {
-        c: margins[c][choose(margins, [o for o in args.collections if o != c])] >= margins[c][NONE]
+        c: margins[c][choose(margins, [o for o in args.collections if o != c], grid)] >= margins[c][none]
         for c in args.collections
     }
-    adopt = default != NONE and all(veto.values())
+    adopt = default != none and all(veto.values())
     lines.append("")
     lines.append(
         "Mean served margin over the better fusion (three rankers), by grid point: "
         + "; ".join(
-            f"{c}: " + ", ".join(f"{point_name(p)} {margins[c][p]:+.4f}" for p in GRID)
+            f"{c}: " + ", ".join(f"{name_of(p)} {margins[c][p]:+.4f}" for p in grid.points)
             for c in args.collections
         )
     )
     lines.append("")
     lines.append(
-        f"Default over all collections: {point_name(default)}; held out, each collection's chosen point serves at "
-        f"least as well as no feedback: {veto}; adopted: {adopt}"
+        f"Default over all collections: {name_of(default)}; held out, each collection's chosen point serves at "
+        f"least as well as no {grid.what}: {veto}; adopted: {adopt}"
     )
     write_probe(
         args.out,
-        "label_free_prf",
+        bench,
         lines,
         argv,
         t0,
         {
-            "grid": [point_name(p) for p in GRID],
-            "first_pass": "aheadrank.baselines.EQUAL_FUSION over BM25's top 100",
+            "grid": [name_of(p) for p in grid.points],
+            **fields,
             "results": results,
-            "default": point_name(default),
+            "default": name_of(default),
             "veto": veto,
             "adopted": adopt,
         },
     )
     return 0
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = parse_args(argv)
+    variants = [v for _, v in args.neural]
+
+    def runs_of(name: str):
+        features = collection_features(args, name)
+        return features, collection_runs(features, variants)
+
+    fields = {"first_pass": "aheadrank.baselines.EQUAL_FUSION over BM25's top 100"}
+    return loo_probe(args, argv, FEEDBACK, runs_of, "label_free_prf", fields)
 
 
 if __name__ == "__main__":
