@@ -257,7 +257,7 @@ def loo_probe(args, argv, grid: Grid, runs_of: Callable, bench: str, fields: dic
             for p, rs in runs[name].items()
         }
         best[name] = max(("rrf", "fusion-equal"), key=lambda k: ndcg[name][none][k])
-        log.info(
+        logging.getLogger(f"bench.{bench}").info(
             "%s: %s",
             name,
             {name_of(p): round(ndcg[name][p][f"{variants[0]}+priors"], 4) for p in grid.points},
