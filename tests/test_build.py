@@ -101,19 +101,25 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
     assert settings == {"checkpoint": p["checkpoint"], "store": p["store"], "index": p["lucene"], "port": 1}
 
 
+def _rss_mb() -> float:
+    """This process's resident memory now (MB)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="the peak is read from /proc")
 def test_a_stage_s_peak_memory_starts_over_when_it_begins():
     from aheadrank.build import peak_rss_mb, reset_peak_rss
 
     assert reset_peak_rss()
-    before = peak_rss_mb()
-    block = np.ones(64 * 2**20, dtype=np.uint8)  # 64 MB touched
+    now = _rss_mb()
+    block = np.ones(256 * 2**20, dtype=np.uint8)  # 256 MB touched
     during = peak_rss_mb()
-    del block
-    assert during >= before + 60
+    assert during >= now + 200
+    del block  # returned to the system (a block this large is its own mapping)
     assert peak_rss_mb() >= during  # a peak, not the memory in use now
     assert reset_peak_rss()
-    assert peak_rss_mb() < during - 32  # started over: the 64 MB freed is no longer in it
+    assert peak_rss_mb() <= during - 128  # started over: the 256 MB freed is no longer in it
 
 
 def test_serve_refuses_an_unfinished_build_and_a_plain_folder(passages, tiny_base, tmp_path):
@@ -288,12 +294,13 @@ def test_a_build_starts_from_a_trained_checkpoint_and_refuses_another_variant(
     source = paths(built[0])["checkpoint"]
     out = tmp_path / "from"
     record = build(plan(passages, out, tiny_base, steps=0, init=str(source)), echo=lambda _: None)
-    assert record.stages["train"] == {
+    measured = ("seconds", "peak_rss_mb")  # what the stage took, beside what it did
+    assert {k: v for k, v in record.stages["train"].items() if k not in measured} == {
         "variant": "tk-1l",
         "steps": 0,
         "init": str(source),
-        "seconds": record.stages["train"]["seconds"],
     }
+    assert "seconds" in record.stages["train"]
     a, b = load_ranker(source), load_ranker(paths(out)["checkpoint"])
     assert b.config.extra["init"]["fingerprint"] == a.fingerprint
     # the queries held out for the priors are this build's own pseudo-queries, none trained on
