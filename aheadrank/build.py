@@ -895,6 +895,9 @@ def build(
             peak = peak_rss_mb()
             if peak is not None:
                 info["peak_rss_mb"] = peak
+            from aheadrank.indexer.bm25 import release_java_memory
+
+            release_java_memory()  # BM25's JVM heap is not carried into the next stage
             record.stages[stage] = info
             ran.add(stage)
             _write_record(out, record)

@@ -310,6 +310,46 @@ def test_java_heap_bounds_the_jvm_a_process_starts(planted, tmp_path):
         bm25.set_java_heap("lots")
 
 
+def test_the_jvm_gives_its_free_heap_back_when_asked():
+    """release_java_memory: nothing to do before a JVM runs; once one has grown its heap, the memory of what it no
+    longer holds leaves the process (what ``aheadrank build`` does after each stage)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import time
+
+        from aheadrank.indexer.bm25 import java_classes, release_java_memory
+
+        def rss():
+            with open("/proc/self/status") as f:
+                return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
+
+        print(release_java_memory())  # no JVM yet
+        java_classes()
+        from jnius import autoclass
+
+        buffers = [autoclass("java.nio.ByteBuffer").allocate(64 * 2**20) for _ in range(5)]  # 320 MB, zeroed
+        grown = rss()
+        del buffers
+        ran = release_java_memory()
+        for _ in range(100):  # the JVM hands the heap back from a thread of its own, within a moment
+            if grown - rss() >= 160:
+                break
+            time.sleep(0.1)
+        print(ran, grown - rss())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after = out.stdout.split("\n")[:2]
+    assert before == "False"
+    ran, freed_mb = after.split()
+    assert ran == "True" and int(freed_mb) >= 160, out.stdout
+
+
 def test_the_jvm_leaves_sigterm_to_python():
     """A handler Python installed before Pyserini started the JVM still gets SIGTERM (``-Xrs``): a build stopped
     by SIGTERM is not exited by Java under a running torch computation, and a server's graceful shutdown runs."""
