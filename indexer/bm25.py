@@ -196,11 +196,11 @@ def release_java_memory() -> bool:
     """Have the JVM this process started (if any) collect its garbage and give its free heap back to the system.
 
     A JVM keeps the heap it grew to (up to Java's default maximum, a quarter of the machine's memory) until told
-    otherwise; G1 gives the free part back after a full collection (from a thread of its own, within a moment
-    of this call returning). ``aheadrank build`` calls this after each
-    stage, so the BM25 index and searches of the early stages do not stay resident through the rest (SciFact's
-    3,000 training queries: 2.3 GB resident before, 0.6 GB after; ``bench/java_memory.py``). False where no JVM
-    runs. Cheap: a collection of a heap with little left alive."""
+    otherwise; G1 gives the free part back after a full collection (from a thread of its own, within a moment of
+    this call returning). ``aheadrank build`` calls this after each stage, so the BM25 index and searches of the
+    early stages do not stay resident through the rest (after SciFact's 3,000 training queries: 1.8-2.2 GB
+    resident before, 0.6 GB after; ``bench/java_memory.py``). False where no JVM runs. Cheap: a collection of a
+    heap with little left alive."""
     import jnius_config
 
     if not jnius_config.vm_running:
