@@ -865,6 +865,8 @@ def build(
     if until is not None and until not in STAGES:
         raise AheadrankError(f"unknown stage {until!r}: one of {', '.join(STAGES)}")
     plan_variant(plan)  # an unknown ranker (or labels split, or base) fails before any work
+    from aheadrank.indexer.bm25 import release_java_memory
+
     out = plan.directory()
     out.mkdir(parents=True, exist_ok=True)
     record = read_record(out) or BuildRecord(asdict(plan))
@@ -895,8 +897,6 @@ def build(
             peak = peak_rss_mb()
             if peak is not None:
                 info["peak_rss_mb"] = peak
-            from aheadrank.indexer.bm25 import release_java_memory
-
             release_java_memory()  # BM25's JVM heap is not carried into the next stage
             record.stages[stage] = info
             ran.add(stage)

@@ -29,12 +29,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 CHILD = textwrap.dedent(
     """
     import json, sys, time
+    sys.path.insert(0, sys.argv[4])  # bench/
+    from benchkit import proc_status
     from aheadrank.indexer.bm25 import release_java_memory
     from aheadrank.runs import build_label_free_training_data
 
     def rss():
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+        return proc_status()["VmRSS"] / 1024
 
     collection, index, queries = sys.argv[1], sys.argv[2], int(sys.argv[3])
     start = rss()
@@ -56,7 +57,7 @@ CHILD = textwrap.dedent(
 
 
 def main(argv=None) -> int:
-    from benchkit import ensure_bm25_index, machine_info, write_json
+    from benchkit import ensure_bm25_index, machine_info, write_record
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--collection", type=Path, default=ROOT.parent / "shared" / "data" / "scifact")
@@ -65,11 +66,20 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "java-memory")
     args = ap.parse_args(argv)
+    t0 = time.perf_counter()
     index = ensure_bm25_index(args.collection, args.workdir, False)
     rows = []
     for _ in range(args.rounds):
         out = subprocess.run(
-            [sys.executable, "-c", CHILD, str(args.collection), str(index), str(args.max_queries)],
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                str(args.collection),
+                str(index),
+                str(args.max_queries),
+                str(ROOT / "bench"),
+            ],
             capture_output=True,
             text=True,
             timeout=1800,
@@ -94,17 +104,8 @@ def main(argv=None) -> int:
     print(md)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "java_memory.md").write_text(md)
-    write_json(
-        args.out / "java_memory.json",
-        {
-            "benchmark": "java_memory",
-            "command": ["python", "bench/java_memory.py", *(argv if argv is not None else sys.argv[1:])],
-            "machine": machine_info(2),
-            "collection": args.collection.name,
-            "rounds": rows,
-            "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-        },
-    )
+    fields = {"collection": args.collection.name, "rounds": rows}
+    write_record(args.out / "java_memory.json", "java_memory", argv, machine_info(2), t0, **fields)
     return 0
 
 
