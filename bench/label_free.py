@@ -60,6 +60,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free")
     ap.add_argument("--base", default=None)
     ap.add_argument("--max-test-queries", type=int, default=None)
+    ap.add_argument(
+        "--depth",
+        type=int,
+        default=DEPTH,
+        help="rerank BM25's top N test candidates; the baselines are over the same N (the builds do not change)",
+    )
     ap.add_argument("--prepare", action="store_true", help="only the stages that need Java, then stop")
     ap.add_argument(
         "--sources",
@@ -354,7 +360,7 @@ def probe_setup(args, name: str):
     if not (build / "build.json").is_file():
         raise SystemExit(f"no build at {build}: run bench/label_free.py with the same settings first")
     queries, qrels = eval_topics(collection, "test", None)
-    cands = Bm25Hits(collection, args.workdir, False).hits(queries, DEPTH)
+    cands = Bm25Hits(collection, args.workdir, False).hits(queries, getattr(args, "depth", DEPTH))
     feats = dense_features(
         paths(args.workdir / name / "shared")["dense"], queries, cands, qrels, device=args.device
     )
@@ -463,7 +469,7 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
     until = "queries" if args.prepare else "dense"  # --prepare: what needs Java only
     build(plan_for(args, collection, variants[0], shared), search=hits.hits, until=until, echo=log.info)
     queries, qrels = eval_topics(collection, "test", args.max_test_queries)
-    cands = hits.hits(queries, DEPTH)
+    cands = hits.hits(queries, args.depth)
     if args.prepare:
         return {}
     out_runs = args.out / name / "runs"
@@ -472,7 +478,13 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
     qids = sorted(q for q in feats if any(r > 0 for r in qrels.get(q, {}).values()))
     base_feats = [(q, feats[q]) for q in qids]
     baselines = label_free_baselines(base_feats)
-    result = {"collection": name, "test_queries": len(qids), "baselines": {}, "variants": {}}
+    result = {
+        "collection": name,
+        "test_queries": len(qids),
+        "depth": args.depth,
+        "baselines": {},
+        "variants": {},
+    }
     for run_name, run in baselines.items():
         result["baselines"][run_name] = evaluate(run, qrels, ("nDCG@10",))["nDCG@10"]
         write_zst_run(out_runs / f"{run_name}.trec.zst", run, run_name)
@@ -538,7 +550,9 @@ def table(results: list[dict]) -> str:
     lines = []
     for r in results:
         b = r["baselines"]
-        lines.append(f"\n### {r['collection']} ({r['test_queries']} test queries, BM25 top-{DEPTH})\n")
+        lines.append(
+            f"\n### {r['collection']} ({r['test_queries']} test queries, BM25 top-{r.get('depth', DEPTH)})\n"
+        )
         for name, row in r["variants"].items():
             if row.get("sources"):
                 lines.append(

@@ -73,6 +73,9 @@ def test_each_setting_that_changes_the_ranker_builds_in_a_folder_of_its_own():
     for argv, stored in (([], True), (["--no-passages"], False)):
         args = label_free.parse_args(argv)
         assert label_free.plan_for(args, Path("c"), "mores-2ib-s2", Path("o")).passages is stored
+    # how deep the test queries are reranked is not a setting of the build: the same folder serves any depth
+    assert name("--depth", "200") == name() and label_free.parse_args(["--depth", "200"]).depth == 200
+    assert label_free.parse_args([]).depth == label_free.DEPTH == 100
 
 
 def test_merged_collection_keeps_every_judged_query_of_each_source_under_its_name(tmp_path):
