@@ -73,8 +73,7 @@ def reranked_run(
 
 
 def main(argv=None) -> int:
-    from label_free_prf import Grid, loo_probe
-    from label_free_qpp import feature_runs
+    from label_free_prf import Grid, feature_runs, loo_probe
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parse_args(argv)

@@ -221,6 +221,33 @@ def collection_runs(c: dict, variants: list[str]) -> dict:
     return out
 
 
+def feature_runs(args, name: str, points: tuple, combine: Callable) -> tuple[dict, dict]:
+    """A collection's ``(features, {point: {run name: run}})`` for :func:`loo_probe` where a point
+    changes how the served score combines its features: ``combine(per_q, weights, point)`` gives a run from
+    ``per_q`` ((qid, docids, {feature: scores}) per query) and the fixed ``weights``; the equal-weight fusion is
+    combined the same way, BM25, the bi-encoder and RRF stay as they are."""
+    from label_free import label_free_baselines
+
+    from aheadrank.baselines import EQUAL_FUSION
+    from aheadrank.priors import QueryFeatures
+
+    c = collection_features(args, name, grid=(NONE,))
+    rows = list(zip(c["qids"], c["at"][NONE], strict=True))
+    plain = label_free_baselines(
+        [(q, QueryFeatures(c["docids"][q], f, c["qrels"].get(q, {}))) for q, f in rows]
+    )
+    fusion_q = [(q, c["docids"][q], f) for q, f in rows]
+    variants = [v for _, v in args.neural]
+    per_q = {v: [(q, c["docids"][q], {**f, "neural": c["neural"][v][q]}) for q, f in rows] for v in variants}
+    out = {}
+    for p in points:
+        runs = {**plain, "fusion-equal": combine(fusion_q, EQUAL_FUSION, p)}
+        for v in variants:
+            runs[f"{v}+priors"] = combine(per_q[v], served_weights(v, c["gate"]), p)
+        out[p] = runs
+    return c, out
+
+
 def write_probe(out: Path, name: str, lines: list[str], argv, t0: float, fields: dict) -> None:
     """Print a probe's table and write ``out/NAME.{md,json}`` (the argv, the machine, ``fields``, the wall time)."""
     from benchkit import machine_info, write_json

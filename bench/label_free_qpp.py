@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -99,37 +98,8 @@ def adaptive_run(per_q: list[tuple[str, list[str], dict[str, np.ndarray]]], weig
     return run
 
 
-def feature_runs(args, name: str, points: tuple, combine: Callable) -> tuple[dict, dict]:
-    """A collection's ``(features, {point: {run name: run}})`` for :func:`label_free_prf.loo_probe` where a point
-    changes how the served score combines its features: ``combine(per_q, weights, point)`` gives a run from
-    ``per_q`` ((qid, docids, {feature: scores}) per query) and the fixed ``weights``; the equal-weight fusion is
-    combined the same way, BM25, the bi-encoder and RRF stay as they are."""
-    from label_free import label_free_baselines
-    from label_free_prf import NONE as NO_FEEDBACK
-    from label_free_prf import collection_features, served_weights
-
-    from aheadrank.baselines import EQUAL_FUSION
-    from aheadrank.priors import QueryFeatures
-
-    c = collection_features(args, name, grid=(NO_FEEDBACK,))
-    rows = list(zip(c["qids"], c["at"][NO_FEEDBACK], strict=True))
-    plain = label_free_baselines(
-        [(q, QueryFeatures(c["docids"][q], f, c["qrels"].get(q, {}))) for q, f in rows]
-    )
-    fusion_q = [(q, c["docids"][q], f) for q, f in rows]
-    variants = [v for _, v in args.neural]
-    per_q = {v: [(q, c["docids"][q], {**f, "neural": c["neural"][v][q]}) for q, f in rows] for v in variants}
-    out = {}
-    for p in points:
-        runs = {**plain, "fusion-equal": combine(fusion_q, EQUAL_FUSION, p)}
-        for v in variants:
-            runs[f"{v}+priors"] = combine(per_q[v], served_weights(v, c["gate"]), p)
-        out[p] = runs
-    return c, out
-
-
 def main(argv=None) -> int:
-    from label_free_prf import Grid, loo_probe
+    from label_free_prf import Grid, feature_runs, loo_probe
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parse_args(argv)
