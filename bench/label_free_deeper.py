@@ -77,9 +77,13 @@ def served(result: dict, variant: str) -> float:
 
 
 def choose(margins: dict[str, dict[int, float]], among: list[str]) -> int:
-    """The depth with the larger mean margin over ``among``; a tie goes to the shallower."""
-    mean = {d: float(np.mean([margins[c][d] for c in among])) for d in (SHALLOW, DEEP)}
-    return DEEP if mean[DEEP] > mean[SHALLOW] else SHALLOW
+    """The depth with the larger mean margin over ``among``; a tie goes to the shallower
+    (:func:`label_free_prf.choose` over the two depths)."""
+    from label_free_prf import Grid
+    from label_free_prf import choose as choose_point
+
+    depths = Grid((SHALLOW, DEEP), SHALLOW, str, "deeper reranking", "deeper")
+    return choose_point(margins, among, depths)
 
 
 def margins_of(deep: dict, shallow: dict) -> tuple[list[str], list[str], dict[str, dict[int, float]], dict]:
