@@ -821,28 +821,17 @@ def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
         record.stages[stage] = {**other.stages[stage], "reused": str(plan.reuse)}
 
 
-def reset_peak_rss() -> bool:
-    """Start this process's peak resident memory over (Linux: ``/proc/self/clear_refs``), so that the next
-    :func:`peak_rss_mb` is one stage's; False where the system has no such reset."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak_rss_mb() -> int | None:
-    """This process's peak resident memory since :func:`reset_peak_rss` (MB; ``VmHWM``), None off Linux. Child
-    processes (the Dask workers of a distributed build) are not counted."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024)
-    except OSError:
-        pass
-    return None
+def peak_summary(stages: dict) -> str:
+    """The build's last words on memory: the largest resident peak of the stages this build ran (not reused)
+    and the largest anonymous one (:mod:`aheadrank.memory`), each with its stage; "" where none was measured."""
+    own = {k: s for k, s in stages.items() if "reused" not in s}
+    said = []
+    for field_, what in (("peak_rss_mb", "resident"), ("peak_anon_mb", "anonymous")):
+        peaks = {k: s[field_] for k, s in own.items() if field_ in s}
+        if peaks:
+            top = max(peaks, key=peaks.get)
+            said.append(f"{peaks[top]:,} MB {what} ({top} stage)")
+    return f"; peak memory {', '.join(said)}" if said else ""
 
 
 def build(
@@ -866,6 +855,7 @@ def build(
         raise AheadrankError(f"unknown stage {until!r}: one of {', '.join(STAGES)}")
     plan_variant(plan)  # an unknown ranker (or labels split, or base) fails before any work
     from aheadrank.indexer.bm25 import release_java_memory
+    from aheadrank.memory import StageMemory
 
     out = plan.directory()
     out.mkdir(parents=True, exist_ok=True)
@@ -891,12 +881,10 @@ def build(
         else:
             echo(f"[{stage}] ...")
             t0 = time.perf_counter()
-            reset_peak_rss()
-            info = runners[stage]()
+            with StageMemory() as memory:
+                info = runners[stage]()
             info["seconds"] = round(time.perf_counter() - t0, 1)
-            peak = peak_rss_mb()
-            if peak is not None:
-                info["peak_rss_mb"] = peak
+            info.update(memory.record())
             release_java_memory()  # BM25's JVM heap is not carried into the next stage
             record.stages[stage] = info
             ran.add(stage)
@@ -911,12 +899,8 @@ def build(
         if stage == until:
             break
     total = sum(s.get("seconds", 0) for s in record.stages.values() if "reused" not in s)
-    peaks = {
-        k: s["peak_rss_mb"] for k, s in record.stages.items() if "peak_rss_mb" in s and "reused" not in s
-    }
-    top = max(peaks, key=peaks.get) if peaks else None
     echo(
         f"build {out}: {total / 60:.1f} min of stages in all ({(time.perf_counter() - t_all) / 60:.1f} min this run)"
-        + (f"; peak memory {peaks[top]:,} MB ({top} stage)" if top else "")
+        + peak_summary(record.stages)
     )
     return record

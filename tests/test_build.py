@@ -7,7 +7,6 @@ import random
 import re
 import sys
 
-import numpy as np
 import pytest
 from aheadrank.rankers import load_ranker
 from aheadrank.store import StoreReader
@@ -61,9 +60,14 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
     assert all("seconds" in s for s in record.stages.values())
     if sys.platform == "linux":  # each stage's own peak memory, and the largest named in the last line
         peaks = {k: s["peak_rss_mb"] for k, s in record.stages.items()}
+        anon = {k: s["peak_anon_mb"] for k, s in record.stages.items()}
         assert all(v > 0 for v in peaks.values()), peaks
-        top = max(peaks, key=peaks.get)
-        assert said[-1].endswith(f"; peak memory {peaks[top]:,} MB ({top} stage)"), said[-1]
+        assert all(0 < anon[k] <= peaks[k] for k in peaks), (anon, peaks)
+        top, top_anon = max(peaks, key=peaks.get), max(anon, key=anon.get)
+        assert said[-1].endswith(
+            f"; peak memory {peaks[top]:,} MB resident ({top} stage), {anon[top_anon]:,} MB anonymous "
+            f"({top_anon} stage)"
+        ), said[-1]
     p = paths(out)
     ranker = load_ranker(p["checkpoint"])  # fingerprint (priors included) verified on load
     assert ranker.config.extra["label_free"]["queries"] == record.stages["queries"]["pseudo_queries"]
@@ -99,27 +103,6 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
         build(plan(passages, out, tiny_base, seed=1), echo=lambda _: None)
     settings = from_build(out, {"checkpoint": None, "store": None, "index": None, "port": 1})
     assert settings == {"checkpoint": p["checkpoint"], "store": p["store"], "index": p["lucene"], "port": 1}
-
-
-def _rss_mb() -> float:
-    """This process's resident memory now (MB)."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="the peak is read from /proc")
-def test_a_stage_s_peak_memory_starts_over_when_it_begins():
-    from aheadrank.build import peak_rss_mb, reset_peak_rss
-
-    assert reset_peak_rss()
-    now = _rss_mb()
-    block = np.ones(256 * 2**20, dtype=np.uint8)  # 256 MB touched
-    during = peak_rss_mb()
-    assert during >= now + 200
-    del block  # returned to the system (a block this large is its own mapping)
-    assert peak_rss_mb() >= during  # a peak, not the memory in use now
-    assert reset_peak_rss()
-    assert peak_rss_mb() <= during - 128  # started over: the 256 MB freed is no longer in it
 
 
 def test_serve_refuses_an_unfinished_build_and_a_plain_folder(passages, tiny_base, tmp_path):
@@ -178,6 +161,27 @@ def test_a_collection_that_cannot_be_used_is_one_error_line(tmp_path):
     result = CliRunner().invoke(app, ["build", "--collection", str(empty), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert "no usable document" in result.output and "Traceback" not in result.output
+
+
+def test_build_bounds_the_jvm_heap_it_is_given_and_refuses_a_malformed_one(passages, tmp_path, monkeypatch):
+    """--java-heap (or AHEADRANK_JAVA_HEAP) reaches the JVM's -Xmx before the build starts it; a size that is
+    not one is one error line, before any work."""
+    from aheadrank.indexer import bm25
+
+    import aheadrank.build
+
+    heaps, plans = [], []
+    monkeypatch.setattr(bm25, "set_java_heap", lambda size: heaps.append(size))
+    monkeypatch.setattr(aheadrank.build, "build", lambda plan, **kw: plans.append(plan))
+    args = ["build", "--collection", str(passages), "--out", str(tmp_path / "o")]
+    assert CliRunner().invoke(app, [*args, "--java-heap", "1g"]).exit_code == 0
+    assert CliRunner().invoke(app, args, env={"AHEADRANK_JAVA_HEAP": "700m"}).exit_code == 0
+    assert CliRunner().invoke(app, args, env={"AHEADRANK_JAVA_HEAP": None}).exit_code == 0
+    assert heaps == ["1g", "700m", None] and len(plans) == 3
+    monkeypatch.undo()  # the real check of the size
+    result = CliRunner().invoke(app, [*args, "--java-heap", "lots"])
+    assert result.exit_code == 2 and "512m or 2g" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.fixture(scope="module")
@@ -294,7 +298,7 @@ def test_a_build_starts_from_a_trained_checkpoint_and_refuses_another_variant(
     source = paths(built[0])["checkpoint"]
     out = tmp_path / "from"
     record = build(plan(passages, out, tiny_base, steps=0, init=str(source)), echo=lambda _: None)
-    measured = ("seconds", "peak_rss_mb")  # what the stage took, beside what it did
+    measured = ("seconds", "peak_rss_mb", "peak_anon_mb")  # what the stage took, beside what it did
     assert {k: v for k, v in record.stages["train"].items() if k not in measured} == {
         "variant": "tk-1l",
         "steps": 0,

@@ -109,6 +109,12 @@ def build_cmd(
         "windows",
         show_default=False,
     ),
+    java_heap: str | None = opt(
+        None,
+        "--java-heap",
+        help="maximum heap of the in-process JVM that runs BM25 (Pyserini), as -Xmx (e.g. 1g); default: Java's, "
+        "a quarter of the machine's (or the container's) memory",
+    ),
     dtype: str = opt(
         "float16",
         "--dtype",
@@ -120,6 +126,9 @@ def build_cmd(
     its own texts when it has no judgments), the store and its dense field, the priors. Prints each stage's
     time; `aheadrank serve OUT` serves the result."""
     from aheadrank.build import BuildPlan, build
+    from aheadrank.indexer.bm25 import set_java_heap
+
+    set_java_heap(java_heap)  # before the JVM starts; a malformed size fails here, before any work
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("aheadrank.train").setLevel(logging.INFO)

@@ -52,9 +52,17 @@ def bm25_index(
         "--tmp-dir",
         help="Where the temporary JsonCollection copy goes (default: next to the index; removed after).",
     ),
+    java_heap: str | None = opt(
+        None,
+        "--java-heap",
+        help="Maximum heap of the JVM that runs Lucene's indexer, as -Xmx (e.g. 1g; default: Java's, a quarter "
+        "of the machine's or the container's memory).",
+    ),
 ) -> None:
     """Build the BM25 Lucene index (positions, document vectors and raw text stored) of a collection."""
-    from aheadrank.indexer.bm25 import build_bm25_index
+    from aheadrank.indexer.bm25 import build_bm25_index, set_java_heap
+
+    set_java_heap(java_heap)
 
     result = build_bm25_index(
         collection,

@@ -14,7 +14,18 @@ runner = CliRunner()
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
-    for name in ("COLLECTION", "INDEX", "THREADS", "STRICT", "K1", "B", "QUERY", "K", "COLLECTION_FORMAT"):
+    for name in (
+        "COLLECTION",
+        "INDEX",
+        "THREADS",
+        "STRICT",
+        "K1",
+        "B",
+        "QUERY",
+        "K",
+        "COLLECTION_FORMAT",
+        "JAVA_HEAP",
+    ):
         monkeypatch.delenv(f"AHEADRANK_{name}", raising=False)
 
 
@@ -69,6 +80,13 @@ def test_bad_option_values_are_rejected_by_typer(tmp_path):
     assert runner.invoke(app, [*args, "--b", "1.5"]).exit_code == 2
     assert runner.invoke(app, [*args, "--threads", "0"]).exit_code == 2
     assert runner.invoke(app, [*args, "--format", "xml"]).exit_code == 2
+
+
+def test_a_malformed_java_heap_is_a_clean_error_before_any_work(tmp_path):
+    corpus = write_lines(tmp_path / "docs.tsv", ["a\talpha"])
+    args = ["bm25-index", "--collection", str(corpus), "--index", str(tmp_path / "i")]
+    assert_clean_error(runner.invoke(app, [*args, "--java-heap", "2 GB"]), "Java heap size must look like")
+    assert not (tmp_path / "i").exists()
 
 
 def test_search_on_a_missing_index_is_a_clean_error(tmp_path):
