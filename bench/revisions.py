@@ -1,8 +1,8 @@
 """The same online paths at two revisions of the code, side by side in one run (issue 16): what a change to the
-Python side did, where ``bench/kernels.py --parts source`` swaps only the compiled kernels.
+Python side did, where ``bench/online_kernels.py --parts source`` swaps only the compiled kernels.
 
 Two long-lived worker processes, one importing ``aheadrank`` from a checkout of ``--old`` (``git archive`` into
-a temporary folder), one from the working tree (or ``--new``), each build the same rankers (``bench/kernels.py``:
+a temporary folder), one from the working tree (or ``--new``), each build the same rankers (``bench/online_kernels.py``:
 ``make_ranker``, seed 0) and inputs once; then, round after round, each is asked in turn to time one query
 (``run_query``: the query side, then the candidates in chunks) on every case, so a busy machine slows both
 alike. The rankers' score heads read the interaction (``benchkit.score_head_reads_interaction``: a ranker with the
@@ -34,10 +34,18 @@ WORKER = r"""
 import json, sys, time
 tree = sys.argv[1]
 sys.path.insert(0, sys.argv[2])  # the package folder built for this tree
-sys.path.insert(0, tree + "/bench")
+sys.path.append(tree + "/bench")  # after site-packages: a bench module never stands in for an installed one
 import torch
 torch.set_num_threads(int(sys.argv[3]))
-from kernels import inputs, make_ranker, run_query
+try:
+    from online_kernels import inputs, make_ranker, run_query
+except ModuleNotFoundError:  # a revision from before bench/kernels.py was renamed: loaded under the new name
+    import importlib.util
+    found = importlib.util.spec_from_file_location("online_kernels", tree + "/bench/kernels.py")
+    online_kernels = importlib.util.module_from_spec(found)
+    sys.modules["online_kernels"] = online_kernels
+    found.loader.exec_module(online_kernels)
+    inputs, make_ranker, run_query = online_kernels.inputs, online_kernels.make_ranker, online_kernels.run_query
 import os.path
 import aheadrank.rankers
 if not os.path.realpath(aheadrank.rankers.__file__).startswith(os.path.realpath(tree) + "/"):

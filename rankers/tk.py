@@ -69,7 +69,7 @@ def pooled_features(per_term: Tensor, q_mask: Tensor, d_mask: Tensor) -> tuple[T
 EXPONENT_FLOOR = -80.0
 _FAR = 1e3
 # Stored vectors widened for the cosine GEMM 4x the default block (4 MB of float32, 20 documents of 130 terms):
-# the GEMM has only Tq columns, so fewer, taller calls pay off. `bench/kernels.py --threads 2 --parts blocks
+# the GEMM has only Tq columns, so fewer, taller calls pay off. `bench/online_kernels.py --threads 2 --parts blocks
 # --rounds 15 --chunk 300` (bench/results/kernels-blocks.json), tk-2l: 1.19x the whole path at d = 128 (300
 # candidates), 1.07x at d = 493 (75); 8x the block: 1.12x / 1.00x. A module constant only so that that bench
 # can sweep it (mock.patch); no test or caller sets it.

@@ -135,3 +135,52 @@ def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch, source, mes
 
 
 _read = Path.read_text
+
+
+def _outside_path() -> list[str]:
+    """sys.path without the repository's own folders (its root, bench/, tests/...): where standard and installed
+    modules are found (a virtual environment inside the repository included)."""
+    import sys
+
+    def own(p: str) -> bool:
+        path = Path(p or ".").resolve()
+        return path == REPO or (
+            path.is_relative_to(REPO) and path.parts[len(REPO.parts)] in ("bench", "tests")
+        )
+
+    return [p for p in sys.path if p and not own(p)]
+
+
+def _module_names(folder: Path) -> set[str]:
+    """The top-level module names a folder offers when it is on sys.path: its .py files and its packages."""
+    names = {p.stem for p in folder.glob("*.py")}
+    return names | {p.name for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+
+
+def test_no_bench_or_test_module_takes_the_name_of_an_installed_or_standard_one():
+    """``python bench/X.py`` and pytest put bench/ and the test folders first on sys.path: a module there named
+    like a standard module or an installed package's is imported in its place by every library that imports that
+    name. bench/kernels.py did that to the ``kernels`` package transformers 5.25 imports (every test that loaded a
+    model failed with ImportError); it is bench/online_kernels.py now."""
+    import importlib.machinery
+    import sys
+
+    outside = _outside_path()
+    folders = [REPO / "bench", REPO / "tests", *(p for p in (REPO / "tests").iterdir() if p.is_dir())]
+    taken = []
+    for folder in folders:
+        for name in sorted(_module_names(folder) - {"conftest"}):
+            standard = name in sys.stdlib_module_names or name in sys.builtin_module_names
+            if standard or importlib.machinery.PathFinder.find_spec(name, outside) is not None:
+                taken.append(f"{folder.relative_to(REPO)}/{name}")
+    assert not taken, f"these shadow a standard or installed module: {taken}"
+
+
+def test_the_shadowing_check_sees_an_installed_name():
+    import importlib.machinery
+    import sys
+
+    outside = _outside_path()
+    assert importlib.machinery.PathFinder.find_spec("numpy", outside) is not None  # what the check relies on
+    assert importlib.machinery.PathFinder.find_spec("online_kernels", outside) is None
+    assert "json" in sys.stdlib_module_names

@@ -4,7 +4,7 @@ signature. :func:`context` is softmax(q·kᵀ/√dh)·v (MORES' interaction bloc
 :func:`attend` the same with a given scale, each row's log-sum-exp and keys extended by one value (PreTTR's [CLS]
 over stored states, its folded decompression). The kernel runs where it applies (:func:`native`), else PyTorch's
 code: the same values within float32 rounding (``tests/rankers/test_native_attention.py``). PyTorch's CPU
-attention is slow on these shapes (19 rows × 130 keys × 32 per head; ``bench/kernels.py --parts native``).
+attention is slow on these shapes (19 rows × 130 keys × 32 per head; ``bench/online_kernels.py --parts native``).
 
 Shapes: q [1 or B, h, Tq, dh] float32, k / v [B, T, h·dh] (a Tensor in any float dtype, or a
 :class:`~aheadrank.kernels.stored.QuantizedField`), mask None or [B or 1, 1, 1, T] bool (True: a real token).

@@ -192,7 +192,7 @@ def _build_with(cc: str, flags: tuple[str, ...], link_flags: tuple[str, ...], so
 def load_source(source: Path, require_all: bool = True) -> ctypes.CDLL:
     """Compile (or take from the cache) and load the kernels of one C source, their argument types set. With
     ``require_all`` False, entry points the source lacks are left out (another revision's source, for
-    ``bench/kernels.py --parts source``). Raises RuntimeError, OSError or SubprocessError where that fails."""
+    ``bench/online_kernels.py --parts source``). Raises RuntimeError, OSError or SubprocessError where that fails."""
     cc = _compiler()
     if cc is None:
         raise RuntimeError("no C compiler found ($CC, cc, gcc)")

@@ -619,7 +619,7 @@ int cross_attention(const float *q, int64_t Bq, const void *k, const void *v, co
                this one is computed, a head's share at a time, spread over its widened rows. Read in order, a
                document streams from memory at the machine's bandwidth, where each head's strided rows (a line
                per row and head) leave it latency-bound: MORES 1xIB S2 at d = 493 1.26x the kernel's speed with
-               the candidates in memory (scratch A/B), 1.08-1.14x the whole path (bench/kernels.py --parts source).
+               the candidates in memory (scratch A/B), 1.08-1.14x the whole path (bench/online_kernels.py --parts source).
                One head reads whole rows in order already (PreTTR's [CLS] rows: no gain, so none there). */
             int64_t next_lines = 0;
             const char *kn_next = NULL, *vn_next = NULL;

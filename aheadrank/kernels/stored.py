@@ -12,10 +12,10 @@ import torch
 from torch import Tensor
 
 # Stored fields in float16/bfloat16 are widened to float32 this many values (1 MB) at a time: a block's
-# float32 copy stays in cache for the computation that reads it right away (bench/kernels.py measures it).
+# float32 copy stays in cache for the computation that reads it right away (bench/online_kernels.py measures it).
 STORED_BLOCK_VALUES = 1 << 18
 # ... but never fewer documents than this: below it the per-call cost of the attention on one long document
-# (d = 493: one document per 1 MB block) outweighs what the cache saves (bench/kernels.py, MORES 1xIB S2)
+# (d = 493: one document per 1 MB block) outweighs what the cache saves (bench/online_kernels.py, MORES 1xIB S2)
 STORED_BLOCK_MIN_DOCS = 8
 # Both stay module constants, not parameters: the tests shrink them (monkeypatch) to drive a whole ranker's
 # score_batch through blocks of one or a few documents (tests/rankers/test_equivalence.py, test_linear.py,
@@ -90,7 +90,7 @@ def widened(
 ) -> Iterator[tuple[slice, Tensor]]:
     """``(rows, x[rows] in dtype)`` for the blocks of :func:`stored_blocks` (``factor``: blocks that many times
     the default size), each widened into one buffer allocated once per call: a block's values are used while
-    they are in cache, and no block allocates (fresh pages cost more than the conversion: bench/kernels.py). A
+    they are in cache, and no block allocates (fresh pages cost more than the conversion: bench/online_kernels.py). A
     yielded tensor is overwritten by the next block: use it before asking for the next."""
     blocks = stored_blocks(x, factor)
     if not blocks:

@@ -285,7 +285,7 @@ def test_without_openmp_the_kernels_build_serial(fresh_native, monkeypatch, capl
 
 @needs_cc
 def test_another_source_loads_beside_the_library(fresh_native, tmp_path):
-    """load_source (bench/kernels.py --parts source: another revision's kernels against these): a source lacking
+    """load_source (bench/online_kernels.py --parts source: another revision's kernels against these): a source lacking
     entry points loads with require_all False, those entry points left out, and is refused with it True; its
     build is cached under its own name, beside the library's."""
     src = tmp_path / "other.c"

@@ -42,8 +42,8 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
 Fields come from each ranker's own ``document_fields`` on random word pieces (untrained weights, seed 0);
 the int8 store repeats 100 distinct documents under N docids.
 
-    .venv/bin/python bench/kernels.py --threads 2                 # everything (about 10 min on 2 busy cores)
-    .venv/bin/python bench/kernels.py --threads 2 --parts tk --rounds 5
+    .venv/bin/python bench/online_kernels.py --threads 2                 # everything (about 10 min on 2 busy cores)
+    .venv/bin/python bench/online_kernels.py --threads 2 --parts tk --rounds 5
 """
 
 from __future__ import annotations
@@ -664,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     result = write_record(
         args.out,
-        "bench/kernels.py",
+        "bench/online_kernels.py",
         argv,
         info,
         t_start,
