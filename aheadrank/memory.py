@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import threading
 
-STATUS = "/proc/self/status"
 SAMPLE_S = 0.05  # the anonymous memory's sampling interval
+FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
 
 
-def _status_kb(*names: str) -> dict[str, int]:
-    """The named ``/proc/self/status`` fields (kB); {} off Linux."""
-    out: dict[str, int] = {}
+def proc_status(pid: int | str = "self", names: tuple[str, ...] = FIELDS) -> dict[str, int] | None:
+    """The named fields of a process's ``/proc/<pid>/status`` (kB); None once it is gone, or off Linux."""
     try:
-        with open(STATUS) as f:
-            for line in f:
-                name, _, value = line.partition(":")
-                if name in names:
-                    out[name] = int(value.split()[0])
-    except (OSError, ValueError):
-        return {}
+        with open(f"/proc/{pid}/status") as f:
+            text = f.read()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name in names:
+            out[name] = int(value.split()[0])
     return out
 
 
@@ -44,13 +45,13 @@ def reset_peak_rss() -> bool:
 def peak_rss_mb() -> int | None:
     """This process's peak resident memory since :func:`reset_peak_rss` (MB; ``VmHWM``), None off Linux. Child
     processes (the Dask workers of a distributed build) are not counted."""
-    kb = _status_kb("VmHWM").get("VmHWM")
+    kb = (proc_status(names=("VmHWM",)) or {}).get("VmHWM")
     return None if kb is None else round(kb / 1024)
 
 
 def anon_mb() -> int | None:
     """This process's anonymous resident memory now (MB; ``RssAnon``), None off Linux."""
-    kb = _status_kb("RssAnon").get("RssAnon")
+    kb = (proc_status(names=("RssAnon",)) or {}).get("RssAnon")
     return None if kb is None else round(kb / 1024)
 
 

@@ -153,16 +153,9 @@ def others_cores(start: tuple[float, int, int], end: tuple[float, int, int]) -> 
 
 def proc_status(pid: int | str = "self") -> dict[str, int] | None:
     """VmRSS, VmHWM, RssAnon, RssFile, RssShmem (kB) of a process from /proc; None once it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    out = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
-            out[name] = int(value.split()[0])
-    return out
+    from aheadrank.memory import proc_status as read
+
+    return read(pid)
 
 
 def least_squares_slope(xs: list[float], ys: list[float]) -> float | None:
