@@ -307,11 +307,13 @@ def judged_split(collection: str | Path, labels: str) -> str | None:
 
 # ---- the stages ---------------------------------------------------------------------------------------------
 def stage_collection(plan: BuildPlan) -> dict:
-    from aheadrank.indexer.collections import Collection
+    from aheadrank.buildtime import ProbeSample
+    from aheadrank.indexer.collections import Collection, join_title_text
     from aheadrank.indexer.pseudo_queries import stored_windows
 
     coll = Collection(plan.collection)
     docs = titled = words = multi = windows = 0
+    sample = ProbeSample()
     for _, title, body in coll.titled():
         docs += 1
         titled += bool(title)
@@ -319,9 +321,12 @@ def stage_collection(plan: BuildPlan) -> dict:
         n = len(stored_windows(title, body, WINDOW_SENTENCES))
         multi += n > 0
         windows += n
+        sample.add(join_title_text(title, body))
     if docs == 0:
         raise AheadrankError(f"{plan.collection}: no usable document ({coll.report.summary()})")
+    probe = _speed_probe(plan, sample.texts)
     return {
+        **({"probe": probe} if probe else {}),
         "documents": docs,
         "format": coll.format.value,
         "titled": titled,
@@ -330,6 +335,20 @@ def stage_collection(plan: BuildPlan) -> dict:
         "multi_window": round(multi / docs, 4),  # documents of two or more sentence windows (stores_windows)
         "windows": windows,  # their windows: what the window field embeds (aheadrank.buildtime)
     }
+
+
+def _speed_probe(plan: BuildPlan, texts: list[str]) -> dict | None:
+    """The bi-encoder timed on a few of the collection's documents (:func:`aheadrank.buildtime.speed_probe`), what
+    the first ``[estimate]`` scales the reference rates by; None when it cannot run (an estimate never stops a
+    build: a base that cannot load fails the dense stage with its own error)."""
+    from aheadrank.buildtime import speed_probe
+    from aheadrank.indexer.build import get_ranker
+
+    try:
+        return speed_probe(texts, get_ranker(str(plan.base or ""), None, plan.device, None, "dense"))
+    except (AheadrankError, OSError, RuntimeError, ValueError) as exc:
+        log.debug("no speed probe: %s", exc)
+        return None
 
 
 def stage_bm25(plan: BuildPlan) -> dict:
@@ -780,25 +799,30 @@ def workload(plan: BuildPlan, collection: dict):
 def estimate(
     plan: BuildPlan, record: BuildRecord, after: str, until: str | None, earlier: bool = False
 ) -> str | None:
-    """The ``[estimate]`` line printed after stage ``after`` (collection: at the reference rates; dense: scaled by
-    how long the dense stage took against its estimate, ``earlier`` when that time is not this run's: done before
-    or linked from another build) for the stages still to run up to ``until``; None when there are none or the
-    record cannot tell (an estimate never stops a build)."""
+    """The ``[estimate]`` line printed after stage ``after`` (collection: the reference rates scaled by the
+    collection stage's speed probe, or as they are where it has none; dense: scaled by how long the dense stage
+    took against its estimate), ``earlier`` when that time is not this run's (done before or linked from another
+    build), for the stages still to run up to ``until``; None when there are none or the record cannot tell (an
+    estimate never stops a build)."""
     from aheadrank.buildtime import estimate_line, reference_seconds
 
     if after == "collection" and "dense" in record.stages:  # the line after the dense stage says it better
         return None
+    probe = None
     try:
         ref = reference_seconds(workload(plan, record.stages["collection"]))
         scale = None
         if after != "collection":
             scale = max(float(record.stages["dense"].get("seconds", 0)), 1.0) / max(ref["dense"], 1.0)
+        elif record.stages["collection"].get("probe"):
+            probe = record.stages["collection"]["probe"]
+            scale, probe = float(probe["scale"]), int(probe["documents"])
     except (AheadrankError, KeyError, TypeError, ValueError) as exc:
         log.debug("no estimate: %s", exc)
         return None
     ahead = STAGES[STAGES.index(after) + 1 : (STAGES.index(until) + 1) if until else None]
     left = {s: ref[s] * (scale or 1.0) for s in ahead if s not in record.stages}
-    return estimate_line(left, scale, earlier) if left else None
+    return estimate_line(left, scale, earlier, probe) if left else None
 
 
 def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:

@@ -20,16 +20,23 @@ passages) and, for how the rankers compare with one another in one run, ``defaul
 - ``priors``: half a minute.
 
 So an estimate is the right order of magnitude, not a promise: documents of very unequal length (the estimate
-reads the mean), a loaded machine or another CPU move it. The build prints it once the collection is read and
-again after the dense stage, with the reference scaled by how long that stage took against its estimate (a GPU, a
-faster or a busier machine), and every stage's real time as it ends (``build.json`` keeps them).
+reads the mean), a loaded machine or another CPU move it. The build prints it once the collection is read, with
+the reference scaled by a probe (:func:`speed_probe`: the bi-encoder timed on 128 of the collection's documents
+against the reference for them, a few seconds: the machine as it is now, a GPU, a faster or a busier CPU), and
+again after the dense stage, scaled by how long that stage took against its estimate; and every stage's real time
+as it ends (``build.json`` keeps them, the probe's in the collection stage's ``probe``).
 """
 
 from __future__ import annotations
 
 import math
+import random
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 PIECES_PER_WORD = 1.36  # word pieces per whitespace word (MS MARCO: 4,266,225 pieces for 57,175 x 54.8 words)
 BM25_S = (1.0, 2.2e-6)  # seconds: to start, per word
@@ -57,6 +64,12 @@ KIND_COST = {
     "tk-base": {"store": 0.5, "step": 1.7, "start": 250.0},
     "bert": {"store": 0.1, "step": 0.97, "start": 60.0},
 }
+
+
+PROBE_POOL = (
+    1024  # documents the probe draws (a seeded reservoir over the collection) to choose its batches from
+)
+PROBE_BATCH = 64  # the dense stage's batch (indexer/build.py BuildOptions.batch_size); the probe times two
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,53 @@ def reference_seconds(w: Workload) -> dict[str, float]:
     }
 
 
+class ProbeSample:
+    """A seeded reservoir of :data:`PROBE_POOL` texts, fed one text at a time while the collection is read."""
+
+    def __init__(self, size: int = PROBE_POOL, seed: int = 0):
+        self.size, self.rng, self.seen, self.texts = size, random.Random(seed), 0, []
+
+    def add(self, text: str) -> None:
+        self.seen += 1
+        if len(self.texts) < self.size:
+            self.texts.append(text)
+        else:
+            k = self.rng.randrange(self.seen)
+            if k < self.size:
+                self.texts[k] = text
+
+
+def probe_batches(lengths: Sequence[int], batch: int = PROBE_BATCH) -> list[int]:
+    """The probe's documents: two batches of ``batch`` neighbours in length, at the pool's quartiles (the dense
+    stage sorts each shard by length, so its batches hold documents of about one length; two batches of a
+    128-document sample sorted alone would be padded far more). Fewer when the pool is smaller."""
+    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
+    picks: list[int] = []
+    for q in (0.25, 0.75):
+        start = min(int(q * len(order)), max(0, len(order) - batch))
+        picks.extend(int(i) for i in order[start : start + batch])
+    return list(dict.fromkeys(picks))
+
+
+def speed_probe(texts: Iterable[str], encoder) -> dict:
+    """How fast the bi-encoder (``encoder``: rankers/dense.py, on the build's device) runs here and now against the
+    reference: ``{"documents", "seconds", "scale"}``, ``scale`` its seconds over :data:`DENSE_S`'s for the same
+    documents (words counted as the estimate counts them). One warm-up batch is not timed (first calls pay for
+    allocation and thread start, which the stages do not pay per batch)."""
+    texts = list(texts)
+    seqs = encoder.tokenize_documents(texts)
+    picks = probe_batches([len(s) for s in seqs])
+    if not picks:
+        raise ValueError("the probe needs at least one document")
+    chosen = [seqs[i] for i in picks]
+    encoder.encode(chosen[:8], batch_size=8)
+    t0 = time.perf_counter()
+    encoder.encode(chosen, batch_size=PROBE_BATCH)
+    seconds = time.perf_counter() - t0
+    ref = DENSE_S[0] * len(picks) + DENSE_S[1] * sum(len(texts[i].split()) for i in picks)
+    return {"documents": len(picks), "seconds": round(seconds, 3), "scale": round(seconds / ref, 3)}
+
+
 def cost_key(kind: str, options: dict) -> str:
     """The KIND_COST entry of a ranker variant (its kind and options)."""
     if kind == "tk" and options.get("tk_base"):
@@ -124,15 +184,22 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def estimate_line(left: dict[str, float], scale: float | None, earlier: bool = False) -> str:
-    """One line: the stages still to run with their estimated time, and what the rates are (``earlier``: the scale
-    comes from a dense stage timed in an earlier run or another build, maybe on a machine busier or idler than now)."""
+def estimate_line(
+    left: dict[str, float], scale: float | None, earlier: bool = False, probe: int | None = None
+) -> str:
+    """One line: the stages still to run with their estimated time, and what the rates are: the reference
+    (``scale`` None), scaled by the dense stage's time, or (``probe``: its number of documents) by the probe's
+    (:func:`speed_probe`). ``earlier``: the scale was timed in an earlier run or another build, maybe on a
+    machine busier or idler than now."""
     total = sum(left.values())
     parts = ", ".join(f"{stage} {duration(s)}" for stage, s in left.items() if s >= 1) or "each under 1 s"
     if scale is None:
         how = "at the reference rates of 2 idle CPU cores (aheadrank/buildtime.py), refined after the dense stage"
     else:
-        how = f"the reference rates x {scale:.2g}, as the dense stage ran against its estimate"
+        ran = f"a probe of {probe} documents ran on the bi-encoder" if probe else "the dense stage ran"
+        how = f"the reference rates x {scale:.2g}, as {ran} against its estimate"
         if earlier:
             how += " in an earlier run (the machine may be busier or idler now)"
+        if probe:
+            how += "; refined after the dense stage"
     return f"[estimate] about {duration(total)} left ({parts}): {how}"

@@ -1,9 +1,10 @@
 """How far the ``[estimate]`` lines of ``aheadrank build`` (aheadrank/buildtime.py) were from the stages' real
 times, for finished builds: their ``build.json`` records the plan, the collection's size and every stage's seconds.
 
-For each build and stage: the estimate at the reference rates (what the build prints once the collection is read),
-the estimate scaled by the dense stage's time against its own (printed after the dense stage, for the stages after
-it) and the measured seconds, with measured / estimate. Nothing is run: the estimate is recomputed from the
+For each build and stage: the estimate at the reference rates, the same scaled by the collection stage's speed
+probe (what the build prints once the collection is read, since the probe; a record from before it has none), the
+estimate scaled by the dense stage's time against its own (printed after the dense stage, for the stages after it)
+and the measured seconds, with measured / estimate. Nothing is run: the estimate is recomputed from the
 record. A stage taken from another build (``--reuse``) keeps that build's time.
 
     .venv/bin/python bench/build_estimate.py work/label-free/*/* bench/results/label-free/build-time/*.build.json \\
@@ -59,6 +60,7 @@ def compare(rec: dict) -> dict:
     ref = reference_seconds(workload(plan, stages["collection"]))
     dense = stages.get("dense", {}).get("seconds")
     scale = max(float(dense), 1.0) / max(ref["dense"], 1.0) if dense is not None else None
+    probe = (stages["collection"].get("probe") or {}).get("scale")
     after_dense = STAGES[STAGES.index("dense") + 1 :]
     out = {}
     for s in STAGES[1:]:
@@ -68,10 +70,12 @@ def compare(rec: dict) -> dict:
             "measured_s": measured,
             "reused": "reused" in stages.get(s, {}),
         }
+        if probe is not None:
+            row["estimate_probe_s"] = round(ref[s] * probe, 1)
         if scale is not None and s in after_dense:
             row["estimate_after_dense_s"] = round(ref[s] * scale, 1)
         out[s] = row
-    return {"scale": scale, "stages": out, "documents": stages["collection"]["documents"],
+    return {"scale": scale, "probe_scale": probe, "stages": out, "documents": stages["collection"]["documents"],
             "mean_words": stages["collection"]["mean_words"], "ranker": plan.ranker,
             "steps": stages.get("train", {}).get("steps")}  # fmt: skip
 
@@ -84,26 +88,36 @@ def ratio(measured, estimate) -> str:
 
 def table(results: dict) -> str:
     lines = [
-        "| build | documents | stage | estimate (s) | after dense (s) | measured (s) | measured / estimate | "
-        "measured / after dense |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        "| build | documents | stage | estimate (s) | probe-scaled (s) | after dense (s) | measured (s) | "
+        "measured / estimate | measured / probe-scaled | measured / after dense |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def cell(x) -> str:
+        return "" if x is None else f"{x:.0f}"
+
     for name, r in results.items():
-        tot = {"estimate_s": 0.0, "estimate_after_dense_s": 0.0, "measured_s": 0.0}
+        probed = r.get("probe_scale") is not None
+        tot = {"estimate_s": 0.0, "estimate_probe_s": 0.0, "estimate_after_dense_s": 0.0, "measured_s": 0.0}
         for s, row in r["stages"].items():
             m, e, a = row["measured_s"], row["estimate_s"], row.get("estimate_after_dense_s")
+            p = row.get("estimate_probe_s")
             if m is not None and not row["reused"]:
                 tot["estimate_s"] += e
                 tot["measured_s"] += m
-                tot["estimate_after_dense_s"] += a if a is not None else e
+                tot["estimate_probe_s"] += p or 0.0
+                # the stages before the dense one keep the first line's estimate: the probe's where there is one
+                tot["estimate_after_dense_s"] += a if a is not None else (p if probed else e)
             note = " (reused)" if row["reused"] else ""
             lines.append(
-                f"| {name} | {r['documents']:,} | {s}{note} | {e:.0f} | {'' if a is None else f'{a:.0f}'} | "
-                f"{'' if m is None else f'{m:.0f}'} | {ratio(m, e)} | {ratio(m, a)} |"
+                f"| {name} | {r['documents']:,} | {s}{note} | {e:.0f} | {cell(p)} | {cell(a)} | {cell(m)} | "
+                f"{ratio(m, e)} | {ratio(m, p)} | {ratio(m, a)} |"
             )
+        tp = tot["estimate_probe_s"] if probed else None
         lines.append(
-            f"| {name} | | **all run here** | {tot['estimate_s']:.0f} | {tot['estimate_after_dense_s']:.0f} | "
-            f"{tot['measured_s']:.0f} | {ratio(tot['measured_s'], tot['estimate_s'])} | "
+            f"| {name} | | **all run here** | {tot['estimate_s']:.0f} | {cell(tp)} | "
+            f"{tot['estimate_after_dense_s']:.0f} | {tot['measured_s']:.0f} | "
+            f"{ratio(tot['measured_s'], tot['estimate_s'])} | {ratio(tot['measured_s'], tp)} | "
             f"{ratio(tot['measured_s'], tot['estimate_after_dense_s'])} |"
         )
     return "\n".join(lines)

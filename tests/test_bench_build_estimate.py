@@ -16,7 +16,7 @@ import build_estimate  # noqa: E402
 from aheadrank.buildtime import Workload, reference_seconds  # noqa: E402
 
 
-def write_build(folder: Path, collection: Path, dense_s: float) -> None:
+def write_build(folder: Path, collection: Path, dense_s: float, probe: float | None = None) -> None:
     stages = {
         "collection": {"documents": 5183, "mean_words": 214.6, "seconds": 0.1},
         "bm25": {"seconds": 2.0},
@@ -25,6 +25,8 @@ def write_build(folder: Path, collection: Path, dense_s: float) -> None:
         "train": {"steps": 36, "best_step": 0, "seconds": 150.0},
         "store": {"seconds": 250.0},
     }
+    if probe is not None:  # a build since the speed probe
+        stages["collection"]["probe"] = {"documents": 128, "seconds": 1.0, "scale": probe}
     plan = {"collection": str(collection), "out": str(folder), "ranker": "mores-2ib-s2", "labels": "none",
             "steps": None, "an_old_field": 1}  # fmt: skip
     folder.mkdir(parents=True)
@@ -36,7 +38,7 @@ def test_the_estimates_are_recomputed_and_scaled_by_the_dense_stage(tmp_path):
     coll.write_text('{"id": "d", "contents": "x"}\n')
     ref = reference_seconds(Workload(5183, 214.6, 3000, 36, "mores", 128, True))
     write_build(tmp_path / "runs" / "fast", coll, dense_s=ref["dense"])
-    write_build(tmp_path / "runs" / "slow", coll, dense_s=2 * ref["dense"])
+    write_build(tmp_path / "runs" / "slow", coll, dense_s=2 * ref["dense"], probe=3.0)
     (tmp_path / "runs" / "empty").mkdir()
     out = tmp_path / "out"
     assert (
@@ -52,8 +54,18 @@ def test_the_estimates_are_recomputed_and_scaled_by_the_dense_stage(tmp_path):
     assert slow["stages"]["store"]["estimate_after_dense_s"] == pytest.approx(2 * ref["store"], rel=1e-3)
     assert "estimate_after_dense_s" not in slow["stages"]["bm25"]  # printed before the dense stage
     assert slow["stages"]["priors"]["measured_s"] is None
+    # the first line's estimate, scaled by the collection stage's probe: every stage after the collection
+    assert slow["probe_scale"] == 3.0 and fast["probe_scale"] is None
+    assert slow["stages"]["bm25"]["estimate_probe_s"] == pytest.approx(3 * ref["bm25"], abs=0.1)
+    assert slow["stages"]["store"]["estimate_probe_s"] == pytest.approx(3 * ref["store"], abs=0.1)
+    assert "estimate_probe_s" not in fast["stages"]["store"]  # a record from before the probe
     md = (out / "build_estimate.md").read_text()
     assert "| runs/slow | 5,183 | store | " in md and "**all run here**" in md
+    store = next(line for line in md.splitlines() if line.startswith("| runs/slow | 5,183 | store |"))
+    cells = [c.strip() for c in store.split("|")[1:-1]]
+    assert cells[4] == f"{3 * ref['store']:.0f}" and cells[8] == f"{250.0 / (3 * ref['store']):.2f}"
+    fast_store = next(line for line in md.splitlines() if line.startswith("| runs/fast | 5,183 | store |"))
+    assert [c.strip() for c in fast_store.split("|")[1:-1]][4] == ""  # no probe, no column
 
 
 def test_no_finished_build_is_an_error(tmp_path, capsys):

@@ -12,7 +12,17 @@ from aheadrank.rankers import load_ranker
 from aheadrank.store import StoreReader
 from typer.testing import CliRunner
 
-from aheadrank.build import BUILD_FILE, STAGES, BuildPlan, build, label_free_weights, paths, read_record
+from aheadrank.build import (
+    BUILD_FILE,
+    STAGES,
+    BuildPlan,
+    build,
+    label_free_weights,
+    paths,
+    read_record,
+    workload,
+)
+from aheadrank.buildtime import duration, reference_seconds
 from aheadrank.cli import app
 from aheadrank.cli.serve import from_build
 from aheadrank.errors import AheadrankError
@@ -90,7 +100,14 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
     assert len(estimates) == 2, said
     assert re.match(r"\[collection\] \d+ s ", said[said.index(estimates[0]) - 1])
     assert re.match(r"\[dense\] \d+ s", said[said.index(estimates[1]) - 1])
-    assert "bm25" in estimates[0] and "refined after the dense stage" in estimates[0]
+    assert "refined after the dense stage" in estimates[0]
+    # the first is scaled by the speed probe of the collection stage: the bi-encoder on two batches (fewer here)
+    probe = record.stages["collection"]["probe"]
+    assert 0 < probe["documents"] <= 128 and probe["seconds"] > 0 and probe["scale"] > 0
+    assert f"a probe of {probe['documents']} documents ran" in estimates[0]
+    first = reference_seconds(workload(plan(passages, out, tiny_base), record.stages["collection"]))
+    total = sum(first[s] * probe["scale"] for s in STAGES[1:])
+    assert re.match(rf"\[estimate\] about {re.escape(duration(total))} left", estimates[0]), estimates[0]
     assert "bm25" not in estimates[1] and "train" in estimates[1] and "as the dense stage ran" in estimates[1]
     assert "earlier run" not in estimates[1]
     # a rerun does nothing again: every stage is "done before", nothing is left to estimate

@@ -8,13 +8,19 @@ import dataclasses
 import pytest
 from aheadrank.rankers.recipe import LABEL_FREE_STEPS, POOL_DOCS, RECIPES
 
+from aheadrank import buildtime
 from aheadrank.build import BuildPlan, workload
 from aheadrank.buildtime import (
+    DENSE_S,
     KIND_COST,
+    PROBE_BATCH,
     STORE_S_PER_SEQUENCE,
+    ProbeSample,
     Workload,
     estimate_line,
+    probe_batches,
     reference_seconds,
+    speed_probe,
     stored_sequences,
 )
 
@@ -102,3 +108,68 @@ def test_the_window_prior_adds_its_windows_to_the_dense_stage(tmp_path):
     assert workload(plan, info).windows == 0  # a record from before the window prior
     off = BuildPlan(str(coll), str(tmp_path / "o"), labels="none", windows=False)
     assert workload(off, {**info, "multi_window": 0.9, "windows": 400}).windows == 0
+
+
+def test_the_probe_sample_is_a_seeded_reservoir_of_the_whole_collection():
+    few = ProbeSample(size=10)
+    for i in range(4):
+        few.add(f"t{i}")
+    assert few.texts == ["t0", "t1", "t2", "t3"]  # fewer than the pool: every text
+    many = [ProbeSample(size=10), ProbeSample(size=10)]
+    for s in many:
+        for i in range(1000):
+            s.add(f"t{i}")
+    assert many[0].texts == many[1].texts and len(many[0].texts) == 10 and many[0].seen == 1000
+    assert (
+        max(int(t[1:]) for t in many[0].texts) >= 100
+    )  # not the first ten: the later texts got their chance
+
+
+def test_the_probe_times_two_batches_of_neighbours_in_length():
+    lengths = list(range(1000))  # document i is i pieces long
+    picks = probe_batches(lengths)
+    assert len(picks) == 2 * PROBE_BATCH and len(set(picks)) == len(picks)
+    first, second = sorted(picks[:PROBE_BATCH]), sorted(picks[PROBE_BATCH:])
+    assert first == list(range(686, 750)) and second == list(
+        range(186, 250)
+    )  # at the quartiles, longest first
+    assert sorted(probe_batches([5, 3, 9])) == [0, 1, 2]  # a small pool: all of it, once
+    assert probe_batches([]) == []
+
+
+class _Encoder:
+    """A bi-encoder's interface (rankers/dense.py): a piece a word; records the batches it was given."""
+
+    def __init__(self):
+        self.calls = []
+
+    def tokenize_documents(self, texts):
+        return [[1] * len(t.split()) for t in texts]
+
+    def encode(self, seqs, batch_size=64):
+        self.calls.append((len(seqs), batch_size))
+
+
+def test_the_probe_scales_the_reference_by_its_time_against_the_reference_for_the_same_documents(monkeypatch):
+    texts = [" ".join(["w"] * (10 + i)) for i in range(300)]
+    clock = iter([100.0, 103.0])  # the timed encode takes 3 s (the warm-up is not timed)
+    monkeypatch.setattr(buildtime.time, "perf_counter", lambda: next(clock))
+    enc = _Encoder()
+    got = speed_probe(texts, enc)
+    assert enc.calls == [(8, 8), (2 * PROBE_BATCH, PROBE_BATCH)]  # a warm-up batch, then the two batches
+    picks = probe_batches([10 + i for i in range(300)])
+    ref = DENSE_S[0] * len(picks) + DENSE_S[1] * sum(10 + i for i in picks)
+    assert got == {"documents": 2 * PROBE_BATCH, "seconds": 3.0, "scale": round(3.0 / ref, 3)}
+    with pytest.raises(ValueError, match="at least one document"):
+        speed_probe([], _Encoder())
+
+
+def test_the_line_says_what_scaled_it():
+    probed = estimate_line({"store": 300.0}, 2.0, probe=128)
+    assert probed.startswith("[estimate] about 5 min left (store 5 min)")  # the times are given scaled
+    assert "x 2, as a probe of 128 documents ran on the bi-encoder" in probed
+    assert probed.endswith("refined after the dense stage")
+    assert "in an earlier run" in estimate_line({"store": 300.0}, 2.0, earlier=True, probe=128)
+    assert "refined" not in estimate_line({"store": 300.0}, 2.0) and "probe" not in estimate_line(
+        {"s": 1}, 2.0
+    )
