@@ -815,8 +815,8 @@ def estimate(
         if after != "collection":
             scale = max(float(record.stages["dense"].get("seconds", 0)), 1.0) / max(ref["dense"], 1.0)
         elif record.stages["collection"].get("probe"):
-            probe = record.stages["collection"]["probe"]
-            scale, probe = float(probe["scale"]), int(probe["documents"])
+            timed = record.stages["collection"]["probe"]
+            scale, probe = float(timed["scale"]), int(timed["documents"])
     except (AheadrankError, KeyError, TypeError, ValueError) as exc:
         log.debug("no estimate: %s", exc)
         return None

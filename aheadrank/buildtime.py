@@ -66,9 +66,7 @@ KIND_COST = {
 }
 
 
-PROBE_POOL = (
-    1024  # documents the probe draws (a seeded reservoir over the collection) to choose its batches from
-)
+PROBE_POOL = 1024  # documents the probe chooses its batches from: a seeded reservoir over the collection
 PROBE_BATCH = 64  # the dense stage's batch (indexer/build.py BuildOptions.batch_size); the probe times two
 
 
