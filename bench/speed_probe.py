@@ -85,10 +85,10 @@ def bench_collection(args, name: str) -> dict:
         "mean_words": round(words / docs, 1),
         "probes_before": before,
         "probes_after": after,
-        "field_seconds": round(seconds, 1),
-        "field_reference_seconds": round(ref, 1),
-        "field_scale": round(field_scale, 3),
-        "field_over_probe": round(field_scale / probe_scale, 3),
+        "field_seconds": round(seconds, 3),
+        "field_reference_seconds": round(ref, 3),
+        "field_scale": round(field_scale, 6),
+        "field_over_probe": round(field_scale / probe_scale, 6),
         "others_cores": round(busy, 2),
     }
 
