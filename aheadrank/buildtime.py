@@ -155,7 +155,12 @@ def speed_probe(texts: Iterable[str], encoder) -> dict:
     encoder.encode(chosen, batch_size=PROBE_BATCH)
     seconds = time.perf_counter() - t0
     ref = DENSE_S[0] * len(picks) + DENSE_S[1] * sum(len(texts[i].split()) for i in picks)
-    return {"documents": len(picks), "seconds": round(seconds, 3), "scale": round(seconds / ref, 3)}
+    # four significant digits: a tiny model on a fast machine takes milliseconds, and its scale is still above 0
+    return {
+        "documents": len(picks),
+        "seconds": float(f"{seconds:.4g}"),
+        "scale": float(f"{seconds / ref:.4g}"),
+    }
 
 
 def cost_key(kind: str, options: dict) -> str:
