@@ -367,6 +367,8 @@ def stage_dense(plan: BuildPlan) -> dict:
         plan.collection, paths(plan.out)["dense"], plan.base, plan.device, plan.progress
     )
     info = {"docs_per_s": round(summary.docs_per_s, 1)} if summary else {}
+    if summary and summary.documents_reused:  # resumed: this run's time is part of the stage's work
+        info["documents_reused"] = summary.documents_reused
     if stores_windows(plan):
         t0 = time.perf_counter()
         windows = _window_field(plan)
@@ -384,7 +386,18 @@ def _window_field(plan: BuildPlan) -> dict:
     )
     if summary is None:
         return {}
-    return {"windows": summary.documents, "windows_per_s": round(summary.docs_per_s, 1)}
+    info = {"windows": summary.documents, "windows_per_s": round(summary.docs_per_s, 1)}
+    return info | ({"windows_reused": summary.documents_reused} if summary.documents_reused else {})
+
+
+def dense_timed(stage: dict) -> bool:
+    """Whether a dense stage's record times all of its work: its field (and its windows, where it stores them)
+    encoded in the run that recorded it. A field found complete (resumed after the stage's work, or linked into
+    the build folder) takes no time, and one found in part takes part of it: neither scales an estimate."""
+    if "docs_per_s" not in stage or stage.get("documents_reused"):
+        return False
+    windows = stage.get("windows")
+    return windows is None or ("windows_per_s" in windows and not windows.get("windows_reused"))
 
 
 def stage_queries(plan: BuildPlan, search: Search | None = None) -> dict:
@@ -801,9 +814,10 @@ def estimate(
 ) -> str | None:
     """The ``[estimate]`` line printed after stage ``after`` (collection: the reference rates scaled by the
     collection stage's speed probe, or as they are where it has none; dense: scaled by how long the dense stage
-    took against its estimate), ``earlier`` when that time is not this run's (done before or linked from another
-    build), for the stages still to run up to ``until``; None when there are none or the record cannot tell (an
-    estimate never stops a build)."""
+    took against its estimate where that time is all of its work (:func:`dense_timed`), else as after the
+    collection), ``earlier`` when that time is not this run's (done before or linked from another build), for the
+    stages still to run up to ``until``; None when there are none or the record cannot tell (an estimate never
+    stops a build)."""
     from aheadrank.buildtime import estimate_line, reference_seconds
 
     if after == "collection" and "dense" in record.stages:  # the line after the dense stage says it better
@@ -812,7 +826,7 @@ def estimate(
     try:
         ref = reference_seconds(workload(plan, record.stages["collection"]))
         scale = None
-        if after != "collection":
+        if after != "collection" and dense_timed(record.stages["dense"]):
             scale = max(float(record.stages["dense"].get("seconds", 0)), 1.0) / max(ref["dense"], 1.0)
         elif record.stages["collection"].get("probe"):
             timed = record.stages["collection"]["probe"]
@@ -822,7 +836,7 @@ def estimate(
         return None
     ahead = STAGES[STAGES.index(after) + 1 : (STAGES.index(until) + 1) if until else None]
     left = {s: ref[s] * (scale or 1.0) for s in ahead if s not in record.stages}
-    return estimate_line(left, scale, earlier, probe) if left else None
+    return estimate_line(left, scale, earlier, probe, refined=after == "collection") if left else None
 
 
 def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:

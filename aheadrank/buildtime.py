@@ -188,12 +188,17 @@ def duration(seconds: float) -> str:
 
 
 def estimate_line(
-    left: dict[str, float], scale: float | None, earlier: bool = False, probe: int | None = None
+    left: dict[str, float],
+    scale: float | None,
+    earlier: bool = False,
+    probe: int | None = None,
+    refined: bool = True,
 ) -> str:
     """One line: the stages still to run with their estimated time, and what the rates are: the reference
     (``scale`` None), scaled by the dense stage's time, or (``probe``: its number of documents) by the probe's
     (:func:`speed_probe`). ``earlier``: the scale was timed in an earlier run or another build, maybe on a
-    machine busier or idler than now."""
+    machine busier or idler than now. ``refined``: a line after the dense stage will say it better (not when
+    the dense stage has run and its time could not be used)."""
     total = sum(left.values())
     parts = ", ".join(f"{stage} {duration(s)}" for stage, s in left.items() if s >= 1) or "each under 1 s"
     if scale is None:
@@ -203,6 +208,6 @@ def estimate_line(
         how = f"the reference rates x {scale:.2g}, as {ran} against its estimate"
         if earlier:
             how += " in an earlier run (the machine may be busier or idler now)"
-        if probe:
+        if probe and refined:
             how += "; refined after the dense stage"
     return f"[estimate] about {duration(total)} left ({parts}): {how}"

@@ -49,7 +49,7 @@ def record_of(path: Path) -> tuple[str, dict] | None:
 
 def compare(rec: dict) -> dict:
     """Per stage: estimated (reference), estimated after the dense stage, measured; None where not measured."""
-    from aheadrank.build import STAGES, BuildPlan, workload
+    from aheadrank.build import STAGES, BuildPlan, dense_timed, workload
     from aheadrank.buildtime import reference_seconds
 
     known = {f.name for f in fields(BuildPlan)}
@@ -59,7 +59,8 @@ def compare(rec: dict) -> dict:
         plan.steps = stages["train"]["steps"]
     ref = reference_seconds(workload(plan, stages["collection"]))
     dense = stages.get("dense", {}).get("seconds")
-    scale = max(float(dense), 1.0) / max(ref["dense"], 1.0) if dense is not None else None
+    timed = dense is not None and dense_timed(stages["dense"])  # a field found complete took no time
+    scale = max(float(dense), 1.0) / max(ref["dense"], 1.0) if timed else None
     probe = (stages["collection"].get("probe") or {}).get("scale")
     after_dense = STAGES[STAGES.index("dense") + 1 :]
     out = {}

@@ -16,12 +16,15 @@ import build_estimate  # noqa: E402
 from aheadrank.buildtime import Workload, reference_seconds  # noqa: E402
 
 
-def write_build(folder: Path, collection: Path, dense_s: float, probe: float | None = None) -> None:
+def write_build(
+    folder: Path, collection: Path, dense_s: float, probe: float | None = None, encoded: bool = True
+) -> None:
     stages = {
         "collection": {"documents": 5183, "mean_words": 214.6, "seconds": 0.1},
         "bm25": {"seconds": 2.0},
         "queries": {"pseudo_queries": 3000, "seconds": 8.0},
-        "dense": {"seconds": dense_s},
+        # encoded: the field embedded in the stage (its rate recorded); else found complete, in no time
+        "dense": {"seconds": dense_s, **({"docs_per_s": 6.3} if encoded else {})},
         "train": {"steps": 36, "best_step": 0, "seconds": 150.0},
         "store": {"seconds": 250.0},
     }
@@ -39,6 +42,7 @@ def test_the_estimates_are_recomputed_and_scaled_by_the_dense_stage(tmp_path):
     ref = reference_seconds(Workload(5183, 214.6, 3000, 36, "mores", 128, True))
     write_build(tmp_path / "runs" / "fast", coll, dense_s=ref["dense"])
     write_build(tmp_path / "runs" / "slow", coll, dense_s=2 * ref["dense"], probe=3.0)
+    write_build(tmp_path / "runs" / "linked", coll, dense_s=0.0, probe=3.0, encoded=False)
     (tmp_path / "runs" / "empty").mkdir()
     out = tmp_path / "out"
     assert (
@@ -46,8 +50,11 @@ def test_the_estimates_are_recomputed_and_scaled_by_the_dense_stage(tmp_path):
         == 0
     )
     got = json.loads((out / "build_estimate.json").read_text())["results"]
-    assert set(got) == {"runs/fast", "runs/slow"}  # a folder without build.json is passed over
+    assert set(got) == {"runs/fast", "runs/slow", "runs/linked"}  # a folder without build.json is passed over
     fast, slow = got["runs/fast"], got["runs/slow"]
+    # a dense field found complete took no time: no estimate is scaled by it
+    assert got["runs/linked"]["scale"] is None
+    assert "estimate_after_dense_s" not in got["runs/linked"]["stages"]["store"]
     # the steps the build ran (its train stage), not today's default
     assert fast["stages"]["train"]["estimate_s"] == pytest.approx(ref["train"], abs=0.1)
     assert fast["stages"]["store"]["estimate_after_dense_s"] == pytest.approx(ref["store"], rel=1e-3)

@@ -17,6 +17,7 @@ from aheadrank.build import (
     STAGES,
     BuildPlan,
     build,
+    dense_timed,
     label_free_weights,
     paths,
     read_record,
@@ -144,6 +145,38 @@ def test_serve_refuses_an_unfinished_build_and_a_plain_folder(passages, tiny_bas
         from_build(tmp_path, {"checkpoint": None})
     with pytest.raises(AheadrankError, match="--checkpoint"):
         from_build(None, {"checkpoint": None})
+
+
+def test_a_dense_field_found_complete_leaves_the_estimate_to_the_probe(passages, tiny_base, tmp_path):
+    """A dense stage that found its field complete (linked into the folder, or resumed after its work) took no
+    time: the line after it keeps the probe's scale instead of one worked out from those 0 seconds."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    build(plan(passages, first, tiny_base), until="dense", echo=lambda _: None)
+    second.mkdir()
+    for key in ("lucene", "dense", "windows"):  # what a bench does to share one field between builds
+        paths(second)[key].symlink_to(paths(first)[key].resolve())
+    said: list[str] = []
+    record = build(plan(passages, second, tiny_base), until="train", echo=said.append)
+    assert "docs_per_s" not in record.stages["dense"]
+    assert not dense_timed(record.stages["dense"]) and dense_timed(read_record(first).stages["dense"])
+    (line,) = [
+        x for x in said if x.startswith("[estimate]") and said[said.index(x) - 1].startswith("[dense]")
+    ]
+    probe = record.stages["collection"]["probe"]
+    assert f"a probe of {probe['documents']} documents ran" in line and "as the dense stage ran" not in line
+    assert "refined after the dense stage" not in line
+
+
+def test_dense_timed_only_for_a_stage_that_encoded_all_its_work():
+    assert dense_timed({"seconds": 9.0, "docs_per_s": 3.0})
+    assert dense_timed({"seconds": 9.0, "docs_per_s": 3.0, "windows": {"windows": 9, "windows_per_s": 2.0}})
+    assert not dense_timed({"seconds": 0.1})  # the field was complete
+    assert not dense_timed({"seconds": 5.0, "docs_per_s": 3.0, "documents_reused": 1_024})  # resumed in part
+    assert not dense_timed(
+        {"seconds": 5.0, "docs_per_s": 3.0, "windows": {"seconds": 0.0}}
+    )  # windows complete
+    windows = {"windows": 9, "windows_per_s": 2.0, "windows_reused": 4}
+    assert not dense_timed({"seconds": 5.0, "docs_per_s": 3.0, "windows": windows})
 
 
 def test_a_build_begun_under_another_shard_size_goes_on_in_it_and_serves(
