@@ -245,14 +245,29 @@ def loss_ends(losses: list[float]) -> tuple[float | None, float | None]:
     return sum(losses[:tenth]) / tenth, sum(losses[-tenth:]) / tenth
 
 
+def cpu_bf16_native() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX), the only CPUs where bfloat16
+    autocast makes a step faster. Elsewhere (AVX2 alone) oneDNN emulates it and a training step runs several times
+    slower than in float32 (``bench/train_precision.py``)."""
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except AttributeError:  # a torch without the probes
+        return False
+
+
 def autocast_context(device: torch.device, cfg: TrainConfig) -> Callable[[], torch.autocast]:
-    """Mixed precision of the training forward: float16 on CUDA (``amp``), bfloat16 on CPU (``cpu_amp``).
-    Weights, optimizer state, gradients and validation stay float32."""
+    """Mixed precision of the training forward: float16 on CUDA (``amp``), bfloat16 on CPU (``cpu_amp``) where
+    the CPU has it in hardware (:func:`cpu_bf16_native`; else float32, said once in the log). Weights, optimizer
+    state, gradients and validation stay float32."""
     if device.type == "cuda":
         return lambda: torch.autocast("cuda", dtype=torch.float16, enabled=cfg.amp)
-    return lambda: torch.autocast(
-        device.type, dtype=torch.bfloat16, enabled=cfg.cpu_amp and device.type == "cpu"
-    )
+    bf16 = cfg.cpu_amp and device.type == "cpu"
+    if bf16 and not cpu_bf16_native():
+        log.info(
+            "training in float32: this CPU has no bfloat16 in hardware (AVX512-BF16 or AMX), where autocast is slower"
+        )
+        bf16 = False
+    return lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
 
 @contextmanager
