@@ -81,7 +81,10 @@ def test_trainer_learns_planted_relevance(tiny_base, tmp_path, kind, opts, lr, g
     assert best.config.extra["train"]["val_ndcg10"] == result.best_metric
 
 
-def test_cpu_amp_trains_in_bfloat16_and_keeps_float32_weights(tiny_base, tmp_path):
+def test_cpu_amp_trains_in_bfloat16_and_keeps_float32_weights(tiny_base, tmp_path, monkeypatch):
+    import aheadrank.rankers.training as training
+
+    monkeypatch.setattr(training, "cpu_bf16_native", lambda: True)  # as on a CPU with bfloat16 in hardware
     data = planted_data()
     ranker = init_ranker("mores", base=tiny_base, ibs=1, max_doc_len=32)
     before = mean_rank_of_relevant(ranker, data)
