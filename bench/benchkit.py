@@ -104,6 +104,8 @@ def machine_info(threads: int) -> dict:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        # the vector units torch dispatches to (AVX2, AVX512): a step timed on one is not a step timed on another
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "git_commit": commit,
         "load_average_start": list(os.getloadavg()),
     }

@@ -79,6 +79,9 @@ def test_machine_record():
 
     info = machine("cpu")
     assert info["device"] == "cpu" and info["threads"] >= 1 and "torch" in info
+    import torch
+
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # which vector units timed it
     t, busy, own = cpu_sample()
     assert t > 0 and busy >= 0 and own >= 0
 
