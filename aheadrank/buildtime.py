@@ -141,9 +141,13 @@ def probe_batches(lengths: Sequence[int], batch: int = PROBE_BATCH) -> list[int]
 
 def speed_probe(texts: Iterable[str], encoder) -> dict:
     """How fast the bi-encoder (``encoder``: rankers/dense.py, on the build's device) runs here and now against the
-    reference: ``{"documents", "seconds", "scale"}``, ``scale`` its seconds over :data:`DENSE_S`'s for the same
-    documents (words counted as the estimate counts them). One warm-up batch is not timed (first calls pay for
-    allocation and thread start, which the stages do not pay per batch)."""
+    reference: ``{"documents", "seconds", "scale", "cpu_capability"}``, ``scale`` its seconds over :data:`DENSE_S`'s
+    for the same documents (words counted as the estimate counts them), ``cpu_capability`` the vector units torch
+    dispatches to on this CPU (``AVX2``, ``AVX512``: what a stage's time on the CPU depends on, training's most). One
+    warm-up batch is not timed (first calls pay for allocation and thread start, which the stages do not pay per
+    batch)."""
+    import torch
+
     texts = list(texts)
     seqs = encoder.tokenize_documents(texts)
     picks = probe_batches([len(s) for s in seqs])
@@ -160,6 +164,7 @@ def speed_probe(texts: Iterable[str], encoder) -> dict:
         "documents": len(picks),
         "seconds": float(f"{seconds:.4g}"),
         "scale": float(f"{seconds / ref:.4g}"),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
 
 

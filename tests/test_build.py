@@ -8,6 +8,7 @@ import re
 import sys
 
 import pytest
+import torch
 from aheadrank.rankers import load_ranker
 from aheadrank.store import StoreReader
 from typer.testing import CliRunner
@@ -105,6 +106,7 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
     # the first is scaled by the speed probe of the collection stage: the bi-encoder on two batches (fewer here)
     probe = record.stages["collection"]["probe"]
     assert 0 < probe["documents"] <= 128 and probe["seconds"] > 0 and probe["scale"] > 0
+    assert probe["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert f"a probe of {probe['documents']} documents ran" in estimates[0]
     first = reference_seconds(workload(plan(passages, out, tiny_base), record.stages["collection"]))
     total = sum(first[s] * probe["scale"] for s in STAGES[1:])
