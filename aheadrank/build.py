@@ -310,6 +310,7 @@ def stage_collection(plan: BuildPlan) -> dict:
     from aheadrank.buildtime import ProbeSample
     from aheadrank.indexer.collections import Collection, join_title_text
     from aheadrank.indexer.pseudo_queries import stored_windows
+    from aheadrank.rankers.training import cpu_bf16_native
 
     coll = Collection(plan.collection)
     docs = titled = words = multi = windows = 0
@@ -334,6 +335,7 @@ def stage_collection(plan: BuildPlan) -> dict:
         "skipped": coll.report.skipped,
         "multi_window": round(multi / docs, 4),  # documents of two or more sentence windows (stores_windows)
         "windows": windows,  # their windows: what the window field embeds (aheadrank.buildtime)
+        "cpu_bf16_native": cpu_bf16_native(),  # whether training on this CPU autocasts (the estimate's step rate)
     }
 
 
@@ -789,7 +791,8 @@ def workload(plan: BuildPlan, collection: dict):
     rec = recipe_for(plan.device, plan.recipe)
     docs = int(collection["documents"])
     # the steps and the window the train stage will resolve (rankers.recipe: the one place they are decided)
-    steps = resolve_training(rec, variant.kind, {"steps": plan.steps}, label_free=split is None).train.steps
+    cfg = resolve_training(rec, variant.kind, {"steps": plan.steps}, label_free=split is None).train
+    steps = cfg.steps
     given = {"max_doc_len": variant.options.get("max_doc_len")}
     window = rec.init_options(given, label_free=split is None)["max_doc_len"]
     fresh_map = variant.kind == "prettr" and bool(variant.options.get("compress", 1)) and not plan.init
@@ -806,6 +809,10 @@ def workload(plan: BuildPlan, collection: dict):
         windows=int(collection["windows"])
         if collection.get("windows") and stores_windows(plan, collection.get("multi_window"))
         else 0,
+        # on the CPU: bfloat16 autocast only where asked and in hardware (rankers.training.autocast_context), as
+        # the collection stage found it (a record from before it said nothing: the reference's bfloat16)
+        float32_steps=not str(plan.device).startswith("cuda")
+        and not (cfg.cpu_amp and collection.get("cpu_bf16_native", True)),
     )
 
 

@@ -12,7 +12,8 @@ passages) and, for how the rankers compare with one another in one run, ``defaul
   where the build stores the window prior, about 6 ms a sentence window (each of a document's 2-sentence windows
   with its title; SciFact's 5,183 abstracts have about 43,000: 4-5 minutes);
 - ``train``: the ranker's start (fits, the step-0 validation; PreTTR's pooled map on up to 8,192 documents) plus
-  its steps (2.6 s a step for MORES 2×IB S2, 360 steps in 935 s; the others by their ratio to it);
+  its steps (2.6 s a step for MORES 2×IB S2 in the recipe's bfloat16, 360 steps in 935 s; in float32, where the CPU
+  has no bfloat16 in hardware, STEP_S_FLOAT32; the others by their ratio to it);
 - ``store``: the sequences the ranker encodes (each document's first window, and with passages every passage:
   windows of the ranker's length overlapping by a quarter), about 11.5 ms each for MORES whatever their length
   (SciFact 10.6 ms without passages and 11.7 ms with them, 23,738 sequences in 277 s; MS MARCO's 57,175 short
@@ -44,6 +45,13 @@ QUERY_S = 3e-3  # per training query (cut from the collection, or judged) and it
 DENSE_S = (6.7e-3, 6.1e-5)  # per document, per word
 STORE_S_PER_SEQUENCE = 11.5e-3  # MORES 2xIB S2; the other rankers by KIND_COST["store"]
 STEP_S = 2.6  # one step of the cpu recipe (8 groups of 8), MORES 2xIB S2; the others by KIND_COST["step"]
+# The reference's steps ran in the recipe's bfloat16 autocast, in hardware: emulated, a step takes 8.7x float32's
+# (bench/results/train-precision/), so the reference's float32 step would have been 0.3 s, 10x faster than an AVX2
+# machine's float32 step at the same bi-encoder speed (below) -- not a machine's spread. Where the CPU trains in
+# float32 (no AVX512-BF16 or AMX: rankers.training.cpu_bf16_native) a step costs this many reference seconds:
+# `bench/train_precision.py --precisions float32 --steps 3 --repeats 1` on an AVX2 EPYC, 2026-12-05, 22.9 s a step
+# over the speed probe's scale in the same run, 7.2 (bench/results/train-precision/float32/)
+STEP_S_FLOAT32 = 3.2
 PRIORS_S = 30.0
 # per sentence window of the window prior: the demo build of 2026-11-29 (`make demo`, .demo/build-*/build.json)
 # embedded 8,531 windows in 176 s and its 1,000 documents in 68 s, 3.4x the reference DENSE_S (a busy machine):
@@ -83,6 +91,8 @@ class Workload:
     passages: bool  # long documents stored as passages too
     pool_docs: int = 0  # PreTTR: documents its pooled map is fitted on
     windows: int = 0  # sentence windows the dense stage embeds (the window prior; 0 without it)
+    # the CPU trains in float32 (no bfloat16 in hardware, or the recipe asks for none)
+    float32_steps: bool = False
 
 
 def stored_sequences(w: Workload) -> float:
@@ -96,6 +106,11 @@ def stored_sequences(w: Workload) -> float:
     return w.documents * per_doc
 
 
+def step_s(w: Workload) -> float:
+    """A training step of MORES 2xIB S2 on the reference machine in the precision the build will train in."""
+    return STEP_S_FLOAT32 if w.float32_steps else STEP_S
+
+
 def reference_seconds(w: Workload) -> dict[str, float]:
     """Each stage's seconds on the reference machine (2 idle CPU cores)."""
     k = KIND_COST[w.cost]
@@ -105,7 +120,7 @@ def reference_seconds(w: Workload) -> dict[str, float]:
         "bm25": BM25_S[0] + BM25_S[1] * words,
         "queries": QUERY_S * w.queries,
         "dense": DENSE_S[0] * w.documents + DENSE_S[1] * words + WINDOW_S * w.windows,
-        "train": k["start"] + POOL_FIT_S * w.pool_docs + STEP_S * k["step"] * w.steps,
+        "train": k["start"] + POOL_FIT_S * w.pool_docs + step_s(w) * k["step"] * w.steps,
         "store": STORE_S_PER_SEQUENCE * k["store"] * stored_sequences(w),
         "priors": PRIORS_S,
     }

@@ -8,10 +8,16 @@ documents at its document length) on the bundled SciFact sample's judged trainin
 order alternates (float32, bfloat16, bfloat16, float32, ...) so that a machine's drift falls on both. bfloat16 is
 forced here even where it is not native.
 
+Around the runs the build's speed probe (``aheadrank.buildtime.speed_probe``: the bi-encoder on 128 of the
+collection's documents against the reference rates) is taken before and after; a step's seconds over the probes'
+mean scale is the step at the reference machine's speed, what ``aheadrank.buildtime`` estimates a build's training
+from (``STEP_S`` in bfloat16, ``STEP_S_FLOAT32`` in float32).
+
     .venv/bin/python bench/train_precision.py --variant mores-2ib-s2 --steps 4 --repeats 2 \\
         --out bench/results/train-precision
 
-Writes ``--out``/``train_precision.{json,md}``: seconds per step of each run, the medians and their ratio.
+Writes ``--out``/``train_precision.{json,md}``: seconds per step of each run, the medians, their ratio (both
+precisions run) and each at the reference speed.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+PRECISIONS = ("float32", "bfloat16")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -37,6 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--base", default=None, help="base model folder (default: the packaged one)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2, help="runs of each precision")
+    ap.add_argument(
+        "--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS), help="the precisions to time"
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "train-precision")
     return ap.parse_args(argv)
@@ -91,20 +101,34 @@ def one_run(args, data, bf16: bool) -> dict:
     }
 
 
+def probe_scale(args, texts: list[str]) -> float:
+    """The build's speed probe on ``texts``: this machine's bi-encoder time over the reference's for them."""
+    from aheadrank.indexer.build import get_ranker
+
+    from aheadrank.buildtime import speed_probe
+
+    return speed_probe(texts, get_ranker(str(args.base or ""), None, "cpu", None, "dense"))["scale"]
+
+
 def table(record: dict) -> str:
     lines = [
-        f"## Training steps on the CPU: float32 against bfloat16 autocast ({record['variant']}, {record['steps']} "
-        f"steps a run, CPU {record['cpu_capability']}, bfloat16 in hardware: {record['bf16_native']})",
+        f"## Training steps on the CPU: {' against '.join(record['precisions'])} ({record['variant']}, "
+        f"{record['steps']} steps a run, CPU {record['cpu_capability']}, bfloat16 in hardware: "
+        f"{record['bf16_native']})",
         "",
-        "| precision | runs | s / step (median) | each run (s / step) |",
-        "|---|---:|---:|---|",
+        "| precision | runs | s / step (median) | each run (s / step) | at the reference speed (s / step) |",
+        "|---|---:|---:|---|---:|",
     ]
-    for p in ("float32", "bfloat16"):
+    for p in record["precisions"]:
         each = [r["s_per_step"] for r in record["runs"] if r["precision"] == p]
         lines.append(
-            f"| {p} | {len(each)} | {record['median'][p]:.3f} | {', '.join(f'{x:.3f}' for x in each)} |"
+            f"| {p} | {len(each)} | {record['median'][p]:.3f} | {', '.join(f'{x:.3f}' for x in each)} "
+            f"| {record['reference_s_per_step'][p]:.2f} |"
         )
-    lines += ["", f"bfloat16 / float32: **{record['ratio']:.2f}x** the time a step"]
+    probes = ", ".join(f"{x:.2f}" for x in record["probe_scales"])
+    lines += ["", f"Speed probe (this machine over the reference, before and after the runs): {probes}"]
+    if record.get("ratio"):
+        lines += ["", f"bfloat16 / float32: **{record['ratio']:.2f}x** the time a step"]
     return "\n".join(lines)
 
 
@@ -113,26 +137,36 @@ def main(argv=None) -> int:
     import torch
     from benchkit import machine_info, write_json
 
+    from aheadrank.buildtime import ProbeSample
+
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     data = training_data(args.collection)
+    sample = ProbeSample()  # the build's own sample of the collection
+    for docid in sorted(data.texts):
+        sample.add(data.texts[docid])
+    texts = sample.texts
     t0 = time.perf_counter()
-    order = [False, True, True, False] * args.repeats
-    runs = [one_run(args, data, bf16) for bf16 in order[: 2 * args.repeats]]
-    median = {
-        p: statistics.median(r["s_per_step"] for r in runs if r["precision"] == p)
-        for p in ("float32", "bfloat16")
-    }
+    scales = [probe_scale(args, texts)]
+    chosen = [p for p in PRECISIONS if p in args.precisions]
+    order = (chosen + chosen[::-1]) * args.repeats
+    runs = [one_run(args, data, p == "bfloat16") for p in order[: len(chosen) * args.repeats]]
+    scales.append(probe_scale(args, texts))
+    median = {p: statistics.median(r["s_per_step"] for r in runs if r["precision"] == p) for p in chosen}
+    scale = statistics.fmean(scales)
     record = {
         "benchmark": "train_precision",
         "command": ["python", "bench/train_precision.py", *(argv if argv is not None else sys.argv[1:])],
         "variant": args.variant,
         "steps": args.steps,
+        "precisions": chosen,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "bf16_native": training.cpu_bf16_native(),
         "runs": runs,
         "median": median,
-        "ratio": median["bfloat16"] / median["float32"],
+        "ratio": median["bfloat16"] / median["float32"] if len(chosen) == 2 else None,
+        "probe_scales": scales,
+        "reference_s_per_step": {p: median[p] / scale for p in chosen},
         "machine": machine_info(args.threads),
     }
     md = table(record)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 from aheadrank.rankers.recipe import LABEL_FREE_STEPS, POOL_DOCS, RECIPES
 
 from aheadrank import buildtime
@@ -43,6 +44,16 @@ def test_the_cost_follows_the_documents_their_length_and_the_steps():
     short = dataclasses.replace(SCIFACT, mean_words=40.0)
     assert stored_sequences(short) == stored_sequences(dataclasses.replace(short, passages=False))
     assert stored_sequences(plain) == SCIFACT.documents  # the first window only
+
+
+def test_a_cpu_that_trains_in_float32_is_estimated_at_the_float32_step():
+    from aheadrank.buildtime import STEP_S, STEP_S_FLOAT32
+
+    trained = dataclasses.replace(SCIFACT, steps=360)
+    f32 = dataclasses.replace(trained, float32_steps=True)
+    extra = reference_seconds(f32)["train"] - reference_seconds(trained)["train"]
+    assert extra == pytest.approx(360 * (STEP_S_FLOAT32 - STEP_S)) and STEP_S_FLOAT32 > STEP_S
+    assert reference_seconds(dataclasses.replace(SCIFACT, float32_steps=True)) == reference_seconds(SCIFACT)
 
 
 def test_the_reference_reproduces_the_measured_scifact_build_within_its_order():
@@ -88,6 +99,15 @@ def test_a_label_free_plan_estimates_what_the_build_will_run(tmp_path):
     judged = workload(BuildPlan(str(tmp_path / "beir"), str(tmp_path / "o"), ranker="tk"), info)
     assert judged.steps == RECIPES["cpu"].steps and judged.queries == 2 and not judged.passages
     assert judged.cost == "tk" and judged.window == RECIPES["cpu"].max_doc_len
+    # the step's precision as the collection stage found the CPU (a record from before it: the reference's bfloat16)
+    assert not judged.float32_steps
+    avx2 = workload(
+        BuildPlan(str(tmp_path / "beir"), str(tmp_path / "o"), ranker="tk"),
+        {**info, "cpu_bf16_native": False},
+    )
+    assert avx2.float32_steps
+    gpu = BuildPlan(str(tmp_path / "beir"), str(tmp_path / "o"), ranker="tk", device="cuda")
+    assert not workload(gpu, {**info, "cpu_bf16_native": False}).float32_steps  # the GPU recipe, probe-scaled
 
 
 def test_the_window_prior_adds_its_windows_to_the_dense_stage(tmp_path):
@@ -159,7 +179,12 @@ def test_the_probe_scales_the_reference_by_its_time_against_the_reference_for_th
     assert enc.calls == [(8, 8), (2 * PROBE_BATCH, PROBE_BATCH)]  # a warm-up batch, then the two batches
     picks = probe_batches([10 + i for i in range(300)])
     ref = DENSE_S[0] * len(picks) + DENSE_S[1] * sum(10 + i for i in picks)
-    assert got == {"documents": 2 * PROBE_BATCH, "seconds": 3.0, "scale": float(f"{3.0 / ref:.4g}")}
+    assert got == {
+        "documents": 2 * PROBE_BATCH,
+        "seconds": 3.0,
+        "scale": float(f"{3.0 / ref:.4g}"),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
     with pytest.raises(ValueError, match="at least one document"):
         speed_probe([], _Encoder())
 

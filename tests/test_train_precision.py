@@ -44,3 +44,20 @@ def test_bench_times_both_precisions_alternately(tiny_base, tmp_path, monkeypatc
     assert training.cpu_bf16_native is not None and record["bf16_native"] == training.cpu_bf16_native()
     md = (out / "train_precision.md").read_text()
     assert "| float32 | 1 |" in md and "| bfloat16 | 1 |" in md and "bfloat16 / float32:" in md
+    # the step at the reference speed: its seconds over the mean of the speed probes taken before and after
+    assert len(record["probe_scales"]) == 2 and all(x > 0 for x in record["probe_scales"])
+    scale = sum(record["probe_scales"]) / 2
+    for p in ("float32", "bfloat16"):
+        assert record["reference_s_per_step"][p] == pytest.approx(record["median"][p] / scale)
+
+
+def test_bench_times_one_precision_alone(tiny_base, tmp_path):
+    out = tmp_path / "out"
+    argv = ["--base", str(tiny_base), "--steps", "1", "--repeats", "2", "--precisions", "float32"]
+    assert train_precision.main([*argv, "--threads", "1", "--out", str(out)]) == 0
+    record = json.loads((out / "train_precision.json").read_text())
+    assert [r["precision"] for r in record["runs"]] == ["float32", "float32"] and record["ratio"] is None
+    md = (out / "train_precision.md").read_text()
+    assert "| float32 | 2 |" in md and "bfloat16" not in md.split("\n", 1)[1].replace(
+        "bfloat16 in hardware", ""
+    )
