@@ -4,7 +4,10 @@ Groups of one judged-relevant document and n negatives sampled from the query's 
 candidates, localised softmax cross-entropy (the positive is class 0), AdamW with linear warm-up and
 linear decay, gradient accumulation, periodic validation on held-out training queries (the best checkpoint
 is kept), mixed precision on CUDA, and a ``train-state.pt`` next to the checkpoint so a stopped run resumes
-where it stopped. Optional distillation: MSE between the student's and a teacher ranker's scores.
+where it stopped (written at each validation and at least every :data:`SAVE_EVERY_S` seconds between them, so a
+slow machine killed between validations loses minutes, not hours). Without a progress bar a log line says the
+step, its rate and the time left every :data:`LOG_EVERY_S` seconds. Optional distillation: MSE between the
+student's and a teacher ranker's scores.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from aheadrank.rankers.spec import option
 from aheadrank.rankers.text import pad
 
 log = logging.getLogger("aheadrank.train")
+SAVE_EVERY_S = 600.0  # the resumable state at least this often (a CPU step of the recipe takes 2-25 s)
+LOG_EVERY_S = 300.0  # without a progress bar: a line this often between validations
 NEGATIVE_SAMPLING = ("uniform", "spread")
 
 
@@ -410,6 +415,7 @@ def _train(
     bar = tqdm(total=cfg.steps, initial=step, desc=f"train {ranker.kind}", unit="step", disable=not progress)
     start, seen = time.perf_counter(), 0
     limit = cfg.steps if stop_after is None else min(cfg.steps, step + stop_after)
+    first, saved, said = step, start, start
     while step < limit:
         opt.zero_grad(set_to_none=True)
         total = 0.0
@@ -442,7 +448,19 @@ def _train(
         bar.update(1)
         bar.set_postfix(loss=f"{total:.4f}", ex_s=f"{rate:.1f}")
         history.append({"step": step, "loss": total})
-        if step % cfg.eval_every == 0 or step in (cfg.steps, limit):
+        now = time.perf_counter()
+        if not progress and now - said >= LOG_EVERY_S:
+            said, per_step = now, (now - start) / (step - first)
+            log.info(
+                "step %d/%d loss %.4f, %.1f s a step so far, about %d min left",
+                step,
+                cfg.steps,
+                total,
+                per_step,
+                math.ceil(per_step * (limit - step) / 60),
+            )
+        validate = step % cfg.eval_every == 0 or step in (cfg.steps, limit)
+        if validate:
             metric = (
                 validation_metric(rerank_queries(ranker, data, val_q, cfg.val_depth), data.qrels)
                 if val_q
@@ -469,6 +487,7 @@ def _train(
                         },
                     },
                 )
+        if validate or time.perf_counter() - saved >= SAVE_EVERY_S:
             torch.save(
                 {
                     "config": asdict(cfg),
@@ -486,6 +505,7 @@ def _train(
                 },
                 state_path,
             )
+            saved = time.perf_counter()
     bar.close()
     ranker.eval()
     for p in frozen:  # frozen tables are given back

@@ -126,6 +126,41 @@ def test_resumed_run_continues_where_it_stopped(tiny_base, tmp_path):
         assert torch.allclose(a, b, atol=1e-6), name
 
 
+def test_a_run_killed_between_validations_resumes_from_its_last_timed_save(
+    tiny_base, tmp_path, monkeypatch, caplog
+):
+    import aheadrank.rankers.training as training
+
+    data = planted_data(2)
+    cfg = TrainConfig(steps=8, group_size=3, queries_per_step=2, lr=1e-3, eval_every=8, val_queries=4, seed=5)
+    straight = init_ranker("tk", base=tiny_base, tk_heads=4, max_doc_len=32)
+    train(straight, data, tmp_path / "a", cfg, progress=False)
+
+    monkeypatch.setattr(training, "SAVE_EVERY_S", 0.0)  # a slow machine: every step is past the interval
+    monkeypatch.setattr(training, "LOG_EVERY_S", 0.0)
+    sample, calls = training.sample_group, []
+
+    def killed_in_step_6(*args):
+        calls.append(1)
+        if len(calls) > 5 * cfg.queries_per_step:
+            raise KeyboardInterrupt  # the process dies in step 6, before any validation but step 0's
+        return sample(*args)
+
+    monkeypatch.setattr(training, "sample_group", killed_in_step_6)
+    stopped = init_ranker("tk", base=tiny_base, tk_heads=4, max_doc_len=32)
+    with caplog.at_level("INFO", logger="aheadrank.train"), pytest.raises(KeyboardInterrupt):
+        train(stopped, data, tmp_path / "b", cfg, progress=False)
+    said = [r.getMessage() for r in caplog.records if "s a step so far" in r.getMessage()]
+    assert [m.split(" loss")[0] for m in said] == [f"step {i}/8" for i in range(1, 6)], said
+    assert torch.load(state_file(tmp_path / "b"), weights_only=False)["step"] == 5
+    monkeypatch.setattr(training, "sample_group", sample)
+    resumed = init_ranker("tk", base=tiny_base, tk_heads=4, max_doc_len=32)  # a fresh process
+    res = train(resumed, data, tmp_path / "b", cfg, progress=False)
+    assert res.steps == 8 and [h["step"] for h in res.history] == list(range(1, 9))
+    for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
 @pytest.mark.parametrize("legacy", [False, True])
 def test_resuming_another_rankers_state_is_refused(tiny_base, tmp_path, legacy):
     """A stopped run's state is never loaded into a ranker of another shape (a build whose kind now resolves to
