@@ -416,6 +416,7 @@ def _train(
     start, seen = time.perf_counter(), 0
     limit = cfg.steps if stop_after is None else min(cfg.steps, step + stop_after)
     first, saved, said = step, start, start
+    partial = state_path.with_name(state_path.name + ".partial")
     while step < limit:
         opt.zero_grad(set_to_none=True)
         total = 0.0
@@ -503,8 +504,10 @@ def _train(
                     "rng": rng.getstate(),
                     "torch_rng": torch.get_rng_state(),
                 },
-                state_path,
+                partial,
             )
+            # whole or not at all: a run killed while writing keeps its last state
+            partial.replace(state_path)
             saved = time.perf_counter()
     bar.close()
     ranker.eval()
