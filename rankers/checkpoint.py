@@ -18,7 +18,9 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from aheadrank.rankers.base import Ranker
@@ -91,18 +93,28 @@ def read_priors_json(path: str | os.PathLike, verify: bool = True) -> dict | Non
         raise CheckpointError(f"checkpoint {path}: priors.json is not valid JSON ({exc})") from exc
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """``write`` into a hidden temp file beside ``path``, on disk, then renamed over it: ``path`` is whole or as it
+    was, whatever stops the process (the temp file goes on an error; a kill may leave it, never read)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)  # the rename itself on disk before the next step
     finally:
         os.close(fd)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    atomic_write(path, lambda fh: fh.write(text.encode()))
 
 
 def tokenizer_fingerprint(path: str | os.PathLike) -> tuple[str, list[str]]:

@@ -12,6 +12,7 @@ student's and a teacher ranker's scores.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -25,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from aheadrank.rankers.base import Ranker
-from aheadrank.rankers.checkpoint import save_checkpoint
+from aheadrank.rankers.checkpoint import atomic_write, save_checkpoint
 from aheadrank.rankers.spec import option
 from aheadrank.rankers.text import pad
 
@@ -416,7 +417,6 @@ def _train(
     start, seen = time.perf_counter(), 0
     limit = cfg.steps if stop_after is None else min(cfg.steps, step + stop_after)
     first, saved, said = step, start, start
-    partial = state_path.with_name(state_path.name + ".partial")
     while step < limit:
         opt.zero_grad(set_to_none=True)
         total = 0.0
@@ -489,25 +489,22 @@ def _train(
                     },
                 )
         if validate or time.perf_counter() - saved >= SAVE_EVERY_S:
-            torch.save(
-                {
-                    "config": asdict(cfg),
-                    "ranker": ranker_shape(ranker),
-                    "model": ranker.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict(),
-                    "scaler": scaler.state_dict(),
-                    "step": step,
-                    "best": best,
-                    "best_step": best_step,
-                    "history": history,
-                    "rng": rng.getstate(),
-                    "torch_rng": torch.get_rng_state(),
-                },
-                partial,
-            )
+            snapshot = {
+                "config": asdict(cfg),
+                "ranker": ranker_shape(ranker),
+                "model": ranker.state_dict(),
+                "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(),
+                "scaler": scaler.state_dict(),
+                "step": step,
+                "best": best,
+                "best_step": best_step,
+                "history": history,
+                "rng": rng.getstate(),
+                "torch_rng": torch.get_rng_state(),
+            }
             # whole or not at all: a run killed while writing keeps its last state
-            partial.replace(state_path)
+            atomic_write(state_path, functools.partial(torch.save, snapshot))
             saved = time.perf_counter()
     bar.close()
     ranker.eval()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -155,11 +154,11 @@ def test_a_run_killed_between_validations_resumes_from_its_last_timed_save(
     assert [m.split(" loss")[0] for m in said] == [f"step {i}/8" for i in range(1, 6)], said
     assert torch.load(state_file(tmp_path / "b"), weights_only=False)["step"] == 5
     monkeypatch.setattr(training, "sample_group", sample)
-    # killed again while writing the state of step 6: the torn bytes are the partial file's, the state stays step 5
+    # killed again while writing the state of step 6: the torn bytes are the temp file's, the state stays step 5
     save = torch.save
 
-    def torn(obj, path, *args, **kw):
-        Path(path).write_bytes(b"torn")
+    def torn(obj, fh, *args, **kw):
+        fh.write(b"torn")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(torch, "save", torn)
@@ -173,6 +172,7 @@ def test_a_run_killed_between_validations_resumes_from_its_last_timed_save(
         )
     monkeypatch.setattr(torch, "save", save)
     assert torch.load(state_file(tmp_path / "b"), weights_only=False)["step"] == 5
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp file left
     resumed = init_ranker("tk", base=tiny_base, tk_heads=4, max_doc_len=32)  # a fresh process
     res = train(resumed, data, tmp_path / "b", cfg, progress=False)
     assert res.steps == 8 and [h["step"] for h in res.history] == list(range(1, 9))
