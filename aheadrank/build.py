@@ -785,6 +785,7 @@ def workload(plan: BuildPlan, collection: dict):
     record (its documents and their mean length)."""
     from aheadrank.buildtime import Workload, cost_key, judged_queries
     from aheadrank.rankers.recipe import POOL_DOCS, recipe_for, resolve_training
+    from aheadrank.rankers.training import saved_step
 
     variant = plan_variant(plan)
     split = judged_split(plan.collection, plan.labels)
@@ -813,6 +814,8 @@ def workload(plan: BuildPlan, collection: dict):
         # the collection stage found it (a record from before it said nothing: the reference's bfloat16)
         float32_steps=not str(plan.device).startswith("cuda")
         and not (cfg.cpu_amp and collection.get("cpu_bf16_native", True)),
+        # a train stage stopped part-way resumes from its saved state: only the steps after it are left
+        steps_done=min(saved_step(paths(plan.out)["checkpoint"]), steps),
     )
 
 
@@ -831,7 +834,8 @@ def estimate(
         return None
     probe = None
     try:
-        ref = reference_seconds(workload(plan, record.stages["collection"]))
+        work = workload(plan, record.stages["collection"])
+        ref = reference_seconds(work)
         scale = None
         if after != "collection" and dense_timed(record.stages["dense"]):
             scale = max(float(record.stages["dense"].get("seconds", 0)), 1.0) / max(ref["dense"], 1.0)
@@ -843,7 +847,12 @@ def estimate(
         return None
     ahead = STAGES[STAGES.index(after) + 1 : (STAGES.index(until) + 1) if until else None]
     left = {s: ref[s] * (scale or 1.0) for s in ahead if s not in record.stages}
-    return estimate_line(left, scale, earlier, probe, refined=after == "collection") if left else None
+    resumed = (work.steps_done, work.steps) if work.steps_done else None
+    return (
+        estimate_line(left, scale, earlier, probe, refined=after == "collection", resumed=resumed)
+        if left
+        else None
+    )
 
 
 def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:

@@ -12,8 +12,9 @@ passages) and, for how the rankers compare with one another in one run, ``defaul
   where the build stores the window prior, about 6 ms a sentence window (each of a document's 2-sentence windows
   with its title; SciFact's 5,183 abstracts have about 43,000: 4-5 minutes);
 - ``train``: the ranker's start (fits, the step-0 validation; PreTTR's pooled map on up to 8,192 documents) plus
-  its steps (2.6 s a step for MORES 2×IB S2 in the recipe's bfloat16, 360 steps in 935 s; in float32, where the CPU
-  has no bfloat16 in hardware, STEP_S_FLOAT32; the others by their ratio to it);
+  its steps, only those still to run where a stopped train stage resumes from its saved state (2.6 s a step for
+  MORES 2×IB S2 in the recipe's bfloat16, 360 steps in 935 s; in float32, where the CPU has no bfloat16 in
+  hardware, STEP_S_FLOAT32; the others by their ratio to it);
 - ``store``: the sequences the ranker encodes (each document's first window, and with passages every passage:
   windows of the ranker's length overlapping by a quarter), about 11.5 ms each for MORES whatever their length
   (SciFact 10.6 ms without passages and 11.7 ms with them, 23,738 sequences in 277 s; MS MARCO's 57,175 short
@@ -93,6 +94,9 @@ class Workload:
     windows: int = 0  # sentence windows the dense stage embeds (the window prior; 0 without it)
     # the CPU trains in float32 (no bfloat16 in hardware, or the recipe asks for none)
     float32_steps: bool = False
+    steps_done: int = (
+        0  # a resumed train stage: the steps its saved state holds (rankers.training.saved_step)
+    )
 
 
 def stored_sequences(w: Workload) -> float:
@@ -120,7 +124,9 @@ def reference_seconds(w: Workload) -> dict[str, float]:
         "bm25": BM25_S[0] + BM25_S[1] * words,
         "queries": QUERY_S * w.queries,
         "dense": DENSE_S[0] * w.documents + DENSE_S[1] * words + WINDOW_S * w.windows,
-        "train": k["start"] + POOL_FIT_S * w.pool_docs + step_s(w) * k["step"] * w.steps,
+        "train": k["start"]
+        + POOL_FIT_S * w.pool_docs
+        + step_s(w) * k["step"] * max(w.steps - w.steps_done, 0),
         "store": STORE_S_PER_SEQUENCE * k["store"] * stored_sequences(w),
         "priors": PRIORS_S,
     }
@@ -213,14 +219,18 @@ def estimate_line(
     earlier: bool = False,
     probe: int | None = None,
     refined: bool = True,
+    resumed: tuple[int, int] | None = None,
 ) -> str:
     """One line: the stages still to run with their estimated time, and what the rates are: the reference
     (``scale`` None), scaled by the dense stage's time, or (``probe``: its number of documents) by the probe's
     (:func:`speed_probe`). ``earlier``: the scale was timed in an earlier run or another build, maybe on a
     machine busier or idler than now. ``refined``: a line after the dense stage will say it better (not when
-    the dense stage has run and its time could not be used)."""
+    the dense stage has run and its time could not be used). ``resumed``: (step, steps) where the train stage
+    resumes from its saved state."""
     total = sum(left.values())
     parts = ", ".join(f"{stage} {duration(s)}" for stage, s in left.items() if s >= 1) or "each under 1 s"
+    if resumed and "train" in left:
+        parts += f"; train resumes at step {resumed[0]} of {resumed[1]}"
     if scale is None:
         how = "at the reference rates of 2 idle CPU cores (aheadrank/buildtime.py), refined after the dense stage"
     else:

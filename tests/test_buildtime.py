@@ -198,3 +198,37 @@ def test_the_line_says_what_scaled_it():
     assert "refined" not in estimate_line({"store": 300.0}, 2.0) and "probe" not in estimate_line(
         {"s": 1}, 2.0
     )
+
+
+def test_a_resumed_train_stage_is_estimated_from_the_steps_its_saved_state_has_left(tmp_path):
+    """A train stage stopped part-way resumes from its saved state (rankers.training): the estimate counts only the
+    steps after it, and says where it resumes."""
+    from aheadrank.rankers.training import state_file
+
+    from aheadrank.build import paths
+
+    trained = dataclasses.replace(SCIFACT, steps=360)
+    resumed = dataclasses.replace(trained, steps_done=149)
+    saved = reference_seconds(trained)["train"] - reference_seconds(resumed)["train"]
+    assert saved == pytest.approx(149 * 2.6)
+    assert reference_seconds(dataclasses.replace(trained, steps_done=360))["train"] == pytest.approx(
+        KIND_COST["mores"]["start"]
+    )
+    coll = tmp_path / "c.jsonl"
+    coll.write_text('{"id": "d1", "contents": "a b c"}\n')
+    plan = BuildPlan(str(coll), str(tmp_path / "o"), labels="none", steps=200)
+    info = {"documents": 100, "mean_words": 55.0}
+    assert workload(plan, info).steps_done == 0  # nothing saved
+    state = state_file(paths(plan.out)["checkpoint"])
+    state.parent.mkdir(parents=True)
+    state.write_bytes(b"not a state")  # unreadable: the estimate does not count on it (training refuses it)
+    assert workload(plan, info).steps_done == 0
+    torch.save({"step": 149, "model": {"w": torch.zeros(3)}}, state)
+    assert workload(plan, info).steps_done == 149
+    torch.save({"step": 900}, state)  # never more than the plan's steps
+    assert workload(plan, info).steps_done == 200
+    line = estimate_line({"train": 600.0}, None, resumed=(149, 360))
+    assert line.startswith("[estimate] about 10 min left (train 10 min; train resumes at step 149 of 360)")
+    assert "resumes" not in estimate_line(
+        {"store": 600.0}, None, resumed=(149, 360)
+    )  # the train stage is done
