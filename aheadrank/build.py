@@ -35,7 +35,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -43,6 +42,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from aheadrank.errors import AheadrankError
+from aheadrank.fsfaults import atomic_write, atomic_write_text
 
 log = logging.getLogger("aheadrank.build")
 
@@ -215,9 +215,7 @@ def read_record(out: str | Path) -> BuildRecord | None:
 
 
 def _write_record(out: Path, record: BuildRecord) -> None:
-    tmp = out / (BUILD_FILE + ".tmp")
-    tmp.write_text(json.dumps(asdict(record), indent=2) + "\n")
-    os.replace(tmp, out / BUILD_FILE)
+    atomic_write_text(out / BUILD_FILE, json.dumps(asdict(record), indent=2) + "\n")
 
 
 # the plan's fields that decide what the stages make: a rerun that changes one a finished stage depends on is refused
@@ -415,10 +413,7 @@ def stage_queries(plan: BuildPlan, search: Search | None = None) -> dict:
     alias_texts = {a: pq.texts[a] for a in pq.aliases}
     blob = {"queries": pq.queries, "qrels": pq.qrels, "aliases": pq.aliases, "alias_texts": alias_texts}
     blob.update(kinds=pq.kinds, hits={q: [(d, round(float(x), 4)) for d, x in h] for q, h in hits.items()})
-    tmp = p["queries"].with_suffix(".tmp")
-    with gzip.open(tmp, "wt") as f:
-        json.dump(blob, f)
-    os.replace(tmp, p["queries"])
+    atomic_write(p["queries"], lambda fh: fh.write(gzip.compress(json.dumps(blob).encode(), mtime=0)))
     return {"pseudo_queries": len(pq.queries), "kinds": pq.counts()}
 
 

@@ -48,7 +48,6 @@ Paired comparison (:func:`compare`, :func:`paired_test`): run A is the baseline,
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -57,6 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from aheadrank.errors import AheadrankError
+from aheadrank.fsfaults import atomic_write_text
 from aheadrank.textio import text_lines
 
 Run = dict[str, dict[str, float]]
@@ -195,13 +195,9 @@ def write_run(path: str | Path, run: Mapping[str, Mapping[str, float]], tag: str
         for rank, docid in enumerate(ranking({d: float(s) for d, s in docs.items()}), start=1):
             lines.append(f"{qid} Q0 {docid} {rank} {float(docs[docid])!r} {tag}\n")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(lines)
-        os.replace(tmp, path)
+        atomic_write_text(path, "".join(lines))
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise RunFileError(f"cannot write run file {path}: {exc.strerror or exc}") from None
     return len(lines)
 

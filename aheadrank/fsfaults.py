@@ -1,5 +1,6 @@
-"""Filesystem faults for the builds: one exclusive lock per build target, and the cause of an OSError in
-words (disk full, read-only, permission denied), so that a failed build ends in one ``error:`` line."""
+"""Filesystem faults for the builds: one exclusive lock per build target, the cause of an OSError in words (disk
+full, read-only, permission denied), so that a failed build ends in one ``error:`` line, and the one atomic file
+write every part uses (:func:`atomic_write`: the file whole or as it was, whatever stops the process)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import contextlib
 import errno
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from aheadrank.errors import AheadrankError
 
@@ -30,6 +32,11 @@ _TEXT_CAUSES = (  # h5py and Java report the C error in the message, not in errn
     ("permission denied", errno.EACCES),
     ("accessdeniedexception", errno.EACCES),
     ("errno = 13", errno.EACCES),
+)
+
+
+TMP_SUFFIX = (
+    ".tmp"  # the temp files of atomic writes: `.NAME.<random>.tmp` (the store sweeps its own leftovers)
 )
 
 
@@ -125,3 +132,45 @@ def exclusive_lock(
         with contextlib.suppress(OSError):
             os.unlink(lock_file)  # while still held: a waiter that opened it sees the inode change
         os.close(fd)
+
+
+def temp_name(final: Path) -> Path:
+    """A unique hidden temp file next to ``final``: ``.NAME.<random>.tmp`` (never matched by a reader)."""
+    return final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` durable (a no-op where directories cannot be opened or synced)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """``write`` into a hidden temp file beside ``path`` (:func:`temp_name`), on disk, then renamed over it and the
+    rename synced: ``path`` is whole or as it was, whatever stops the process (the temp file goes on an error; a
+    kill may leave it, never read)."""
+    path = Path(path)
+    tmp = temp_name(path)
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """:func:`atomic_write` of ``text`` in UTF-8."""
+    atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))

@@ -26,6 +26,7 @@ for _name, _value in (
     os.environ.setdefault(_name, _value)
 
 import aheadrank  # noqa: E402  (after the offline variables)
+from aheadrank.fsfaults import atomic_write_text  # noqa: E402
 
 SAMPLE = Path(aheadrank.__file__).resolve().parent / "data" / "scifact-sample"  # the bundled SciFact sample
 _SOURCE = Path(__file__).resolve().parents[1]  # the checkout's root (for the git commit in machine records)
@@ -50,9 +51,7 @@ def clean(value):
 
 def write_json(path: Path, data) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(clean(data), indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(clean(data), indent=2) + "\n")
 
 
 def write_record(

@@ -86,17 +86,15 @@ def teacher_labels(queries: dict[str, str], hits: dict, dense_field: Path, devic
 
 def log_collection(collection: Path, labels: dict[str, str], out: Path) -> Path:
     """A copy of ``collection`` (links to its corpus, queries and test qrels) with the labels as qrels/teacher.tsv."""
+    from aheadrank.fsfaults import atomic_write_text
+
     (out / "qrels").mkdir(parents=True, exist_ok=True)
     for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
         link = out / name
         if not link.exists():
             link.symlink_to((collection / name).resolve())
-    tmp = out / "qrels" / f".{SPLIT}.tsv.tmp"
-    with open(tmp, "w") as f:
-        f.write("query-id\tcorpus-id\tscore\n")
-        for q, d in labels.items():
-            f.write(f"{q}\t{d}\t1\n")
-    tmp.replace(out / "qrels" / f"{SPLIT}.tsv")
+    lines = ["query-id\tcorpus-id\tscore\n", *(f"{q}\t{d}\t1\n" for q, d in labels.items())]
+    atomic_write_text(out / "qrels" / f"{SPLIT}.tsv", "".join(lines))
     return out
 
 

@@ -18,9 +18,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 import torch
 from aheadrank.rankers.base import Ranker
@@ -31,6 +29,7 @@ from aheadrank.rankers.text import TextEncoder
 from safetensors.torch import load_model, save_model
 
 from aheadrank.errors import CheckpointError
+from aheadrank.fsfaults import atomic_write_text
 
 REQUIRED = ("config.json", "model.safetensors", "fingerprint.json", "tokenizer_config.json")
 PRIORS_FILE = "priors.json"  # optional: the fitted score combination (aheadrank/priors.py), opaque here
@@ -62,10 +61,10 @@ def write_priors(path: str | os.PathLike, priors: dict) -> str:
     record = json.loads(fp_path.read_text())
     text = json.dumps(priors, indent=2, sort_keys=True) + "\n"
     digest = hashlib.sha256(text.encode()).hexdigest()
-    _atomic_write(fp_path, json.dumps({**record, "priors_pending_sha256": digest}, indent=2))
-    _atomic_write(path / PRIORS_FILE, text)
+    atomic_write_text(fp_path, json.dumps({**record, "priors_pending_sha256": digest}, indent=2))
+    atomic_write_text(path / PRIORS_FILE, text)
     record.pop("priors_pending_sha256", None)
-    _atomic_write(fp_path, json.dumps({**record, "priors_sha256": digest}, indent=2))
+    atomic_write_text(fp_path, json.dumps({**record, "priors_sha256": digest}, indent=2))
     return digest
 
 
@@ -91,30 +90,6 @@ def read_priors_json(path: str | os.PathLike, verify: bool = True) -> dict | Non
         return json.loads(file.read_text())
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"checkpoint {path}: priors.json is not valid JSON ({exc})") from exc
-
-
-def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """``write`` into a hidden temp file beside ``path``, on disk, then renamed over it: ``path`` is whole or as it
-    was, whatever stops the process (the temp file goes on an error; a kill may leave it, never read)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # the rename itself on disk before the next step
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    atomic_write(path, lambda fh: fh.write(text.encode()))
 
 
 def tokenizer_fingerprint(path: str | os.PathLike) -> tuple[str, list[str]]:
@@ -163,7 +138,7 @@ def record_tokenizer(path: str | os.PathLike, replace: bool = False) -> str:
             f"checkpoint {path}: its tokenizer files differ from the recorded ones; restore them, or pass "
             "--replace to record these (and rebuild every store built by this checkpoint)"
         )
-    _atomic_write(
+    atomic_write_text(
         path / "fingerprint.json",
         json.dumps({**record, "tokenizer_sha256": digest, "tokenizer_files": names}, indent=2),
     )

@@ -26,9 +26,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from aheadrank.rankers.base import Ranker
-from aheadrank.rankers.checkpoint import atomic_write, save_checkpoint
+from aheadrank.rankers.checkpoint import save_checkpoint
 from aheadrank.rankers.spec import option
 from aheadrank.rankers.text import pad
+
+from aheadrank.fsfaults import atomic_write
 
 log = logging.getLogger("aheadrank.train")
 SAVE_EVERY_S = 600.0  # the resumable state at least this often (a CPU step of the recipe takes 2-25 s)

@@ -1,13 +1,14 @@
-"""Durable file operations: fsync, atomic replace, checksums."""
+"""Durable file operations of the store: fsync, commit of a written shard, checksums, the sweep of temp files
+(the atomic write itself, its temp names and the directory sync are :mod:`aheadrank.fsfaults`')."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import uuid
 from pathlib import Path
 
-TMP_SUFFIX = ".tmp"
+from aheadrank.fsfaults import TMP_SUFFIX, fsync_dir
+
 _CHUNK = 8 << 20
 
 
@@ -19,43 +20,10 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` durable (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def temp_name(final: Path) -> Path:
-    """A unique hidden temp file next to ``final``: ``.NAME.<random>.tmp`` (never matched by a reader)."""
-    return final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
-
-
 def commit_file(tmp: Path, final: Path) -> None:
     """fsync ``tmp``, rename it over ``final`` atomically, fsync the directory."""
     fsync_file(tmp)
     os.replace(tmp, final)
-    fsync_dir(final.parent)
-
-
-def atomic_write_bytes(final: Path, data: bytes) -> None:
-    tmp = temp_name(final)
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     fsync_dir(final.parent)
 
 

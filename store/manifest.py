@@ -8,11 +8,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aheadrank.store._io import atomic_write_bytes
 from aheadrank.store.spec import FORMAT, FORMAT_VERSION, ZSTD_LEVEL, StoreSpec
 
 from aheadrank import __version__
 from aheadrank.errors import StoreError
+from aheadrank.fsfaults import atomic_write
 
 MANIFEST_NAME = "manifest.json"
 SHARD_PREFIX = "shard-"
@@ -223,7 +223,7 @@ def read_manifest(path: str | Path) -> Manifest:
 def write_manifest_file(path: Path, manifest: Manifest) -> None:
     """Atomically (temp file, fsync, rename, fsync dir) write ``manifest`` to ``path/manifest.json``."""
     data = json.dumps(manifest.to_dict(), indent=2, sort_keys=False).encode("utf-8") + b"\n"
-    atomic_write_bytes(path / MANIFEST_NAME, data)
+    atomic_write(path / MANIFEST_NAME, lambda fh: fh.write(data))
 
 
 def check_shard_sequence(spec: StoreSpec, shards: list[ShardInfo], complete: bool) -> None:
