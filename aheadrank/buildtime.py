@@ -94,9 +94,8 @@ class Workload:
     windows: int = 0  # sentence windows the dense stage embeds (the window prior; 0 without it)
     # the CPU trains in float32 (no bfloat16 in hardware, or the recipe asks for none)
     float32_steps: bool = False
-    steps_done: int = (
-        0  # a resumed train stage: the steps its saved state holds (rankers.training.saved_step)
-    )
+    # a resumed train stage: the steps its saved state holds (rankers.training.saved_step)
+    steps_done: int = 0
 
 
 def stored_sequences(w: Workload) -> float:

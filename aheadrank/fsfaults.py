@@ -35,9 +35,8 @@ _TEXT_CAUSES = (  # h5py and Java report the C error in the message, not in errn
 )
 
 
-TMP_SUFFIX = (
-    ".tmp"  # the temp files of atomic writes: `.NAME.<random>.tmp` (the store sweeps its own leftovers)
-)
+# the temp files of atomic writes: `.NAME.<random>.tmp` (the store sweeps its own leftovers)
+TMP_SUFFIX = ".tmp"
 
 
 class BuildLockedError(AheadrankError):
