@@ -1,5 +1,5 @@
 """Durable file operations of the store: fsync, commit of a written shard, checksums, the sweep of temp files
-(the atomic write itself, its temp names and the directory sync are :mod:`aheadrank.fsfaults`')."""
+(the atomic write itself, its temp names and the directory sync live in :mod:`aheadrank.fsfaults`)."""
 
 from __future__ import annotations
 
