@@ -27,7 +27,8 @@
 
 ``DIR/build.json`` records the plan and each finished stage with its seconds; a rerun skips what is done (a
 stage cut off half-way resumes through the resumable parts underneath it: Lucene's swap into place, the store's
-shards, training's ``train-state.pt``). ``aheadrank serve DIR`` serves the result.
+shards, training's ``train-state.pt``, removed once the train stage is done: :func:`drop_train_state`).
+``aheadrank serve DIR`` serves the result.
 """
 
 from __future__ import annotations
@@ -870,6 +871,23 @@ def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
         record.stages[stage] = {**other.stages[stage], "reused": str(plan.reuse)}
 
 
+def drop_train_state(out: Path, echo=print) -> int:
+    """Remove a finished train stage's resumable state (``rankers.training.state_file``): nothing reads it again,
+    since ``build.json`` marks the stage done and pins every setting a retraining would change (a rerun with other
+    steps, rate or teacher is refused). It is the model with its optimizer's moments, three times the checkpoint
+    (556 MB for MORES 2x IB S2). Also removes one an older build left behind. Returns the bytes freed."""
+    from aheadrank.rankers.training import state_file
+
+    state = state_file(paths(out)["checkpoint"])
+    try:
+        size = state.stat().st_size
+        state.unlink()
+    except FileNotFoundError:
+        return 0
+    echo(f"[train] removed its resumable state {state.name} ({size / 2**20:.0f} MB): the stage is done")
+    return size
+
+
 def peak_summary(stages: dict) -> str:
     """The build's last words on memory: the largest resident peak of the stages this build ran (not reused)
     and the largest anonymous one (:mod:`aheadrank.memory`), each with its stage; "" where none was measured."""
@@ -941,6 +959,8 @@ def build(
             echo(
                 f"[{stage}] {info['seconds']:.0f} s  {json.dumps({k: v for k, v in info.items() if k != 'seconds'})}"
             )
+        if stage == "train":
+            drop_train_state(out, echo)
         if stage in ("collection", "dense") and stage != until:
             line = estimate(plan, record, stage, until, earlier=stage not in ran)
             if line:

@@ -440,6 +440,34 @@ def test_a_build_trains_at_the_learning_rate_it_is_given_and_pins_it(passages, t
         build(plan(passages, out, tiny_base, lr=2e-5), echo=lambda _: None)
 
 
+def test_a_finished_train_stage_removes_its_resumable_state(passages, tiny_base, tmp_path):
+    """The train stage's resumable state (the model and its optimizer's moments) is never read once build.json marks
+    the stage done: the build removes it and says so; a rerun removes one an older build left behind, and keeps the
+    checkpoint it trained."""
+    from aheadrank.rankers.training import state_file
+
+    out = tmp_path / "state"
+    lines: list[str] = []
+    build(plan(passages, out, tiny_base, steps=2), until="train", echo=lines.append)
+    checkpoint = paths(out)["checkpoint"]
+    state = state_file(checkpoint)
+    assert read_record(out).stages["train"]["steps"] == 2
+    assert not state.exists() and load_ranker(checkpoint).config.extra["train"]["steps"] == 2
+    removed = [line for line in lines if line.startswith("[train] removed its resumable state")]
+    assert len(removed) == 1 and state.name in removed[0]
+    state.write_bytes(b"left by an older build")
+    lines.clear()
+    build(plan(passages, out, tiny_base, steps=2), until="train", echo=lines.append)
+    assert not state.exists() and any("removed its resumable state" in line for line in lines)
+    assert (
+        "[train] done before" in "\n".join(lines)
+        and load_ranker(checkpoint).config.extra["train"]["steps"] == 2
+    )
+    lines.clear()
+    build(plan(passages, out, tiny_base, steps=2), until="train", echo=lines.append)
+    assert not any("removed" in line for line in lines)  # nothing left: nothing said
+
+
 def test_a_build_fits_the_score_head_when_asked_and_pins_it(passages, tiny_base, tmp_path):
     """--fit-head reaches the trainer (the fit is recorded in the checkpoint) and a finished train stage refuses the
     other setting; without it nothing is fitted."""

@@ -493,6 +493,7 @@ def test_index_job_is_executable_bash():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
+    from aheadrank.rankers.training import state_file
     from aheadrank.services.process import ServeProcess
 
     from aheadrank.build import STAGES, label_free_weights, paths
@@ -522,6 +523,7 @@ def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
     stages = assert_build(build, 60)
     assert stages["queries"]["pseudo_queries"] >= 20 and stages["train"]["steps"] == 2
     ckpt = paths(build)["checkpoint"]
+    assert not state_file(ckpt).exists() and "[train] removed its resumable state" in first.stdout
     config = json.loads((ckpt / "config.json").read_text())
     # AHEADRANK_RANKER=tk without judgments: TK over every layer of the base (aheadrank.build.LABEL_FREE_VARIANTS)
     layers = json.loads((tiny_base / "config.json").read_text())["num_hidden_layers"]
