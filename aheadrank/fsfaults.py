@@ -1,11 +1,13 @@
 """Filesystem faults for the builds: one exclusive lock per build target, the cause of an OSError in words (disk
 full, read-only, permission denied), so that a failed build ends in one ``error:`` line, and the one atomic file
-write every part uses (:func:`atomic_write`: the file whole or as it was, whatever stops the process)."""
+write every part uses (:func:`atomic_write`: the file whole or as it was, whatever stops the process), and the one
+checksum of a written file (:func:`sha256_file`) the store and the checkpoints verify against."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -173,3 +175,17 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
 def atomic_write_text(path: Path, text: str) -> None:
     """:func:`atomic_write` of ``text`` in UTF-8."""
     atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+_HASH_BLOCK = 8 << 20
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The hex sha256 of a file, read in 8 MB blocks into one reused buffer."""
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as fh:
+        buf = bytearray(_HASH_BLOCK)
+        view = memoryview(buf)
+        while n := fh.readinto(buf):
+            digest.update(view[:n])
+    return digest.hexdigest()

@@ -29,21 +29,13 @@ from aheadrank.rankers.text import TextEncoder
 from safetensors.torch import load_model, save_model
 
 from aheadrank.errors import CheckpointError
-from aheadrank.fsfaults import atomic_write_text
+from aheadrank.fsfaults import atomic_write_text, sha256_file
 
 REQUIRED = ("config.json", "model.safetensors", "fingerprint.json", "tokenizer_config.json")
 PRIORS_FILE = "priors.json"  # optional: the fitted score combination (aheadrank/priors.py), opaque here
 # every file the tokenizer reads from a checkpoint (AutoTokenizer: tokenizer.json first, else vocab.txt)
 TOKENIZER_FINGERPRINT_FILES = (*TOKENIZER_FILES, "added_tokens.json")
 log = logging.getLogger("aheadrank.rankers")
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_priors(path: str | os.PathLike, priors: dict) -> str:

@@ -1,5 +1,5 @@
 """Durable file operations of the store: fsync, commit of a written shard, checksums, the sweep of temp files
-(the atomic write itself, its temp names and the directory sync live in :mod:`aheadrank.fsfaults`)."""
+(the atomic write itself, its temp names, the directory sync and ``sha256_file`` live in :mod:`aheadrank.fsfaults`)."""
 
 from __future__ import annotations
 
@@ -25,16 +25,6 @@ def commit_file(tmp: Path, final: Path) -> None:
     fsync_file(tmp)
     os.replace(tmp, final)
     fsync_dir(final.parent)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as fh:
-        buf = bytearray(_CHUNK)
-        view = memoryview(buf)
-        while n := fh.readinto(buf):
-            digest.update(view[:n])
-    return digest.hexdigest()
 
 
 def sha256_fd(fd: int, size: int, chunk: int = _CHUNK, on_bytes=None) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from aheadrank.store._io import commit_file, sha256_file
+from aheadrank.store._io import commit_file
 from aheadrank.store.manifest import ShardInfo, shard_file_name
 from aheadrank.store.quant import (
     all_finite_float16,
@@ -41,7 +41,7 @@ from aheadrank.store.texts import DATASET as TEXT_DATASET
 from aheadrank.store.texts import DIGEST_BYTES, TEXT_DIGEST, text_digests
 
 from aheadrank.errors import StoreError
-from aheadrank.fsfaults import temp_name
+from aheadrank.fsfaults import sha256_file, temp_name
 
 SHARD_FORMAT = f"{FORMAT}-shard"
 _WRITE_BLOCK_BYTES = 64 << 20

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from aheadrank.store._io import sha256_file
 from aheadrank.store.manifest import (
     DENSE_DIR,
     MANIFEST_NAME,
@@ -28,6 +27,7 @@ from aheadrank.store.shard import ShardMeta, read_shard_meta
 from aheadrank.store.texts import TEXT_DIGEST, text_digests
 
 from aheadrank.errors import StoreError
+from aheadrank.fsfaults import sha256_file
 
 if TYPE_CHECKING:
     from aheadrank.store.reader import StoreReader

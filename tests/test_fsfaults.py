@@ -3,10 +3,13 @@ training state, run files, build records, bench results): the file is whole or a
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from aheadrank.store._io import remove_temp_files
 
-from aheadrank.fsfaults import TMP_SUFFIX, atomic_write, atomic_write_text, temp_name
+from aheadrank import fsfaults
+from aheadrank.fsfaults import TMP_SUFFIX, atomic_write, atomic_write_text, sha256_file, temp_name
 
 
 def test_an_atomic_write_replaces_the_file_whole(tmp_path):
@@ -49,3 +52,15 @@ def test_a_killed_writers_temp_file_is_hidden_unique_and_swept_by_the_store(tmp_
     final.write_bytes(b"{}")
     assert remove_temp_files(tmp_path) == [a]
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 3 * 4096 + 17])
+def test_the_checksum_of_a_file_is_its_sha256_across_block_boundaries(tmp_path, monkeypatch, size):
+    """One checksum for the store's shards and the checkpoints' fingerprints: read in reused blocks (4 KB here),
+    it equals the sha256 of the file's bytes whatever the size against the block."""
+    monkeypatch.setattr(fsfaults, "_HASH_BLOCK", 4096)
+    data = bytes((i * 31 + 7) % 251 for i in range(size))
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    assert sha256_file(path) == hashlib.sha256(data).hexdigest()
+    assert sha256_file(str(path)) == hashlib.sha256(data).hexdigest()

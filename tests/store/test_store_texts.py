@@ -91,7 +91,7 @@ def test_a_shard_has_digests_for_all_its_documents_or_none(tmp_path):
 def rewrite_digest(path, shard_file, row, digest):
     """Overwrite one stored digest in place and record the file's new sha256 (what a buggy writer would leave:
     every file check passes, only the texts can tell)."""
-    from aheadrank.store._io import sha256_file
+    from aheadrank.fsfaults import sha256_file
 
     file = path / shard_file
     with h5py.File(file, "r+") as h5:
