@@ -30,7 +30,7 @@ from aheadrank.rankers.checkpoint import save_checkpoint
 from aheadrank.rankers.spec import option
 from aheadrank.rankers.text import pad
 
-from aheadrank.fsfaults import atomic_write
+from aheadrank.fsfaults import atomic_write, atomic_write_text
 
 log = logging.getLogger("aheadrank.train")
 SAVE_EVERY_S = 600.0  # the resumable state at least this often (a CPU step of the recipe takes 2-25 s)
@@ -527,7 +527,7 @@ def _train(
     for p in frozen:  # frozen tables are given back
         p.requires_grad_(True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "train-history.json").write_text(json.dumps(history))
+    atomic_write_text(out / "train-history.json", json.dumps(history))
     return TrainResult(step, best, best_step, time.perf_counter() - start, history)
 
 

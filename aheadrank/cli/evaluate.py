@@ -12,6 +12,7 @@ import typer
 from aheadrank.cli.app import app
 from aheadrank.cli.options import env, opt, user_errors
 from aheadrank.errors import AheadrankError
+from aheadrank.fsfaults import atomic_write_text
 
 _DEFAULT_METRICS = "nDCG@10,MRR@10,R@100,MAP,P@10"
 _DEFAULT_MARGINS = "0.02,0.05"
@@ -157,7 +158,7 @@ def evaluate_cmd(
     if json_out is not None:
         try:
             json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+            atomic_write_text(json_out, json.dumps(result, indent=2) + "\n")
         except OSError as exc:
             raise AheadrankError(f"cannot write {json_out}: {exc.strerror or exc}") from None
         console.print(f"wrote {json_out}", highlight=False)
