@@ -502,7 +502,7 @@ def zero_shot_eval(collection: Path, variants, checkpoints: dict, fusion_w: dict
     from aheadrank.evaluation import per_query, write_run
 
     bm25 = Bm25Hits(collection, args.workdir, args.progress)
-    queries, qrels = eval_topics(collection, args.split, None)
+    queries, qrels = eval_topics(collection, args.split, args.max_queries)
     candidates = bm25.hits(queries, args.depth)
     dense = ensure_dense_store(collection, args.base or "", args)
     feats = dense_features(dense, queries, candidates, qrels, args.device, args.base)
@@ -938,7 +938,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--collection", type=Path, default=None, help="BEIR directory (default: shared SciFact)")
     ap.add_argument("--train-split", default="train")
     ap.add_argument("--split", default="test", help="qrels split of the evaluated queries")
-    ap.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N queries")
+    ap.add_argument(
+        "--max-queries",
+        type=int,
+        default=None,
+        help="evaluate only the first N queries of --collection and of each --eval-collections",
+    )
     ap.add_argument("--depth", type=int, default=100, help="BM25 candidates re-ranked per query")
     ap.add_argument(
         "--recipe",
