@@ -874,8 +874,8 @@ def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
 def drop_train_state(out: Path, echo=print) -> int:
     """Remove a finished train stage's resumable state (``rankers.training.state_file``): nothing reads it again,
     since ``build.json`` marks the stage done and pins every setting a retraining would change (a rerun with other
-    steps, rate or teacher is refused). It is the model with its optimizer's moments, three times the checkpoint
-    (556 MB for MORES 2x IB S2). Also removes one an older build left behind. Returns the bytes freed."""
+    steps, rate or teacher is refused). It holds the weights three times over, the model and its optimizer's two
+    moments (556 MB for MORES 2x IB S2). Also removes one an older build left behind. Returns the bytes freed."""
     from aheadrank.rankers.training import state_file
 
     state = state_file(paths(out)["checkpoint"])
