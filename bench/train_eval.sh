@@ -23,7 +23,9 @@ mkdir -p "$W/$NAME"
 t0=$(date +%s)
 DENSE=()
 [ -d "$W/dense" ] && DENSE=(--dense-store "$W/dense")  # the first run builds it (into ckpt.dense, kept as WORK/dense)
-[ -f "$W/$NAME/ckpt/fingerprint.json" ] || $B train --ranker "$KIND" --collection "$C" --index "$W/bm25" \
+# train-history.json is written when training ends; the checkpoint exists from step 0 on (the initial weights are
+# saved as the first candidate), so a run stopped part-way is run again and resumes from its saved state
+[ -f "$W/$NAME/ckpt/train-history.json" ] || $B train --ranker "$KIND" --collection "$C" --index "$W/bm25" \
     --out "$W/$NAME/ckpt" "${DENSE[@]}" --no-progress "$@"
 [ -d "$W/dense" ] || { [ -d "$W/$NAME/ckpt.dense" ] && mv "$W/$NAME/ckpt.dense" "$W/dense"; }
 t1=$(date +%s)
