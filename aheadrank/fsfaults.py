@@ -1,7 +1,8 @@
 """Filesystem faults for the builds: one exclusive lock per build target, the cause of an OSError in words (disk
 full, read-only, permission denied), so that a failed build ends in one ``error:`` line, and the one atomic file
 write every part uses (:func:`atomic_write`: the file whole or as it was, whatever stops the process), and the one
-checksum of a written file (:func:`sha256_file`) the store and the checkpoints verify against."""
+checksum of a written file (:func:`sha256_file`, :func:`sha256_fd` on an open one) the store and the checkpoints
+verify against."""
 
 from __future__ import annotations
 
@@ -188,4 +189,20 @@ def sha256_file(path: str | os.PathLike) -> str:
         view = memoryview(buf)
         while n := fh.readinto(buf):
             digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def sha256_fd(fd: int, size: int, chunk: int = _HASH_BLOCK, on_bytes=None) -> str:
+    """sha256 of the first ``size`` bytes of an open file, read with ``pread`` (no file position, so it works on
+    a descriptor others use; a file cut short hashes what is left). ``on_bytes(n)`` after every block."""
+    digest = hashlib.sha256()
+    offset = 0
+    while offset < size:
+        block = os.pread(fd, min(chunk, size - offset), offset)
+        if not block:
+            break
+        digest.update(block)  # releases the GIL: a verifying thread leaves the others to run
+        offset += len(block)
+        if on_bytes is not None:
+            on_bytes(len(block))
     return digest.hexdigest()

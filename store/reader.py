@@ -25,7 +25,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 import numpy as np
-from aheadrank.store._io import sha256_fd
 from aheadrank.store.manifest import Manifest, read_manifest
 from aheadrank.store.quant import byte_table, decode_packed, dequantize_int8
 from aheadrank.store.shard import DatasetLoc, ShardMeta, read_shard_meta
@@ -34,7 +33,7 @@ from aheadrank.store.texts import DIGEST_BYTES, TEXT_DIGEST
 from aheadrank.store.vmap import Segment, Stitched, stitch
 
 from aheadrank.errors import StoreDamagedError, StoreError
-from aheadrank.fsfaults import sha256_file
+from aheadrank.fsfaults import sha256_fd, sha256_file
 
 if TYPE_CHECKING:
     import torch
