@@ -332,6 +332,8 @@ def stage_collection(plan: BuildPlan) -> dict:
         "titled": titled,
         "mean_words": round(words / docs, 1),
         "skipped": coll.report.skipped,
+        # TSV first lines naming the columns (`docid<TAB>text`), read as no document (indexer.collections)
+        **({"headers": coll.report.headers} if coll.report.headers else {}),
         "multi_window": round(multi / docs, 4),  # documents of two or more sentence windows (stores_windows)
         "windows": windows,  # their windows: what the window field embeds (aheadrank.buildtime)
         "cpu_bf16_native": cpu_bf16_native(),  # whether training on this CPU autocasts (the estimate's step rate)

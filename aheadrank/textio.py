@@ -136,3 +136,19 @@ def text_lines(
             raise error(f"{path}:{lineno}: invalid UTF-8 ({exc.reason})") from None
         if not skip_blank or line.strip():
             yield lineno, line
+
+
+# What the first line of a two-column TSV calls its columns when it names them (pandas' `to_csv(sep="\t")` writes
+# such a line): an id column, then a text column.
+_DOC_ID_NAMES = {"id", "_id", "docid", "doc_id", "doc-id", "did", "pid", "passage_id", "passage-id"}
+TSV_ID_NAMES = frozenset(_DOC_ID_NAMES | {"corpus-id", "corpus_id", "qid", "query_id", "query-id", "queryid"})
+TSV_TEXT_NAMES = frozenset(
+    {"text", "contents", "content", "passage", "body", "document", "doc", "query", "question", "title"}
+)
+
+
+def is_tsv_header(line: str) -> bool:
+    """Whether a TSV's first line names its two columns (``docid<TAB>text``, ``qid<TAB>query``, any case) rather
+    than holding a record: read as one, it would be a document called ``docid`` whose text is ``text``."""
+    columns = [c.strip().lower() for c in line.rstrip("\r\n").split("\t")]
+    return len(columns) == 2 and columns[0] in TSV_ID_NAMES and columns[1] in TSV_TEXT_NAMES

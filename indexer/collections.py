@@ -22,7 +22,7 @@ from enum import Enum
 from pathlib import Path
 
 from aheadrank.errors import CollectionError
-from aheadrank.textio import iter_lines, strip_compression_suffix
+from aheadrank.textio import is_tsv_header, iter_lines, strip_compression_suffix
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ class CollectionReport:
     files: list[str] = field(default_factory=list)
     lines: int = 0
     documents: int = 0
+    headers: int = 0  # TSV first lines naming the columns (``docid<TAB>text``): no record, no problem
     counts: Counter[str] = field(default_factory=Counter)
     examples: list[Problem] = field(default_factory=list)
 
@@ -104,6 +105,8 @@ class CollectionReport:
     def summary(self) -> str:
         where = ", ".join(self.files) if len(self.files) <= 3 else f"{len(self.files)} files"
         head = f"{where}: {self.documents:,} documents from {self.lines:,} lines"
+        if self.headers:
+            head += f" (a header line{'s' if self.headers > 1 else ''} naming the columns skipped)"
         if not self.problems:
             return head + ", no problems"
         kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(self.counts.items()))
@@ -122,6 +125,7 @@ class CollectionReport:
             "files": list(self.files),
             "lines": self.lines,
             "documents": self.documents,
+            "headers": self.headers,
             "problems": dict(sorted(self.counts.items())),
             "examples": [str(p) for p in self.examples],
         }
@@ -364,6 +368,9 @@ class Collection:
                     continue
                 if not line.strip():
                     problem(ProblemKind.BLANK_LINE, file, lineno, "blank line")
+                    continue
+                if lineno == 1 and self.format is CollectionFormat.TSV and is_tsv_header(line):
+                    report.headers += 1
                     continue
                 try:
                     docid, title, body = parse(line)

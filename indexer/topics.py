@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aheadrank.errors import CollectionError
 from aheadrank.evaluation import Qrels
-from aheadrank.textio import strip_compression_suffix, text_lines
+from aheadrank.textio import is_tsv_header, strip_compression_suffix, text_lines
 
 _QRELS_HEADER = ("query-id", "corpus-id", "score")
 
@@ -65,6 +65,8 @@ def read_queries(path: str | Path) -> dict[str, str]:
     parse = _query_from_tsv if is_tsv else _query_from_json
     queries: dict[str, str] = {}
     for lineno, line in _text_lines(path):
+        if is_tsv and lineno == 1 and is_tsv_header(line):  # `qid<TAB>text`: the columns' names, not a query
+            continue
         try:
             qid, text = parse(line)
             if isinstance(qid, bool) or not isinstance(qid, (str, int)) or not str(qid).strip():

@@ -6,6 +6,7 @@ import json
 import random
 import re
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -207,6 +208,17 @@ def test_a_build_begun_under_another_shard_size_goes_on_in_it_and_serves(
         scorer.windows.reader.close()
 
 
+def test_a_tsv_header_is_recorded_and_never_a_document(passages, tmp_path, tiny_base):
+    """A TSV exported with its columns named (`docid<TAB>text`, as pandas writes it): the collection stage counts
+    the 80 passages and the header apart, so no document called "docid" reaches BM25, the store or the queries."""
+    rows = [json.loads(line) for line in passages.read_text().splitlines()]
+    tsv = tmp_path / "passages.tsv"
+    tsv.write_text("docid\ttext\n" + "".join(f"{r['id']}\t{r['contents']}\n" for r in rows))
+    record = build(plan(tsv, tmp_path / "o", tiny_base), until="collection", echo=lambda _: None)
+    stage = record.stages["collection"]
+    assert (stage["format"], stage["documents"], stage["headers"], stage["skipped"]) == ("tsv", 80, 1, 0)
+
+
 def test_a_collection_that_cannot_be_used_is_one_error_line(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"id": "a", "contents": ""}\n{not json\n')
@@ -224,7 +236,8 @@ def test_build_bounds_the_jvm_heap_it_is_given_and_refuses_a_malformed_one(passa
 
     heaps, plans = [], []
     monkeypatch.setattr(bm25, "set_java_heap", lambda size: heaps.append(size))
-    monkeypatch.setattr(aheadrank.build, "build", lambda plan, **kw: plans.append(plan))
+    finished = SimpleNamespace(stages=dict.fromkeys(STAGES, {}))
+    monkeypatch.setattr(aheadrank.build, "build", lambda plan, **kw: plans.append(plan) or finished)
     args = ["build", "--collection", str(passages), "--out", str(tmp_path / "o")]
     assert CliRunner().invoke(app, [*args, "--java-heap", "1g"]).exit_code == 0
     assert CliRunner().invoke(app, args, env={"AHEADRANK_JAVA_HEAP": "700m"}).exit_code == 0

@@ -505,16 +505,20 @@ def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
     env = job_env(data, collection, tiny_base)
 
     # a job cut off after the queries stage (the same build, stopped there)
-    subprocess.run(
+    cut = subprocess.run(
         ["aheadrank", "build", "--collection", str(collection), "--out", str(build), "--ranker", "tk"]
         + ["--steps", "2", "--until", "queries"],
         env=env,
         capture_output=True,
+        text=True,
         check=True,
         timeout=240,
     )
+    # not "serve it": `aheadrank serve` refuses an unfinished build
+    assert "stopped before the dense stage (--until queries)" in cut.stdout and "serve it" not in cut.stdout
     first = run_job(env)
     assert first.returncode == 0, job_log(first)
+    assert f"serve it: aheadrank serve {build}" in first.stdout, job_log(first)
     assert "label-free: no qrels/train.tsv" in first.stdout, job_log(first)
     for stage in ("collection", "bm25", "queries"):
         assert f"[{stage}] done before" in first.stdout, job_log(first)

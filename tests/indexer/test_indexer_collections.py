@@ -188,6 +188,34 @@ def test_strict_raises_at_the_first_problem_with_file_and_line(tmp_path, line_no
     assert f"{path}:2: {kind.value}" in str(info.value)
 
 
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_a_tsv_header_naming_the_columns_is_no_document(tmp_path, suffix):
+    """pandas' `to_csv(sep="\\t")` writes `docid<TAB>text` first: not a document called "docid" whose text is
+    "text". Only a file's first line is taken for one, in any case; each file of a folder may have its own."""
+    path = write_lines(tmp_path / f"c.tsv{suffix}", ["DocID\tText", "a\talpha", "docid\ttext", "b\tbeta"])
+    collection = Collection(path)
+    assert list(collection) == [Document("a", "alpha"), Document("docid", "text"), Document("b", "beta")]
+    report = collection.report
+    assert (report.lines, report.documents, report.headers, report.problems) == (4, 3, 1, 0)
+    assert "a header line naming the columns skipped" in report.summary() and report.to_dict()["headers"] == 1
+    # a first line that is a record stays one (MS MARCO's collection.tsv starts "0<TAB>The presence of ...")
+    plain = write_lines(tmp_path / "plain.tsv", ["0\tid text", "pid\tpassage about pids"])
+    assert [d.docid for d in Collection(plain)] == ["0", "pid"] and Collection(plain).report.headers == 0
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    write_lines(folder / "1.tsv", ["pid\tpassage", "a\talpha"])
+    write_lines(folder / "2.tsv", ["pid\tpassage", "b\tbeta"])
+    both = Collection(folder)
+    assert [d.docid for d in both] == ["a", "b"] and both.report.headers == 2
+    # a header of three columns is no two-column header: reported as any malformed line
+    three = Collection(write_lines(tmp_path / "three.tsv", ["id\ttitle\ttext", "a\talpha"]))
+    assert list(three) == [Document("a", "alpha")] and dict(three.report.counts) == {"bad_columns": 1}
+    # JSONL is never sniffed for one
+    assert list(Collection(write_lines(tmp_path / "j.jsonl", [{"_id": "docid", "text": "text"}]))) == [
+        Document("docid", "text")
+    ]
+
+
 def test_tsv_problems(tmp_path):
     path = write_lines(
         tmp_path / "c.tsv", ["a\talpha", "b\tbeta\textra", "nocolumns", "\tno id", "c\t   ", "d\tdelta"]

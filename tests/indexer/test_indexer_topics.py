@@ -27,6 +27,13 @@ def test_tsv_queries_and_beir_directory(tmp_path):
     assert read_queries(tmp_path / "beir") == {"a": "alpha"}
 
 
+def test_a_tsv_header_naming_the_columns_is_no_query(tmp_path):
+    """`qid<TAB>query` first (pandas' `to_csv(sep="\\t")`): not a query called "qid"; later, a query as any."""
+    rows = ["QID\tquery", "1\tone", "qid\tquery"]
+    assert read_queries(write_lines(tmp_path / "topics.tsv.gz", rows)) == {"1": "one", "qid": "query"}
+    assert read_queries(write_lines(tmp_path / "q.tsv", ["query-id\ttext", "2\ttwo"])) == {"2": "two"}
+
+
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
