@@ -221,7 +221,10 @@ def _columns(n: int) -> str:
 def _parse_tsv(line: str) -> tuple[str, str, str]:
     columns = line.split("\t")
     if len(columns) != 2:
-        raise _Skip(ProblemKind.BAD_COLUMNS, f"{_columns(len(columns))}, expected 2 (docid, text)")
+        hint = ""
+        if len(columns) == 1:  # the rest of a text that a CSV writer quoted across lines, most often
+            hint = "; TSV is read one record a line, without CSV quoting (a quoted text over several lines?)"
+        raise _Skip(ProblemKind.BAD_COLUMNS, f"{_columns(len(columns))}, expected 2 (docid, text){hint}")
     docid = columns[0].strip()
     if not docid:
         raise _Skip(ProblemKind.MISSING_ID, "empty docid column")

@@ -216,6 +216,25 @@ def test_a_tsv_header_naming_the_columns_is_no_document(tmp_path, suffix):
     ]
 
 
+def test_a_tsv_quoted_across_lines_is_reported_with_what_to_do(tmp_path):
+    """A CSV writer's TSV (pandas' `to_csv(sep="\\t")`, quoting a text with a newline over two lines): read a record a
+    line, the cut text's second line is a bad_columns problem that says TSV is read without quoting, not silence."""
+    import csv
+
+    path = tmp_path / "pandas.tsv"
+    with path.open("w", newline="") as f:
+        csv.writer(f, delimiter="\t", lineterminator="\n").writerows(
+            [["a", "first line\nsecond line"], ["b", "beta"]]
+        )
+    collection = Collection(path)
+    assert [d.docid for d in collection] == ["a", "b"]
+    (problem,) = collection.report.examples
+    assert (problem.line, problem.kind) == (
+        2,
+        ProblemKind.BAD_COLUMNS,
+    ) and "without CSV quoting" in problem.message
+
+
 def test_tsv_problems(tmp_path):
     path = write_lines(
         tmp_path / "c.tsv", ["a\talpha", "b\tbeta\textra", "nocolumns", "\tno id", "c\t   ", "d\tdelta"]
