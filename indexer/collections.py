@@ -164,10 +164,16 @@ class _Skip(Exception):  # noqa: N818 - internal control flow, not an error type
         self.kind = kind
 
 
-def _as_id(value: object, key: str) -> str:
+def _absent(record: dict, key: str) -> str:
+    """Why ``record[key]`` is None: the field is not there, or it is ``null``."""
+    return f"{key!r} is null" if key in record else f"no {key!r} field"
+
+
+def _as_id(record: dict, key: str) -> str:
+    value = record.get(key)
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         if value is None:
-            raise _Skip(ProblemKind.MISSING_ID, f"no {key!r} field")
+            raise _Skip(ProblemKind.MISSING_ID, _absent(record, key))
         raise _Skip(ProblemKind.MISSING_ID, f"{key!r} is a {type(value).__name__}, not a string")
     docid = str(value).strip()
     if not docid:
@@ -181,7 +187,7 @@ def _as_text(record: dict, key: str, *, required: bool) -> str:
     value = record.get(key)
     if value is None:
         if required:
-            raise _Skip(ProblemKind.MISSING_TEXT, f"no {key!r} field")
+            raise _Skip(ProblemKind.MISSING_TEXT, _absent(record, key))
         return ""
     if not isinstance(value, str):
         raise _Skip(ProblemKind.MISSING_TEXT, f"{key!r} is a {type(value).__name__}, not a string")
@@ -203,14 +209,14 @@ def _load_json(line: str) -> dict:
 # every parser returns (docid, title, body); formats without a title give "" (the text is the body)
 def _parse_beir(line: str) -> tuple[str, str, str]:
     record = _load_json(line)
-    docid = _as_id(record.get("_id"), "_id")
+    docid = _as_id(record, "_id")
     text = _as_text(record, "text", required=True)
     return docid, _as_text(record, "title", required=False).strip(), text.strip()
 
 
 def _parse_pyserini(line: str) -> tuple[str, str, str]:
     record = _load_json(line)
-    docid = _as_id(record.get("id"), "id")
+    docid = _as_id(record, "id")
     return docid, "", _as_text(record, "contents", required=True).strip()
 
 

@@ -168,6 +168,18 @@ def test_malformed_lines_are_skipped_and_counted(tmp_path, caplog, suffix):
     assert len(warnings) == 1 and f"{path}:2: bad_json" in warnings[0] and "skipped 11" in warnings[0]
 
 
+def test_a_null_field_is_told_from_a_missing_one(tmp_path):
+    rows = [{"_id": None, "text": "x"}, {"text": "y"}, {"_id": "a", "text": None, "title": "T"}, {"_id": "b"}]
+    collection = Collection(write_lines(tmp_path / "c.jsonl", rows))
+    assert list(collection) == []
+    assert [p.message for p in collection.report.examples] == [
+        "'_id' is null",
+        "no '_id' field",
+        "'text' is null",
+        "no 'text' field",
+    ]
+
+
 def test_report_keeps_only_the_first_examples(tmp_path):
     path = write_lines(tmp_path / "c.tsv", ["x"] * 30)
     collection = Collection(path, max_examples=3)
