@@ -106,7 +106,8 @@ class CollectionReport:
         where = ", ".join(self.files) if len(self.files) <= 3 else f"{len(self.files)} files"
         head = f"{where}: {self.documents:,} documents from {self.lines:,} lines"
         if self.headers:
-            head += f" (a header line{'s' if self.headers > 1 else ''} naming the columns skipped)"
+            named = "a header line" if self.headers == 1 else f"{self.headers:,} header lines"
+            head += f" ({named} naming the columns skipped)"
         if not self.problems:
             return head + ", no problems"
         kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(self.counts.items()))

@@ -219,6 +219,7 @@ def test_a_tsv_header_naming_the_columns_is_no_document(tmp_path, suffix):
     write_lines(folder / "2.tsv", ["pid\tpassage", "b\tbeta"])
     both = Collection(folder)
     assert [d.docid for d in both] == ["a", "b"] and both.report.headers == 2
+    assert "2 header lines naming the columns skipped" in both.report.summary()
     # a header of three columns is no two-column header: reported as any malformed line
     three = Collection(write_lines(tmp_path / "three.tsv", ["id\ttitle\ttext", "a\talpha"]))
     assert list(three) == [Document("a", "alpha")] and dict(three.report.counts) == {"bad_columns": 1}
