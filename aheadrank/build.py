@@ -177,6 +177,10 @@ class BuildRecord:
     stages: dict = field(default_factory=dict)
     format: int = BUILD_FORMAT
 
+    def stages_left(self) -> list[str]:
+        """The stages not yet done, in build order (none: the build is finished and can be served)."""
+        return [s for s in STAGES if s not in self.stages]
+
 
 def _variant(name: str):
     from aheadrank.rankers.variants import DEFAULTS, parse_variant

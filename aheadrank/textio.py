@@ -140,8 +140,22 @@ def text_lines(
 
 # What the first line of a two-column TSV calls its columns when it names them (pandas' `to_csv(sep="\t")` writes
 # such a line): an id column, then a text column.
-_DOC_ID_NAMES = {"id", "_id", "docid", "doc_id", "doc-id", "did", "pid", "passage_id", "passage-id"}
-TSV_ID_NAMES = frozenset(_DOC_ID_NAMES | {"corpus-id", "corpus_id", "qid", "query_id", "query-id", "queryid"})
+TSV_ID_NAMES = frozenset(
+    {
+        "id",
+        "_id",
+        "docid",
+        "doc_id",
+        "doc-id",
+        "did",
+        "pid",
+        "passage_id",
+        "passage-id",
+        "corpus-id",
+        "corpus_id",
+    }
+    | {"qid", "query_id", "query-id", "queryid"}
+)
 TSV_TEXT_NAMES = frozenset(
     {"text", "contents", "content", "passage", "body", "document", "doc", "query", "question", "title"}
 )

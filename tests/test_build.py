@@ -6,7 +6,6 @@ import json
 import random
 import re
 import sys
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from aheadrank.build import (
     BUILD_FILE,
     STAGES,
     BuildPlan,
+    BuildRecord,
     build,
     dense_timed,
     label_free_weights,
@@ -236,7 +236,7 @@ def test_build_bounds_the_jvm_heap_it_is_given_and_refuses_a_malformed_one(passa
 
     heaps, plans = [], []
     monkeypatch.setattr(bm25, "set_java_heap", lambda size: heaps.append(size))
-    finished = SimpleNamespace(stages=dict.fromkeys(STAGES, {}))
+    finished = BuildRecord({}, dict.fromkeys(STAGES, {}))
     monkeypatch.setattr(aheadrank.build, "build", lambda plan, **kw: plans.append(plan) or finished)
     args = ["build", "--collection", str(passages), "--out", str(tmp_path / "o")]
     assert CliRunner().invoke(app, [*args, "--java-heap", "1g"]).exit_code == 0

@@ -125,7 +125,7 @@ def build_cmd(
     """Build everything a collection needs to be served: BM25 index, a ranker adapted to the collection (from
     its own texts when it has no judgments), the store and its dense field, the priors. Prints each stage's
     time; `aheadrank serve OUT` serves the result."""
-    from aheadrank.build import STAGES, BuildPlan, build
+    from aheadrank.build import BuildPlan, build
     from aheadrank.indexer.bm25 import set_java_heap
 
     set_java_heap(java_heap)  # before the JVM starts; a malformed size fails here, before any work
@@ -157,7 +157,7 @@ def build_cmd(
         dtype=dtype,
     )
     record = build(plan, until=until, echo=typer.echo)
-    left = [s for s in STAGES if s not in record.stages]
+    left = record.stages_left()
     if left:  # stopped by --until: `aheadrank serve` refuses an unfinished build
         typer.echo(
             f"stopped before the {left[0]} stage (--until {until}): the same command without --until goes on"

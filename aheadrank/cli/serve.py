@@ -94,14 +94,14 @@ def from_build(build_dir: Path | None, service: dict) -> dict:
         if service.get("checkpoint") is None:
             raise AheadrankError("give a build directory (aheadrank serve DIR) or --checkpoint")
         return service
-    from aheadrank.build import BUILD_FILE, STAGES, paths, read_record
+    from aheadrank.build import BUILD_FILE, paths, read_record
 
     record = read_record(build_dir)
     if record is None:
         raise AheadrankError(
             f"{build_dir} is not a build directory ({BUILD_FILE} missing): see `aheadrank build`"
         )
-    missing = [s for s in STAGES if s not in record.stages]
+    missing = record.stages_left()
     if missing:
         raise AheadrankError(
             f"{build_dir}: the build has not finished (stages left: {', '.join(missing)}); run the same "
