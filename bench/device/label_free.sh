@@ -25,7 +25,7 @@ for rec in work.glob("*/shared/build.json"):
     r["stages"] = {k: v for k, v in r["stages"].items() if k in ("collection", "bm25", "queries")}
     rec.write_text(json.dumps(r, indent=2))
 PY
-  cp -r $G/minilm /tmp/minilm && xz -d /tmp/minilm/model.safetensors.xz
+  [ -d /tmp/minilm ] || { cp -r $G/minilm /tmp/minilm && xz -d /tmp/minilm/model.safetensors.xz; }
 fi
 export PYTHONPATH=$S:$P
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader

@@ -2,19 +2,32 @@
 # (copied to .gpu/run.sh by bench/device/make_payload.sh; .gpu/seed.tar.xz, when there, is a previous run's
 # NAME-meta.tar.xz: the checkpoints' and stores' metadata and runs, so that the bench reuses what it trained)
 # usage: bash .gpu/run.sh NAME TIMEOUT_S [bench args...]   (on the device machine, from the repo root)
+# The base: .gpu/minilm when make_payload.sh put one there, else the xz'd float16 base of .gpu-lf/minilm
+# (bench/device/label_free_payload.sh), so that one base travels when both payloads do.
 set -u
 name=$1; limit=$2; shift 2
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-G=$PWD/.gpu; W=/tmp/work
+G=$PWD/.gpu; W=/tmp/work P=/tmp/pkg
+if [ ! -d $P/aheadrank ]; then  # the package laid out as pyproject.toml's package-dir maps it
+  mkdir -p $P/aheadrank
+  for e in aheadrank/*; do ln -s "$PWD/$e" $P/aheadrank/; done
+  for d in rankers store indexer services; do ln -s "$PWD/$d" $P/aheadrank/$d; done
+fi
+if [ ! -d /tmp/minilm ]; then
+  if [ -d $G/minilm ]; then cp -r $G/minilm /tmp/minilm
+  else cp -r $PWD/.gpu-lf/minilm /tmp/minilm && xz -d /tmp/minilm/model.safetensors.xz; fi
+fi
 if [ ! -d /tmp/data ]; then
   mkdir -p $W/bm25-hits /tmp/data
-  cp -r $G/minilm /tmp/minilm
   cp $G/work/bm25-hits/*.xz $W/bm25-hits/ && xz -d -f $W/bm25-hits/*.xz
-  for c in scifact vaswani cranfield; do cp -r $G/data/$c /tmp/data/; xz -d /tmp/data/$c/corpus.jsonl.xz; done
+  for c in $(ls $G/data); do cp -r $G/data/$c /tmp/data/; xz -d /tmp/data/$c/corpus.jsonl.xz; done
   [ -f $G/seed.tar.xz ] && tar -C /tmp -xJf $G/seed.tar.xz && echo "seeded: $(ls $W/ckpt $W/runs | wc -l) cache entries"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch,transformers,h5py,numpy;print('torch',torch.__version__,'transformers',transformers.__version__,'h5py',h5py.__version__,'numpy',numpy.__version__,'cuda',torch.cuda.is_available())"
 fi
+# the working directory off sys.path (its aheadrank/ holds no rankers/ and would shadow the laid-out package);
+# bench/ on it for benchkit
+export PYTHONPATH=/tmp/site:$P:$PWD/bench PYTHONSAFEPATH=1
 t0=$(date +%s)
 timeout $limit python3 bench/effectiveness.py --device cuda --base /tmp/minilm --collection /tmp/data/scifact \
   --workdir $W --out-dir /tmp/out-$name --no-progress "$@" > $OUT/$name.log 2>&1
