@@ -69,6 +69,9 @@ class Work:
             raise Cancelled(self.reason)
 
 
+# the score of an ad-hoc text that is empty or whitespace only: it holds nothing to match, so it is not scored and
+# ranks after every other text (a log-odds whose probability is 0.0 in floating point)
+BLANK_SCORE = -1e4
 SPLIT_CHARS_PER_TURN = 200_000  # characters tokenized per turn of the model thread (~0.1 s on one core)
 
 
@@ -585,7 +588,7 @@ class RerankBackend:
         ranked += [(d, None, bm25[d]) for d in missing]
         texts = self.searcher.doc_texts([d for d, _, _ in ranked]) if want_text else {}
         parts = {r.docid: (r.neural, r.dense, r.window) for r in rows}
-        has_bm25 = bool(rows) and rows[0].bm25 is not None
+        has_bm25 = candidates is None  # BM25's candidates carry its scores (none found: still BM25's)
         scoring = features_used(
             self.scorer, has_bm25, qvec is not None, pure=not priors, window=window is not None
         )
@@ -624,11 +627,22 @@ class RerankBackend:
         on the request's other texts (:meth:`score_kind`); without, standardised over the request's texts.
         A text longer than the ranker's window is split into ``passages`` (default: :meth:`passage_options`)
         and gets a score from its passages' (--passage-aggregation, aheadrank/passages.py). Returns (scores in input order,
-        tokens)."""
+        tokens); an empty or whitespace-only text gets ``BLANK_SCORE``, unscored."""
         import numpy as np
 
         clock = clock or StageClock()
         work = work or Work()
+        blank = {i for i, x in enumerate(texts) if not x.strip()}
+        if blank:  # BLANK_SCORE for those, the others scored among themselves (z-scores without them)
+            kept = [i for i in range(len(texts)) if i not in blank]
+            scores, tokens = [BLANK_SCORE] * len(texts), 0
+            if kept:
+                part, tokens = yield from self.score_texts_steps(
+                    query, [texts[i] for i in kept], clock, work, pure, passages
+                )
+                for i, score in zip(kept, part, strict=True):
+                    scores[i] = score
+            return scores, tokens
         t = time.perf_counter()
         qs = self.ranker.encode_query(query)
         dense_on = self.uses_priors(pure) and self.scorer.priors.dense is not None

@@ -19,6 +19,14 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 
+def probability(log_odds: float) -> float:
+    """The sigmoid, without overflow for any finite score (a blank text's BLANK_SCORE gives 0.0)."""
+    if log_odds >= 0:
+        return 1.0 / (1.0 + math.exp(-log_odds))
+    e = math.exp(log_odds)
+    return e / (1.0 + e)
+
+
 class TextsHandler(Handler):
     """Ad-hoc texts: their document side is looked up in the store, the text cache, or encoded online."""
 
@@ -69,7 +77,7 @@ class TextsHandler(Handler):
             return (yield from self.backend.score_texts_steps(req.query, items, clock, w, passages=passages))
 
         scores, tokens = await self.model.run(work, request, endpoint)
-        shown = [1.0 / (1.0 + math.exp(-s)) if not req.raw_scores else s for s in scores]
+        shown = [probability(s) if not req.raw_scores else s for s in scores]
         order = sorted(range(len(items)), key=lambda i: (-scores[i], i))
         if req.keep():
             order = order[: req.keep()]

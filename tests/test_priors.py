@@ -301,6 +301,9 @@ def test_the_service_serves_rerank_runs_scores_with_their_parts(prior_env, servi
             # given candidates have no BM25 score: the weights fitted for neural + dense
             given = client.post("/v1/rerank", json={"query": query, "candidates": ranks[:5]}).json()
             assert given["scoring"] == "neural+dense"
+        # a query BM25 finds nothing for: no results, and the scoring it would have had (not the given-docids one)
+        none = client.post("/v1/rerank", json={"query": "zzqxv", "depth": 30}).json()
+        assert none["candidates"] == 0 and none["results"] == [] and none["scoring"] == "neural+bm25+dense"
         adhoc = client.post("/rerank", json={"query": "cancer", "texts": ["lung cancer risk", "bananas"]})
         assert adhoc.status_code == 200, adhoc.text
     finally:

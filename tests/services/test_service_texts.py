@@ -83,6 +83,33 @@ def test_a_request_mixing_stored_and_unknown_texts_encodes_only_the_unknown(spie
     assert tokens > 0
 
 
+def test_a_blank_text_ranks_last_unscored_and_the_others_score_as_without_it(spied):
+    """An empty or whitespace-only text holds nothing to match: it is never encoded, ranks after every other text
+    with relevance_score 0.0 (TEI's raw score BLANK_SCORE), and the others score as if it had not been sent."""
+    from aheadrank.services.backend import BLANK_SCORE
+
+    backend, encoded = spied
+    texts = [UNKNOWN[0], "", UNKNOWN[1], " \n\t "]
+    scores, _ = backend.score_texts(QUERY, texts)
+    alone, _ = backend.score_texts(QUERY, [UNKNOWN[0], UNKNOWN[1]])
+    assert scores[1] == scores[3] == BLANK_SCORE < min(alone)
+    assert [scores[0], scores[2]] == pytest.approx(alone, rel=1e-5, abs=1e-6)
+    assert sorted(encoded) == sorted(UNKNOWN[:2])  # the blanks never reached the encoder
+    with TestClient(create_app(backend)) as c:
+        for path in ("/v1/rerank", "/v2/rerank"):
+            r = c.post(path, json={"query": QUERY, "documents": texts})
+            assert r.status_code == 200, r.text
+            last = [(x["index"], x["relevance_score"]) for x in r.json()["results"]][2:]
+            assert last == [(1, 0.0), (3, 0.0)]
+        r = c.post("/rerank", json={"query": QUERY, "texts": texts, "raw_scores": True})
+        assert r.status_code == 200, r.text
+        assert [(x["index"], x["score"]) for x in r.json()][2:] == [(1, BLANK_SCORE), (3, BLANK_SCORE)]
+        r = c.post("/v2/rerank", json={"query": QUERY, "documents": ["", " "]})
+        assert r.status_code == 200, r.text
+        assert [(x["index"], x["relevance_score"]) for x in r.json()["results"]] == [(0, 0.0), (1, 0.0)]
+    assert sorted(encoded) == sorted(UNKNOWN[:2])
+
+
 def _clock():
     from aheadrank.services.backend import StageClock
 
