@@ -80,6 +80,10 @@ def test_cohere_client_v2(server, expected):
     out = co.rerank(model="rerank-v3.5", query=QUERY, documents=DOCS, top_n=2)
     assert [r.index for r in out.results] == expected[:2]
     assert out.meta.api_version.version == "2"
+    # a blank chunk (services/README.md): last, relevance 0.0, and the others ranked as without it
+    blank = co.rerank(model="rerank-v3.5", query=QUERY, documents=[*DOCS, "  "])
+    assert [(r.index, r.relevance_score) for r in blank.results][-1] == (len(DOCS), 0.0)
+    assert [r.index for r in blank.results][:-1] == expected
 
 
 def test_cohere_sdk_parses_our_errors(server):
