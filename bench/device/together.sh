@@ -10,7 +10,7 @@
 set -u
 bash bench/device/checks.sh setup > $OUT/setup.log 2>&1 || { cat $OUT/setup.log; exit 1; }
 # the float16 base where run.sh and label_free.sh look for it, before either starts
-[ -d /tmp/minilm ] || { cp -r .gpu-lf/minilm /tmp/minilm && xz -d /tmp/minilm/model.safetensors.xz; }
+source bench/device/common.sh && unpack_base
 pids=()
 if [ -n "${LF:-}" ]; then (NAME=lf LIMIT_S=${LF_S:-520} bash bench/device/label_free.sh $LF > /dev/null 2>&1) & pids+=($!); fi
 if [ -n "${REG:-}" ]; then (bash bench/device/run.sh reg ${REG_S:-480} $REG > /dev/null 2>&1) & pids+=($!); fi
