@@ -44,6 +44,7 @@ from pathlib import Path
 
 from aheadrank.errors import AheadrankError
 from aheadrank.fsfaults import atomic_write, atomic_write_text
+from aheadrank.indexer.fingerprint import changes, collection_fingerprint
 
 log = logging.getLogger("aheadrank.build")
 
@@ -341,7 +342,35 @@ def stage_collection(plan: BuildPlan) -> dict:
         "multi_window": round(multi / docs, 4),  # documents of two or more sentence windows (stores_windows)
         "windows": windows,  # their windows: what the window field embeds (aheadrank.buildtime)
         "cpu_bf16_native": cpu_bf16_native(),  # whether training on this CPU autocasts (the estimate's step rate)
+        # what the build reads of the collection: a resumed build whose collection changed is refused
+        "fingerprint": collection_fingerprint(plan.collection, fingerprint_split(plan)),
     }
+
+
+def fingerprint_split(plan: BuildPlan) -> str | None:
+    """The qrels split whose files the collection's fingerprint covers: the one ``--labels`` trains on, listed
+    even while absent (``auto``: ``train``, which would be trained on once added); None for ``--labels none``."""
+    return None if plan.labels == "none" else "train" if plan.labels == "auto" else plan.labels
+
+
+def check_same_collection(plan: BuildPlan, record: BuildRecord, out: Path) -> None:
+    """Refuse to go on with a build whose collection changed since its collection stage read it (its BM25 index,
+    dense field and store would hold other documents than the stages still to run). The same content with newer
+    modification times is recorded, so that the next run need not read it again. A build recorded before the
+    fingerprint existed is not checked."""
+    done = record.stages.get("collection") or {}
+    if "fingerprint" not in done:
+        return
+    now = collection_fingerprint(plan.collection, fingerprint_split(plan), done["fingerprint"])
+    said = changes(done["fingerprint"], now)
+    if said:
+        raise AheadrankError(
+            f"{plan.collection} has changed since {out} was built from it ({'; '.join(said)}): the stages done "
+            f"would not match it. Give another --out (or remove {out}) to build the collection as it is now"
+        )
+    if now != done["fingerprint"]:
+        done["fingerprint"] = now
+        _write_record(out, record)
 
 
 def _speed_probe(plan: BuildPlan, texts: list[str]) -> dict | None:
@@ -867,6 +896,14 @@ def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
             raise AheadrankError(
                 f"--reuse {plan.reuse} was built with {k}={other.plan.get(k)!r}, not {getattr(plan, k)!r}"
             )
+    read = other.stages.get("collection", {}).get("fingerprint")
+    if read is not None:
+        said = changes(read, collection_fingerprint(plan.collection, fingerprint_split(plan), read))
+        if said:
+            raise AheadrankError(
+                f"--reuse {plan.reuse} was built from another version of {plan.collection} ({'; '.join(said)}): "
+                "give --reuse a build of the collection as it is now, or none"
+            )
     mine, theirs = paths(plan.out), paths(plan.reuse)
     for stage in SHARED_STAGES:
         if stage in record.stages or stage not in other.stages:
@@ -934,6 +971,7 @@ def build(
     out.mkdir(parents=True, exist_ok=True)
     record = read_record(out) or BuildRecord(asdict(plan))
     _check_same_plan(record.plan, plan, record.stages)
+    check_same_collection(plan, record, out)
     record.plan = asdict(plan)
     if plan.reuse:
         _link_shared(plan, record)
@@ -952,6 +990,9 @@ def build(
         if stage in record.stages:
             echo(f"[{stage}] done before ({record.stages[stage].get('seconds', 0):.0f} s)")
         else:
+            check_same_collection(
+                plan, record, out
+            )  # also between stages: a collection edited during the build
             echo(f"[{stage}] ...")
             t0 = time.perf_counter()
             with StageMemory() as memory:

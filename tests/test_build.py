@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import sys
@@ -217,6 +218,66 @@ def test_a_tsv_header_is_recorded_and_never_a_document(passages, tmp_path, tiny_
     record = build(plan(tsv, tmp_path / "o", tiny_base), until="collection", echo=lambda _: None)
     stage = record.stages["collection"]
     assert (stage["format"], stage["documents"], stage["headers"], stage["skipped"]) == ("tsv", 80, 1, 0)
+
+
+def test_a_build_whose_collection_changed_is_refused_not_mixed(passages, tmp_path, tiny_base):
+    """A build stopped and run again after its collection was edited would serve a mix (the BM25 index of the old
+    documents, a store of the new): it is refused, naming the file and how it changed, before any stage runs, and so
+    is a --reuse of it by a build of the new collection. The same content touched goes on without a word."""
+    coll = tmp_path / "passages.jsonl"
+    coll.write_bytes(passages.read_bytes())
+    out = tmp_path / "b"
+    build(plan(coll, out, tiny_base), until="bm25", echo=lambda _: None)
+    recorded = read_record(out).stages["collection"]["fingerprint"]
+    assert list(recorded) == ["passages.jsonl"] and recorded["passages.jsonl"]["bytes"] == coll.stat().st_size
+    # touched, the same bytes: goes on, and records the new time (the next run need not read the file again)
+    later = recorded["passages.jsonl"]["mtime_ns"] + 10**9
+    os.utime(coll, ns=(later, later))
+    build(plan(coll, out, tiny_base), until="bm25", echo=lambda _: None)
+    assert read_record(out).stages["collection"]["fingerprint"]["passages.jsonl"]["mtime_ns"] == later
+    # one document more: refused before any stage, the build left as it was
+    size = coll.stat().st_size
+    with coll.open("a") as fh:
+        fh.write(json.dumps({"id": "new", "contents": "a passage added after the build began."}) + "\n")
+    said: list[str] = []
+    with pytest.raises(AheadrankError, match=rf"has changed since .*passages.jsonl was {size:,} bytes, now"):
+        build(plan(coll, out, tiny_base), echo=said.append)
+    assert said == [] and list(read_record(out).stages) == ["collection", "bm25"]
+    result = CliRunner().invoke(
+        app,
+        ["build", "--collection", str(coll), "--out", str(out), "--ranker", "tk-1l", "--base", str(tiny_base)]
+        + ["--steps", "2", "--max-queries", "40", "--no-progress"],
+    )
+    assert result.exit_code == 2 and "has changed since" in result.output and "Traceback" not in result.output
+    with pytest.raises(AheadrankError, match="was built from another version"):
+        build(plan(coll, tmp_path / "c", tiny_base, reuse=str(out)), until="bm25", echo=lambda _: None)
+    # the same size as when built, other bytes: still a change
+    original = passages.read_bytes()
+    coll.write_bytes(original.replace(b"wing", b"wind", 1))
+    assert coll.stat().st_size == len(original)
+    with pytest.raises(AheadrankError, match="other content of the same size"):
+        build(plan(coll, out, tiny_base), until="bm25", echo=lambda _: None)
+
+
+def test_judgments_added_to_a_label_free_build_are_a_change(passages, tmp_path, tiny_base):
+    """With --labels auto a BEIR folder's qrels/train.tsv decides the recipe: one added after the build began is
+    refused like an edited corpus. With --labels none the qrels are not read and not watched."""
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    rows = [json.loads(line) for line in passages.read_text().splitlines()]
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": r["id"], "text": r["contents"]}) + "\n" for r in rows)
+    )
+    build(plan(folder, tmp_path / "auto", tiny_base, labels="auto"), until="collection", echo=lambda _: None)
+    build(plan(folder, tmp_path / "none", tiny_base, labels="none"), until="collection", echo=lambda _: None)
+    assert read_record(tmp_path / "auto").stages["collection"]["fingerprint"]["qrels/train.tsv"] is None
+    (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "wing lift"}\n')
+    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tp0\t1\n")
+    with pytest.raises(AheadrankError, match=r"qrels/train.tsv is new; queries.jsonl is new"):
+        build(
+            plan(folder, tmp_path / "auto", tiny_base, labels="auto"), until="collection", echo=lambda _: None
+        )
+    build(plan(folder, tmp_path / "none", tiny_base, labels="none"), until="collection", echo=lambda _: None)
 
 
 def test_a_collection_that_cannot_be_used_is_one_error_line(tmp_path):
