@@ -43,7 +43,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from aheadrank.errors import AheadrankError
-from aheadrank.fsfaults import atomic_write, atomic_write_text
+from aheadrank.fsfaults import atomic_write, atomic_write_text, exclusive_lock
 from aheadrank.indexer.fingerprint import changes, collection_fingerprint
 
 log = logging.getLogger("aheadrank.build")
@@ -51,6 +51,7 @@ log = logging.getLogger("aheadrank.build")
 STAGES = ("collection", "bm25", "queries", "dense", "train", "store", "priors")
 SHARED_STAGES = ("collection", "bm25", "queries", "dense")  # the same for every ranker over one collection
 BUILD_FILE = "build.json"
+BUILD_LOCK = "build.lock"  # held by the process building the directory (aheadrank.fsfaults.exclusive_lock)
 BUILD_FORMAT = 1
 LABELS = ("auto", "none")  # or the name of a qrels split
 PRIORS_MODES = ("default", "pseudo")
@@ -964,11 +965,20 @@ def build(
     if until is not None and until not in STAGES:
         raise AheadrankError(f"unknown stage {until!r}: one of {', '.join(STAGES)}")
     plan_variant(plan)  # an unknown ranker (or labels split, or base) fails before any work
+    out = plan.directory()
+    out.mkdir(parents=True, exist_ok=True)
+    # one build of a directory at a time: a second would redo the stages the first has not recorded yet (BM25 and
+    # the pseudo-queries rewritten under it) and the two would overwrite each other's build.json
+    with exclusive_lock(out / BUILD_LOCK, f"the build {out}"):
+        return _build_locked(plan, out, search, until, echo)
+
+
+def _build_locked(
+    plan: BuildPlan, out: Path, search: Search | None, until: str | None, echo: Callable[[str], object]
+) -> BuildRecord:
     from aheadrank.indexer.bm25 import release_java_memory
     from aheadrank.memory import StageMemory
 
-    out = plan.directory()
-    out.mkdir(parents=True, exist_ok=True)
     record = read_record(out) or BuildRecord(asdict(plan))
     _check_same_plan(record.plan, plan, record.stages)
     check_same_collection(plan, record, out)

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from aheadrank.build import (
     BUILD_FILE,
+    BUILD_LOCK,
     STAGES,
     BuildPlan,
     BuildRecord,
@@ -30,6 +31,7 @@ from aheadrank.buildtime import duration, reference_seconds
 from aheadrank.cli import app
 from aheadrank.cli.serve import from_build
 from aheadrank.errors import AheadrankError
+from aheadrank.fsfaults import BuildLockedError, exclusive_lock
 from aheadrank.priors import read_priors
 
 pytestmark = pytest.mark.slow  # Java (the BM25 stage)
@@ -257,6 +259,23 @@ def test_a_build_whose_collection_changed_is_refused_not_mixed(passages, tmp_pat
     assert coll.stat().st_size == len(original)
     with pytest.raises(AheadrankError, match="other content of the same size"):
         build(plan(coll, out, tiny_base), until="bm25", echo=lambda _: None)
+
+
+def test_a_second_build_of_a_directory_is_refused_while_the_first_runs(passages, tmp_path, tiny_base):
+    """Two `aheadrank build` of one --out at once (a command re-run in another terminal, a restarted job): the
+    second used to redo the stages the first had not recorded yet, rewriting the BM25 index under it, until the
+    store's own lock stopped it at the dense stage. Now it is refused at once, naming the holder."""
+    out = tmp_path / "b"
+    out.mkdir()
+    said: list[str] = []
+    with exclusive_lock(out / BUILD_LOCK, "a build elsewhere"):
+        with pytest.raises(
+            BuildLockedError, match=rf"another build is writing the build {re.escape(str(out))} \(pid"
+        ):
+            build(plan(passages, out, tiny_base), echo=said.append)
+    assert said == [] and read_record(out) is None
+    build(plan(passages, out, tiny_base), until="collection", echo=said.append)  # released: it goes on
+    assert list(read_record(out).stages) == ["collection"] and not (out / BUILD_LOCK).exists()
 
 
 def test_judgments_added_to_a_label_free_build_are_a_change(passages, tmp_path, tiny_base):
