@@ -76,6 +76,11 @@ class Problem:
         return f"{self.path}:{self.line}: {self.kind.value}: {self.message}"
 
 
+# the problem summaries this process has warned of: each collection's problems are warned of once, not again at
+# every later pass over it (``aheadrank build`` reads it in five stages)
+_WARNED: set[str] = set()
+
+
 @dataclass
 class CollectionReport:
     """What one pass over a collection saw: counts per problem kind plus the first examples."""
@@ -117,7 +122,14 @@ class CollectionReport:
 
     def log(self, logger: logging.Logger = log) -> None:
         if self.problems:
-            logger.warning("collection problems: %s", self.summary())
+            said = self.summary()
+            if (
+                said in _WARNED
+            ):  # the same file read again (a build's later stages): said once, at the first pass
+                logger.debug("collection problems, as warned before: %s", said)
+            else:
+                _WARNED.add(said)
+                logger.warning("collection problems: %s", said)
         else:
             logger.info("collection read: %s", self.summary())
 

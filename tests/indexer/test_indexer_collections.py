@@ -168,6 +168,26 @@ def test_malformed_lines_are_skipped_and_counted(tmp_path, caplog, suffix):
     assert len(warnings) == 1 and f"{path}:2: bad_json" in warnings[0] and "skipped 11" in warnings[0]
 
 
+def test_the_same_problems_read_again_are_warned_of_once(tmp_path, caplog):
+    """A build reads its collection in five stages: its problems were warned of at each (the same block five or six
+    times in `aheadrank build`'s output); now once, and the later passes say it at debug level only. Another file, or
+    the same file with other problems, is warned of again."""
+    path = write_lines(tmp_path / "corpus.jsonl", MALFORMED_BEIR)
+    with caplog.at_level(logging.DEBUG, logger="aheadrank.indexer.collections"):
+        for _ in range(3):
+            assert len(list(Collection(path))) == 2
+        other = write_lines(tmp_path / "other.jsonl", MALFORMED_BEIR)
+        list(Collection(other))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and str(path) in warnings[0] and str(other) in warnings[1]
+    again = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.DEBUG and "warned before" in r.getMessage()
+    ]
+    assert len(again) == 2 and all(str(path) in m for m in again)
+
+
 def test_a_null_field_is_told_from_a_missing_one(tmp_path):
     rows = [{"_id": None, "text": "x"}, {"text": "y"}, {"_id": "a", "text": None, "title": "T"}, {"_id": "b"}]
     collection = Collection(write_lines(tmp_path / "c.jsonl", rows))
