@@ -132,13 +132,9 @@ class RerankOutcome:
 
 
 def resolve_device(name: str) -> str:
-    import torch
+    from aheadrank.devices import check_device
 
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise AheadrankError(f"--device {name}: CUDA is not available on this machine (use cpu or auto)")
-    return name
+    return check_device(name, auto=True)
 
 
 def open_stored_passages(settings: ServiceSettings, ranker, reader):

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import opt, user_errors
+from aheadrank.cli.options import device_opt, opt, user_errors
 
 
 @app.command("build")
@@ -28,7 +28,7 @@ def build_cmd(
         help="auto: train on the collection's qrels/train.tsv when it has one, else label-free; none: label-free "
         "(pseudo-queries cut from the collection); or another qrels split name",
     ),
-    device: str = opt("cpu", "--device", help="cpu or cuda (the gpu recipe)"),
+    device: str = device_opt("cpu, cuda or cuda:N (the gpu recipe)"),
     recipe: str = opt(
         "auto", "--recipe", help="auto (gpu on cuda, else cpu), cpu or gpu (rankers/recipe.py)"
     ),

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import env, opt, user_errors
+from aheadrank.cli.options import device_opt, env, opt, user_errors
 from aheadrank.errors import AheadrankError
 from aheadrank.indexer.collections import CollectionFormat
 
@@ -134,7 +134,7 @@ def index_cmd(
         "--max-doc-len",
         min=1,
     ),
-    device: str = opt("cpu", "--device", help="cpu or cuda."),
+    device: str = device_opt(),
     dtype: str = opt(
         "float16",
         "--dtype",

@@ -40,6 +40,20 @@ def opt(default: Any, *flags: str, envvar: str | list[str] | None = None, **kwar
     return typer.Option(default, *flags, envvar=envvar or env(flags[0].split("/")[0]), **kwargs)
 
 
+def _checked_device(value: str) -> str:
+    from aheadrank.devices import check_device
+
+    try:
+        return check_device(value)
+    except AheadrankError as exc:
+        raise typer.BadParameter(str(exc).removeprefix(f"--device {value}: ")) from None
+
+
+def device_opt(help: str = "cpu, cuda or cuda:N") -> Any:
+    """``--device`` (``AHEADRANK_DEVICE``), checked as it is parsed (:func:`aheadrank.devices.check_device`)."""
+    return opt("cpu", "--device", help=help, callback=_checked_device)
+
+
 @dataclass(frozen=True)
 class OptionBlock:
     """Options several commands share, declared once: a command given the block by :func:`with_options`

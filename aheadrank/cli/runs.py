@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import opt, spec_block, user_errors, with_options
+from aheadrank.cli.options import device_opt, opt, spec_block, user_errors, with_options
 from aheadrank.cli.rankers import RANKER_OPTIONS, Kind, init_options, ranker_options_block
 
 
@@ -45,7 +45,7 @@ def train_cmd(
         help="the collection's dense field (a store's dense/ folder, from `aheadrank index`): the listwise "
         "teacher's (default: built into OUT.dense/ when the listwise weight is > 0)",
     ),
-    device: str = opt("cpu", "--device"),
+    device: str = device_opt(),
     progress: bool = opt(True, "--progress/--no-progress"),
     *,
     ranker_options: dict,
@@ -163,7 +163,7 @@ def pretrain_compressor_cmd(
     lr: float = opt(1e-3, "--lr"),
     batch: int = opt(16, "--batch", help="(query, document) pairs per step"),
     seed: int = opt(0, "--seed"),
-    device: str = opt("cpu", "--device"),
+    device: str = device_opt(),
     overwrite: bool = opt(False, "--overwrite"),
     progress: bool = opt(True, "--progress/--no-progress"),
     *,
@@ -240,7 +240,7 @@ def rerank_run_cmd(
         "--split",
         help="with a BEIR dir: only the queries judged in qrels/<split>.tsv",
     ),
-    device: str = opt("cpu", "--device"),
+    device: str = device_opt(),
     tag: str = opt("aheadrank", "--tag"),
     pure: bool = opt(
         False,
@@ -306,7 +306,7 @@ def fit_priors_cmd(
         help="use every query of --split (e.g. a dev split); default: the queries the trainer held out",
     ),
     depth: int = opt(100, "--depth", help="BM25 candidates per query"),
-    device: str = opt("cpu", "--device"),
+    device: str = device_opt(),
     progress: bool = opt(True, "--progress/--no-progress"),
 ) -> None:
     """Fit how the neural score is combined with the BM25 and dense priors (weights per available feature
