@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
 from pathlib import Path
 
+from aheadrank.devices import check_device
 from aheadrank.errors import AheadrankError
 from aheadrank.fsfaults import atomic_write, atomic_write_text, exclusive_lock
 from aheadrank.indexer.fingerprint import changes, collection_fingerprint
@@ -965,6 +966,7 @@ def build(
     if until is not None and until not in STAGES:
         raise AheadrankError(f"unknown stage {until!r}: one of {', '.join(STAGES)}")
     plan_variant(plan)  # an unknown ranker (or labels split, or base) fails before any work
+    check_device(plan.device)
     out = plan.directory()
     out.mkdir(parents=True, exist_ok=True)
     # one build of a directory at a time: a second would redo the stages the first has not recorded yet (BM25 and

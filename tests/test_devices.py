@@ -88,3 +88,11 @@ def test_every_device_option_is_checked_as_it_is_parsed():
         if getattr(p.callback, "__wrapped__", None) is not _checked_device and name != "serve"
     ]
     assert unchecked == []
+
+
+def test_the_build_api_checks_its_device_too(tmp_path):
+    from aheadrank.build import BuildPlan, build
+
+    with pytest.raises(AheadrankError, match="not a device"):
+        build(BuildPlan(str(tmp_path / "c.jsonl"), str(tmp_path / "o"), device="tpu"), echo=lambda _: None)
+    assert not (tmp_path / "o").exists()
