@@ -1007,8 +1007,12 @@ def _build_locked(
             )  # also between stages: a collection edited during the build
             echo(f"[{stage}] ...")
             t0 = time.perf_counter()
-            with StageMemory() as memory:
-                info = runners[stage]()
+            try:
+                with StageMemory() as memory:
+                    info = runners[stage]()
+            except KeyboardInterrupt:  # Ctrl-C: say where it stopped and how to go on, then stop as asked
+                echo(f"[{stage}] interrupted: what is done is kept (shards too); the same command resumes it")
+                raise
             info["seconds"] = round(time.perf_counter() - t0, 1)
             info.update(memory.record())
             release_java_memory()  # BM25's JVM heap is not carried into the next stage

@@ -278,6 +278,26 @@ def test_a_second_build_of_a_directory_is_refused_while_the_first_runs(passages,
     assert list(read_record(out).stages) == ["collection"] and not (out / BUILD_LOCK).exists()
 
 
+def test_an_interrupted_build_says_where_it_stopped_and_resumes(passages, tmp_path, tiny_base, monkeypatch):
+    """Ctrl-C in a stage: one line naming the stage and how to go on, the interrupt goes on up (the CLI exits 130),
+    the stages before it stay recorded and the directory's lock is released."""
+    import aheadrank.build as build_module
+
+    def interrupted(plan):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "b"
+    said: list[str] = []
+    with monkeypatch.context() as patch:
+        patch.setattr(build_module, "stage_bm25", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            build(plan(passages, out, tiny_base), echo=said.append)
+    assert said[-1] == "[bm25] interrupted: what is done is kept (shards too); the same command resumes it"
+    assert list(read_record(out).stages) == ["collection"] and not (out / BUILD_LOCK).exists()
+    build(plan(passages, out, tiny_base), until="bm25", echo=lambda _: None)
+    assert list(read_record(out).stages) == ["collection", "bm25"]
+
+
 def test_judgments_added_to_a_label_free_build_are_a_change(passages, tmp_path, tiny_base):
     """With --labels auto a BEIR folder's qrels/train.tsv decides the recipe: one added after the build began is
     refused like an edited corpus. With --labels none the qrels are not read and not watched."""
