@@ -218,8 +218,25 @@ def read_record(out: str | Path) -> BuildRecord | None:
     path = Path(out) / BUILD_FILE
     if not path.is_file():
         return None
-    data = json.loads(path.read_text())
-    return BuildRecord(data["plan"], data.get("stages", {}), data.get("format", BUILD_FORMAT))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        record = BuildRecord(data["plan"], data.get("stages", {}), data.get("format", BUILD_FORMAT))
+        if not (
+            isinstance(record.plan, dict)
+            and isinstance(record.stages, dict)
+            and isinstance(record.format, int)
+        ):
+            raise TypeError("plan and stages are objects, format a number")
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # ValueError: JSON and UTF-8 errors too
+        raise AheadrankError(
+            f"{path} is not a build record `aheadrank build` can read ({type(exc).__name__}: {exc}); restore it "
+            "from a copy, or build into another --out"
+        ) from None
+    if record.format > BUILD_FORMAT:
+        raise AheadrankError(
+            f"{path} is of build format {record.format}, newer than this aheadrank reads ({BUILD_FORMAT}): upgrade it"
+        )
+    return record
 
 
 def _write_record(out: Path, record: BuildRecord) -> None:

@@ -298,6 +298,29 @@ def test_an_interrupted_build_says_where_it_stopped_and_resumes(passages, tmp_pa
     assert list(read_record(out).stages) == ["collection", "bm25"]
 
 
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ('{"plan": {"collection": "c"', "JSONDecodeError"),
+        ("[]", "TypeError"),
+        ('{"stages": {}}', "KeyError"),
+        ('{"plan": [], "stages": {}}', "TypeError"),
+        ('{"plan": {}, "stages": {}, "format": 99}', "build format 99, newer"),
+    ],
+)
+def test_an_unreadable_build_record_is_one_line_for_build_and_serve(text, why, passages, tmp_path, tiny_base):
+    """A build.json cut short, edited by hand or from a newer aheadrank: `build` and `serve DIR` say so in one
+    line (a JSON or type error's traceback before), and the record is left as it is."""
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / BUILD_FILE).write_text(text)
+    with pytest.raises(AheadrankError, match=re.escape(why)):
+        build(plan(passages, out, tiny_base), echo=lambda _: None)
+    result = CliRunner().invoke(app, ["serve", str(out)])
+    assert result.exit_code == 2 and BUILD_FILE in result.output and "Traceback" not in result.output
+    assert (out / BUILD_FILE).read_text() == text
+
+
 def test_judgments_added_to_a_label_free_build_are_a_change(passages, tmp_path, tiny_base):
     """With --labels auto a BEIR folder's qrels/train.tsv decides the recipe: one added after the build began is
     refused like an edited corpus. With --labels none the qrels are not read and not watched."""
