@@ -301,17 +301,23 @@ class Coverage:
     missing: int  # ... of which the run has none (they score 0)
     no_relevant: int  # qrels queries without a relevant document (skipped)
     unjudged: int  # run queries the qrels do not mention (ignored)
+    # the share of the run's top 10 documents of the retrieved queries the qrels judge, any grade (ir_measures'
+    # Judged@10): near 0 when the qrels are of another collection whose query ids happen to match; None: none retrieved
+    judged_at_10: float | None = None
 
 
 def coverage(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]]) -> Coverage:
     evaluated = _evaluated_qids(qrels)
-    retrieved = sum(1 for q in evaluated if run.get(q))
+    tops = {q: ranking(run[q])[:10] for q in evaluated if run.get(q)}
+    shown = sum(map(len, tops.values()))
+    judged = sum(d in qrels[q] for q, top in tops.items() for d in top)
     return Coverage(
         evaluated=len(evaluated),
-        retrieved=retrieved,
-        missing=len(evaluated) - retrieved,
+        retrieved=len(tops),
+        missing=len(evaluated) - len(tops),
         no_relevant=len(qrels) - len(evaluated),
         unjudged=sum(1 for q in run if q not in qrels),
+        judged_at_10=judged / shown if shown else None,
     )
 
 

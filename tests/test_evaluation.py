@@ -141,13 +141,17 @@ def test_missing_unjudged_and_relevance_free_queries():
     assert values["MRR@10"] == {"q1": 0.5, "q2": 0.0, "q4": 0.5}
     assert values["nDCG@10"]["q4"] == pytest.approx(1 / L3)  # the -1 at rank 1 contributes nothing
     assert evaluate(run, qrels, "MRR@10")["MRR@10"] == pytest.approx(1 / 3)
-    assert coverage(run, qrels).__dict__ == {
-        "evaluated": 3,
-        "retrieved": 2,
-        "missing": 1,
-        "no_relevant": 1,
-        "unjudged": 1,
-    }
+    assert (
+        coverage(run, qrels).__dict__
+        == {
+            "evaluated": 3,
+            "retrieved": 2,
+            "missing": 1,
+            "no_relevant": 1,
+            "unjudged": 1,
+            "judged_at_10": 0.75,  # of the retrieved evaluated queries' top 10s: d1 of (u, d1), d5 and d6 of (d5, d6)
+        }
+    )
     assert evaluate({}, qrels, "MAP")["MAP"] == 0.0  # an empty run scores 0, it is not an error
     with pytest.raises(EvaluationError, match="no query in the qrels has a relevant document"):
         evaluate(run, {"q3": qrels["q3"]})
@@ -406,6 +410,25 @@ def test_cli_prints_the_measures_of_one_run(files):
         assert name in result.stdout
     assert f"{41 / 72:.4f}" in result.stdout and "0.7500" in result.stdout and "0.8333" in result.stdout
     assert "2 queries evaluated, 0 missing from the run" in result.stdout
+
+
+def test_cli_warns_when_the_qrels_judge_nothing_the_run_ranks(files):
+    """Qrels of another collection whose query ids happen to match the run's (numbered queries): every run query
+    counts as retrieved and scores 0, which used to be all it said. The judged share of the top 10 is printed, and
+    a warning when it is 0."""
+    result = runner.invoke(
+        app, ["evaluate", "--run", str(files / "a.trec"), "--qrels", str(files / "qrels.txt")]
+    )
+    assert "judged@10" in result.stdout and "warning" not in result.stdout
+    other = files / "other-qrels.txt"
+    other.write_text("".join(f"{q} 0 other-{d} 1\n" for q, j in QRELS.items() for d in j))
+    result = runner.invoke(app, ["evaluate", "--run", str(files / "a.trec"), "--qrels", str(other)])
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.stdout.split())
+    assert (
+        "judged@10 0.0%" in flat
+        and "warning: no document in the run's top 10 of its 2 judged queries" in flat
+    )
 
 
 def test_cli_compare_with_json_and_env_vars(files, monkeypatch):

@@ -45,7 +45,15 @@ def _coverage_line(label: str, path: Path, cov) -> str:
         parts.append(f"{cov.no_relevant} without a relevant document (skipped)")
     if cov.unjudged:
         parts.append(f"{cov.unjudged} unjudged run queries (ignored)")
-    return f"{label} {path}: " + ", ".join(parts)
+    if cov.judged_at_10 is not None:
+        parts.append(f"judged@10 {cov.judged_at_10:.1%}")
+    line = f"{label} {path}: " + ", ".join(parts)
+    if cov.judged_at_10 == 0:
+        line += (
+            f"\nwarning: no document in the run's top 10 of its {cov.retrieved} judged queries is in the qrels: "
+            "are they the qrels of the run's collection (query ids can match by chance)?"
+        )
+    return line
 
 
 @app.command("evaluate")
