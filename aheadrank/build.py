@@ -352,7 +352,7 @@ def stage_collection(plan: BuildPlan) -> dict:
     return {
         **({"probe": probe} if probe else {}),
         "documents": docs,
-        "format": coll.format.value,
+        "format": coll.format_name,
         "titled": titled,
         "mean_words": round(words / docs, 1),
         "skipped": coll.report.skipped,

@@ -492,7 +492,7 @@ def _build_locked(
         meta = {
             "format_version": _FORMAT_VERSION,
             "collection": str(collection.path),
-            "collection_format": collection.format.value,
+            "collection_format": collection.format_name,
             "documents": written,
             "k1": k1,
             "b": b,

@@ -346,7 +346,9 @@ class Collection:
         except ValueError:
             choices = ", ".join(f.value for f in CollectionFormat)
             raise CollectionError(f"unknown collection format {fmt!r} (choose from {choices})") from None
-        self.format = detect_format(self.files[0]) if fmt is CollectionFormat.AUTO else fmt
+        # each file's own (a folder may hold JSONL and TSV parts alike); ``format`` is the first file's
+        self.formats = [detect_format(f) if fmt is CollectionFormat.AUTO else fmt for f in self.files]
+        self.format = self.formats[0]
         self.strict = strict
         self.max_examples = max_examples
         self.check_duplicates = check_duplicates
@@ -354,6 +356,11 @@ class Collection:
 
     def __repr__(self) -> str:
         return f"Collection({str(self.path)!r}, fmt={self.format.value!r}, strict={self.strict})"
+
+    @property
+    def format_name(self) -> str:
+        """The files' formats, each once in file order: ``beir``, or ``beir+tsv`` for a folder of both."""
+        return "+".join(dict.fromkeys(f.value for f in self.formats))
 
     def __iter__(self) -> Iterator[Document]:
         for docid, title, body in self.titled():
@@ -366,7 +373,6 @@ class Collection:
         report = self.report = CollectionReport(
             max_examples=self.max_examples, files=[str(f) for f in self.files]
         )
-        parse = _PARSERS[self.format]
         seen: set[str] = set()
 
         def problem(kind: ProblemKind, file: Path, lineno: int, message: str) -> None:
@@ -375,7 +381,8 @@ class Collection:
                 raise CollectionError(f"{found} (strict mode; drop --strict to skip and count such records)")
             report.add(found)
 
-        for file in self.files:
+        for file, fmt in zip(self.files, self.formats, strict=True):
+            parse = _PARSERS[fmt]
             for lineno, raw in iter_lines(file):
                 report.lines += 1
                 try:
@@ -391,7 +398,7 @@ class Collection:
                 if not line.strip():
                     problem(ProblemKind.BLANK_LINE, file, lineno, "blank line")
                     continue
-                if lineno == 1 and self.format is CollectionFormat.TSV and is_tsv_header(line):
+                if lineno == 1 and fmt is CollectionFormat.TSV and is_tsv_header(line):
                     report.headers += 1
                     continue
                 try:

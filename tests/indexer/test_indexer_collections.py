@@ -99,6 +99,24 @@ def test_directory_of_files_is_read_in_name_order(tmp_path):
     assert str(collection.report.examples[0]).startswith(f"{tmp_path / 'coll' / 'b.jsonl'}:2: duplicate_id")
 
 
+def test_a_folder_of_jsonl_and_tsv_parts_reads_each_in_its_own_format(tmp_path):
+    """The folder's format was the first file's: a TSV part beside a JSONL one was read as JSON, every line of it
+    skipped as bad JSON (half the corpus lost behind a warning). Each file is now read in its own format (a
+    TSV header still counts as no document), and the formats are named together."""
+    write_lines(tmp_path / "coll" / "a.jsonl", [{"_id": "1", "title": "T", "text": "one"}])
+    (tmp_path / "coll" / "b.tsv").write_text("docid\ttext\n2\ttwo\n3\tthree\n")
+    write_lines(tmp_path / "coll" / "c.jsonl", [{"id": "4", "contents": "four"}])
+    collection = Collection(tmp_path / "coll")
+    assert list(collection) == [
+        Document("1", "T. one"),
+        Document("2", "two"),
+        Document("3", "three"),
+        Document("4", "four"),
+    ]
+    assert collection.report.problems == 0 and collection.report.headers == 1
+    assert collection.format_name == "beir+tsv+pyserini" and collection.format.value == "beir"
+
+
 def test_format_sniffed_for_unknown_extension_and_overridable(tmp_path):
     tsv = write_lines(tmp_path / "docs.txt", ["a\talpha"])
     assert detect_format(tsv) is CollectionFormat.TSV
