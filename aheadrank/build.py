@@ -372,6 +372,13 @@ def fingerprint_split(plan: BuildPlan) -> str | None:
     return None if plan.labels == "none" else "train" if plan.labels == "auto" else plan.labels
 
 
+def collection_changes(plan: BuildPlan, recorded: dict) -> tuple[dict, list[str]]:
+    """The collection's fingerprint now (reading only files whose size or time moved since ``recorded``) and how
+    its content differs from ``recorded`` (:func:`aheadrank.indexer.fingerprint.changes`; empty: the same)."""
+    now = collection_fingerprint(plan.collection, fingerprint_split(plan), recorded)
+    return now, changes(recorded, now)
+
+
 def check_same_collection(plan: BuildPlan, record: BuildRecord, out: Path) -> None:
     """Refuse to go on with a build whose collection changed since its collection stage read it (its BM25 index,
     dense field and store would hold other documents than the stages still to run). The same content with newer
@@ -380,8 +387,7 @@ def check_same_collection(plan: BuildPlan, record: BuildRecord, out: Path) -> No
     done = record.stages.get("collection") or {}
     if "fingerprint" not in done:
         return
-    now = collection_fingerprint(plan.collection, fingerprint_split(plan), done["fingerprint"])
-    said = changes(done["fingerprint"], now)
+    now, said = collection_changes(plan, done["fingerprint"])
     if said:
         raise AheadrankError(
             f"{plan.collection} has changed since {out} was built from it ({'; '.join(said)}): the stages done "
@@ -917,7 +923,7 @@ def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
             )
     read = other.stages.get("collection", {}).get("fingerprint")
     if read is not None:
-        said = changes(read, collection_fingerprint(plan.collection, fingerprint_split(plan), read))
+        said = collection_changes(plan, read)[1]
         if said:
             raise AheadrankError(
                 f"--reuse {plan.reuse} was built from another version of {plan.collection} ({'; '.join(said)}): "
@@ -1019,9 +1025,8 @@ def _build_locked(
         if stage in record.stages:
             echo(f"[{stage}] done before ({record.stages[stage].get('seconds', 0):.0f} s)")
         else:
-            check_same_collection(
-                plan, record, out
-            )  # also between stages: a collection edited during the build
+            # also between stages: a collection edited while the build runs
+            check_same_collection(plan, record, out)
             echo(f"[{stage}] ...")
             t0 = time.perf_counter()
             try:

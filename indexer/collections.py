@@ -123,9 +123,8 @@ class CollectionReport:
     def log(self, logger: logging.Logger = log) -> None:
         if self.problems:
             said = self.summary()
-            if (
-                said in _WARNED
-            ):  # the same file read again (a build's later stages): said once, at the first pass
+            # the same file read again (a build's later stages): said once, at the first pass
+            if said in _WARNED:
                 logger.debug("collection problems, as warned before: %s", said)
             else:
                 _WARNED.add(said)
