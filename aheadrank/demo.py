@@ -100,7 +100,9 @@ def main() -> None:
 
     import httpx
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    from aheadrank.cli.options import cli_logging
+
+    cli_logging()
     logging.getLogger("aheadrank.train").setLevel(logging.INFO)  # validation lines
 
     from aheadrank.build import BuildPlan, build, judged_split, paths

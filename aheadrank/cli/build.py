@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import device_opt, opt, user_errors
+from aheadrank.cli.options import cli_logging, device_opt, opt, user_errors
 
 
 @app.command("build")
@@ -130,7 +130,7 @@ def build_cmd(
 
     set_java_heap(java_heap)  # before the JVM starts; a malformed size fails here, before any work
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    cli_logging()
     logging.getLogger("aheadrank.train").setLevel(logging.INFO)
     plan = BuildPlan(
         collection=str(collection),

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import device_opt, opt, spec_block, user_errors, with_options
+from aheadrank.cli.options import cli_logging, device_opt, opt, spec_block, user_errors, with_options
 from aheadrank.cli.rankers import RANKER_OPTIONS, Kind, init_options, ranker_options_block
 
 
@@ -62,7 +62,7 @@ def train_cmd(
     from aheadrank.rankers.training import TrainConfig
     from aheadrank.runs import build_pseudo_training_data, build_training_data
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cli_logging(logging.INFO)
     rec = recipe_for(device, recipe)
     check_training_options(training)  # before anything is read
     seed = TrainConfig.seed if training["seed"] is None else training["seed"]
@@ -178,7 +178,7 @@ def pretrain_compressor_cmd(
     from aheadrank.rankers.training import TrainConfig, loss_ends
     from aheadrank.runs import build_training_data
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cli_logging(logging.INFO)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise AheadrankError(f"{out} exists and is not empty; pass --overwrite to replace it")
     if init is not None:

@@ -41,7 +41,9 @@ class JsonLines(logging.Formatter):
 
 
 def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    from aheadrank.cli.options import CurrentStderr
+
+    handler = CurrentStderr()
     handler.setFormatter(JsonLines())
     for name in ("aheadrank", "uvicorn.error"):
         logger = logging.getLogger(name)
