@@ -100,7 +100,7 @@ def main() -> None:
 
     import httpx
 
-    from aheadrank.cli.options import cli_logging
+    from aheadrank.logs import cli_logging
 
     cli_logging()
     logging.getLogger("aheadrank.train").setLevel(logging.INFO)  # validation lines

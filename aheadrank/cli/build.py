@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import cli_logging, device_opt, opt, user_errors
+from aheadrank.cli.options import device_opt, opt, user_errors
+from aheadrank.logs import cli_logging
 
 
 @app.command("build")

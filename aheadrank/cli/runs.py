@@ -9,8 +9,9 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import cli_logging, device_opt, opt, spec_block, user_errors, with_options
+from aheadrank.cli.options import device_opt, opt, spec_block, user_errors, with_options
 from aheadrank.cli.rankers import RANKER_OPTIONS, Kind, init_options, ranker_options_block
+from aheadrank.logs import cli_logging
 
 
 def training_options_block() -> object:

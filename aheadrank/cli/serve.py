@@ -41,7 +41,7 @@ class JsonLines(logging.Formatter):
 
 
 def configure_logging(level: str) -> None:
-    from aheadrank.cli.options import CurrentStderr
+    from aheadrank.logs import CurrentStderr
 
     handler = CurrentStderr()
     handler.setFormatter(JsonLines())
