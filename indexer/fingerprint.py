@@ -15,8 +15,6 @@ from pathlib import Path
 
 from aheadrank.fsfaults import sha256_file
 
-QUERY_NAMES = ("queries.jsonl", "queries.jsonl.gz", "queries.jsonl.zst", "queries.tsv")
-
 
 def _entry(file: Path, known: dict | None) -> dict:
     st = file.stat()
@@ -30,6 +28,7 @@ def read_files(collection: str | Path, split: str | None) -> dict[str, Path | No
     trained on the qrels ``split`` its queries and ``qrels/<split>.tsv`` (listed as None while absent, so that one
     added later is a change: ``--labels auto`` would then train on it)."""
     from aheadrank.indexer.collections import resolve_files
+    from aheadrank.indexer.topics import QUERY_NAMES
 
     root = Path(collection)
     files: dict[str, Path | None] = {}

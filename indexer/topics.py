@@ -26,6 +26,10 @@ def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
     return text_lines(path, CollectionError, skip_blank=True)
 
 
+# the queries file of a BEIR directory, the first of these found (read_queries; the build's fingerprint)
+QUERY_NAMES = ("queries.jsonl", "queries.jsonl.gz", "queries.jsonl.zst", "queries.tsv")
+
+
 def _existing(path: Path, *candidates: str) -> Path:
     if path.is_dir():
         for name in candidates:
@@ -60,7 +64,7 @@ def read_queries(path: str | Path) -> dict[str, str]:
     ``path`` is a ``queries.jsonl`` / ``.tsv`` file (optionally compressed) or a BEIR directory
     (``queries.jsonl`` inside). Text is stripped; an empty text, a missing id or a repeated qid is an error.
     """
-    path = _existing(Path(path), "queries.jsonl", "queries.jsonl.gz", "queries.jsonl.zst", "queries.tsv")
+    path = _existing(Path(path), *QUERY_NAMES)
     is_tsv = strip_compression_suffix(path.name).lower().endswith((".tsv", ".txt"))
     parse = _query_from_tsv if is_tsv else _query_from_json
     queries: dict[str, str] = {}
