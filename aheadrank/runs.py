@@ -239,8 +239,9 @@ def build_label_free_training_data(
     pq = label_free_queries(collection, max_queries=max_queries, seed=seed)
     if len(pq.queries) < 20:
         raise AheadrankError(
-            f"{collection}: only {len(pq.queries)} documents have enough text (10+ words) to make training "
-            "queries from; a label-free ranker needs a collection of at least a few hundred such documents"
+            f"{collection}: only {len(pq.queries)} documents have enough text to make training queries from (10+ "
+            "words; in a collection of short texts, 3+ words that are not stopwords); a label-free ranker needs a "
+            "collection of at least a few hundred such documents"
         )
     hits = (search or _bm25_search(index))(pq.queries, depth)
     cands = alias_candidates(hits, pq.qrels, pq.aliases)

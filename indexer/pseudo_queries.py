@@ -56,13 +56,13 @@ def title_queries(
     return PseudoQueries(queries, qrels, texts)
 
 
-# ---- label-free training: pseudo-queries for any collection (titles, sentences, spans) -----------------------
+# ---- label-free training: pseudo-queries for any collection (titles, sentences, spans, keywords) ----------------
 # Each pseudo-query is matched against a copy of its source document with the query's own words taken out
 # (inverse cloze): the copy is a document of its own, ``ALIAS_PREFIX + qid``, that replaces the source in the
 # query's candidates, so the model cannot win by spotting the query inside its document, while every other
 # document keeps its full text as indexed.
 ALIAS_PREFIX = "pq:"
-LABEL_FREE_KINDS = ("title", "sentence", "span")
+LABEL_FREE_KINDS = ("title", "sentence", "span", "keywords")
 SENTENCE_WORDS = (6, 40)  # a sentence is a query when it has this many words (inclusive)
 # how often a query is cut out of the copy of its document (inverse cloze). Cut every time (1.0), the positive is
 # the one candidate that lacks the query's words while BM25's negatives have them: on SciFact, Cranfield and Vaswani
@@ -71,6 +71,19 @@ SENTENCE_WORDS = (6, 40)  # a sentence is a query when it has this many words (i
 CUT = 0.0
 SPAN_WORDS = (6, 12)  # a span query: this many consecutive words, for texts without usable sentences
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# short-text collections (product names, FAQ questions, paper titles alone): where fewer than half of the documents
+# have SHORT_BELOW words or more (the least a span query needs), each document too short for a title, sentence or
+# span query gives a keyword query instead: KEYWORD_WORDS of its content words, in their order (a searcher's words
+# for an item, not a phrase cut from it). Collections of longer texts are left as they were (the same queries).
+SHORT_BELOW = SPAN_WORDS[0] + 10
+SHORT_SHARE = 0.5
+KEYWORD_WORDS = (2, 5)
+KEYWORD_MIN_WORDS = 3  # content words a document needs for a keyword query (one at least is left out of it)
+_EDGE = "\"'.,;:!?()[]{}<>"
+_STOP = frozenset(
+    "a an and are as at be but by for from has have in into is it its of on or that the their this to was were"
+    " which with without".split()
+)
 
 
 @dataclass
@@ -147,14 +160,34 @@ def _one_query(
     return "span", " ".join(words[start : start + n]), " ".join(words[:start] + words[start + n :])
 
 
+def _keyword_query(text: str, rng: random.Random) -> str | None:
+    """A keyword query for a short text: 2-5 of its content words (not stopwords, 2+ characters, edge punctuation
+    dropped) in their order, never all of them; None for a text of fewer than KEYWORD_MIN_WORDS content words."""
+    words = [w.strip(_EDGE) for w in text.split()]
+    content = [w for w in words if len(w) >= 2 and w.lower() not in _STOP]
+    if len(content) < KEYWORD_MIN_WORDS:
+        return None
+    k = rng.randint(KEYWORD_WORDS[0], min(KEYWORD_WORDS[1], len(content) - 1))
+    return " ".join(content[i] for i in sorted(rng.sample(range(len(content)), k)))
+
+
+def short_text(texts) -> bool:
+    """Whether a collection (its documents' full texts) is one of short texts: fewer than SHORT_SHARE of them have
+    SHORT_BELOW words or more."""
+    texts = list(texts)
+    return sum(len(t.split()) >= SHORT_BELOW for t in texts) < SHORT_SHARE * len(texts)
+
+
 def label_free_queries(
     collection: str | Path, *, max_queries: int = 3000, seed: int = 0, cut: float | None = None
 ) -> LabelFreeQueries:
     """Up to ``max_queries`` pseudo-queries, one per document drawn with ``seed``: its title (half of the
     titled documents, where titles are not just the first words of the text), else a sentence, else a span
-    (inverse cloze: the query's words are cut from the copy of the document it is matched against)."""
+    (inverse cloze: the query's words are cut from the copy of the document it is matched against); in a
+    collection of short texts (:func:`short_text`), else a keyword query."""
     docs = list(Collection(collection).titled())
     texts = {docid: " ".join(x for x in (title, body) if x) for docid, title, body in docs}
+    short = short_text(texts.values())
     rng = random.Random(seed)
     order = list(range(len(docs)))
     rng.shuffle(order)
@@ -168,6 +201,9 @@ def label_free_queries(
             break
         docid, title, body = docs[i]
         made = _one_query(docid, title, body, rng, title_ok=True)
+        if made is None and short:
+            keywords = _keyword_query(texts[docid], rng)
+            made = None if keywords is None else ("keywords", keywords, texts[docid])
         if made is None:
             continue
         kind, query, rest = made

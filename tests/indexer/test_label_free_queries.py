@@ -189,3 +189,55 @@ def test_the_passage_teacher_adds_each_candidates_best_two_sentence_window(tmp_p
         assert teacher[q] == pytest.approx(want)
     with pytest.raises(KeyError, match="no text for listed documents"):
         baselines.passage_cosines(queries, hits, {"long": titled["long"]}, base=tiny_base)
+
+
+def short_corpus(path, n: int, words: tuple[int, int], seed: int = 0):
+    """``n`` documents of ``words`` words each (catalogue items: no title, no sentence)."""
+    rng = random.Random(seed)
+    lines = [
+        json.dumps({"_id": f"p{i}", "text": " ".join(rng.choices(WORDS, k=rng.randint(*words)))})
+        for i in range(n)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_collection_of_short_texts_gets_keyword_queries(tmp_path):
+    from aheadrank.indexer.pseudo_queries import KEYWORD_WORDS, short_text
+
+    path = short_corpus(tmp_path / "items.jsonl", 60, (4, 9))
+    pq = label_free_queries(path, max_queries=50, seed=2)
+    assert pq.counts() == {"keywords": 50}  # none of them has text enough for a span (16+ words)
+    for qid, query in pq.queries.items():
+        (alias,) = pq.qrels[qid]
+        source = pq.aliases[alias]
+        words, doc = query.split(), pq.texts[source].split()
+        assert KEYWORD_WORDS[0] <= len(words) <= min(KEYWORD_WORDS[1], len(doc) - 1)
+        it = iter(doc)
+        assert all(w in it for w in words)  # the document's own words, in their order
+        assert pq.texts[alias] == pq.texts[source]
+    assert label_free_queries(path, max_queries=50, seed=2).queries == pq.queries
+    # a collection of long texts is not one of short texts: its queries are what they were (no keywords)
+    long = corpus(tmp_path / "long.jsonl", 60, titles=False, punctuation=False)
+    assert short_text(label_free_queries(path).texts[d] for d in [f"p{i}" for i in range(60)])
+    assert "keywords" not in label_free_queries(long, max_queries=40).counts()
+
+
+def test_a_short_text_collection_builds_its_training_data_and_too_few_words_is_refused(tmp_path):
+    path = short_corpus(tmp_path / "items.jsonl", 60, (4, 9))
+
+    def search(queries, depth):  # every document, in order
+        return {q: [(f"p{i}", float(60 - i)) for i in range(depth)] for q in queries}
+
+    data, hits, pq = build_label_free_training_data(path, None, max_queries=30, depth=10, search=search)
+    assert len(data.queries) == 30 and set(pq.counts()) == {"keywords"}
+    # two words of content or fewer a document: no keyword query can leave one out
+    tiny = tmp_path / "tiny.jsonl"
+    tiny.write_text(
+        "".join(
+            json.dumps({"_id": f"t{i}", "text": f"the {WORDS[i % 19]} of {WORDS[-1 - i % 19]}"}) + "\n"
+            for i in range(60)
+        )
+    )
+    with pytest.raises(AheadrankError, match="enough text"):
+        build_label_free_training_data(tiny, None, search=search)
