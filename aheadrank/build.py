@@ -332,12 +332,14 @@ def judged_split(collection: str | Path, labels: str) -> str | None:
 def stage_collection(plan: BuildPlan) -> dict:
     from aheadrank.buildtime import ProbeSample
     from aheadrank.indexer.collections import Collection, join_title_text
+    from aheadrank.indexer.language import LanguageCounts, language_warning
     from aheadrank.indexer.pseudo_queries import stored_windows
     from aheadrank.rankers.training import cpu_bf16_native
 
     coll = Collection(plan.collection)
     docs = titled = words = multi = windows = 0
     sample = ProbeSample()
+    language = LanguageCounts()
     for _, title, body in coll.titled():
         docs += 1
         titled += bool(title)
@@ -345,9 +347,14 @@ def stage_collection(plan: BuildPlan) -> dict:
         n = len(stored_windows(title, body, WINDOW_SENTENCES))
         multi += n > 0
         windows += n
-        sample.add(join_title_text(title, body))
+        text = join_title_text(title, body)
+        sample.add(text)
+        language.add(text)
     if docs == 0:
         raise AheadrankError(f"{plan.collection}: no usable document ({coll.report.summary()})")
+    warning = language_warning(language, plan.collection)
+    if warning:
+        log.warning(warning)
     probe = _speed_probe(plan, sample.texts)
     return {
         **({"probe": probe} if probe else {}),
@@ -355,6 +362,7 @@ def stage_collection(plan: BuildPlan) -> dict:
         "format": coll.format_name,
         "titled": titled,
         "mean_words": round(words / docs, 1),
+        "language": language.summary(),  # a guess from function words (indexer/language.py): warned of if not English
         "skipped": coll.report.skipped,
         # TSV first lines naming the columns (`docid<TAB>text`), read as no document (indexer.collections)
         **({"headers": coll.report.headers} if coll.report.headers else {}),
