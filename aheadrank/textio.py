@@ -155,9 +155,11 @@ TSV_ID_NAMES = frozenset(
         "corpus_id",
     }
     | {"qid", "query_id", "query-id", "queryid"}
+    | {"sku", "product_id", "item_id"}  # catalogues of short texts (docs/training.md, "Short texts")
 )
 TSV_TEXT_NAMES = frozenset(
     {"text", "contents", "content", "passage", "body", "document", "doc", "query", "question", "title"}
+    | {"name", "product_name", "description", "answer", "sentence"}
 )
 
 

@@ -258,6 +258,10 @@ def test_a_tsv_header_naming_the_columns_is_no_document(tmp_path, suffix):
     both = Collection(folder)
     assert [d.docid for d in both] == ["a", "b"] and both.report.headers == 2
     assert "2 header lines naming the columns skipped" in both.report.summary()
+    # a catalogue's header (short texts: product names, FAQ answers)
+    for header in ("sku\tname", "product_id\tdescription", "item_id\tproduct_name", "id\tanswer"):
+        items = Collection(write_lines(tmp_path / "items.tsv", [header, "a\tred running shoe"]))
+        assert list(items) == [Document("a", "red running shoe")] and items.report.headers == 1
     # a header of three columns is no two-column header: reported as any malformed line
     three = Collection(write_lines(tmp_path / "three.tsv", ["id\ttitle\ttext", "a\talpha"]))
     assert list(three) == [Document("a", "alpha")] and dict(three.report.counts) == {"bad_columns": 1}
