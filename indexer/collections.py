@@ -221,7 +221,7 @@ def _load_json(line: str) -> dict:
 # every parser returns (docid, title, body); formats without a title give "" (the text is the body)
 def _parse_beir(line: str) -> tuple[str, str, str]:
     record = _load_json(line)
-    docid = _as_id(record, "_id")
+    docid = _as_id(record, "id" if "_id" not in record and "id" in record else "_id")  # {"id", "text"} too
     text = _as_text(record, "text", required=True)
     return docid, _as_text(record, "title", required=False).strip(), text.strip()
 
@@ -296,9 +296,11 @@ def _sniff_json(path: Path) -> CollectionFormat:
             return CollectionFormat.BEIR
         if "id" in record and "contents" in record:
             return CollectionFormat.PYSERINI
+        if "id" in record and "text" in record:  # BEIR's fields with the id named as most JSONL files name it
+            return CollectionFormat.BEIR
         raise CollectionError(
-            f"{path}:{lineno}: cannot tell the JSONL flavour from keys {sorted(record)}: expected "
-            "'_id'/'title'/'text' (BEIR) or 'id'/'contents' (Pyserini); pass the format explicitly"
+            f"{path}:{lineno}: cannot tell the JSONL flavour from keys {sorted(record)}: expected '_id' (or "
+            "'id'), 'text' and an optional 'title' (BEIR), or 'id' and 'contents' (Pyserini); rename the keys"
         )
     raise CollectionError(f"{path}: no JSON object in the first {_SNIFF_LINES} lines")
 
@@ -319,7 +321,10 @@ def detect_format(path: str | Path) -> CollectionFormat:
             return _sniff_json(path)
         if b"\t" in stripped:
             return CollectionFormat.TSV
-    raise CollectionError(f"{path}: cannot detect the collection format; pass it explicitly")
+    raise CollectionError(
+        f"{path}: cannot detect the collection format: expected JSON lines (BEIR's _id, title, text or Pyserini's "
+        "id, contents) or TSV lines (docid<TAB>text), plain, .gz or .zst; convert a CSV file to one of these"
+    )
 
 
 class Collection:

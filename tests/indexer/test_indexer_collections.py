@@ -129,8 +129,19 @@ def test_format_sniffed_for_unknown_extension_and_overridable(tmp_path):
 def test_ambiguous_or_unknown_format_is_an_error(tmp_path):
     with pytest.raises(CollectionError, match="cannot tell the JSONL flavour"):
         Collection(write_lines(tmp_path / "x.jsonl", [{"docno": "a", "body": "alpha"}]))
-    with pytest.raises(CollectionError, match="cannot detect the collection format"):
-        Collection(write_lines(tmp_path / "x.bin", ["plain words only"]))
+    with pytest.raises(
+        CollectionError, match="cannot detect the collection format: expected JSON lines"
+    ) as info:
+        Collection(write_lines(tmp_path / "x.csv", ["id,name", "1,red shoe"]))
+    assert "convert a CSV file" in str(info.value)
+    # {"id", "text"} (the id as most JSONL files name it): BEIR's fields, read as BEIR; "_id" wins where both are
+    plain = Collection(
+        write_lines(
+            tmp_path / "ids.jsonl",
+            [{"id": 1, "title": "T", "text": "a"}, {"_id": "x", "id": "y", "text": "b"}],
+        )
+    )
+    assert plain.format is CollectionFormat.BEIR and list(plain.titled()) == [("1", "T", "a"), ("x", "", "b")]
     with pytest.raises(CollectionError, match="collection not found"):
         Collection(tmp_path / "missing.jsonl")
     (tmp_path / "empty-dir").mkdir()
