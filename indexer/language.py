@@ -70,7 +70,8 @@ class LanguageCounts:
         return {code: n / max(self.words, 1) for code, n in self.hits.items()}
 
     def guess(self) -> str | None:
-        """ "non-latin", a language code other than "en" (the texts look like it) or None (English, or no guess)."""
+        """The guess: "non-latin", a language code other than "en" (the texts look like it), or None (English, or
+        nothing else recognised)."""
         if self.letters and self.non_latin / self.letters > NON_LATIN:
             return "non-latin"
         shares = self.shares()
@@ -84,7 +85,7 @@ class LanguageCounts:
         shares = self.shares()
         other = max((c for c in shares if c != "en"), key=lambda c: shares[c])
         return {
-            "guess": self.guess() or "en",
+            "guess": self.guess() or "en",  # en: nothing else recognised (names and codes too)
             "english_share": round(shares["en"], 4),
             "other": {other: round(shares[other], 4)},
             "non_latin_letters": round(self.non_latin / max(self.letters, 1), 4),
@@ -92,9 +93,8 @@ class LanguageCounts:
 
 
 def _latin(c: str) -> bool:
-    return (
-        c.isascii() or "\u00c0" <= c <= "\u024f"
-    )  # ASCII, Latin-1 Supplement and Latin Extended-A/B letters
+    """ASCII, or a letter of Latin-1 Supplement or Latin Extended-A/B (é, ß, ø, ł, ...)."""
+    return c.isascii() or "\u00c0" <= c <= "\u024f"
 
 
 def language_warning(counts: LanguageCounts, collection: object) -> str | None:
