@@ -1,4 +1,4 @@
-"""Short-text collections with real judgments: each BEIR collection with titles rewritten as one of its titles only.
+"""Short-text collections with real judgments: a BEIR collection with titles, rewritten as its titles alone.
 
 A catalogue of product names or a list of FAQ questions is a collection of short texts (a dozen words or fewer,
 no body). None of our judged collections is one, but SciFact's and Cranfield's titles are (median 12 words each):
@@ -26,7 +26,7 @@ def titles_only(source: Path, out: Path, words: int | None = None) -> dict:
     words), queries and qrels as they are. Returns the counts."""
     if (out / "corpus.jsonl").is_file():
         shutil.rmtree(out)
-    (out / "qrels").mkdir(parents=True)
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
     kept = dropped = total = 0
     with open(source / "corpus.jsonl", encoding="utf-8") as f, open(out / "corpus.jsonl", "w") as g:
         for line in f:

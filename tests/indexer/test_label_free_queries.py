@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from aheadrank.indexer.collections import Collection
 from aheadrank.indexer.pseudo_queries import ALIAS_PREFIX, label_free_queries, sentence_passages
 
 from aheadrank.errors import AheadrankError
@@ -219,7 +220,7 @@ def test_a_collection_of_short_texts_gets_keyword_queries(tmp_path):
     assert label_free_queries(path, max_queries=50, seed=2).queries == pq.queries
     # a collection of long texts is not one of short texts: its queries are what they were (no keywords)
     long = corpus(tmp_path / "long.jsonl", 60, titles=False, punctuation=False)
-    assert short_text(label_free_queries(path).texts[d] for d in [f"p{i}" for i in range(60)])
+    assert short_text(d.text for d in Collection(path)) and not short_text(d.text for d in Collection(long))
     assert "keywords" not in label_free_queries(long, max_queries=40).counts()
 
 
