@@ -211,6 +211,39 @@ def test_a_build_begun_under_another_shard_size_goes_on_in_it_and_serves(
         scorer.windows.reader.close()
 
 
+def test_a_catalogue_of_short_texts_builds_and_serves(tmp_path, tiny_base):
+    """Items of 4-9 words (no document has the 16 words a span query needs), as a TSV with its columns named
+    `sku<TAB>name`: every stage runs on keyword pseudo-queries, the score is calibrated on the held-out ones, and
+    the build re-ranks by its served score (before keyword queries: refused at the queries stage)."""
+    from aheadrank.indexer.bm25 import Bm25Searcher
+
+    from aheadrank.runs import rerank_run
+
+    rng = random.Random(3)
+    items = {f"sku{i}": " ".join(rng.choices(WORDS, k=rng.randint(4, 9))) for i in range(150)}
+    tsv = tmp_path / "items.tsv"
+    tsv.write_text("sku\tname\n" + "".join(f"{k}\t{v}\n" for k, v in items.items()))
+    out = tmp_path / "o"
+    record = build(plan(tsv, out, tiny_base, steps=0), echo=lambda _: None)
+    assert list(record.stages) == list(STAGES)
+    assert record.stages["collection"]["documents"] == 150 and record.stages["collection"]["headers"] == 1
+    assert record.stages["collection"]["language"]["guess"] == "en"
+    assert (
+        set(record.stages["queries"]["kinds"]) == {"keywords"}
+        and record.stages["queries"]["pseudo_queries"] == 40  # max_queries
+    )
+    assert record.stages["priors"]["calibration"]["labels"] == "pseudo-queries"
+    p = paths(out)
+    query = " ".join(items["sku7"].split()[:3])
+    with Bm25Searcher(p["lucene"]) as bm25:  # what the service takes its candidates from
+        hits = bm25.search(query, 40)
+    assert "sku7" in dict(hits)
+    run, stats = rerank_run(p["checkpoint"], p["store"], {"q": query}, {"q": hits}, progress=False)
+    assert (
+        set(run["q"]) == set(dict(hits)) and not stats.notices
+    )  # every prior there, the calibration included
+
+
 def test_a_tsv_header_is_recorded_and_never_a_document(passages, tmp_path, tiny_base):
     """A TSV exported with its columns named (`docid<TAB>text`, as pandas writes it): the collection stage counts
     the 80 passages and the header apart, so no document called "docid" reaches BM25, the store or the queries."""
