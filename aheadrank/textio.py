@@ -19,6 +19,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
 _BOM = b"\xef\xbb\xbf"
+# what is taken off a word's edges before it is looked up as a word (keyword pseudo-queries, the language guess)
+EDGE_PUNCTUATION = "\"'.,;:!?()[]{}<>"
 _BUFFER = 1 << 20
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aheadrank.textio import EDGE_PUNCTUATION
+
 # frequent function words of each language; a word on two lists (que, con, des, ...) counts for neither
 _LISTS = {
     "en": frozenset("the of and to is that for with was are this be from by have".split()),
@@ -57,7 +59,7 @@ class LanguageCounts:
         if self.words >= MAX_WORDS:
             return
         for word in text.lower().split():
-            word = word.strip("\"'.,;:!?()[]{}<>«»“”‘’")
+            word = word.strip(EDGE_PUNCTUATION)
             self.words += 1
             for code, words in FUNCTION_WORDS.items():
                 if word in words:

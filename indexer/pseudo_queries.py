@@ -17,6 +17,8 @@ from pathlib import Path
 
 from aheadrank.indexer.collections import Collection, join_title_text
 
+from aheadrank.textio import EDGE_PUNCTUATION
+
 PSEUDO_KINDS = ("title",)
 QID_PREFIX = "title:"
 
@@ -79,7 +81,6 @@ SHORT_BELOW = SPAN_WORDS[0] + 10
 SHORT_SHARE = 0.5
 KEYWORD_WORDS = (2, 5)
 KEYWORD_MIN_WORDS = 3  # content words a document needs for a keyword query (one at least is left out of it)
-_EDGE = "\"'.,;:!?()[]{}<>"
 _STOP = frozenset(
     "a an and are as at be but by for from has have in into is it its of on or that the their this to was were"
     " which with without".split()
@@ -163,7 +164,7 @@ def _one_query(
 def _keyword_query(text: str, rng: random.Random) -> str | None:
     """A keyword query for a short text: 2-5 of its content words (not stopwords, 2+ characters, edge punctuation
     dropped) in their order, never all of them; None for a text of fewer than KEYWORD_MIN_WORDS content words."""
-    words = [w.strip(_EDGE) for w in text.split()]
+    words = [w.strip(EDGE_PUNCTUATION) for w in text.split()]
     content = [w for w in words if len(w) >= 2 and w.lower() not in _STOP]
     if len(content) < KEYWORD_MIN_WORDS:
         return None
