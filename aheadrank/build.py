@@ -169,6 +169,9 @@ class BuildPlan:
     # how the store holds the ranker's document side (store.spec.DTYPES; aheadrank index --dtype): float16, or
     # int8 / book4 / book2, 2x / 4x / 8x smaller; the dense field stays float16
     dtype: str = "float16"
+    # BM25's analyzer (indexer.language.BM25_LANGUAGES); auto: the collection stage's guess where it is one of
+    # them, else English
+    language: str = "auto"
 
     def directory(self) -> Path:
         return Path(self.out)
@@ -244,19 +247,23 @@ def _write_record(out: Path, record: BuildRecord) -> None:
 
 
 # the plan's fields that decide what the stages make: a rerun that changes one a finished stage depends on is refused
-_SHARED_PINS = ("collection", "labels", "max_queries", "seed", "base")
+_SHARED_PINS = ("collection", "labels", "max_queries", "seed", "base", "language")
 _MODEL_PINS = (
     *_SHARED_PINS,
     *("ranker", "recipe", "steps", "ce_weight", "lr", "init", "positive", "fit_head", "teacher", "dtype"),
 )
 
 
+def _plan_defaults() -> dict:
+    """What a recorded plan without a field did: the field's default, or what builds did before it existed."""
+    return {f.name: f.default for f in fields(BuildPlan)} | _RECORDED_BEFORE
+
+
 def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
     new = asdict(plan)
     pins = _MODEL_PINS if any(s not in SHARED_STAGES for s in done) else _SHARED_PINS
     # a field newer than the build reads as what the build did before the field existed
-    defaults = {f.name: f.default for f in fields(BuildPlan)} | _RECORDED_BEFORE
-    was = {k: old.get(k, defaults[k]) for k in pins}
+    was = {k: old.get(k, _plan_defaults()[k]) for k in pins}
     changed = [k for k in pins if str(was[k]) != str(new.get(k))]
     if changed:
         raise AheadrankError(
@@ -352,7 +359,7 @@ def stage_collection(plan: BuildPlan) -> dict:
         language.add(text)
     if docs == 0:
         raise AheadrankError(f"{plan.collection}: no usable document ({coll.report.summary()})")
-    warning = language_warning(language, plan.collection)
+    warning = language_warning(language, plan.collection, bm25_language_of(plan, language.guess()))
     if warning:
         log.warning(warning)
     probe = _speed_probe(plan, sample.texts)
@@ -420,13 +427,25 @@ def _speed_probe(plan: BuildPlan, texts: list[str]) -> dict | None:
         return None
 
 
+def bm25_language_of(plan: BuildPlan, guess: str | None) -> str:
+    """BM25's analyzer for the build: ``plan.language``, or for ``auto`` the collection's ``guess``
+    (:func:`aheadrank.indexer.language.bm25_language`)."""
+    from aheadrank.indexer.language import bm25_language
+
+    return bm25_language(guess) if plan.language == "auto" else plan.language
+
+
 def stage_bm25(plan: BuildPlan) -> dict:
-    from aheadrank.indexer.bm25 import build_bm25_index, is_lucene_index
+    from aheadrank.indexer.bm25 import build_bm25_index, is_lucene_index, read_index_meta
 
     target = paths(plan.out)["lucene"]
-    if not is_lucene_index(target):
-        build_bm25_index(plan.collection, target, progress=plan.progress)
-    return {}
+    if is_lucene_index(target):  # built before the stage was recorded done
+        return {"language": read_index_meta(target).get("language", "en")}
+    record = read_record(plan.out)
+    guess = (record.stages.get("collection", {}).get("language") or {}).get("guess") if record else None
+    language = bm25_language_of(plan, guess)
+    build_bm25_index(plan.collection, target, progress=plan.progress, language=language)
+    return {"language": language}
 
 
 def stage_dense(plan: BuildPlan) -> dict:
@@ -925,7 +944,7 @@ def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
     if other is None:
         raise AheadrankError(f"--reuse {plan.reuse}: not a build directory ({BUILD_FILE} missing)")
     for k in _SHARED_PINS:
-        if str(other.plan.get(k)) != str(getattr(plan, k)):
+        if str(other.plan.get(k, _plan_defaults()[k])) != str(getattr(plan, k)):
             raise AheadrankError(
                 f"--reuse {plan.reuse} was built with {k}={other.plan.get(k)!r}, not {getattr(plan, k)!r}"
             )
@@ -994,6 +1013,13 @@ def build(
 
     if plan.dtype not in DTYPES:
         raise AheadrankError(f"--dtype is {', '.join(DTYPES)}, not {plan.dtype!r}")
+    if plan.language != "auto":
+        from aheadrank.indexer.language import BM25_LANGUAGES
+
+        if plan.language not in BM25_LANGUAGES:
+            raise AheadrankError(
+                f"--language is auto or one of {', '.join(BM25_LANGUAGES)}, not {plan.language!r}"
+            )
     if until is not None and until not in STAGES:
         raise AheadrankError(f"unknown stage {until!r}: one of {', '.join(STAGES)}")
     plan_variant(plan)  # an unknown ranker (or labels split, or base) fails before any work

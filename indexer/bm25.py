@@ -42,6 +42,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from aheadrank.indexer.collections import Collection, CollectionFormat, CollectionReport
+from aheadrank.indexer.language import analyzer_name, check_bm25_language
 
 from aheadrank.errors import AheadrankError
 from aheadrank.fsfaults import check_writable, describe, exclusive_lock, fault_errno
@@ -285,6 +286,7 @@ def _run_anserini(
     total: int,
     search: bool = True,
     raw: bool = True,
+    language: str = "en",
 ) -> dict[str, int]:
     """Run Anserini's IndexCollection in a worker thread (the JVM releases the GIL), polling its counters.
 
@@ -303,6 +305,7 @@ def _run_anserini(
     args.storeDocvectors = search
     args.storeRaw = raw
     args.optimize = optimize
+    args.language = language  # Anserini's analyzer for it (indexer.language.BM25_LANGUAGES)
     args.quiet = True  # Anserini logs warnings only; our progress bar reports the rate
     try:
         indexer = java.IndexCollection(args)
@@ -369,8 +372,13 @@ def build_bm25_index(
     progress: bool = True,
     tmp_dir: str | Path | None = None,
     separate_texts: bool = True,
+    language: str = "en",
 ) -> Bm25BuildResult:
     """Build a BM25 Lucene index of ``collection`` at ``index_dir`` (replacing an index already there).
+
+    ``language``: the analyzer, English (Porter stemmer, English stopwords) or another of
+    :data:`aheadrank.indexer.language.BM25_LANGUAGES` (Lucene's analyzer for it, through Anserini), recorded in
+    ``aheadrank-bm25.json`` so that :class:`Bm25Searcher` analyses queries the same way.
 
     ``k1``/``b`` are query-time parameters in Lucene; they are recorded in ``aheadrank-bm25.json`` inside
     the index as the defaults :class:`Bm25Searcher` uses. With ``separate_texts`` (the default) the searched
@@ -390,13 +398,14 @@ def build_bm25_index(
         raise IndexBuildError(f"threads must be >= 1, got {threads}")
     if k1 < 0 or not 0 <= b <= 1:
         raise IndexBuildError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+    check_bm25_language(language, IndexBuildError)
     index_dir = Path(index_dir)
     _check_target(index_dir)
     check_writable(index_dir.parent, "the index", IndexBuildError)
     with exclusive_lock(index_dir.parent / f".{index_dir.name}.lock", f"the index {index_dir}"):
         try:
             return _build_locked(
-                collection, index_dir, threads, k1, b, optimize, progress, tmp_dir, separate_texts
+                collection, index_dir, threads, k1, b, optimize, progress, tmp_dir, separate_texts, language
             )
         except OSError as exc:
             raise IndexBuildError(f"building the index {index_dir} failed: {describe(exc)}") from exc
@@ -429,6 +438,7 @@ def _build_locked(
     progress: bool,
     tmp_dir: str | Path | None,
     separate_texts: bool = True,
+    language: str = "en",
 ) -> Bm25BuildResult:
     """The build, holding the index's lock: leftovers of a killed run (its converted copy of the
     collection, its unfinished index) are removed first."""
@@ -460,6 +470,7 @@ def _build_locked(
                 progress=progress,
                 total=written,
                 raw=not separate_texts,
+                language=language,
             )
             parts = [(partial, counters)]
             if separate_texts:  # the raw documents alone (no positions, no vectors), for doc_text
@@ -496,7 +507,8 @@ def _build_locked(
             "documents": written,
             "k1": k1,
             "b": b,
-            "analyzer": "Anserini default English (Porter stemmer, stopwords removed)",
+            "analyzer": analyzer_name(language),
+            "language": language,
             "text": "indexer.collections.join_title_text: '{title}. {text}'",
             "report": collection.report.to_dict(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -554,6 +566,10 @@ class Bm25Searcher:
             self._searcher = self._java.SimpleSearcher(str(self.index_dir))
         except Exception as exc:  # jnius.JavaException
             raise AheadrankError(f"cannot open Lucene index {self.index_dir}: {exc}") from exc
+        self.language = self.meta.get("language", "en")  # queries analysed as the documents were
+        if self.language != "en":
+            check_bm25_language(self.language, AheadrankError)
+            self._searcher.set_language(self.language)
         self.num_docs = int(self._searcher.get_total_num_docs())
         # the raw documents apart from the searched postings, in their own index (opened on first use)
         texts = self.meta.get("texts")

@@ -1,12 +1,13 @@
-"""Whether a collection is in English, the language everything a build makes is for.
+"""Whether a collection is in English, the language everything a build makes is for, and BM25's analyzer if not.
 
-The BM25 index uses Anserini's English analyzer (Porter stemmer, English stopwords), the bi-encoder and the rankers
-start from all-MiniLM-L6-v2 (trained on English), and keyword pseudo-queries drop English stopwords. A collection in
-another language builds and serves all the same, but with a ranking nobody measured. So the collection stage counts
-the most common function words of English and of six other European languages, and the share of letters outside
-the Latin script, and :func:`language_warning` says when the texts look like another language. It is a guess from
-counts, not a language detector: texts with few function words (product names, titles, codes) guess nothing and
-get no warning.
+The bi-encoder and the rankers start from all-MiniLM-L6-v2 (trained on English), and keyword pseudo-queries drop
+English stopwords. So the collection stage counts the most common function words of English and of six other
+European languages, and the share of letters outside the Latin script: where the texts look like one of those six,
+``aheadrank build --language auto`` (the default) indexes BM25 with Lucene's analyzer for it instead of the English
+one (:func:`bm25_language`), and :func:`language_warning` says in one line that the rest is made for English and
+its ranking was not measured on such text; the same for another script, whose BM25 stays English. It is a guess
+from counts, not a language detector: texts with few function words (product names, titles, codes) guess nothing
+and get no warning.
 """
 
 from __future__ import annotations
@@ -38,6 +39,30 @@ NAMES = {
     "pt": "Portuguese",
     "nl": "Dutch",
 }
+# the analyzers a BM25 index can be built with (Lucene's, through Anserini's -language): the languages guessed here
+BM25_LANGUAGES = tuple(NAMES)
+
+
+def check_bm25_language(language: str, error: type[Exception] = ValueError) -> str:
+    """``language`` when it is one of :data:`BM25_LANGUAGES`, else ``error`` naming them."""
+    if language not in BM25_LANGUAGES:
+        raise error(f"unknown BM25 language {language!r}: one of {', '.join(BM25_LANGUAGES)}")
+    return language
+
+
+def analyzer_name(language: str) -> str:
+    """What an index's record says of its analyzer."""
+    if language == "en":
+        return "Anserini default English (Porter stemmer, stopwords removed)"
+    return f"Lucene's {NAMES[language]} analyzer (Anserini -language {language})"
+
+
+def bm25_language(guess: str | None) -> str:
+    """The BM25 analyzer for a collection whose :meth:`LanguageCounts.guess` is ``guess``: its language where it is
+    one of :data:`BM25_LANGUAGES`, else English (another script, or nothing recognised)."""
+    return guess if guess in BM25_LANGUAGES else "en"
+
+
 # a guess is made when its function words are at least this share of all words and twice English's: English texts
 # are about 0.2 English function words (SciFact 0.21, Cranfield 0.27, Vaswani 0.27, MS MARCO passages 0.22, SciFact's
 # titles cut to 8 words 0.19) and 0.002 or less of any other list's; a foreign language's prose as much of its own
@@ -99,8 +124,9 @@ def _latin(c: str) -> bool:
     return c.isascii() or "\u00c0" <= c <= "\u024f"
 
 
-def language_warning(counts: LanguageCounts, collection: object) -> str | None:
-    """The line a build warns with when ``collection``'s texts do not look English, else None."""
+def language_warning(counts: LanguageCounts, collection: object, bm25: str = "en") -> str | None:
+    """The line a build warns with when ``collection``'s texts do not look English, else None. ``bm25``: the
+    language of the analyzer its BM25 index is built with."""
     guess = counts.guess()
     if guess is None:
         return None
@@ -110,7 +136,10 @@ def language_warning(counts: LanguageCounts, collection: object) -> str | None:
         else f"{counts.shares()[guess]:.0%} of its words are common {NAMES[guess]} words, "
         f"{counts.shares()['en']:.0%} common English ones"
     )
+    analyzer = (
+        f"BM25 indexes it with Lucene's {NAMES[bm25]} analyzer, but" if bm25 != "en" else "BM25's analyzer,"
+    )
     return (
-        f"{collection} does not look English ({what}): BM25's analyzer, the bi-encoder and the rankers are made for "
+        f"{collection} does not look English ({what}): {analyzer} the bi-encoder and the rankers are made for "
         "English, so this build will run and serve, but its ranking has not been measured on such text"
     )

@@ -244,6 +244,45 @@ def test_a_catalogue_of_short_texts_builds_and_serves(tmp_path, tiny_base):
     )  # every prior there, the calibration included
 
 
+def test_a_french_collection_gets_the_french_analyzer_and_the_choice_is_pinned(tmp_path, tiny_base):
+    """--language auto (the default): the collection stage's guess picks BM25's analyzer, recorded in the stage and
+    the index (so every search analyses queries alike); a rerun with another --language is refused, an unknown
+    one before any work, on the command line too."""
+    from aheadrank.indexer.bm25 import Bm25Searcher, read_index_meta
+
+    sentences = [
+        "Les chevaux courent dans le pré avec les enfants du village.",
+        "Le chat dort sur le canapé pendant que la pluie tombe.",
+        "Nous avons mangé une soupe chaude dans la cuisine de la maison.",
+    ]
+    path = tmp_path / "fr.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": f"d{i}", "contents": sentences[i % 3]}) + "\n" for i in range(30))
+    )
+    out = tmp_path / "o"
+    record = build(plan(path, out, tiny_base), until="bm25", echo=lambda _: None)
+    assert (
+        record.stages["collection"]["language"]["guess"] == "fr" and record.stages["bm25"]["language"] == "fr"
+    )
+    assert read_index_meta(paths(out)["lucene"])["language"] == "fr"
+    with Bm25Searcher(paths(out)["lucene"]) as searcher:
+        assert searcher.search("le") == [] and searcher.search("cheval")  # French stopwords and stems
+    with pytest.raises(AheadrankError, match="other settings .*language='auto'"):
+        build(plan(path, out, tiny_base, language="en"), until="bm25", echo=lambda _: None)
+    with pytest.raises(AheadrankError, match="--language is auto or one of en, fr"):
+        build(plan(path, tmp_path / "x", tiny_base, language="zh"), echo=lambda _: None)
+    english = build(plan(path, tmp_path / "e", tiny_base, language="en"), until="bm25", echo=lambda _: None)
+    assert english.stages["bm25"]["language"] == "en"
+    result = CliRunner().invoke(
+        app, ["build", "--collection", str(path), "--out", str(tmp_path / "c"), "--language", "zh"]
+    )
+    assert (
+        result.exit_code != 0
+        and "--language is auto or one of" in result.output
+        and "Traceback" not in result.output
+    )
+
+
 def test_a_tsv_header_is_recorded_and_never_a_document(passages, tmp_path, tiny_base):
     """A TSV exported with its columns named (`docid<TAB>text`, as pandas writes it): the collection stage counts
     the 80 passages and the header apart, so no document called "docid" reaches BM25, the store or the queries."""

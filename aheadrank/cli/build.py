@@ -122,6 +122,12 @@ def build_cmd(
         help="how the store holds the ranker's document side, as aheadrank index --dtype: float16, int8 (2x "
         "smaller), book4 or book2 (4x / 8x: a codebook per shard and dimension); the dense field stays float16",
     ),
+    language: str = opt(
+        "auto",
+        "--language",
+        help="BM25's analyzer: en, fr, de, es, it, pt or nl (Lucene's for that language); auto: the language the "
+        "collection stage recognises among them, else English. The bi-encoder and the rankers stay English",
+    ),
 ) -> None:
     """Build everything a collection needs to be served: BM25 index, a ranker adapted to the collection (from
     its own texts when it has no judgments), the store and its dense field, the priors. Prints each stage's
@@ -156,6 +162,7 @@ def build_cmd(
         positive=positive,
         teacher=teacher,
         dtype=dtype,
+        language=language,
     )
     record = build(plan, until=until, echo=typer.echo)
     left = record.stages_left()

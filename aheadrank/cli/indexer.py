@@ -58,6 +58,12 @@ def bm25_index(
         help="Maximum heap of the JVM that runs Lucene's indexer, as -Xmx (e.g. 1g; default: Java's, a quarter "
         "of the machine's or the container's memory).",
     ),
+    language: str = opt(
+        "en",
+        "--language",
+        help="The analyzer: en (Porter stemmer, English stopwords), fr, de, es, it, pt or nl (Lucene's for that "
+        "language); recorded in the index, so searches analyse queries the same way.",
+    ),
 ) -> None:
     """Build the BM25 Lucene index (positions, document vectors and raw text stored) of a collection."""
     from aheadrank.indexer.bm25 import build_bm25_index, set_java_heap
@@ -74,6 +80,7 @@ def bm25_index(
         b=b,
         progress=progress,
         tmp_dir=tmp_dir,
+        language=language,
     )
     skipped = result.report.skipped
     typer.echo(

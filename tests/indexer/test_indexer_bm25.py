@@ -129,6 +129,32 @@ def test_an_index_with_its_texts_inside_still_serves_them(tmp_path):
             assert one.doc_text(doc.docid) == two.doc_text(doc.docid) == doc.text
 
 
+def test_an_index_in_another_language_analyses_documents_and_queries_alike(tmp_path):
+    """language="fr": Lucene's French analyzer at index time (stopwords, light stemming: "chevaux" is "cheval"),
+    recorded in the index, and the searcher analyses queries with it; the English index finds neither."""
+    french = {
+        "d1": "Les chevaux courent dans le pré.",
+        "d2": "Le chat dort sur le canapé.",
+        "d3": "Une voiture rouge.",
+    }
+    corpus = write_lines(tmp_path / "fr.jsonl", [{"id": k, "contents": v} for k, v in french.items()])
+    fr = build_bm25_index(corpus, tmp_path / "fr", threads=1, progress=False, language="fr")
+    en = build_bm25_index(corpus, tmp_path / "en", threads=1, progress=False)
+    assert (
+        read_index_meta(fr.index_dir)["language"] == "fr"
+        and "French" in read_index_meta(fr.index_dir)["analyzer"]
+    )
+    assert read_index_meta(en.index_dir)["language"] == "en"
+    with Bm25Searcher(fr.index_dir) as one, Bm25Searcher(en.index_dir) as two:
+        assert (one.language, two.language) == ("fr", "en")
+        assert [d for d, _ in one.search("cheval")] == ["d1"] and two.search("cheval") == []
+        assert one.search("le") == [] and {d for d, _ in two.search("le")} == {"d1", "d2"}
+        assert [d for d, _ in one.batch_search(["chevaux", "le"], k=5)[0]] == ["d1"]
+    with pytest.raises(IndexBuildError, match="unknown BM25 language 'xx'"):
+        build_bm25_index(corpus, tmp_path / "xx", threads=1, progress=False, language="xx")
+    assert not (tmp_path / "xx").exists()
+
+
 def test_a_missing_texts_index_is_a_clear_error(tmp_path):
     """An index whose texts/ folder is gone (copied without it): search still works, doc_text says what is
     wrong instead of returning nothing."""

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 from aheadrank.indexer.collections import Collection, join_title_text
-from aheadrank.indexer.language import LanguageCounts, language_warning
+from aheadrank.indexer.language import (
+    NAMES,
+    LanguageCounts,
+    bm25_language,
+    check_bm25_language,
+    language_warning,
+)
 
 SAMPLE = Path(__file__).resolve().parents[2] / "aheadrank" / "data" / "scifact-sample"
 PROSE = {
@@ -42,7 +48,14 @@ def test_prose_in_another_language_is_named_and_warned_of(code):
     assert counts.guess() == code and counts.summary()["guess"] == code
     warning = language_warning(counts, "c.jsonl")
     assert warning.startswith("c.jsonl does not look English") and "not been measured" in warning
-    assert ("Latin script" in warning) == (code == "non-latin")
+    assert ("Latin script" in warning) == (
+        code == "non-latin"
+    ) and "BM25's analyzer, the bi-encoder" in warning
+    # BM25 follows the guess where it is a language we have an analyzer for; another script stays English
+    assert bm25_language(counts.guess()) == ("en" if code == "non-latin" else code)
+    if code != "non-latin":
+        said = language_warning(counts, "c.jsonl", bm25=code)
+        assert f"BM25 indexes it with Lucene's {NAMES[code]} analyzer, but the bi-encoder" in said
 
 
 def test_english_prose_titles_and_names_are_not_warned_of():
@@ -64,6 +77,13 @@ def test_english_prose_titles_and_names_are_not_warned_of():
     assert counted(prose[:20] + [PROSE["fr"]] * 20).guess() is None
 
 
+def test_the_bm25_languages_are_the_guessed_ones_and_another_is_refused():
+    assert bm25_language(None) == bm25_language("non-latin") == "en" and bm25_language("nl") == "nl"
+    assert check_bm25_language("fr") == "fr"
+    with pytest.raises(ValueError, match="unknown BM25 language 'zh': one of en, fr, de, es, it, pt, nl"):
+        check_bm25_language("zh")
+
+
 def test_a_word_on_two_lists_counts_for_neither():
     from aheadrank.indexer.language import FUNCTION_WORDS
 
@@ -82,7 +102,10 @@ def test_a_build_records_the_collection_language_and_warns_of_another(tmp_path, 
     monkeypatch.setattr(build_module, "_speed_probe", lambda plan, texts: None)  # no model to time here
     stage = stage_collection(BuildPlan(collection=str(path), out=str(tmp_path / "o")))
     assert stage["language"]["guess"] == "fr" and stage["language"]["english_share"] == 0
-    assert len(warned) == 1 and "does not look English" in warned[0] and "French" in warned[0]
+    assert len(warned) == 1 and "does not look English" in warned[0] and "French analyzer" in warned[0]
+    # told --language en, the build says its BM25 is English too
+    stage_collection(BuildPlan(collection=str(path), out=str(tmp_path / "o2"), language="en"))
+    assert len(warned) == 2 and "BM25's analyzer, the bi-encoder" in warned[1]
     english = tmp_path / "en.jsonl"
     english.write_text(
         "".join(json.dumps({"id": f"d{i}", "contents": t}) + "\n" for i, t in enumerate(english_sample()))
@@ -91,4 +114,4 @@ def test_a_build_records_the_collection_language_and_warns_of_another(tmp_path, 
         stage_collection(BuildPlan(collection=str(english), out=str(tmp_path / "e")))["language"]["guess"]
         == "en"
     )
-    assert len(warned) == 1
+    assert len(warned) == 2
