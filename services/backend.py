@@ -765,6 +765,7 @@ class RerankBackend:
                 "documents": self.searcher.num_docs,
                 "k1": self.searcher.k1,
                 "b": self.searcher.b,
+                "language": self.searcher.language,  # its analyzer's (indexer/language.py)
             }
         device = self.device
         if device.startswith("cuda"):

@@ -284,6 +284,7 @@ def test_request_id_is_echoed_and_info_metrics_health(client, backend, service_e
         info["model"]["kind"] == "mores" and info["model"]["ibs"] == 2 and info["model"]["strategy"] == "s2"
     )
     assert info["store"]["documents"] == info["index"]["documents"] == 1000 and info["store"]["bytes"] > 0
+    assert info["index"]["language"] == "en"  # the analyzer queries are searched with (the index's)
     assert info["device"] == "cpu" and info["latency"]["per_doc_ms"] > 0
     text = client.get("/metrics").text
     assert 'aheadrank_requests_total{endpoint="/v1/rerank",status="200"}' in text
