@@ -18,6 +18,8 @@
 #   AHEADRANK_TRAIN_STEPS  training steps, 1 or more [the recipe's: 360 on CPU with judgments, none without]
 #   AHEADRANK_LABELS       auto: the collection's qrels/train.tsv when it has one, else label-free; none: label-free
 #                          even with judgments; or another qrels split name [auto]
+#   AHEADRANK_LANGUAGE     BM25's analyzer: auto (the collection's language where it is French, German, Spanish,
+#                          Italian, Portuguese or Dutch, else English) or en, fr, de, es, it, pt, nl [auto]
 #   any other AHEADRANK_*  read by `aheadrank build` itself (AHEADRANK_BASE, AHEADRANK_DEVICE, AHEADRANK_MAX_QUERIES,
 #                          AHEADRANK_PRIORS, AHEADRANK_SEED, ...; see `aheadrank build --help`)
 set -euo pipefail
