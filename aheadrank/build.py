@@ -263,7 +263,8 @@ def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
     new = asdict(plan)
     pins = _MODEL_PINS if any(s not in SHARED_STAGES for s in done) else _SHARED_PINS
     # a field newer than the build reads as what the build did before the field existed
-    was = {k: old.get(k, _plan_defaults()[k]) for k in pins}
+    defaults = _plan_defaults()
+    was = {k: old.get(k, defaults[k]) for k in pins}
     changed = [k for k in pins if str(was[k]) != str(new.get(k))]
     if changed:
         raise AheadrankError(
@@ -943,8 +944,9 @@ def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
     other = read_record(plan.reuse)
     if other is None:
         raise AheadrankError(f"--reuse {plan.reuse}: not a build directory ({BUILD_FILE} missing)")
+    defaults = _plan_defaults()
     for k in _SHARED_PINS:
-        if str(other.plan.get(k, _plan_defaults()[k])) != str(getattr(plan, k)):
+        if str(other.plan.get(k, defaults[k])) != str(getattr(plan, k)):
             raise AheadrankError(
                 f"--reuse {plan.reuse} was built with {k}={other.plan.get(k)!r}, not {getattr(plan, k)!r}"
             )

@@ -561,14 +561,14 @@ class Bm25Searcher:
         if max_clauses is not None:
             allow_clauses(max_clauses)
         self.meta = read_index_meta(self.index_dir)
+        # queries analysed as the documents were (checked before the index is opened)
+        self.language = check_bm25_language(self.meta.get("language", "en"), AheadrankError)
         self._lock = threading.RLock()
         try:
             self._searcher = self._java.SimpleSearcher(str(self.index_dir))
         except Exception as exc:  # jnius.JavaException
             raise AheadrankError(f"cannot open Lucene index {self.index_dir}: {exc}") from exc
-        self.language = self.meta.get("language", "en")  # queries analysed as the documents were
         if self.language != "en":
-            check_bm25_language(self.language, AheadrankError)
             self._searcher.set_language(self.language)
         self.num_docs = int(self._searcher.get_total_num_docs())
         # the raw documents apart from the searched postings, in their own index (opened on first use)
