@@ -65,7 +65,8 @@ def bm25_language(guess: str | None) -> str:
 
 # a guess is made when its function words are at least this share of all words and twice English's: English texts
 # are about 0.2 English function words (SciFact 0.21, Cranfield 0.27, Vaswani 0.27, MS MARCO passages 0.22, SciFact's
-# titles cut to 8 words 0.19) and 0.002 or less of any other list's; a foreign language's prose as much of its own
+# titles cut to 8 words 0.19; bench/language_shares.py) and 0.002 or less of any other list's; a foreign language's
+# prose as much of its own
 MIN_SHARE = 0.08
 NON_LATIN = 0.5  # letters outside the Latin script (a-z with their accents): above this share, another script
 MAX_WORDS = 200_000  # words counted: enough for a guess, and the collection stage stays a read
