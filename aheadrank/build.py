@@ -87,7 +87,8 @@ _WINDOW_SUBSETS = (("neural", "bm25", "dense", "window"), ("neural", "dense", "w
 # rule was written into bench/label_free_passages.py (6133ddf) before it ran on the label-free defaults
 # (bench/results/label-free/window-rule/): SciFact MORES 2xIB S2 / PreTTR l5/e128 / tk-6l-base 0.7480 / 0.7440 /
 # 0.7484 against 0.7378 / 0.7345 / 0.7394 without, all significantly above the label-free fusion; Cranfield higher
-# for all three; Vaswani's documents are one window each (gate off)
+# for all three; Vaswani's documents are one window each (gate off). Windows of 1 or 3 sentences, each collection's
+# size chosen on the others, served no better (bench/results/label-free/window-size/: no difference significant)
 WINDOW_SENTENCES = 2
 MULTI_WINDOW = 0.5
 

@@ -62,9 +62,12 @@ def point_name(p: tuple[int, float]) -> str:
     return "none" if p == NONE else f"k{p[0]}-b{p[1]:g}"
 
 
-def parse_args(argv=None, doc: str | None = None, out: str = "prf") -> argparse.Namespace:
+def parse_args(
+    argv=None, doc: str | None = None, out: str = "prf", runs_of: bool = False
+) -> argparse.Namespace:
     """The arguments of a probe that chooses each collection's setting on the others (this bench's, and
-    ``label_free_bm25_window.py``'s with its ``doc`` and ``out`` folder under bench/results/label-free)."""
+    ``label_free_bm25_window.py``'s with its ``doc`` and ``out`` folder under bench/results/label-free);
+    ``runs_of``: with ``--runs-of COLLECTION=DIR`` (a collection's pure runs read from another folder)."""
     from label_free_passages import neural_list
 
     ap = argparse.ArgumentParser(
@@ -78,7 +81,20 @@ def parse_args(argv=None, doc: str | None = None, out: str = "prf") -> argparse.
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free" / out)
     ap.add_argument("--progress", action="store_true")
+    if runs_of:
+        ap.add_argument(
+            "--runs-of",
+            nargs="+",
+            default=[],
+            metavar="COLLECTION=DIR",
+            help="read COLLECTION's pure runs from DIR/COLLECTION/runs instead of --neural's folders",
+        )
     args = ap.parse_args(argv)
+    if runs_of:
+        pairs = [r.partition("=") for r in args.runs_of]
+        if any(not c or not sep or not d for c, sep, d in pairs):
+            ap.error("--runs-of: expected COLLECTION=DIR")
+        args.runs_of = {c: Path(d) for c, _, d in pairs}
     if len(args.collections) < 2:
         ap.error("--collections: at least two (each is chosen on the others)")
     args.neural = neural_list(ap, args.neural)

@@ -28,6 +28,9 @@ builds' pure runs.
         --neural bench/results/label-free:mores-2ib-s2 bench/results/label-free:prettr-l5-e128 \\
                  bench/results/label-free:tk-6l-base --out bench/results/label-free/window-size
 
+``--runs-of COLLECTION=DIR`` reads a collection's pure runs from another folder: SciFact's with MaxP passages, free of
+the ``first+max`` choice made on its judgments (``--runs-of scifact=bench/results/label-free/maxp-scifact``).
+
 Writes ``--out``: ``label_free_window_size.{json,md}`` and ``<collection>/runs/VARIANT+priors+window-heldout.trec.zst``
 (the served run at the held-out size).
 """
@@ -53,7 +56,7 @@ TIE = 5e-5
 def parse_args(argv=None) -> argparse.Namespace:
     from label_free_prf import parse_args as probe_args
 
-    return probe_args(argv, __doc__, "window-size")
+    return probe_args(argv, __doc__, "window-size", runs_of=True)
 
 
 def choose(served: dict[str, dict[int, float]], among: list[str]) -> int:
@@ -105,6 +108,7 @@ def collection_rows(args, name: str) -> dict:
             base_runs = label_free_baselines(plain)
             qrels = c.qrels
         for folder, variant in args.neural:
+            folder = args.runs_of.get(name, folder)
             source = folder / name / "runs" / f"{variant}.trec.zst"
             if not source.exists():
                 raise SystemExit(f"--neural {folder}:{variant}: no {source}")

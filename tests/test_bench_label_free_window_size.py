@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import label_free_window_size as ws  # noqa: E402
@@ -33,3 +35,13 @@ def test_the_build_s_window_size_is_the_one_the_probe_calls_current():
     from aheadrank.build import WINDOW_SENTENCES
 
     assert ws.CURRENT == WINDOW_SENTENCES
+
+
+def test_a_collection_s_runs_may_come_from_another_folder():
+    args = ws.parse_args(
+        ["--neural", "r:mores-2ib-s2", "--runs-of", "scifact=bench/results/label-free/maxp-scifact"]
+    )
+    assert args.runs_of == {"scifact": Path("bench/results/label-free/maxp-scifact")}
+    assert ws.parse_args(["--neural", "r:mores-2ib-s2"]).runs_of == {}
+    with pytest.raises(SystemExit):
+        ws.parse_args(["--neural", "r:mores-2ib-s2", "--runs-of", "scifact"])
