@@ -92,10 +92,13 @@ def start_ranker(base):
     from aheadrank.rankers.recipe import recipe_for
 
     from aheadrank.build import _variant
+    from aheadrank.rerank import QUERY_PIECES
 
     v = _variant(VARIANT)
     options = recipe_for("cpu").init_options(label_free=True)
-    return v.init(base=base, seed=0, **options).float().eval(), v.strategy
+    ranker = v.init(base=base, seed=0, **options).float().eval()
+    ranker.read_queries_up_to(QUERY_PIECES)  # as the service and the benches read queries (aheadrank.rerank)
+    return ranker, v.strategy
 
 
 def passage_vectors(ranker, texts: list[str], progress: bool):
