@@ -41,6 +41,8 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -59,16 +61,47 @@ def parse_args(argv=None) -> argparse.Namespace:
     return probe_args(argv, __doc__, "window-size", runs_of=True)
 
 
-def choose(served: dict[str, dict[int, float]], among: list[str]) -> int:
-    """The size with the largest mean served nDCG@10 over ``among``'s collections (``served[c][s]``: the mean over
-    the rankers at size ``s``); :data:`CURRENT` unless another beats it by more than :data:`TIE`."""
-    mean = {s: float(np.mean([served[c][s] for c in among])) for s in SIZES}
-    best = max(SIZES, key=lambda s: (mean[s], s == CURRENT))
-    return best if mean[best] > mean[CURRENT] + TIE else CURRENT
+@dataclass(frozen=True)
+class WindowProbe:
+    """One setting of the window prior varied over ``options`` (``current``: the build's), each option's window
+    feature ``setting(option)``: (sentences per window, how a document's windows' cosines pool into one)."""
+
+    name: str  # the bench's file name and JSON's "benchmark"
+    key: str  # what an option is called in the JSON ("size", "pool")
+    options: tuple
+    current: object
+    setting: Callable[[object], tuple[int, str]]
+    label: Callable[[object], str]  # an option in the table ("window 2", "pool max")
 
 
-def collection_rows(args, name: str) -> dict:
-    """A collection's baselines and, at each size, each variant's served run, its nDCG@10 and the gate."""
+SIZE_PROBE = WindowProbe(
+    "label_free_window_size", "size", SIZES, CURRENT, lambda s: (s, "max"), lambda s: f"window {s}"
+)
+POOLS = ("max", "first+max", "top2")
+
+
+def pool(sims: np.ndarray, how: str) -> float:
+    """A document's window feature from its windows' cosines (in document order): ``max`` the best,
+    ``first+max`` the mean of the first and the best, ``top2`` the mean of the two best (one window: itself)."""
+    if how == "max":
+        return float(sims.max())
+    if how == "first+max":
+        return float((sims[0] + sims.max()) / 2)
+    if how == "top2":
+        return float(np.sort(sims)[-2:].mean())
+    raise ValueError(f"unknown window pooling {how!r}; known: {POOLS}")
+
+
+def choose(served: dict, among: list[str], probe: WindowProbe = SIZE_PROBE):
+    """The option with the largest mean served nDCG@10 over ``among``'s collections (``served[c][o]``: the mean over
+    the rankers with option ``o``); the probe's current one unless another beats it by more than :data:`TIE`."""
+    mean = {o: float(np.mean([served[c][o] for c in among])) for o in probe.options}
+    best = max(probe.options, key=lambda o: (mean[o], o == probe.current))
+    return best if mean[best] > mean[probe.current] + TIE else probe.current
+
+
+def collection_rows(args, name: str, probe: WindowProbe = SIZE_PROBE) -> dict:
+    """A collection's baselines and, for each option, each variant's served run, its nDCG@10 and the gate."""
     from label_free import label_free_baselines, runs_from
     from label_free_passages import candidates, multi_window, neural_scores
     from label_free_prf import served_weights
@@ -80,11 +113,12 @@ def collection_rows(args, name: str) -> dict:
     variants = [v for _, v in args.neural]
     runs, gates, windows = {}, {}, {}
     base_runs = None
-    for size in SIZES:
+    for option in probe.options:
+        size, how = probe.setting(option)
         sized = argparse.Namespace(**{**vars(args), "sentences": size})
         c = candidates(sized, name)
-        gates[size] = multi_window(c.collection, size) >= MULTI_WINDOW
-        windows[size] = len(c.owner)
+        gates[option] = multi_window(c.collection, size) >= MULTI_WINDOW
+        windows[option] = len(c.owner)
         feats = []
         for q in c.qids:
             ds = [d for d, _ in c.cands[q]]
@@ -95,7 +129,7 @@ def collection_rows(args, name: str) -> dict:
                     {
                         "bm25": np.array([s for _, s in c.cands[q]], dtype=np.float64),
                         "dense": np.array([c.docs[d] @ c.qv[q] for d in ds], dtype=np.float64),
-                        "window": np.array([sims[c.rows_of[c.row_of[d]]].max() for d in ds]),
+                        "window": np.array([pool(sims[c.rows_of[c.row_of[d]]], how) for d in ds]),
                     },
                     ds,
                 )
@@ -116,10 +150,10 @@ def collection_rows(args, name: str) -> dict:
             with_neural = [
                 (q, QueryFeatures(ds, {**f, "neural": neural[q]}, c.qrels.get(q, {}))) for q, f, ds in feats
             ]
-            runs[(variant, size)] = runs_from(with_neural, served_weights(variant, gates[size]))
+            runs[(variant, option)] = runs_from(with_neural, served_weights(variant, gates[option]))
     ndcg = {k: evaluate(r, qrels, ("nDCG@10",))["nDCG@10"] for k, r in {**base_runs}.items()}
     served = {k: evaluate(r, qrels, ("nDCG@10",))["nDCG@10"] for k, r in runs.items()}
-    mean = {s: float(np.mean([served[(v, s)] for v in variants])) for s in SIZES}
+    mean = {o: float(np.mean([served[(v, o)] for v in variants])) for o in probe.options}
     return {
         "qrels": qrels,
         "baselines": base_runs,
@@ -132,35 +166,42 @@ def collection_rows(args, name: str) -> dict:
     }
 
 
-def main(argv=None) -> int:
+def main(argv=None, probe: WindowProbe = SIZE_PROBE, doc: str | None = None, out: str = "window-size") -> int:
     from label_free import comparison, diff_p, write_zst_run
+    from label_free_prf import parse_args as probe_args
     from label_free_prf import write_probe
 
     from aheadrank.evaluation import compare
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args = parse_args(argv)
+    args = probe_args(argv, doc or __doc__, out, runs_of=True)
     t0 = time.perf_counter()
     variants = [v for _, v in args.neural]
+    current = probe.current
     rows = {}
     for name in args.collections:
-        rows[name] = collection_rows(args, name)
-        log.info("%s: mean served by size %s", name, {s: round(m, 4) for s, m in rows[name]["mean"].items()})
+        rows[name] = collection_rows(args, name, probe)
+        log.info(
+            "%s: mean served by %s %s",
+            name,
+            probe.key,
+            {s: round(m, 4) for s, m in rows[name]["mean"].items()},
+        )
     means = {c: r["mean"] for c, r in rows.items()}
     results = {}
     lines = [
-        "| collection | run | nDCG@10 | vs better fusion (diff, p) | vs 2 sentences (diff, p) |",
+        f"| collection | run | nDCG@10 | vs better fusion (diff, p) | vs {probe.label(current)} (diff, p) |",
         "|---|---|---:|---|---|",
     ]
     for c, r in rows.items():
         others = [o for o in args.collections if o != c]
-        size = choose(means, others)
+        chosen = choose(means, others, probe)
         ndcg = r["baseline_ndcg"]
         best = max(("rrf", "fusion-equal"), key=lambda k: ndcg[k])
         ref = r["baselines"][best]
-        out = {
+        out_c = {
             "chosen_on": others,
-            "size": size,
+            probe.key: chosen,
             "window_prior": {str(s): g for s, g in r["gates"].items()},
             "windows_of_candidates": {str(s): n for s, n in r["windows"].items()},
             "mean_served_three_rankers": {str(s): round(m, 4) for s, m in r["mean"].items()},
@@ -174,40 +215,47 @@ def main(argv=None) -> int:
         out_runs = args.out / c / "runs"
         out_runs.mkdir(parents=True, exist_ok=True)
         for v in variants:
-            current = r["runs"][(v, CURRENT)]
-            out["runs"][v] = {"served": {str(s): round(r["served"][(v, s)], 4) for s in SIZES}}
-            for s in SIZES:
+            base = r["runs"][(v, current)]
+            out_c["runs"][v] = {"served": {str(s): round(r["served"][(v, s)], 4) for s in probe.options}}
+            for s in probe.options:
                 run = r["runs"][(v, s)]
                 vs_fusion = comparison(compare, ref, run, r["qrels"])
-                vs_current = comparison(compare, current, run, r["qrels"]) if s != CURRENT else None
-                mark = " (held out)" if s == size else ""
+                vs_current = comparison(compare, base, run, r["qrels"]) if s != current else None
+                mark = " (held out)" if s == chosen else ""
                 lines.append(
-                    f"| {c} | {v}+priors, window {s}{mark} | {r['served'][(v, s)]:.4f} | {diff_p(vs_fusion)} | "
+                    f"| {c} | {v}+priors, {probe.label(s)}{mark} | {r['served'][(v, s)]:.4f} | {diff_p(vs_fusion)} | "
                     f"{diff_p(vs_current) if vs_current else ''} |"
                 )
-            held = r["runs"][(v, size)]
-            out["runs"][v]["held_out"] = comparison(compare, ref, held, r["qrels"]) | {"size": size}
-            if size != CURRENT:
-                out["runs"][v]["held_out_vs_current"] = comparison(compare, current, held, r["qrels"])
-            write_zst_run(out_runs / f"{v}+priors+window-heldout.trec.zst", held, f"{v}_priors_window{size}")
-        results[c] = out
-    default = choose(means, list(args.collections))
-    veto = {c: means[c][results[c]["size"]] >= means[c][CURRENT] for c in args.collections}
-    adopt = default != CURRENT and all(veto.values())
+            held = r["runs"][(v, chosen)]
+            out_c["runs"][v]["held_out"] = comparison(compare, ref, held, r["qrels"]) | {probe.key: chosen}
+            if chosen != current:
+                out_c["runs"][v]["held_out_vs_current"] = comparison(compare, base, held, r["qrels"])
+            tag = f"{v}_priors_{probe.label(chosen).replace(' ', '').replace('+', '_')}"
+            write_zst_run(out_runs / f"{v}+priors+window-heldout.trec.zst", held, tag)
+        results[c] = out_c
+    default = choose(means, list(args.collections), probe)
+    veto = {c: means[c][results[c][probe.key]] >= means[c][current] for c in args.collections}
+    adopt = default != current and all(veto.values())
     lines += [
         "",
-        "Mean served nDCG@10 of the three rankers by window size: "
+        f"Mean served nDCG@10 of the three rankers by {probe.key}: "
         + "; ".join(
             f"{c} " + ", ".join(f"{s}: {m:.4f}" for s, m in means[c].items()) for c in args.collections
         ),
         "",
         "Held out: "
-        + ", ".join(f"{c} {results[c]['size']}" for c in args.collections)
-        + f"; over all collections: {default}; no held-out size serves worse than {CURRENT}: {veto}; "
-        f"adopted: {default if adopt else CURRENT}",
+        + ", ".join(f"{c} {results[c][probe.key]}" for c in args.collections)
+        + f"; over all collections: {default}; no held-out {probe.key} serves worse than {current}: {veto}; "
+        f"adopted: {default if adopt else current}",
     ]
-    fields = {"sizes": list(SIZES), "results": results, "default": default, "veto": veto, "adopted": adopt}
-    write_probe(args.out, "label_free_window_size", lines, argv, t0, fields)
+    fields = {
+        f"{probe.key}s": list(probe.options),
+        "results": results,
+        "default": default,
+        "veto": veto,
+        "adopted": adopt,
+    }
+    write_probe(args.out, probe.name, lines, argv, t0, fields)
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -45,3 +46,24 @@ def test_a_collection_s_runs_may_come_from_another_folder():
     assert ws.parse_args(["--neural", "r:mores-2ib-s2"]).runs_of == {}
     with pytest.raises(SystemExit):
         ws.parse_args(["--neural", "r:mores-2ib-s2", "--runs-of", "scifact"])
+
+
+def test_a_document_s_windows_pool_into_one_feature():
+    sims = np.array([0.2, 0.9, 0.5])
+    assert ws.pool(sims, "max") == pytest.approx(0.9)
+    assert ws.pool(sims, "first+max") == pytest.approx(0.55)
+    assert ws.pool(sims, "top2") == pytest.approx(0.7)
+    one = np.array([0.4])  # one window: every pool is that window
+    assert [ws.pool(one, how) for how in ws.POOLS] == pytest.approx([0.4] * len(ws.POOLS))
+    with pytest.raises(ValueError, match="unknown window pooling"):
+        ws.pool(sims, "mean")
+
+
+def test_the_pooling_probe_chooses_among_pools_and_keeps_max_on_ties():
+    import label_free_window_pool as wp
+
+    probe = wp.POOL_PROBE
+    assert probe.current == "max" and probe.setting("top2") == (2, "top2")
+    served = {"a": {"max": 0.40, "first+max": 0.39, "top2": 0.42}, "flat": {p: 0.3 for p in ws.POOLS}}
+    assert ws.choose(served, ["a"], probe) == "top2"
+    assert ws.choose(served, ["flat"], probe) == "max"
