@@ -55,10 +55,11 @@ CURRENT = 2
 TIE = 5e-5
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None, doc: str | None = None, out: str = "window-size") -> argparse.Namespace:
+    """A window probe's arguments (``doc`` and ``out``: another probe's description and results folder)."""
     from label_free_prf import parse_args as probe_args
 
-    return probe_args(argv, __doc__, "window-size", runs_of=True)
+    return probe_args(argv, doc or __doc__, out, runs_of=True)
 
 
 @dataclass(frozen=True)
@@ -168,13 +169,12 @@ def collection_rows(args, name: str, probe: WindowProbe = SIZE_PROBE) -> dict:
 
 def main(argv=None, probe: WindowProbe = SIZE_PROBE, doc: str | None = None, out: str = "window-size") -> int:
     from label_free import comparison, diff_p, write_zst_run
-    from label_free_prf import parse_args as probe_args
     from label_free_prf import write_probe
 
     from aheadrank.evaluation import compare
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args = probe_args(argv, doc or __doc__, out, runs_of=True)
+    args = parse_args(argv, doc, out)
     t0 = time.perf_counter()
     variants = [v for _, v in args.neural]
     current = probe.current
