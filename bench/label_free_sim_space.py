@@ -15,7 +15,8 @@ quarter overlap, ``--aggregation``: the build's ``first+max`` by default).
 The rule, fixed in the commit that added this file before any of it was run:
 
 - for a target collection T, the states' space if the mean served nDCG@10 of MORES 2×IB S2 over the other
-  collections is higher with it than with the value space by more than ``TIE`` (rounding), else the value space;
+  collections is higher with it than with the value space by more than ``TIE`` (rounding,
+  ``label_free_window_size.TIE``: 5e-5), else the value space;
   T's served and pure scores in its held-out space are compared (paired t-test) with T's better fusion (RRF k = 60
   or the equal-weight fusion), with BM25 (pure) and with the value space;
 - the product serves label-free MORES starts in the states' space only if the same choice over all collections picks
@@ -49,7 +50,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 log = logging.getLogger("bench.label_free_sim_space")
 SPACES = ("values", "states")
-TIE = 5e-5
 VARIANT = "mores-2ib-s2"
 
 
@@ -75,9 +75,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def choose(served: dict[str, dict[str, float]], among: list[str]) -> str:
-    """``states`` where its mean served nDCG@10 over ``among`` beats ``values``'s by more than :data:`TIE`."""
-    mean = {s: float(np.mean([served[c][s] for c in among])) for s in SPACES}
-    return "states" if mean["states"] > mean["values"] + TIE else "values"
+    """``states`` where its mean served nDCG@10 over ``among`` beats ``values``'s by more than ``TIE``
+    (``label_free_window_size.choose_option``, the window probes' choice)."""
+    from label_free_window_size import choose_option
+
+    return choose_option(served, among, SPACES, "values")
 
 
 def cosines(q: np.ndarray, d: np.ndarray) -> np.ndarray:

@@ -93,12 +93,17 @@ def pool(sims: np.ndarray, how: str) -> float:
     raise ValueError(f"unknown window pooling {how!r}; known: {POOLS}")
 
 
-def choose(served: dict, among: list[str], probe: WindowProbe = SIZE_PROBE):
+def choose_option(served: dict, among: list[str], options: tuple, current):
     """The option with the largest mean served nDCG@10 over ``among``'s collections (``served[c][o]``: the mean over
-    the rankers with option ``o``); the probe's current one unless another beats it by more than :data:`TIE`."""
-    mean = {o: float(np.mean([served[c][o] for c in among])) for o in probe.options}
-    best = max(probe.options, key=lambda o: (mean[o], o == probe.current))
-    return best if mean[best] > mean[probe.current] + TIE else probe.current
+    the rankers with option ``o``); ``current`` unless another beats it by more than :data:`TIE`."""
+    mean = {o: float(np.mean([served[c][o] for c in among])) for o in options}
+    best = max(options, key=lambda o: (mean[o], o == current))
+    return best if mean[best] > mean[current] + TIE else current
+
+
+def choose(served: dict, among: list[str], probe: WindowProbe = SIZE_PROBE):
+    """:func:`choose_option` among the probe's options, its current one keeping ties."""
+    return choose_option(served, among, probe.options, probe.current)
 
 
 def collection_rows(args, name: str, probe: WindowProbe = SIZE_PROBE) -> dict:
