@@ -114,12 +114,11 @@ def collection_rows(args, name: str) -> dict:
     from aheadrank.indexer.pseudo_queries import sentence_passages
     from benchkit import Bm25Hits, eval_topics
     from label_free import label_free_baselines, runs_from
-    from label_free_passages import candidates, multi_window, neural_scores
+    from label_free_passages import candidates, multi_window, with_neural
     from label_free_prf import served_weights
 
     from aheadrank.build import MULTI_WINDOW
-    from aheadrank.evaluation import evaluate, read_run
-    from aheadrank.priors import QueryFeatures
+    from aheadrank.evaluation import evaluate
 
     c = candidates(args, name)
     queries, _ = eval_topics(c.collection, "test", None)
@@ -131,35 +130,21 @@ def collection_rows(args, name: str) -> dict:
         "%s: %d windows analysed in %.0f s", name, sum(map(len, windows.values())), time.perf_counter() - t0
     )
     gate = multi_window(c.collection, args.sentences) >= MULTI_WINDOW
-    base = []
-    for q in c.qids:
-        ds = [d for d, _ in c.cands[q]]
-        sims = c.passages @ c.qv[q]
+    base = c.base()
+    for q, f in base:
         words = analyse(queries[q])
         qidf = {t: idf(t) for t in words}
-        features = {
-            "bm25": np.array([s for _, s in c.cands[q]], dtype=np.float64),
-            "dense": np.array([c.docs[d] @ c.qv[q] for d in ds], dtype=np.float64),
-            "window": np.array([sims[c.rows_of[c.row_of[d]]].max() for d in ds], dtype=np.float64),
-            "bm25window": np.array(
-                [max(bm25_text(words, w, qidf, avgdl, k1, b) for w in windows[d]) for d in ds],
-                dtype=np.float64,
-            ),
-        }
-        base.append((q, QueryFeatures(ds, features, c.qrels.get(q, {}))))
+        f.features["bm25window"] = np.array(
+            [max(bm25_text(words, w, qidf, avgdl, k1, b) for w in windows[d]) for d in f.docids],
+            dtype=np.float64,
+        )
     runs = label_free_baselines(base)
     runs["fusion-windows"] = runs_from(base, FOUR_WAY)
     for folder, variant in args.neural:
-        source = folder / name / "runs" / f"{variant}.trec.zst"
-        if not source.exists():
-            raise SystemExit(f"--neural {folder}:{variant}: no {source}")
-        neural = neural_scores(read_run(source), c.cands, c.qids, source)
-        with_neural = [
-            (q, QueryFeatures(f.docids, {**f.features, "neural": neural[q]}, f.qrels)) for q, f in base
-        ]
+        scored = with_neural(base, c.neural(folder, variant))
         w = served_weights(variant, gate)
-        runs[f"{variant}+priors"] = runs_from(with_neural, w)
-        runs[f"{variant}+priors+bm25window"] = runs_from(with_neural, with_bm25_window(w) if gate else w)
+        runs[f"{variant}+priors"] = runs_from(scored, w)
+        runs[f"{variant}+priors+bm25window"] = runs_from(scored, with_bm25_window(w) if gate else w)
     ndcg = {k: evaluate(r, c.qrels, ("nDCG@10",))["nDCG@10"] for k, r in runs.items()}
     variants = [v for _, v in args.neural]
     gain = (

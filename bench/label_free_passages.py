@@ -51,6 +51,7 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,6 +191,49 @@ class Candidates:
     rows_of: list
     qv: dict
 
+    def docids(self, q: str) -> list[str]:
+        """Query ``q``'s candidates, BM25's order."""
+        return [d for d, _ in self.cands[q]]
+
+    def features(
+        self, q: str, pool: Callable[[np.ndarray], float] = np.max, window: str = "window"
+    ) -> dict[str, np.ndarray]:
+        """Query ``q``'s label-free features in candidate order: BM25's score (``bm25``), the bi-encoder's cosine
+        (``dense``) and its windows' cosines pooled into one per document (``window``, by ``pool``: the best)."""
+        ds = self.docids(q)
+        sims = self.passages @ self.qv[q]
+        return {
+            "bm25": np.array([s for _, s in self.cands[q]], dtype=np.float64),
+            "dense": np.array([self.docs[d] @ self.qv[q] for d in ds], dtype=np.float64),
+            window: np.array([pool(sims[self.rows_of[self.row_of[d]]]) for d in ds], dtype=np.float64),
+        }
+
+    def base(self, pool: Callable[[np.ndarray], float] = np.max, window: str = "window") -> list:
+        """(qid, QueryFeatures) of every query with :meth:`features` and its judgments."""
+        from aheadrank.priors import QueryFeatures
+
+        return [
+            (q, QueryFeatures(self.docids(q), self.features(q, pool, window), self.qrels.get(q, {})))
+            for q in self.qids
+        ]
+
+    def neural(self, folder: Path, variant: str) -> dict[str, np.ndarray]:
+        """The pure run ``folder/<collection>/runs/VARIANT.trec.zst`` in candidate order (``--neural DIR:VARIANT``);
+        a missing run or one over other candidates is an error."""
+        from aheadrank.evaluation import read_run
+
+        source = folder / self.collection.name / "runs" / f"{variant}.trec.zst"
+        if not source.exists():
+            raise SystemExit(f"--neural {folder}:{variant}: no {source}")
+        return neural_scores(read_run(source), self.cands, self.qids, source)
+
+
+def with_neural(base: list, neural: dict[str, np.ndarray]) -> list:
+    """``base``'s (qid, QueryFeatures) with each query's ``neural`` scores (in candidate order) added."""
+    from aheadrank.priors import QueryFeatures
+
+    return [(q, QueryFeatures(f.docids, {**f.features, "neural": neural[q]}, f.qrels)) for q, f in base]
+
 
 def candidates(args, name: str) -> Candidates:
     """:class:`Candidates` of ``args.data / name`` (``args``: data, workdir, sentences, base, progress)."""
@@ -217,28 +261,10 @@ def bench_collection(args, name: str) -> dict:
 
     from aheadrank.build import MULTI_WINDOW, _variant, label_free_weights
     from aheadrank.evaluation import compare, evaluate, read_run
-    from aheadrank.priors import QueryFeatures
 
     c = candidates(args, name)
-    collection, qrels, cands, qids, docs, passages = (
-        c.collection,
-        c.qrels,
-        c.cands,
-        c.qids,
-        c.docs,
-        c.passages,
-    )
-    owner, row_of, rows_of, qv = c.owner, c.row_of, c.rows_of, c.qv
-    base = []  # (qid, QueryFeatures): each feature in candidate order
-    for q in qids:
-        ds = [d for d, _ in cands[q]]
-        sims = passages @ qv[q]
-        features = {
-            "bm25": np.array([s for _, s in cands[q]], dtype=np.float64),
-            "dense": np.array([docs[d] @ qv[q] for d in ds], dtype=np.float64),
-            "passage": np.array([sims[rows_of[row_of[d]]].max() for d in ds], dtype=np.float64),
-        }
-        base.append((q, QueryFeatures(ds, features, qrels.get(q, {}))))
+    collection, qrels, qids, owner, row_of = c.collection, c.qrels, c.qids, c.owner, c.row_of
+    base = c.base(window="passage")  # (qid, QueryFeatures): each feature in candidate order
     runs = {
         **label_free_baselines(base),
         "bi-encoder-passages": runs_from(base, {"passage": 1.0}),
@@ -276,21 +302,16 @@ def bench_collection(args, name: str) -> dict:
         write_zst_run(out_runs / f"{k}.trec.zst", runs[k], k)
     for folder, variant in args.neural:
         source = folder / name / "runs" / f"{variant}.trec.zst"
-        if not source.exists():
-            raise SystemExit(f"--neural {folder}:{variant}: no {source}")
-        neural = neural_scores(read_run(source), cands, qids, source)
+        scored = with_neural(base, c.neural(folder, variant))
         priors_w = label_free_weights(_variant(variant).kind)["neural+bm25+dense"]
         committed = folder / name / "runs" / f"{variant}+priors.trec.zst"
-        with_neural = [
-            (q, QueryFeatures(f.docids, {**f.features, "neural": neural[q]}, f.qrels)) for q, f in base
-        ]
         vruns = {
-            variant: runs_from(with_neural, {"neural": 1.0}),
-            f"{variant}+priors": runs_from(with_neural, priors_w),
-            f"{variant}+priors+passages": runs_from(with_neural, SERVED_PASSAGES),
-            f"{variant}+priors+split": runs_from(with_neural, SERVED_SPLIT),
+            variant: runs_from(scored, {"neural": 1.0}),
+            f"{variant}+priors": runs_from(scored, priors_w),
+            f"{variant}+priors+passages": runs_from(scored, SERVED_PASSAGES),
+            f"{variant}+priors+split": runs_from(scored, SERVED_SPLIT),
             f"{variant}+priors+window": runs_from(
-                with_neural, window_weights(priors_w["neural"]) if gate else priors_w
+                scored, window_weights(priors_w["neural"]) if gate else priors_w
             ),
         }
         row = {

@@ -161,10 +161,9 @@ FEEDBACK = Grid(GRID, NONE, point_name, "feedback", "prf")
 def collection_features(args, name: str, grid: tuple = GRID) -> dict:
     """Everything a collection's rows need: qrels, candidates, the features at each grid point, the neural
     scores of each variant and the window gate."""
-    from label_free_passages import candidates, multi_window, neural_scores
+    from label_free_passages import candidates, multi_window
 
     from aheadrank.build import MULTI_WINDOW
-    from aheadrank.evaluation import read_run
 
     c = candidates(args, name)
     collection, qrels, cands, qids = c.collection, c.qrels, c.cands, c.qids
@@ -190,10 +189,7 @@ def collection_features(args, name: str, grid: tuple = GRID) -> dict:
         at[point] = per_q
     neural = {}
     for folder, variant in args.neural:
-        source = folder / name / "runs" / f"{variant}.trec.zst"
-        if not source.exists():
-            raise SystemExit(f"--neural {folder}:{variant}: no {source}")
-        neural[variant] = neural_scores(read_run(source), cands, qids, source)
+        neural[variant] = c.neural(folder, variant)
     multi = multi_window(collection, args.sentences)
     return {
         "qrels": qrels,

@@ -147,13 +147,12 @@ def collection_rows(args, name: str, ranker) -> dict:
     from aheadrank.indexer.collections import Collection
     from benchkit import digest, eval_topics
     from label_free import label_free_baselines, runs_from
-    from label_free_passages import candidates, multi_window
+    from label_free_passages import candidates, multi_window, with_neural
     from label_free_prf import served_weights
 
     from aheadrank.build import MULTI_WINDOW
     from aheadrank.evaluation import evaluate, read_run
     from aheadrank.passages import PassageOptions, aggregate, effective_overlap, split_passages
-    from aheadrank.priors import QueryFeatures
 
     c = candidates(args, name)
     queries, _ = eval_topics(c.collection, "test", None)
@@ -192,30 +191,19 @@ def collection_rows(args, name: str, ranker) -> dict:
     rows_of: list[list[int]] = [[] for _ in docids]
     for p, i in enumerate(owner.tolist()):
         rows_of[i].append(p)
-    base, neural = [], {s: [] for s in SPACES}
-    for k, q in enumerate(c.qids):
-        ds = [d for d, _ in c.cands[q]]
-        sims = c.passages @ c.qv[q]
-        features = {
-            "bm25": np.array([s for _, s in c.cands[q]], dtype=np.float64),
-            "dense": np.array([c.docs[d] @ c.qv[q] for d in ds], dtype=np.float64),
-            "window": np.array([sims[c.rows_of[c.row_of[d]]].max() for d in ds], dtype=np.float64),
-        }
-        base.append((q, QueryFeatures(ds, features, c.qrels.get(q, {}))))
-        rows = [r for d in ds for r in rows_of[index[d]]]
-        own = [j for j, d in enumerate(ds) for _ in rows_of[index[d]]]
+    base, neural = c.base(), {s: {} for s in SPACES}
+    for k, (q, f) in enumerate(base):
+        rows = [r for d in f.docids for r in rows_of[index[d]]]
+        own = [j for j, d in enumerate(f.docids) for _ in rows_of[index[d]]]
         for space, qv, dv in (("values", q_values, d_values), ("states", q_states, d_states)):
-            per = aggregate(cosines(qv[k], dv[rows]).tolist(), own, len(ds), args.aggregation)
-            neural[space].append(np.asarray(per, dtype=np.float64))
+            per = aggregate(cosines(qv[k], dv[rows]).tolist(), own, len(f.docids), args.aggregation)
+            neural[space][q] = np.asarray(per, dtype=np.float64)
     runs = label_free_baselines(base)
     w = served_weights(VARIANT, gate)
     for space in SPACES:
-        with_neural = [
-            (q, QueryFeatures(f.docids, {**f.features, "neural": neural[space][k]}, f.qrels))
-            for k, (q, f) in enumerate(base)
-        ]
-        runs[f"{VARIANT}-{space}"] = runs_from(with_neural, {"neural": 1.0})
-        runs[f"{VARIANT}-{space}+priors"] = runs_from(with_neural, w)
+        scored = with_neural(base, neural[space])
+        runs[f"{VARIANT}-{space}"] = runs_from(scored, {"neural": 1.0})
+        runs[f"{VARIANT}-{space}+priors"] = runs_from(scored, w)
     ndcg = {k: evaluate(r, c.qrels, ("nDCG@10",))["nDCG@10"] for k, r in runs.items()}
     check = None
     if args.check is not None:

@@ -43,6 +43,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -109,12 +110,11 @@ def choose(served: dict, among: list[str], probe: WindowProbe = SIZE_PROBE):
 def collection_rows(args, name: str, probe: WindowProbe = SIZE_PROBE) -> dict:
     """A collection's baselines and, for each option, each variant's served run, its nDCG@10 and the gate."""
     from label_free import label_free_baselines, runs_from
-    from label_free_passages import candidates, multi_window, neural_scores
+    from label_free_passages import candidates, multi_window, with_neural
     from label_free_prf import served_weights
 
     from aheadrank.build import MULTI_WINDOW
-    from aheadrank.evaluation import evaluate, read_run
-    from aheadrank.priors import QueryFeatures
+    from aheadrank.evaluation import evaluate
 
     variants = [v for _, v in args.neural]
     runs, gates, windows = {}, {}, {}
@@ -125,38 +125,13 @@ def collection_rows(args, name: str, probe: WindowProbe = SIZE_PROBE) -> dict:
         c = candidates(sized, name)
         gates[option] = multi_window(c.collection, size) >= MULTI_WINDOW
         windows[option] = len(c.owner)
-        feats = []
-        for q in c.qids:
-            ds = [d for d, _ in c.cands[q]]
-            sims = c.passages @ c.qv[q]
-            feats.append(
-                (
-                    q,
-                    {
-                        "bm25": np.array([s for _, s in c.cands[q]], dtype=np.float64),
-                        "dense": np.array([c.docs[d] @ c.qv[q] for d in ds], dtype=np.float64),
-                        "window": np.array([pool(sims[c.rows_of[c.row_of[d]]], how) for d in ds]),
-                    },
-                    ds,
-                )
-            )
+        base = c.base(pool=partial(pool, how=how))
         if base_runs is None:
-            plain = [
-                (q, QueryFeatures(ds, {k: f[k] for k in ("bm25", "dense")}, c.qrels.get(q, {})))
-                for q, f, ds in feats
-            ]
-            base_runs = label_free_baselines(plain)
+            base_runs = label_free_baselines(base)
             qrels = c.qrels
         for folder, variant in args.neural:
-            folder = args.runs_of.get(name, folder)
-            source = folder / name / "runs" / f"{variant}.trec.zst"
-            if not source.exists():
-                raise SystemExit(f"--neural {folder}:{variant}: no {source}")
-            neural = neural_scores(read_run(source), c.cands, c.qids, source)
-            with_neural = [
-                (q, QueryFeatures(ds, {**f, "neural": neural[q]}, c.qrels.get(q, {}))) for q, f, ds in feats
-            ]
-            runs[(variant, option)] = runs_from(with_neural, served_weights(variant, gates[option]))
+            scored = with_neural(base, c.neural(args.runs_of.get(name, folder), variant))
+            runs[(variant, option)] = runs_from(scored, served_weights(variant, gates[option]))
     ndcg = {k: evaluate(r, qrels, ("nDCG@10",))["nDCG@10"] for k, r in {**base_runs}.items()}
     served = {k: evaluate(r, qrels, ("nDCG@10",))["nDCG@10"] for k, r in runs.items()}
     mean = {o: float(np.mean([served[(v, o)] for v in variants])) for o in probe.options}

@@ -34,6 +34,43 @@ def test_a_neural_run_over_other_candidates_is_refused():
         lfp.neural_scores({}, cands, ["q1"], Path("run"))
 
 
+def test_the_probes_features_are_bm25_the_bi_encoder_and_its_pooled_windows(tmp_path):
+    """``Candidates.features``: what every window probe builds its served score from, in candidate order; a
+    document's window feature pools its own windows only; a pure run is read over the same candidates."""
+    from label_free import write_zst_run
+
+    docs = {"a": np.array([1.0, 0.0]), "b": np.array([0.0, 1.0])}
+    windows = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], dtype=np.float32)  # a: rows 0, 1; b: row 2
+    c = lfp.Candidates(
+        tmp_path / "coll",
+        {"q": {"b": 1}},
+        {"q": [("b", 7.0), ("a", 5.0)]},
+        ["q"],
+        docs,
+        windows,
+        np.array([0, 0, 1]),
+        {"a": 0, "b": 1},
+        [[0, 1], [2]],
+        {"q": np.array([0.8, 0.6])},
+    )
+    f = c.features("q")
+    assert c.docids("q") == ["b", "a"]
+    assert f["bm25"].tolist() == [7.0, 5.0]
+    assert f["dense"] == pytest.approx([0.6, 0.8])
+    assert f["window"] == pytest.approx([0.6, 0.96])  # a's best window (0.6, 0.8), not b's or its first
+    assert c.features("q", pool=lambda s: float(s[0]), window="w")["w"] == pytest.approx([0.6, 0.8])
+    ((q, base),) = c.base()
+    assert (q, base.docids, base.qrels) == ("q", ["b", "a"], {"b": 1})
+    with pytest.raises(SystemExit, match=r"--neural .*: no .*coll/runs/mores\.trec\.zst"):
+        c.neural(tmp_path, "mores")
+    (tmp_path / "coll" / "runs").mkdir(parents=True)
+    write_zst_run(tmp_path / "coll" / "runs" / "mores.trec.zst", {"q": {"a": 0.9, "b": 0.1}}, "mores")
+    neural = c.neural(tmp_path, "mores")
+    assert neural["q"].tolist() == [0.1, 0.9]
+    ((_, scored),) = lfp.with_neural(c.base(), neural)
+    assert scored.features["neural"].tolist() == [0.1, 0.9] and "neural" not in base.features
+
+
 def test_the_fused_runs_are_the_weighted_sum_of_per_query_z_scores():
     """bench/label_free.py ``runs_from``, which this bench scores its fusions with."""
     from aheadrank.priors import QueryFeatures
