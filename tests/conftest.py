@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
@@ -101,6 +102,24 @@ def server_logs(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("server-logs")
     os.environ["AHEADRANK_TEST_SERVER_LOGS"] = str(path)
     return path
+
+
+@pytest.fixture(autouse=True)
+def command_loggers():
+    """Each test's loggers as a process starts them: a command run in-process (``serve`` through typer's CliRunner
+    sets the ``aheadrank`` logger to JSON lines at its level) would otherwise log into the next test's stderr,
+    which the one-error-line tests read."""
+    names = ("aheadrank", "uvicorn.error")
+    saved = {
+        n: (logging.getLogger(n).level, logging.getLogger(n).handlers[:], logging.getLogger(n).propagate)
+        for n in names
+    }
+    yield
+    for name, (level, handlers, propagate) in saved.items():
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        logger.handlers[:] = handlers
+        logger.propagate = propagate
 
 
 @pytest.fixture
