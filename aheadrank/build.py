@@ -707,6 +707,46 @@ def stage_store(plan: BuildPlan) -> dict:
     }
 
 
+def free_bytes(path: str | Path) -> int:
+    """Bytes free on the file system that holds ``path``."""
+    import shutil
+
+    return shutil.disk_usage(path).free
+
+
+def store_room(plan: BuildPlan, record: BuildRecord) -> tuple[str, float] | None:
+    """The store stage's room, checked before it writes: (one line with the bytes it has still to write and those
+    free where it writes them, the bytes estimated). The estimate is :func:`aheadrank.buildtime.store_bytes` for
+    the ranker's fields at the plan's dtype, less what a stopped store stage wrote. Where they cannot fit (free
+    under ``DISK_REFUSE`` of the estimate) an AheadrankError says so and names the smaller dtypes' sizes: nothing
+    is written and the stages done are kept. None where the record cannot tell (an estimate never stops a build)."""
+    from aheadrank.buildtime import DISK_REFUSE, DISK_WARN, VALUE_BYTES, size, store_bytes
+    from aheadrank.indexer.build import get_ranker
+
+    p = paths(plan.out)
+    try:
+        ranker = get_ranker(str(p["checkpoint"]), plan_variant(plan).strategy, plan.device, None)
+        piece = sum(ranker.field_dims().values()) * VALUE_BYTES[plan.dtype]
+        estimate = store_bytes(workload(plan, record.stages["collection"]), piece)
+        need = max(estimate - _store_bytes(p["store"])["all"], 0.0)
+        free = free_bytes(plan.out)
+    except (AheadrankError, OSError, KeyError, TypeError, ValueError) as exc:
+        log.debug("no store estimate: %s", exc)
+        return None
+    line = f"[store] about {size(need)} to write ({plan.dtype}); {size(free)} free at {plan.out}"
+    if free < DISK_REFUSE * need:
+        smaller = [
+            f"--dtype {dtype} about {size(need * b / VALUE_BYTES[plan.dtype])}"
+            for dtype, b in VALUE_BYTES.items()
+            if b < VALUE_BYTES[plan.dtype]
+        ]
+        raise AheadrankError(
+            f"{line}: not enough room. Free space there and run the same command again (the stages done are kept)"
+            + (f", or build a smaller store into another --out ({', '.join(smaller)})" if smaller else "")
+        )
+    return line + (": little room to spare" if free < DISK_WARN * need else ""), estimate
+
+
 def _store_bytes(store: Path) -> dict[str, int]:
     """The store's size on disk in bytes, in all and that of its passages (``passages/``; stored passages can
     take several times the documents' own: bench/results/label-free/README.md)."""
@@ -1065,6 +1105,9 @@ def _build_locked(
             # also between stages: a collection edited while the build runs
             check_same_collection(plan, record, out)
             echo(f"[{stage}] ...")
+            room = store_room(plan, record) if stage == "store" else None  # refuses a store that cannot fit
+            if room:
+                echo(room[0])
             t0 = time.perf_counter()
             try:
                 with StageMemory() as memory:
@@ -1073,6 +1116,8 @@ def _build_locked(
                 echo(f"[{stage}] interrupted: what is done is kept (shards too); the same command resumes it")
                 raise
             info["seconds"] = round(time.perf_counter() - t0, 1)
+            if room:
+                info["store_bytes_estimate"] = round(room[1])  # beside what it wrote: store_bytes
             info.update(memory.record())
             release_java_memory()  # BM25's JVM heap is not carried into the next stage
             record.stages[stage] = info

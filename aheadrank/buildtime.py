@@ -131,6 +131,36 @@ def reference_seconds(w: Workload) -> dict[str, float]:
     }
 
 
+# The store's size: bytes a stored value takes at each store dtype (store.spec.DTYPES; a codebook's own table is not
+# counted), and the estimate's allowance for documents of unequal length. From the mean length alone the estimate
+# (stored_sequences x min(mean pieces, window)) was 0.86-0.92 of what three float16 MORES 2xIB S2 stores wrote:
+# bench/results/label-free/build-time/'s SciFact (8.15 GB for 8.87 GB, passages and windows) and MS MARCO (13.1 GB
+# for 15.1 GB, its long passages stored as passages too) and the demo's 1,000 abstracts (1.57 GB for 1.71 GB)
+VALUE_BYTES = {"float16": 2.0, "int8": 1.0, "book4": 0.5, "book2": 0.25}
+STORE_BYTES_SLACK = 1.1
+# the store stage starts only where the free space is at least this share of its estimate (so a store that would
+# fit is never refused for the estimate's error), and says there is little room below DISK_WARN
+DISK_REFUSE = 0.8
+DISK_WARN = 1.25
+
+
+def store_bytes(w: Workload, piece_bytes: float) -> float:
+    """The bytes the store stage writes for the ranker's fields, ``piece_bytes`` a word piece (all its fields at
+    the store's dtype): each stored sequence (:func:`stored_sequences`) at the documents' mean length, at most the
+    ranker's window, with :data:`STORE_BYTES_SLACK`. The bi-encoder's window field (its windows' vectors, under
+    1 % of a ranker's store) is not counted."""
+    pieces = min(w.mean_words * PIECES_PER_WORD, w.window)
+    return STORE_BYTES_SLACK * stored_sequences(w) * pieces * piece_bytes
+
+
+def size(n: float) -> str:
+    """Bytes in words: ``1.57 GB``, ``420 MB``, ``12 kB``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 class ProbeSample:
     """A seeded reservoir of :data:`PROBE_POOL` texts, fed one text at a time while the collection is read."""
 

@@ -738,3 +738,31 @@ def test_a_build_stores_at_the_dtype_it_is_given_and_pins_it(passages, tiny_base
     # a finished build at another dtype is refused, not overwritten
     with pytest.raises(AheadrankError, match="dtype='int8'"):
         build(plan(passages, out, tiny_base, steps=0), echo=lambda _: None)
+
+
+def test_a_store_that_cannot_fit_is_refused_before_it_writes_and_the_build_resumes(
+    passages, tiny_base, tmp_path, monkeypatch
+):
+    """The store stage says what it will write and what is free; where the disk has too little room it stops with
+    one line naming the smaller dtypes, before writing, and the stages done are kept for the same command."""
+    import aheadrank.build as build_module
+
+    out = tmp_path / "b"
+    said: list[str] = []
+    with monkeypatch.context() as patch:
+        patch.setattr(build_module, "free_bytes", lambda path: 1000)
+        with pytest.raises(
+            AheadrankError, match=r"kB free at .*not enough room.*--dtype int8 about .*book4 about"
+        ):
+            build(plan(passages, out, tiny_base, steps=0), echo=said.append)
+    assert said[-1] == "[store] ..." and list(read_record(out).stages) == list(
+        STAGES[: STAGES.index("store")]
+    )
+    assert not paths(out)["store"].exists()
+    said.clear()
+    record = build(plan(passages, out, tiny_base, steps=0), echo=said.append)
+    room = said[said.index("[store] ...") + 1]
+    assert re.match(r"\[store\] about \S+ [kM]?B to write \(float16\); \S+ [kMG]?B free at ", room), room
+    store = record.stages["store"]
+    # the estimate is from the mean length and leaves out the bi-encoder's windows: the same order as the bytes written
+    assert 0.25 < store["store_bytes_estimate"] / store["store_bytes"] < 4, store

@@ -21,7 +21,9 @@ from aheadrank.buildtime import (
     estimate_line,
     probe_batches,
     reference_seconds,
+    size,
     speed_probe,
+    store_bytes,
     stored_sequences,
 )
 
@@ -232,3 +234,21 @@ def test_a_resumed_train_stage_is_estimated_from_the_steps_its_saved_state_has_l
     assert "resumes" not in estimate_line(
         {"store": 600.0}, None, resumed=(149, 360)
     )  # the train stage is done
+
+
+def test_the_store_estimate_follows_the_stored_sequences_their_length_and_the_dtype():
+    """Short documents are stored at their length, long ones as their first window and passages of the window's
+    length; the bytes scale with the value's size, with the allowance for unequal lengths."""
+    short = Workload(documents=1000, mean_words=50, queries=0, steps=0, cost="tk", window=128, passages=True)
+    assert store_bytes(short, 2.0) == pytest.approx(buildtime.STORE_BYTES_SLACK * 1000 * 50 * 1.36 * 2.0)
+    assert stored_sequences(SCIFACT) > SCIFACT.documents  # passages: each window-long
+    assert store_bytes(SCIFACT, 1.0) == pytest.approx(
+        buildtime.STORE_BYTES_SLACK * stored_sequences(SCIFACT) * 128
+    )
+    # MORES 2xIB S2's four 384-wide fields in float16: SciFact's 5,183 abstracts with passages, about 9 GB
+    mores = 4 * 384 * buildtime.VALUE_BYTES["float16"]
+    assert 8e9 < store_bytes(SCIFACT, mores) < 10e9
+    assert store_bytes(SCIFACT, 4 * 384 * buildtime.VALUE_BYTES["book4"]) == pytest.approx(
+        store_bytes(SCIFACT, mores) / 4
+    )
+    assert [size(n) for n in (8.97e9, 4.2e8, 12_345, 7)] == ["8.97 GB", "420 MB", "12.3 kB", "7 B"]
