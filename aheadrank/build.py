@@ -714,20 +714,24 @@ def free_bytes(path: str | Path) -> int:
     return shutil.disk_usage(path).free
 
 
+def piece_bytes(plan: BuildPlan) -> float:
+    """Bytes the store keeps a word piece: the fields of the plan's ranker at its dtype (no weights read)."""
+    from aheadrank.buildtime import VALUE_BYTES
+
+    return sum(plan_variant(plan).field_dims(plan.base).values()) * VALUE_BYTES[plan.dtype]
+
+
 def store_room(plan: BuildPlan, record: BuildRecord) -> tuple[str, float] | None:
     """The store stage's room, checked before it writes: (one line with the bytes it has still to write and those
     free where it writes them, the bytes estimated). The estimate is :func:`aheadrank.buildtime.store_bytes` for
-    the ranker's fields at the plan's dtype, less what a stopped store stage wrote. Where they cannot fit (free
+    the ranker's fields at the plan's dtype (:func:`piece_bytes`), less what a stopped store stage wrote. Where they cannot fit (free
     under ``DISK_REFUSE`` of the estimate) an AheadrankError says so and names the smaller dtypes' sizes: nothing
     is written and the stages done are kept. None where the record cannot tell (an estimate never stops a build)."""
     from aheadrank.buildtime import DISK_REFUSE, DISK_WARN, VALUE_BYTES, size, store_bytes
-    from aheadrank.indexer.build import get_ranker
 
     p = paths(plan.out)
     try:
-        ranker = get_ranker(str(p["checkpoint"]), plan_variant(plan).strategy, plan.device, None)
-        piece = sum(ranker.field_dims().values()) * VALUE_BYTES[plan.dtype]
-        estimate = store_bytes(workload(plan, record.stages["collection"]), piece)
+        estimate = store_bytes(workload(plan, record.stages["collection"]), piece_bytes(plan))
         need = max(estimate - _store_bytes(p["store"])["all"], 0.0)
         free = free_bytes(plan.out)
     except (AheadrankError, OSError, KeyError, TypeError, ValueError) as exc:
@@ -953,7 +957,7 @@ def estimate(
     collection), ``earlier`` when that time is not this run's (done before or linked from another build), for the
     stages still to run up to ``until``; None when there are none or the record cannot tell (an estimate never
     stops a build)."""
-    from aheadrank.buildtime import estimate_line, reference_seconds
+    from aheadrank.buildtime import estimate_line, reference_seconds, store_bytes
 
     if after == "collection" and "dense" in record.stages:  # the line after the dense stage says it better
         return None
@@ -973,8 +977,14 @@ def estimate(
     ahead = STAGES[STAGES.index(after) + 1 : (STAGES.index(until) + 1) if until else None]
     left = {s: ref[s] * (scale or 1.0) for s in ahead if s not in record.stages}
     resumed = (work.steps_done, work.steps) if work.steps_done else None
+    disk = None
+    if "store" in left:
+        try:
+            disk = (store_bytes(work, piece_bytes(plan)), plan.dtype)
+        except (AheadrankError, OSError, KeyError, TypeError, ValueError) as exc:
+            log.debug("no store estimate: %s", exc)
     return (
-        estimate_line(left, scale, earlier, probe, refined=after == "collection", resumed=resumed)
+        estimate_line(left, scale, earlier, probe, refined=after == "collection", resumed=resumed, store=disk)
         if left
         else None
     )

@@ -249,13 +249,14 @@ def estimate_line(
     probe: int | None = None,
     refined: bool = True,
     resumed: tuple[int, int] | None = None,
+    store: tuple[float, str] | None = None,
 ) -> str:
     """One line: the stages still to run with their estimated time, and what the rates are: the reference
     (``scale`` None), scaled by the dense stage's time, or (``probe``: its number of documents) by the probe's
     (:func:`speed_probe`). ``earlier``: the scale was timed in an earlier run or another build, maybe on a
     machine busier or idler than now. ``refined``: a line after the dense stage will say it better (not when
     the dense stage has run and its time could not be used). ``resumed``: (step, steps) where the train stage
-    resumes from its saved state."""
+    resumes from its saved state. ``store``: (the bytes the store stage will write, its dtype)."""
     total = sum(left.values())
     parts = ", ".join(f"{stage} {duration(s)}" for stage, s in left.items() if s >= 1) or "each under 1 s"
     if resumed and "train" in left:
@@ -269,4 +270,5 @@ def estimate_line(
             how += " in an earlier run (the machine may be busier or idler now)"
         if probe and refined:
             how += "; refined after the dense stage"
-    return f"[estimate] about {duration(total)} left ({parts}): {how}"
+    disk = f"; the store about {size(store[0])} on disk ({store[1]})" if store else ""
+    return f"[estimate] about {duration(total)} left ({parts}): {how}{disk}"

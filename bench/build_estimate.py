@@ -4,8 +4,9 @@ times, for finished builds: their ``build.json`` records the plan, the collectio
 For each build and stage: the estimate at the reference rates, the same scaled by the collection stage's speed
 probe (what the build prints once the collection is read, since the probe; a record from before it has none), the
 estimate scaled by the dense stage's time against its own (printed after the dense stage, for the stages after it)
-and the measured seconds, with measured / estimate. Nothing is run: the estimate is recomputed from the
-record. A stage taken from another build (``--reuse``) keeps that build's time.
+and the measured seconds, with measured / estimate; for a build whose store stage finished, the store's bytes as
+the build estimates them (``aheadrank.buildtime.store_bytes``) beside those it wrote. Nothing is run: the estimate
+is recomputed from the record. A stage taken from another build (``--reuse``) keeps that build's time.
 
     .venv/bin/python bench/build_estimate.py work/label-free/*/* bench/results/label-free/build-time/*.build.json \\
         --out bench/results/label-free/build-estimate
@@ -57,7 +58,8 @@ def compare(rec: dict) -> dict:
     plan = BuildPlan(**{k: v for k, v in rec["plan"].items() if k in known})
     if "steps" in stages.get("train", {}):  # the steps it ran (a default of its day may differ from today's)
         plan.steps = stages["train"]["steps"]
-    ref = reference_seconds(workload(plan, stages["collection"]))
+    work = workload(plan, stages["collection"])
+    ref = reference_seconds(work)
     dense = stages.get("dense", {}).get("seconds")
     timed = dense is not None and dense_timed(stages["dense"])  # a field found complete took no time
     scale = max(float(dense), 1.0) / max(ref["dense"], 1.0) if timed else None
@@ -78,7 +80,26 @@ def compare(rec: dict) -> dict:
         out[s] = row
     return {"scale": scale, "probe_scale": probe, "stages": out, "documents": stages["collection"]["documents"],
             "mean_words": stages["collection"]["mean_words"], "ranker": plan.ranker,
-            "steps": stages.get("train", {}).get("steps")}  # fmt: skip
+            "steps": stages.get("train", {}).get("steps"), "store": store_size(plan, work, stages)}  # fmt: skip
+
+
+def store_size(plan, work, stages: dict) -> dict | None:
+    """The store's bytes as the build estimates them (``aheadrank.buildtime.store_bytes``; also without its
+    allowance for unequal lengths) beside the bytes it wrote; None for a build without a finished store stage."""
+    from aheadrank.build import piece_bytes
+    from aheadrank.buildtime import STORE_BYTES_SLACK, store_bytes
+
+    written = stages.get("store", {}).get("store_bytes")
+    if not written:
+        return None
+    estimate = store_bytes(work, piece_bytes(plan))
+    return {
+        "dtype": plan.dtype,
+        "passages": bool(stages["store"].get("passages")),
+        "estimate_bytes": round(estimate),
+        "estimate_without_slack_bytes": round(estimate / STORE_BYTES_SLACK),
+        "written_bytes": written,
+    }
 
 
 def ratio(measured, estimate) -> str:
@@ -121,6 +142,20 @@ def table(results: dict) -> str:
             f"{ratio(tot['measured_s'], tot['estimate_s'])} | {ratio(tot['measured_s'], tp)} | "
             f"{ratio(tot['measured_s'], tot['estimate_after_dense_s'])} |"
         )
+    sized = {name: r["store"] for name, r in results.items() if r.get("store")}
+    if sized:
+        lines += [
+            "",
+            "| build | dtype | passages | store estimate | without the 1.1 allowance | written | written / estimate | "
+            "written / without |",
+            "|---|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for name, d in sized.items():
+            e, raw, w = d["estimate_bytes"], d["estimate_without_slack_bytes"], d["written_bytes"]
+            lines.append(
+                f"| {name} | {d['dtype']} | {'yes' if d['passages'] else 'no'} | {e / 1e9:.2f} GB | "
+                f"{raw / 1e9:.2f} GB | {w / 1e9:.2f} GB | {w / e:.2f} | {w / raw:.2f} |"
+            )
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 from aheadrank.rankers.base import Ranker
-from aheadrank.rankers.base_model import TOKENIZER_FILES, load_base, resolve_base
+from aheadrank.rankers.base_model import TOKENIZER_FILES, base_config, load_base, resolve_base
 from aheadrank.rankers.config import RankerConfig, check_options, resolve_options
 from aheadrank.rankers.registry import RANKERS
 from aheadrank.rankers.text import TextEncoder
@@ -166,15 +166,30 @@ def build_ranker(
     return RANKERS[config.kind](config, text, strategy)
 
 
+def new_config(kind: str, base: str | os.PathLike | None, bert_cfg: dict, **options) -> RankerConfig:
+    """The config of a new ranker of ``kind`` on the base model whose shape config is ``bert_cfg``."""
+    if kind not in RANKERS:
+        raise CheckpointError(f"unknown ranker kind {kind!r}; expected one of {', '.join(RANKERS)}")
+    check_options(kind, options)
+    opts = resolve_options(kind, options, bert_cfg)
+    return RankerConfig.create(kind, bert_cfg, base=str(resolve_base(base)), **opts).validate()
+
+
+def new_field_dims(
+    kind: str, base: str | os.PathLike | None = None, strategy: str | None = None, **options
+) -> dict:
+    """The stored fields (name -> dim) of a new ranker of ``kind``: what a store of it keeps a word piece, from
+    the base's config alone (no weights are read)."""
+    return build_ranker(new_config(kind, base, base_config(base), **options), None, strategy).field_dims()
+
+
 def init_ranker(kind: str, base: str | os.PathLike | None = None, seed: int = 0, **options) -> Ranker:
     """A new ranker of ``kind`` with BERT-weight-assisted initialisation from the base model."""
     if kind not in RANKERS:
         raise CheckpointError(f"unknown ranker kind {kind!r}; expected one of {', '.join(RANKERS)}")
     base_dir = resolve_base(base)
     bert_cfg, sd = load_base(base_dir)
-    check_options(kind, options)
-    opts = resolve_options(kind, options, bert_cfg)
-    config = RankerConfig.create(kind, bert_cfg, base=str(base_dir), **opts).validate()
+    config = new_config(kind, base_dir, bert_cfg, **options)
     torch.manual_seed(seed)
     ranker = build_ranker(config, base_dir)
     ranker.init_from_base(sd)

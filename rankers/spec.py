@@ -79,6 +79,12 @@ class Variant:
 
         return init_ranker(self.kind, **self.options, **kwargs)
 
+    def field_dims(self, base: Any = None) -> dict[str, int]:
+        """The stored fields (name -> dim) of this variant's rankers on ``base``, from its config: no weights read."""
+        from aheadrank.rankers.checkpoint import new_field_dims
+
+        return new_field_dims(self.kind, base, self.strategy, **self.options)
+
 
 @dataclass(frozen=True)
 class RankerSpec:

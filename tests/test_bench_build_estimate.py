@@ -13,11 +13,16 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import build_estimate  # noqa: E402
 
-from aheadrank.buildtime import Workload, reference_seconds  # noqa: E402
+from aheadrank.buildtime import STORE_BYTES_SLACK, Workload, reference_seconds, store_bytes  # noqa: E402
 
 
 def write_build(
-    folder: Path, collection: Path, dense_s: float, probe: float | None = None, encoded: bool = True
+    folder: Path,
+    collection: Path,
+    dense_s: float,
+    probe: float | None = None,
+    encoded: bool = True,
+    written: int | None = None,
 ) -> None:
     stages = {
         "collection": {"documents": 5183, "mean_words": 214.6, "seconds": 0.1},
@@ -26,7 +31,7 @@ def write_build(
         # encoded: the field embedded in the stage (its rate recorded); else found complete, in no time
         "dense": {"seconds": dense_s, **({"docs_per_s": 6.3} if encoded else {})},
         "train": {"steps": 36, "best_step": 0, "seconds": 150.0},
-        "store": {"seconds": 250.0},
+        "store": {"seconds": 250.0, **({"store_bytes": written, "passages": True} if written else {})},
     }
     if probe is not None:  # a build since the speed probe
         stages["collection"]["probe"] = {"documents": 128, "seconds": 1.0, "scale": probe}
@@ -41,7 +46,7 @@ def test_the_estimates_are_recomputed_and_scaled_by_the_dense_stage(tmp_path):
     coll.write_text('{"id": "d", "contents": "x"}\n')
     ref = reference_seconds(Workload(5183, 214.6, 3000, 36, "mores", 128, True))
     write_build(tmp_path / "runs" / "fast", coll, dense_s=ref["dense"])
-    write_build(tmp_path / "runs" / "slow", coll, dense_s=2 * ref["dense"], probe=3.0)
+    write_build(tmp_path / "runs" / "slow", coll, dense_s=2 * ref["dense"], probe=3.0, written=9_000_000_000)
     write_build(tmp_path / "runs" / "linked", coll, dense_s=0.0, probe=3.0, encoded=False)
     (tmp_path / "runs" / "empty").mkdir()
     out = tmp_path / "out"
@@ -73,6 +78,13 @@ def test_the_estimates_are_recomputed_and_scaled_by_the_dense_stage(tmp_path):
     assert cells[4] == f"{3 * ref['store']:.0f}" and cells[8] == f"{250.0 / (3 * ref['store']):.2f}"
     fast_store = next(line for line in md.splitlines() if line.startswith("| runs/fast | 5,183 | store |"))
     assert [c.strip() for c in fast_store.split("|")[1:-1]][4] == ""  # no probe, no column
+    # the store's bytes as the build estimates them (MORES 2xIB S2 on MiniLM: four 384-wide float16 fields a piece)
+    # beside what it wrote, where the record has them
+    estimate = store_bytes(Workload(5183, 214.6, 3000, 36, "mores", 128, True), 4 * 384 * 2)
+    assert slow["store"]["estimate_bytes"] == round(estimate) and fast["store"] is None
+    assert slow["store"]["written_bytes"] == 9_000_000_000
+    row = next(line for line in md.splitlines() if line.startswith("| runs/slow | float16 | yes |"))
+    assert row.endswith(f"| 9.00 GB | {9e9 / estimate:.2f} | {9e9 * STORE_BYTES_SLACK / estimate:.2f} |")
 
 
 def test_no_finished_build_is_an_error(tmp_path, capsys):

@@ -116,6 +116,11 @@ def test_build_label_free_then_resume_and_serve_settings(passages, tiny_base, tm
     total = sum(first[s] * probe["scale"] for s in STAGES[1:])
     assert re.match(rf"\[estimate\] about {re.escape(duration(total))} left", estimates[0]), estimates[0]
     assert "bm25" not in estimates[1] and "train" in estimates[1] and "as the dense stage ran" in estimates[1]
+    # and the disk the store will take, from the ranker's fields: the same order as what it wrote
+    disk = [re.search(r"; the store about (\S+) ([kMG]?B) on disk \(float16\)$", e) for e in estimates]
+    assert all(disk) and disk[0].groups() == disk[1].groups(), estimates
+    written = record.stages["store"]["store_bytes"]
+    assert 0.25 < record.stages["store"]["store_bytes_estimate"] / written < 4
     assert "earlier run" not in estimates[1]
     # a rerun does nothing again: every stage is "done before", nothing is left to estimate
     again: list[str] = []

@@ -252,3 +252,15 @@ def test_the_store_estimate_follows_the_stored_sequences_their_length_and_the_dt
         store_bytes(SCIFACT, mores) / 4
     )
     assert [size(n) for n in (8.97e9, 4.2e8, 12_345, 7)] == ["8.97 GB", "420 MB", "12.3 kB", "7 B"]
+
+
+@pytest.mark.parametrize("name", ["mores-2ib-s2", "mores-2ib-s1", "prettr-l2-e16", "tk-2l", "bert"])
+def test_a_variants_stored_fields_are_known_before_any_weight_is_read(name, tiny_base):
+    """What the estimate reads the store's size from: the fields a new ranker of the variant stores (its store
+    strategy's: MORES S1 the states, S2 each block's keys and values)."""
+    from aheadrank.rankers.variants import parse_variant
+
+    variant = parse_variant(name)
+    ranker = variant.init(base=tiny_base)
+    ranker.strategy = variant.strategy or ranker.strategy
+    assert variant.field_dims(tiny_base) == ranker.field_dims()
