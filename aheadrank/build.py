@@ -714,11 +714,19 @@ def free_bytes(path: str | Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def piece_bytes(plan: BuildPlan) -> float:
-    """Bytes the store keeps a word piece: the fields of the plan's ranker at its dtype (no weights read)."""
+def piece_bytes(plan: BuildPlan, checkpoint: Path | None = None) -> float:
+    """Bytes the store keeps a word piece: the fields of the plan's ranker at its dtype, those of ``checkpoint``'s
+    config where it is given (the train stage's; before it, the variant's on the plan's base). No weights read."""
     from aheadrank.buildtime import VALUE_BYTES
 
-    return sum(plan_variant(plan).field_dims(plan.base).values()) * VALUE_BYTES[plan.dtype]
+    variant = plan_variant(plan)
+    if checkpoint is None:
+        dims = variant.field_dims(plan.base)
+    else:
+        from aheadrank.rankers.checkpoint import build_ranker, load_config
+
+        dims = build_ranker(load_config(checkpoint), None, variant.strategy).field_dims()
+    return sum(dims.values()) * VALUE_BYTES[plan.dtype]
 
 
 def store_room(plan: BuildPlan, record: BuildRecord) -> tuple[str, float] | None:
@@ -731,7 +739,9 @@ def store_room(plan: BuildPlan, record: BuildRecord) -> tuple[str, float] | None
 
     p = paths(plan.out)
     try:
-        estimate = store_bytes(workload(plan, record.stages["collection"]), piece_bytes(plan))
+        estimate = store_bytes(
+            workload(plan, record.stages["collection"]), piece_bytes(plan, p["checkpoint"])
+        )
         need = max(estimate - _store_bytes(p["store"])["all"], 0.0)
         free = free_bytes(plan.out)
     except (AheadrankError, OSError, KeyError, TypeError, ValueError) as exc:

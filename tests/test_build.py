@@ -769,5 +769,8 @@ def test_a_store_that_cannot_fit_is_refused_before_it_writes_and_the_build_resum
     room = said[said.index("[store] ...") + 1]
     assert re.match(r"\[store\] about \S+ [kM]?B to write \(float16\); \S+ [kMG]?B free at ", room), room
     store = record.stages["store"]
+    # a word piece: TK's one field, 32 wide on the tiny base, in float16: from the checkpoint as from the variant
+    given = plan(passages, out, tiny_base, steps=0)
+    assert build_module.piece_bytes(given, paths(out)["checkpoint"]) == build_module.piece_bytes(given) == 64
     # the estimate is from the mean length and leaves out the bi-encoder's windows: the same order as the bytes written
     assert 0.25 < store["store_bytes_estimate"] / store["store_bytes"] < 4, store
