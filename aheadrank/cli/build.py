@@ -131,7 +131,8 @@ def build_cmd(
 ) -> None:
     """Build everything a collection needs to be served: BM25 index, a ranker adapted to the collection (from
     its own texts when it has no judgments), the store and its dense field, the priors. Prints each stage's
-    time; `aheadrank serve OUT` serves the result."""
+    time, an estimate of the time left and of the store's size on disk, and stops before the store stage where
+    the disk has too little room for it; `aheadrank serve OUT` serves the result."""
     from aheadrank.build import BuildPlan, build
     from aheadrank.indexer.bm25 import set_java_heap
 
