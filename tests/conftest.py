@@ -109,7 +109,7 @@ def command_loggers():
     """Each test's loggers as a process starts them: a command run in-process (``serve`` through typer's CliRunner
     sets the ``aheadrank`` logger to JSON lines at its level) would otherwise log into the next test's stderr,
     which the one-error-line tests read."""
-    names = ("aheadrank", "uvicorn.error")
+    names = ("aheadrank", "aheadrank.train", "uvicorn.error")  # aheadrank.train: build sets it to INFO
     saved = {
         n: (logging.getLogger(n).level, logging.getLogger(n).handlers[:], logging.getLogger(n).propagate)
         for n in names
