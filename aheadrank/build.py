@@ -732,9 +732,10 @@ def piece_bytes(plan: BuildPlan, checkpoint: Path | None = None) -> float:
 def store_room(plan: BuildPlan, record: BuildRecord) -> tuple[str, float] | None:
     """The store stage's room, checked before it writes: (one line with the bytes it has still to write and those
     free where it writes them, the bytes estimated). The estimate is :func:`aheadrank.buildtime.store_bytes` for
-    the ranker's fields at the plan's dtype (:func:`piece_bytes`), less what a stopped store stage wrote. Where they cannot fit (free
-    under ``DISK_REFUSE`` of the estimate) an AheadrankError says so and names the smaller dtypes' sizes: nothing
-    is written and the stages done are kept. None where the record cannot tell (an estimate never stops a build)."""
+    the ranker's fields at the plan's dtype (:func:`piece_bytes`), less what a stopped store stage wrote. Where
+    they cannot fit (free under ``DISK_REFUSE`` of the estimate) an AheadrankError says so and names the smaller
+    dtypes' sizes: nothing is written and the stages done are kept. None where the record cannot tell (an
+    estimate never stops a build)."""
     from aheadrank.buildtime import DISK_REFUSE, DISK_WARN, VALUE_BYTES, size, store_bytes
 
     p = paths(plan.out)

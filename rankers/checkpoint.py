@@ -185,11 +185,11 @@ def new_field_dims(
 
 def init_ranker(kind: str, base: str | os.PathLike | None = None, seed: int = 0, **options) -> Ranker:
     """A new ranker of ``kind`` with BERT-weight-assisted initialisation from the base model."""
-    if kind not in RANKERS:
-        raise CheckpointError(f"unknown ranker kind {kind!r}; expected one of {', '.join(RANKERS)}")
     base_dir = resolve_base(base)
-    bert_cfg, sd = load_base(base_dir)
-    config = new_config(kind, base_dir, bert_cfg, **options)
+    config = new_config(
+        kind, base_dir, base_config(base_dir), **options
+    )  # bad options fail before the weights load
+    _, sd = load_base(base_dir)
     torch.manual_seed(seed)
     ranker = build_ranker(config, base_dir)
     ranker.init_from_base(sd)
