@@ -450,11 +450,11 @@ def stage_bm25(plan: BuildPlan) -> dict:
     return {"language": language}
 
 
-def stage_dense(plan: BuildPlan) -> dict:
+def stage_dense(plan: BuildPlan, documents: int | None = None) -> dict:
     from aheadrank.indexer.build import ensure_dense_field
 
     summary = ensure_dense_field(
-        plan.collection, paths(plan.out)["dense"], plan.base, plan.device, plan.progress
+        plan.collection, paths(plan.out)["dense"], plan.base, plan.device, plan.progress, documents
     )
     info = {"docs_per_s": round(summary.docs_per_s, 1)} if summary else {}
     if summary and summary.documents_reused:  # resumed: this run's time is part of the stage's work
@@ -660,13 +660,14 @@ def init_record(init: str | Path, source: dict) -> dict:
     return {"checkpoint": str(init), "fingerprint": read_fingerprint(init), **source, "train": train}
 
 
-def stage_store(plan: BuildPlan) -> dict:
+def stage_store(plan: BuildPlan, documents: int | None = None) -> dict:
     from aheadrank.indexer.build import (
         BuildOptions,
         build_dense,
         build_passages,
         build_store,
         existing_shard_size,
+        store_disk_bytes,
     )
 
     p = paths(plan.out)
@@ -682,6 +683,7 @@ def stage_store(plan: BuildPlan) -> dict:
         progress=plan.progress,
         passages=passages,
         dtype=plan.dtype,
+        documents=documents,  # the progress bars' total
     )
     summary = build_store(opts)
     if passages:
@@ -693,7 +695,7 @@ def stage_store(plan: BuildPlan) -> dict:
 
         _window_field(plan)  # made by the dense stage (a build whose dense stage was done before: here)
         build_windows(opts, p["windows"])
-    sizes = _store_bytes(p["store"])
+    sizes = store_disk_bytes(p["store"])
     return {
         "documents": summary.documents,
         "tokens": summary.tokens,
@@ -707,25 +709,17 @@ def stage_store(plan: BuildPlan) -> dict:
     }
 
 
-def free_bytes(path: str | Path) -> int:
-    """Bytes free on the file system that holds ``path``."""
-    import shutil
-
-    return shutil.disk_usage(path).free
-
-
 def piece_bytes(plan: BuildPlan, checkpoint: Path | None = None) -> float:
     """Bytes the store keeps a word piece: the fields of the plan's ranker at its dtype, those of ``checkpoint``'s
     config where it is given (the train stage's; before it, the variant's on the plan's base). No weights read."""
     from aheadrank.buildtime import VALUE_BYTES
+    from aheadrank.rankers.checkpoint import checkpoint_field_dims
 
     variant = plan_variant(plan)
     if checkpoint is None:
         dims = variant.field_dims(plan.base)
     else:
-        from aheadrank.rankers.checkpoint import build_ranker, load_config
-
-        dims = build_ranker(load_config(checkpoint), None, variant.strategy).field_dims()
+        dims = checkpoint_field_dims(checkpoint, variant.strategy)
     return sum(dims.values()) * VALUE_BYTES[plan.dtype]
 
 
@@ -733,45 +727,23 @@ def store_room(plan: BuildPlan, record: BuildRecord) -> tuple[str, float] | None
     """The store stage's room, checked before it writes: (one line with the bytes it has still to write and those
     free where it writes them, the bytes estimated). The estimate is :func:`aheadrank.buildtime.store_bytes` for
     the ranker's fields at the plan's dtype (:func:`piece_bytes`), less what a stopped store stage wrote. Where
-    they cannot fit (free under ``DISK_REFUSE`` of the estimate) an AheadrankError says so and names the smaller
-    dtypes' sizes: nothing is written and the stages done are kept. None where the record cannot tell (an
-    estimate never stops a build)."""
-    from aheadrank.buildtime import DISK_REFUSE, DISK_WARN, VALUE_BYTES, size, store_bytes
+    they cannot fit (free under ``DISK_REFUSE`` of the estimate) :func:`aheadrank.buildtime.check_room`'s
+    AheadrankError says so and names the smaller dtypes' sizes: nothing is written and the stages done are kept.
+    None where the record cannot tell (an estimate never stops a build)."""
+    from aheadrank.buildtime import check_room, store_bytes
+    from aheadrank.indexer import build as indexing
 
     p = paths(plan.out)
     try:
         estimate = store_bytes(
             workload(plan, record.stages["collection"]), piece_bytes(plan, p["checkpoint"])
         )
-        need = max(estimate - _store_bytes(p["store"])["all"], 0.0)
-        free = free_bytes(plan.out)
+        need = max(estimate - indexing.store_disk_bytes(p["store"])["all"], 0.0)
+        free = indexing.free_bytes(plan.out)
     except (AheadrankError, OSError, KeyError, TypeError, ValueError) as exc:
         log.debug("no store estimate: %s", exc)
         return None
-    line = f"[store] about {size(need)} to write ({plan.dtype}); {size(free)} free at {plan.out}"
-    if free < DISK_REFUSE * need:
-        smaller = [
-            f"--dtype {dtype} about {size(need * b / VALUE_BYTES[plan.dtype])}"
-            for dtype, b in VALUE_BYTES.items()
-            if b < VALUE_BYTES[plan.dtype]
-        ]
-        raise AheadrankError(
-            f"{line}: not enough room. Free space there and run the same command again (the stages done are kept)"
-            + (f", or build a smaller store into another --out ({', '.join(smaller)})" if smaller else "")
-        )
-    return line + (": little room to spare" if free < DISK_WARN * need else ""), estimate
-
-
-def _store_bytes(store: Path) -> dict[str, int]:
-    """The store's size on disk in bytes, in all and that of its passages (``passages/``; stored passages can
-    take several times the documents' own: bench/results/label-free/README.md)."""
-    from aheadrank.store.passages import PASSAGES_DIR
-    from aheadrank.store.windows import WINDOWS_DIR
-
-    def size(d: Path) -> int:
-        return sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) if d.is_dir() else 0
-
-    return {"all": size(store), "passages": size(store / PASSAGES_DIR), "windows": size(store / WINDOWS_DIR)}
+    return check_room(need, free, plan.dtype, plan.out), estimate
 
 
 def label_free_priors(checkpoint: str | Path, fitted_on: dict, window: bool = False):
@@ -1096,6 +1068,11 @@ def build(
         return _build_locked(plan, out, search, until, echo)
 
 
+def documents(record: BuildRecord) -> int | None:
+    """The collection's documents as its stage counted them (None before it ran)."""
+    return record.stages.get("collection", {}).get("documents")
+
+
 def _build_locked(
     plan: BuildPlan, out: Path, search: Search | None, until: str | None, echo: Callable[[str], object]
 ) -> BuildRecord:
@@ -1111,10 +1088,10 @@ def _build_locked(
     runners = {
         "collection": lambda: stage_collection(plan),
         "bm25": lambda: stage_bm25(plan),
-        "dense": lambda: stage_dense(plan),
+        "dense": lambda: stage_dense(plan, documents(record)),
         "queries": lambda: stage_queries(plan, search),
         "train": lambda: stage_train(plan, search),
-        "store": lambda: stage_store(plan),
+        "store": lambda: stage_store(plan, documents(record)),
         "priors": lambda: stage_priors(plan, search),
     }
     t_all = time.perf_counter()

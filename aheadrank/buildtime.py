@@ -153,6 +153,40 @@ def store_bytes(w: Workload, piece_bytes: float) -> float:
     return STORE_BYTES_SLACK * stored_sequences(w) * pieces * piece_bytes
 
 
+def check_room(
+    need: float,
+    free: float,
+    dtype: str,
+    where: str | Path,
+    kept: str = "the stages done are kept",
+    elsewhere: str = "--out",
+    refuse: bool = True,
+) -> str:
+    """One line for a store about to be written: ``[store] about X to write (DTYPE); Y free at DIR``, ending
+    ``: little room to spare`` where the free space is under :data:`DISK_WARN` of ``need``. Where it is under
+    :data:`DISK_REFUSE` (and ``refuse``) an AheadrankError with the line says there is not enough room and names
+    the smaller dtypes' sizes (into another ``elsewhere``: a store's dtype is pinned); ``kept`` says what a rerun
+    keeps."""
+    from aheadrank.errors import AheadrankError
+
+    line = f"[store] about {size(need)} to write ({dtype}); {size(free)} free at {where}"
+    if refuse and free < DISK_REFUSE * need:
+        smaller = [
+            f"--dtype {other} about {size(need * b / VALUE_BYTES[dtype])}"
+            for other, b in VALUE_BYTES.items()
+            if b < VALUE_BYTES[dtype]
+        ]
+        raise AheadrankError(
+            f"{line}: not enough room. Free space there and run the same command again ({kept})"
+            + (
+                f", or build a smaller store into another {elsewhere} ({', '.join(smaller)})"
+                if smaller
+                else ""
+            )
+        )
+    return line + (": little room to spare" if free < DISK_WARN * need else "")
+
+
 def size(n: float) -> str:
     """Bytes in words: ``1.57 GB``, ``420 MB``, ``12 kB``."""
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

@@ -122,11 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
+    from aheadrank.indexer.build import store_disk_bytes
     from aheadrank.rankers import save_checkpoint
     from aheadrank.rankers.variants import parse_variant
     from aheadrank.store import read_manifest
-
-    from aheadrank.build import _store_bytes
 
     t_start = time.perf_counter()
     info = machine_info(1)
@@ -156,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                     else 0,
                     "seconds": round(seconds, 1),
                     "peak_rss_mb": round(rss_mb),
-                    "store_mb": round(_store_bytes(store)["all"] / 1e6),
+                    "store_mb": round(store_disk_bytes(store)["all"] / 1e6),
                 }
                 if stores:
                     first = stores[0]

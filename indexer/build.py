@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from aheadrank.errors import StoreError
+from aheadrank.errors import AheadrankError, StoreError
 from aheadrank.fsfaults import check_writable, describe, exclusive_lock
 
 log = logging.getLogger("aheadrank.indexer")
@@ -69,6 +69,9 @@ class BuildOptions:
     # set by build_passages for the passages/ build (encoder "passages"), by ensure_window_field for a window
     # field (encoder "windows": {"sentences", "collection"})
     split_record: dict | None = None
+    # the collection's documents where already counted (aheadrank build's collection stage, index's room check):
+    # the progress bar's total, so it shows the time left (entries per document: the ranker's and dense field)
+    documents: int | None = None
 
 
 @dataclass
@@ -377,7 +380,10 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
     infos: dict[int, Any] = dict(done)
     sources: dict[int, str] = {}
     counters = {"docs": 0, "tokens": 0}
-    bar = _progress(opts.progress)
+    per_document = opts.documents is not None and opts.encoder in ("ranker", "dense")
+    bar = _progress(
+        opts.progress, opts.documents - sum(i.n_docs for i in done.values()) if per_document else None
+    )
 
     def encoded(docs: int, tokens: int) -> None:
         counters["docs"] += docs
@@ -460,10 +466,82 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
     )
 
 
-def _progress(enabled: bool):
+def _progress(enabled: bool, total: int | None = None):
     from tqdm.auto import tqdm
 
-    return tqdm(desc="index", unit="doc", disable=not enabled, dynamic_ncols=True)
+    return tqdm(desc="index", unit="doc", total=total, disable=not enabled, dynamic_ncols=True)
+
+
+def free_bytes(path: str | Path) -> int:
+    """Bytes free on the file system that holds ``path`` (its nearest existing folder: a store not yet made)."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def store_disk_bytes(store: str | Path) -> dict[str, int]:
+    """The store's size on disk in bytes, in all and that of its passages (``passages/``; stored passages can
+    take several times the documents' own: bench/results/label-free/README.md) and windows (``windows/``)."""
+
+    def size(d: Path) -> int:
+        return sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) if d.is_dir() else 0
+
+    store = Path(store)
+    return {"all": size(store), "passages": size(store / PASSAGES_DIR), "windows": size(store / WINDOWS_DIR)}
+
+
+def collection_size(collection: str | Path, strict: bool = False) -> tuple[int, float]:
+    """(documents, mean words a document) of a collection, in one pass over it (a strict one fails on the first
+    bad record, as the build would)."""
+    from aheadrank.indexer.collections import Collection
+
+    docs = words = 0
+    for _, title, body in Collection(collection, strict=strict).titled():
+        docs += 1
+        words += len(title.split()) + len(body.split())
+    return docs, words / max(docs, 1)
+
+
+def index_room(opts: BuildOptions) -> tuple[str | None, int]:
+    """The room check of ``aheadrank index`` before it writes: (the line :func:`aheadrank.buildtime.check_room`
+    gives for the ranker's fields at the store's dtype, less what a resumed store holds; the collection's
+    documents). The line is None where the checkpoint cannot tell (the build then reports its own error). An
+    AheadrankError where the store cannot fit; with ``--compression zstd`` the estimate is an upper bound and
+    only said."""
+    from aheadrank.rankers.checkpoint import checkpoint_field_dims, load_config
+
+    from aheadrank.buildtime import VALUE_BYTES, Workload, check_room, store_bytes
+
+    docs, mean_words = collection_size(opts.collection, opts.strict)
+    try:
+        config = load_config(opts.checkpoint)
+        dims = checkpoint_field_dims(opts.checkpoint, opts.strategy)
+        work = Workload(  # store_bytes reads the documents, their length, the window and passages only
+            documents=docs,
+            mean_words=mean_words,
+            queries=0,
+            steps=0,
+            cost="",
+            window=int(opts.max_doc_len or config.max_doc_len),
+            passages=opts.passages,
+        )
+        estimate = store_bytes(work, sum(dims.values()) * VALUE_BYTES[opts.dtype])
+        need = max(estimate - (0 if opts.overwrite else store_disk_bytes(opts.store)["all"]), 0.0)
+        free = free_bytes(opts.store)
+    except (AheadrankError, OSError, KeyError, TypeError, ValueError) as exc:
+        log.debug("no store estimate: %s", exc)
+        return None, docs
+    line = check_room(
+        need,
+        free,
+        opts.dtype,
+        opts.store,
+        kept="the shards finished are kept",
+        elsewhere="--store",
+        refuse=opts.compression == "none",
+    )
+    return line, docs
 
 
 def _build_dask(opts: BuildOptions, spec, todo: Iterator, finished) -> None:
@@ -513,17 +591,29 @@ def _build_dask(opts: BuildOptions, spec, todo: Iterator, finished) -> None:
 
 
 def ensure_dense_field(
-    collection: str | Path, path: str | Path, base: str | None, device: str = "cpu", progress: bool = True
+    collection: str | Path,
+    path: str | Path,
+    base: str | None,
+    device: str = "cpu",
+    progress: bool = True,
+    documents: int | None = None,
 ) -> BuildSummary | None:
     """The collection's dense field (the base bi-encoder's document embeddings, ``base`` None or "" for the
-    packaged one) as a store of its own at ``path``, built once: None when a complete one is there already."""
+    packaged one) as a store of its own at ``path``, built once: None when a complete one is there already.
+    ``documents``: the collection's, where counted (the progress bar's total)."""
     from aheadrank.store import read_manifest
 
     if (Path(path) / "manifest.json").is_file() and read_manifest(path).complete:
         return None
     return build_store(
         BuildOptions(
-            str(base or ""), str(collection), str(path), device=device, progress=progress, encoder="dense"
+            str(base or ""),
+            str(collection),
+            str(path),
+            device=device,
+            progress=progress,
+            encoder="dense",
+            documents=documents,
         )
     )
 

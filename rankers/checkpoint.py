@@ -183,6 +183,12 @@ def new_field_dims(
     return build_ranker(new_config(kind, base, base_config(base), **options), None, strategy).field_dims()
 
 
+def checkpoint_field_dims(checkpoint: str | os.PathLike, strategy: str | None = None) -> dict:
+    """The stored fields (name -> dim) of the checkpoint's ranker (``strategy``: MORES's S1 or S2), from its
+    config alone (no weights are read)."""
+    return build_ranker(load_config(checkpoint), None, strategy).field_dims()
+
+
 def init_ranker(kind: str, base: str | os.PathLike | None = None, seed: int = 0, **options) -> Ranker:
     """A new ranker of ``kind`` with BERT-weight-assisted initialisation from the base model."""
     base_dir = resolve_base(base)

@@ -750,12 +750,14 @@ def test_a_store_that_cannot_fit_is_refused_before_it_writes_and_the_build_resum
 ):
     """The store stage says what it will write and what is free; where the disk has too little room it stops with
     one line naming the smaller dtypes, before writing, and the stages done are kept for the same command."""
+    import aheadrank.indexer.build as indexing
+
     import aheadrank.build as build_module
 
     out = tmp_path / "b"
     said: list[str] = []
     with monkeypatch.context() as patch:
-        patch.setattr(build_module, "free_bytes", lambda path: 1000)
+        patch.setattr(indexing, "free_bytes", lambda path: 1000)
         with pytest.raises(
             AheadrankError, match=r"kB free at .*not enough room.*--dtype int8 about .*book4 about"
         ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -196,9 +197,17 @@ def index_cmd(
     ),
 ) -> None:
     """Build (or resume) the representation store: the checkpoint's document side over the collection,
-    plus the dense prior's field (one embedding per document)."""
+    plus the dense prior's field (one embedding per document). It first counts the collection and prints
+    the store's size and the free space, and stops before writing where the disk has too little room."""
     from aheadrank.build import WINDOW_SENTENCES
-    from aheadrank.indexer.build import BuildOptions, build_dense, build_passages, build_store, index_windows
+    from aheadrank.indexer.build import (
+        BuildOptions,
+        build_dense,
+        build_passages,
+        build_store,
+        index_room,
+        index_windows,
+    )
 
     if scheduler and workers:
         raise AheadrankError("give --scheduler or --workers, not both")
@@ -227,6 +236,10 @@ def index_cmd(
         raise AheadrankError("--passage-overlap and --max-chunks-per-doc need --passages")
     if windows and not (dense or dense_from is not None):
         raise AheadrankError("--windows needs the dense field: drop --no-dense (or give --dense-from)")
+    room, documents = index_room(opts)  # refuses a store that cannot fit, before the model loads
+    if room:
+        typer.echo(room)
+    opts = replace(opts, documents=documents)
     summary = build_store(opts)
     split = build_passages(opts) if passages else None
     dense_summary = build_dense(opts, dense_from) if dense or dense_from else None

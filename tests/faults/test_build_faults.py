@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -203,6 +204,43 @@ def test_disk_full_mid_build_is_one_error_line_and_resumable(built, checkpoint, 
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert not list(store.glob(".*.tmp"))  # the dead writer's temp file was discarded on resume
+    assert [s.sha256 for s in read_manifest(store).shards] == [s.sha256 for s in read_manifest(ref).shards]
+
+
+def test_index_refuses_a_store_that_cannot_fit_before_the_model_loads(
+    built, checkpoint, tmp_path, monkeypatch
+):
+    """`aheadrank index` counts the collection and says what the store will take and what is free; with too little
+    room it stops with one error line naming the smaller dtypes, before the model loads or anything is written;
+    a compressed store's estimate is an upper bound, so it is only said."""
+    import aheadrank.indexer.build as indexing
+
+    coll, ref = built
+    store = tmp_path / "store"
+    runner = CliRunner()
+    args = ["index", "--checkpoint", str(checkpoint), "--collection", str(coll), "--store", str(store),
+            "--shard-size", str(SHARD), "--no-progress"]  # fmt: skip
+    with monkeypatch.context() as patch:
+        patch.setattr(indexing, "free_bytes", lambda path: 100)
+        _no_model(patch)
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, res.output
+        errors = [line for line in res.stderr.splitlines() if line.strip()]
+        assert len(errors) == 1, res.stderr
+        assert re.match(
+            r"error: \[store\] about \S+ kB to write \(float16\); 100 B free at .*: not enough room\. .*shards "
+            r"finished are kept.*another --store \(--dtype int8 about \S+ kB, --dtype book4 about .*book2 about",
+            errors[0],
+        ), errors[0]
+        assert not store.exists()
+    with monkeypatch.context() as patch:  # zstd: the same room is said, not refused
+        patch.setattr(indexing, "free_bytes", lambda path: 100)
+        res = runner.invoke(app, [*args[:6], str(tmp_path / "zstd"), *args[7:], "--compression", "zstd"])
+        assert res.exit_code == 0, res.output
+        assert re.search(r"^\[store\] about .* 100 B free at .*: little room to spare$", res.stdout, re.M)
+    res = runner.invoke(app, args)  # the room there is: built as the reference was
+    assert res.exit_code == 0, res.output
+    assert re.search(r"^\[store\] about \S+ kB to write \(float16\); \S+ [kMGT]?B free at ", res.stdout, re.M)
     assert [s.sha256 for s in read_manifest(store).shards] == [s.sha256 for s in read_manifest(ref).shards]
 
 

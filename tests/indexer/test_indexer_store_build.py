@@ -367,6 +367,31 @@ def test_index_cli_reports_errors_without_traceback(collection, checkpoints, tmp
     assert torch.get_num_threads() >= 1
 
 
+def test_the_progress_bar_counts_down_the_documents_left_where_they_were_counted(
+    collection, checkpoints, tmp_path, monkeypatch
+):
+    """Given the collection's documents (aheadrank build's collection stage, index's room check), the bar's total is
+    those the build has still to encode (a resumed store's shards not counted); unknown for passages, which are
+    not one a document, and for a caller that did not count."""
+    import aheadrank.indexer.build as indexing
+    from aheadrank.indexer.build import build_dense, build_passages
+
+    totals = []
+    real = indexing._progress
+    monkeypatch.setattr(
+        indexing, "_progress", lambda enabled, total=None: totals.append(total) or real(False)
+    )
+    store = tmp_path / "s"
+    opts = BuildOptions(str(checkpoints["tk"]), str(collection), str(store), shard_size=100, documents=230)
+    build_store(opts)
+    build_store(opts)  # complete: nothing left
+    build_passages(opts)
+    build_dense(opts)
+    build_store(BuildOptions(str(checkpoints["tk"]), str(collection), str(tmp_path / "s2"), shard_size=100))
+    assert totals == [230, 0, None, 230, None]
+    assert indexing.collection_size(collection) == (230, pytest.approx(2 + 25.5, abs=3))
+
+
 def test_codebook_store_holds_each_values_nearest_level(collection, checkpoints, tmp_path):
     """`aheadrank index --dtype book4` through the build: every stored value is the level of its shard's codebook
     nearest to the value the float16 build stores (the same float16 encodings, coded at the shard's write)."""
