@@ -506,15 +506,23 @@ def collection_size(collection: str | Path, strict: bool = False) -> tuple[int, 
 def index_room(opts: BuildOptions) -> tuple[str | None, int]:
     """The room check of ``aheadrank index`` before it writes: (the line :func:`aheadrank.buildtime.check_room`
     gives for the ranker's fields at the store's dtype, less what a resumed store holds; the collection's
-    documents). The line is None where the checkpoint cannot tell (the build then reports its own error). An
-    AheadrankError where the store cannot fit; with ``--compression zstd`` the estimate is an upper bound and
-    only said."""
+    documents). The line is None where the store (and its passages) were written before, or where the checkpoint
+    or the store cannot tell (the build then reports its own error). An AheadrankError where the store cannot fit;
+    with ``--compression zstd`` the estimate is an upper bound and only said."""
     from aheadrank.rankers.checkpoint import checkpoint_field_dims, load_config
+    from aheadrank.store import read_manifest
 
     from aheadrank.buildtime import VALUE_BYTES, Workload, check_room, store_bytes
 
     docs, mean_words = collection_size(opts.collection, opts.strict)
+    store = Path(opts.store)
+    # a store (and its passages) written before: nothing to estimate (the build checks it is this collection's)
+    parts = [store, *([store / PASSAGES_DIR] if opts.passages else [])]
     try:
+        if not opts.overwrite and all(
+            (d / "manifest.json").is_file() and read_manifest(d).complete for d in parts
+        ):
+            return None, docs
         config = load_config(opts.checkpoint)
         dims = checkpoint_field_dims(opts.checkpoint, opts.strategy)
         work = Workload(  # store_bytes reads the documents, their length, the window and passages only

@@ -242,6 +242,8 @@ def test_index_refuses_a_store_that_cannot_fit_before_the_model_loads(
     assert res.exit_code == 0, res.output
     assert re.search(r"^\[store\] about \S+ kB to write \(float16\); \S+ [kMGT]?B free at ", res.stdout, re.M)
     assert [s.sha256 for s in read_manifest(store).shards] == [s.sha256 for s in read_manifest(ref).shards]
+    res = runner.invoke(app, args)  # complete: nothing to write, so no room line
+    assert res.exit_code == 0 and "[store]" not in res.stdout and "3 reused" in res.stdout, res.output
 
 
 # ---- 9: concurrent builds --------------------------------------------------------------------------------
