@@ -713,13 +713,13 @@ def piece_bytes(plan: BuildPlan, checkpoint: Path | None = None) -> float:
     """Bytes the store keeps a word piece: the fields of the plan's ranker at its dtype, those of ``checkpoint``'s
     config where it is given (the train stage's; before it, the variant's on the plan's base). No weights read."""
     from aheadrank.buildtime import VALUE_BYTES
-    from aheadrank.rankers.checkpoint import checkpoint_field_dims
+    from aheadrank.rankers.checkpoint import config_field_dims, load_config
 
     variant = plan_variant(plan)
     if checkpoint is None:
         dims = variant.field_dims(plan.base)
     else:
-        dims = checkpoint_field_dims(checkpoint, variant.strategy)
+        dims = config_field_dims(load_config(checkpoint), variant.strategy)
     return sum(dims.values()) * VALUE_BYTES[plan.dtype]
 
 

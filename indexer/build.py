@@ -382,7 +382,7 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
     counters = {"docs": 0, "tokens": 0}
     per_document = opts.documents is not None and opts.encoder in ("ranker", "dense")
     bar = _progress(
-        opts.progress, opts.documents - sum(i.n_docs for i in done.values()) if per_document else None
+        opts.progress, max(opts.documents - sum(i.n_docs for i in done.values()), 0) if per_document else None
     )
 
     def encoded(docs: int, tokens: int) -> None:
@@ -509,7 +509,7 @@ def index_room(opts: BuildOptions) -> tuple[str | None, int]:
     documents). The line is None where the store (and its passages) were written before, or where the checkpoint
     or the store cannot tell (the build then reports its own error). An AheadrankError where the store cannot fit;
     with ``--compression zstd`` the estimate is an upper bound and only said."""
-    from aheadrank.rankers.checkpoint import checkpoint_field_dims, load_config
+    from aheadrank.rankers.checkpoint import config_field_dims, load_config
     from aheadrank.store import read_manifest
 
     from aheadrank.buildtime import VALUE_BYTES, Workload, check_room, store_bytes
@@ -524,7 +524,7 @@ def index_room(opts: BuildOptions) -> tuple[str | None, int]:
         ):
             return None, docs
         config = load_config(opts.checkpoint)
-        dims = checkpoint_field_dims(opts.checkpoint, opts.strategy)
+        dims = config_field_dims(config, opts.strategy)
         work = Workload(  # store_bytes reads the documents, their length, the window and passages only
             documents=docs,
             mean_words=mean_words,

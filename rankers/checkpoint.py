@@ -180,13 +180,13 @@ def new_field_dims(
 ) -> dict:
     """The stored fields (name -> dim) of a new ranker of ``kind``: what a store of it keeps a word piece, from
     the base's config alone (no weights are read)."""
-    return build_ranker(new_config(kind, base, base_config(base), **options), None, strategy).field_dims()
+    return config_field_dims(new_config(kind, base, base_config(base), **options), strategy)
 
 
-def checkpoint_field_dims(checkpoint: str | os.PathLike, strategy: str | None = None) -> dict:
-    """The stored fields (name -> dim) of the checkpoint's ranker (``strategy``: MORES's S1 or S2), from its
-    config alone (no weights are read)."""
-    return build_ranker(load_config(checkpoint), None, strategy).field_dims()
+def config_field_dims(config: RankerConfig, strategy: str | None = None) -> dict:
+    """The stored fields (name -> dim) of a ranker of ``config`` (``strategy``: MORES's S1 or S2), from the config
+    alone (no weights are read): what a store of it keeps a word piece."""
+    return build_ranker(config, None, strategy).field_dims()
 
 
 def init_ranker(kind: str, base: str | os.PathLike | None = None, seed: int = 0, **options) -> Ranker:
