@@ -69,7 +69,7 @@ def build_cmd(
         help="another build of the same collection: its BM25 index, dense field and queries are reused",
     ),
     until: str | None = opt(
-        None, "--until", help="stop after this stage (collection, bm25, dense, queries, train, store)"
+        None, "--until", help="stop after this stage (collection, bm25, queries, dense, train, store, priors)"
     ),
     base: Path | None = opt(
         None, "--base", help="base model folder (default: the packaged all-MiniLM-L6-v2)"
