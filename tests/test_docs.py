@@ -177,3 +177,27 @@ def test_the_results_check_finds_a_missing_file(tmp_path):
         "bench/results/kernels-*.json (not found)",
         "bench/results/stale.png (not found)",
     ]
+
+
+def unlisted_benchmarks(root: Path = REPO) -> list[str]:
+    """The scripts in ``bench/`` (``*.py`` but the helpers, ``*.sh``) that ``bench/README.md`` does not name as
+    ``bench/<script>`` (docs/architecture.md: a new benchmark is listed there)."""
+    text = (root / "bench" / "README.md").read_text()
+    scripts = [*(root / "bench").glob("*.py"), *(root / "bench").glob("*.sh")]
+    return sorted(
+        p.name
+        for p in scripts
+        if p.name not in ("benchkit.py", "__init__.py") and f"bench/{p.name}" not in text
+    )
+
+
+def test_every_benchmark_is_listed_in_bench_readme():
+    assert unlisted_benchmarks() == []
+
+
+def test_the_listing_check_finds_a_script_the_readme_leaves_out(tmp_path):
+    (tmp_path / "bench").mkdir()
+    for name in ("listed.py", "gone.py", "run.sh", "benchkit.py"):
+        (tmp_path / "bench" / name).write_text("")
+    (tmp_path / "bench" / "README.md").write_text("| `bench/listed.py` | ... |\n")
+    assert unlisted_benchmarks(tmp_path) == ["gone.py", "run.sh"]
