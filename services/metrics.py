@@ -79,7 +79,7 @@ class ServiceMetrics:
         )
         self.store_verified = Gauge(
             "aheadrank_store_verified_ratio",
-            "share of the store's bytes (dense/ included) whose sha256 was checked since start (--verify-store)",
+            "share of the store's bytes (dense/, passages/ and windows/ included) whose sha256 was checked since start (--verify-store)",
             registry=r,
         )
         self.store_leased = Gauge(

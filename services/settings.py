@@ -28,11 +28,14 @@ class ServiceSettings(BaseSettings):
     max_documents: int = Field(
         1_000,
         ge=1,
-        description="most documents per /rerank (split into batches); the default fits the default deadline on "
-        "2 CPU cores with room for other requests' turns (services/README.md, 'Fairness')",
+        description="most ad-hoc documents per request (/rerank, /v1 and /v2 rerank with documents; split into "
+        "batches); the default fits the default deadline on 2 CPU cores with room for other requests' turns "
+        "(services/README.md, 'Reliability: slow clients, and one request holding everyone')",
     )
     max_query_chars: int = Field(2_000, ge=1)
-    max_document_chars: int = Field(100_000, ge=1, description="per ad-hoc document in /rerank")
+    max_document_chars: int = Field(
+        100_000, ge=1, description="per ad-hoc document (/rerank, /v1 and /v2 rerank)"
+    )
     max_docid_chars: int = Field(
         512, ge=1, description="per docid in `candidates` (checked before any lookup; longer: 413)"
     )
@@ -56,7 +59,7 @@ class ServiceSettings(BaseSettings):
     max_chunks_per_doc: int = Field(
         10,
         ge=1,
-        description="passages an ad-hoc document longer than the ranker's window is split into (/rerank; its "
+        description="passages an ad-hoc document longer than the ranker's window is split into (ad-hoc texts; its "
         "score comes from theirs: --passage-aggregation); a request's Cohere `max_chunks_per_doc` may "
         "ask for fewer, not more; TEI's `truncate: true` reads the first passage only",
     )
@@ -95,11 +98,14 @@ class ServiceSettings(BaseSettings):
         default_factory=list, description="Bearer keys; empty: no auth"
     )
     api_keys_file: Path | None = Field(
-        None, description="a file of Bearer keys (one per line, '#' comments): keeps keys out of `ps`"
+        None,
+        description="a file of Bearer keys (whitespace- or comma-separated, one or more a line; '#' comments): "
+        "keeps keys out of `ps`",
     )
     priors: bool = Field(
         True,
-        description="serve the neural score combined with the checkpoint's fitted priors (BM25, dense); "
+        description="serve the neural score combined with the checkpoint's priors (BM25, dense, and the window "
+        "prior where the store has sentence windows); "
         "off: the pure neural score (a request can also ask for it with `pure`)",
     )
     read_timeout: float = Field(
@@ -157,7 +163,7 @@ class ServiceSettings(BaseSettings):
     verify_store: str = Field(
         "background",
         pattern=r"^(off|start|background)$",
-        description="check the sha256 of every store shard (dense/ included) as served: 'start' before serving "
+        description="check the sha256 of every store shard (dense/, passages/ and windows/ included) as served: 'start' before serving "
         "(a mismatch refuses to start), 'background' after warm-up at the lowest CPU priority (a mismatch "
         "refuses that shard; /ready shows the progress), 'off': never (size/mtime checks and leases only)",
     )

@@ -57,6 +57,19 @@ def test_pretrain_compressor_then_train_from_it(service_env, tiny_base, tmp_path
     assert all(torch.equal(p, pre_state[n]) for n, p in fine.state_dict().items())
 
 
+def test_pretrain_compressor_without_compress_pretrains_prettrs_default(service_env, tmp_path):
+    """No --compress and no --init: a fresh PreTTR of the kind's default compressor (it was refused as e = 0)."""
+    from aheadrank.rankers.variants import default_variant
+
+    out = tmp_path / "comp"  # on the packaged base: the default's 128 dims need its 384-wide states
+    result = invoke(
+        "pretrain-compressor", *data_args(service_env), "--out", str(out),
+        "--layer", "5", "--max-doc-len", "16", "--steps", "1", "--batch", "2",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert load_ranker(out).config.compress == default_variant("prettr").options["compress"] > 0
+
+
 def test_pretrain_compressor_refuses_what_has_no_compressor(service_env, tiny_base, tmp_path):
     common = data_args(service_env)
     result = invoke("pretrain-compressor", *common, "--out", str(tmp_path / "a"), "--compress", "0")

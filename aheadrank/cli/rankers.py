@@ -29,7 +29,8 @@ LENGTHS = (
         "max_query_len",
         int,
         16,
-        "word pieces per query the ranker is trained and evaluated on",
+        "word pieces per query the ranker is trained and validated on (rerank-run, fit-priors and serve read up "
+        "to 64 where the ranker's positions allow; PreTTR exactly this)",
         "--max-query-len",
     ),
     OptionSpec("max_doc_len", int, 128, "word pieces per document the ranker reads", "--max-doc-len"),
@@ -85,7 +86,7 @@ def init_ranker_cmd(
     out: Path = opt(..., "--out", help="checkpoint directory to write"),
     base: Path | None = opt(None, "--base", help="base BERT folder (default: packaged MiniLM)"),
     seed: int = opt(0, "--seed"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing checkpoint directory"),
+    overwrite: bool = opt(False, "--overwrite", help="replace an existing checkpoint directory"),
     *,
     ranker_options: dict,
 ) -> None:
@@ -101,7 +102,7 @@ def init_ranker_cmd(
 @user_errors
 def fingerprint_tokenizer_cmd(
     checkpoint: Path = typer.Argument(..., help="checkpoint directory"),
-    replace: bool = typer.Option(
+    replace: bool = opt(
         False,
         "--replace",
         help="record tokenizer files that differ from the recorded ones (rebuild its stores)",

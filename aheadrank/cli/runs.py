@@ -36,8 +36,8 @@ def train_cmd(
     recipe: str = opt(
         "auto",
         "--recipe",
-        help="the measured training recipe that fills every training option not given (rankers/recipe.py; "
-        "each option's help names its values): cpu or gpu; auto: gpu on cuda, else cpu",
+        help="the measured training recipe that fills the training options it measured when not given "
+        "(rankers/recipe.py; each option's help names its values): cpu or gpu; auto: gpu on cuda, else cpu",
     ),
     teacher: Path | None = opt(None, "--teacher", help="bert checkpoint to distil (--distill-weight)"),
     dense_store: Path | None = opt(
@@ -52,10 +52,11 @@ def train_cmd(
     ranker_options: dict,
     training: dict,
 ) -> None:
-    """Train a ranker on a collection: 1 relevant + n BM25 negatives per group, best checkpoint kept; every
-    option not given comes from the measured recipe (--recipe). A collection without qrels/<split>.tsv is
-    trained label-free: pseudo-queries cut from its own texts, the equal-weight BM25 + bi-encoder fusion as the
-    listwise teacher (`aheadrank build` does this and everything around it in one command)."""
+    """Train a ranker on a collection: 1 relevant + n BM25 negatives per group, best checkpoint kept; the
+    options the measured recipe sets (--recipe) come from it when not given. A collection without
+    qrels/<split>.tsv is label-free: the ranker's start is fitted to pseudo-queries cut from its own texts, with
+    the equal-weight BM25 + bi-encoder fusion as the listwise teacher, and fine-tuned on them only with --steps N
+    (`aheadrank build` does this and everything around it in one command)."""
     from dataclasses import asdict
 
     from aheadrank.rankers import init_ranker, load_ranker
@@ -158,7 +159,9 @@ def pretrain_compressor_cmd(
     index: Path = opt(..., "--index", help="its BM25 Lucene index (pairs)"),
     out: Path = opt(..., "--out", help="PreTTR checkpoint directory to write"),
     split: str = opt("train", "--split", help="queries whose BM25 pairs are used"),
-    init: Path | None = opt(None, "--init", help="a PreTTR checkpoint to start from (else a fresh one)"),
+    init: Path | None = opt(
+        None, "--init", help="a PreTTR checkpoint to start from (else a fresh one, of --layer and --compress)"
+    ),
     base: Path | None = opt(None, "--base"),
     steps: int = opt(200, "--steps"),
     lr: float = opt(1e-3, "--lr"),
@@ -171,7 +174,8 @@ def pretrain_compressor_cmd(
     ranker_options: dict,
 ) -> None:
     """PreTTR: train only the compressor on the collection's (query, BM25 candidate) pairs with the
-    attention-MSE loss; then ``train --ranker prettr --init OUT`` fine-tunes the whole ranker."""
+    attention-MSE loss (and, with the similarity residual, refit its pooled map); then ``train --ranker prettr
+    --init OUT`` fine-tunes the whole ranker."""
 
     from aheadrank.errors import AheadrankError
     from aheadrank.rankers import init_ranker, load_ranker
@@ -189,7 +193,7 @@ def pretrain_compressor_cmd(
                 f"--init {init} is a {model.kind} checkpoint without a compressor; give a PreTTR one"
             )
     else:
-        if not ranker_options["compress"]:
+        if ranker_options["compress"] == 0:  # not given: PreTTR's default compressor
             raise AheadrankError("give --compress E > 0: PreTTR with e = 0 has no compressor to pre-train")
         model = init_ranker(
             "prettr",
@@ -256,8 +260,8 @@ def rerank_run_cmd(
     ),
 ) -> None:
     """Re-rank BM25 top-depth (or a given first-stage run) through the stored representations; scores are
-    the served ones (the neural score combined with the BM25 and dense priors fitted into the checkpoint)
-    unless --pure."""
+    the served ones (the neural score combined with the checkpoint's priors: BM25, dense and, where the store
+    has sentence windows, the window prior) unless --pure."""
     from aheadrank.errors import AheadrankError
     from aheadrank.evaluation import write_run
     from aheadrank.indexer.topics import read_beir_split, read_queries

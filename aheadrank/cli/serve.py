@@ -126,13 +126,13 @@ def serve(
         [],
         "--api-key",
         envvar=[env("api-key"), env("api-keys")],
-        help="accepted Bearer key (repeat; env AHEADRANK_API_KEY or AHEADRANK_API_KEYS: space-separated). "
+        help="accepted Bearer key (repeat; env AHEADRANK_API_KEY or AHEADRANK_API_KEYS: comma- or space-separated). "
         "On the command line, `ps` shows it: prefer the environment or --api-keys-file",
     ),
     api_keys_file: Path | None = opt(
         None,
         "--api-keys-file",
-        help="file of accepted Bearer keys (one per line, '#' comments)",
+        help="file of accepted Bearer keys (whitespace- or comma-separated, one or more a line; '#' comments)",
     ),
     log_level: str = opt("info", "--log-level"),
     *,

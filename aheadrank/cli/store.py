@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import user_errors
+from aheadrank.cli.options import opt, user_errors
 
 DTYPE_NOTES = {
     "int8": " (per-token float32 scale)",
@@ -101,7 +101,7 @@ def _parts_state(sub: Path, how: str, parts: str) -> str:
 @user_errors
 def store_info(
     path: Path = typer.Argument(..., help="Store directory (holds manifest.json and shard-NNNNN.h5)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    as_json: bool = opt(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Summarise a representation store: documents, tokens, bytes per token, fields, format."""
     import json
@@ -142,15 +142,16 @@ def store_info(
 @user_errors
 def verify_store_cmd(
     path: Path = typer.Argument(..., help="Store directory to check."),
-    collection: Path | None = typer.Option(
+    collection: Path | None = opt(
         None,
         "--collection",
         help="the collection the store was built from: also check each document's docid and text digest "
         "(what /rerank looks texts up by) against its text",
     ),
 ) -> None:
-    """Check the manifest and every shard's size, sha256 and layout, the dense field's (dense/) too, and that
-    dense/ is complete when the store was built with it and of the same collection; exit 1 naming each problem."""
+    """Check the manifest and every shard's size, sha256 and layout, the sub-stores' too (dense/, passages/,
+    windows/), and that each is complete when the store was built with it and of the same collection; exit 1
+    naming each problem."""
     from aheadrank.store.verify import verify_store
 
     texts = None
