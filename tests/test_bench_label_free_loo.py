@@ -99,9 +99,10 @@ def test_a_folder_whose_served_run_does_not_recompute_is_refused(tmp_path):
         loo.main([*argv, "--neural", f"{tmp_path / 'bench'}:toy"])
 
 
-def test_one_collection_cannot_choose_for_itself():
+def test_one_collection_cannot_choose_for_itself(capsys):
     with pytest.raises(SystemExit):
         loo.parse_args(["--collections", "scifact", "--neural", "a:mores-2ib-s2"])
+    assert "--collections: at least two" in capsys.readouterr().err
 
 
 def test_the_label_free_build_serves_each_kind_at_the_share_the_committed_rule_chose():

@@ -54,8 +54,9 @@ def test_the_z_scale_is_the_served_score_as_built_and_another_scale_changes_the_
     w = {"neural": 1 / 3, "bm25": 1 / 3, "dense": 1 / 3}
     as_built = runs_from([(q, QueryFeatures(d, f, {})) for q, d, f in per_q], w)
     got = nm.normalised_run(per_q, w, nm.NONE)
+    assert got.keys() == as_built.keys() == {"q1", "q2"}
     for q in got:
-        assert list(got[q].values()) == pytest.approx(list(as_built[q].values()))
+        assert got[q] == pytest.approx(as_built[q])
     ranked = nm.normalised_run(per_q, w, "rank")["q1"]
     f = per_q[0][2]
     want = sum(w[k] * nm.normalise("rank", k, f[k]) for k in w)

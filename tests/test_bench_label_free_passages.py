@@ -15,13 +15,14 @@ import label_free_passages as lfp  # noqa: E402
 from label_free import runs_from as lfp_runs  # noqa: E402
 
 
-def test_neural_is_given_as_folder_and_variant():
+def test_neural_is_given_as_folder_and_variant(capsys):
     assert lfp.parse_neural("bench/results/x:mores-2ib-s2") == (Path("bench/results/x"), "mores-2ib-s2")
     for bad in ("mores-2ib-s2", ":mores", "dir:"):
         with pytest.raises(SystemExit, match="DIR:VARIANT"):
             lfp.parse_neural(bad)
     with pytest.raises(SystemExit):  # the same variant twice would overwrite its runs: refused
         lfp.parse_args(["--neural", "a:mores-2ib-s2", "b:mores-2ib-s2"])
+    assert "--neural: each VARIANT once" in capsys.readouterr().err
 
 
 def test_a_neural_run_over_other_candidates_is_refused():

@@ -53,9 +53,10 @@ def test_the_shares_rule_takes_the_best_held_out_share_and_the_larger_on_a_tie()
     assert set(shares.RULE_SHARES) <= set(shares.SHARES)
 
 
-def test_the_window_probe_refuses_a_window_too_small_to_hold_a_word():
+def test_the_window_probe_refuses_a_window_too_small_to_hold_a_word(capsys):
     with pytest.raises(SystemExit):
         window.parse_args(["--windows", "128", "4"])
+    assert "--windows must be at least 8 word pieces" in capsys.readouterr().err
     assert window.parse_args(["--windows", "64"]).windows == [64]
 
 

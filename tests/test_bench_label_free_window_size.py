@@ -38,7 +38,7 @@ def test_the_build_s_window_size_is_the_one_the_probe_calls_current():
     assert ws.CURRENT == WINDOW_SENTENCES
 
 
-def test_a_collection_s_runs_may_come_from_another_folder():
+def test_a_collection_s_runs_may_come_from_another_folder(capsys):
     args = ws.parse_args(
         ["--neural", "r:mores-2ib-s2", "--runs-of", "scifact=bench/results/label-free/maxp-scifact"]
     )
@@ -46,6 +46,7 @@ def test_a_collection_s_runs_may_come_from_another_folder():
     assert ws.parse_args(["--neural", "r:mores-2ib-s2"]).runs_of == {}
     with pytest.raises(SystemExit):
         ws.parse_args(["--neural", "r:mores-2ib-s2", "--runs-of", "scifact"])
+    assert "--runs-of: expected COLLECTION=DIR" in capsys.readouterr().err
 
 
 def test_a_document_s_windows_pool_into_one_feature():

@@ -55,7 +55,7 @@ def test_simulated_stores_hold_the_values_and_count_4_bit_bytes(tmp_path):
         assert quant_effect.simulate_int4(tmp_path / "src", tmp_path / mode, mode) == (0.0, per_token)  # kept
 
 
-def test_more_bits_per_dimension_give_finer_levels_and_count_their_bytes():
+def test_more_bits_per_dimension_give_finer_levels_and_count_their_bytes(capsys):
     """intB-dim: levels ±(2^(B-1) - 1) of the dimension's scale, dim·B/8 bytes per token; anything but 2-7 bits
     and token / dim is refused."""
     assert quant_effect.mode_bits("int6-dim") == (6, 31, False)
@@ -73,9 +73,10 @@ def test_more_bits_per_dimension_give_finer_levels_and_count_their_bytes():
     with pytest.raises(SystemExit):
         quant_effect.parse_args(["--case", "a", "b", "c", "--collection", "x", "--candidates", "y", "--work", "w",
                                  "--dim-bits", "8"])  # fmt: skip
+    assert "argument --dim-bits: invalid choice: 8" in capsys.readouterr().err
 
 
-def test_codebook_settings_give_back_each_values_nearest_level(tmp_path):
+def test_codebook_settings_give_back_each_values_nearest_level(tmp_path, capsys):
     """intB-book: per dimension 2^B levels fitted to the sample (store.quant.fit_codebooks), dim·B/8 bytes per
     token; the simulated store holds each value's nearest level, and a real codebook store (requantise with
     dtype=book4) gives back the same values when its one shard fits the same sample."""
@@ -113,3 +114,4 @@ def test_codebook_settings_give_back_each_values_nearest_level(tmp_path):
     ]
     with pytest.raises(SystemExit):
         quant_effect.parse_args([*args, "--store-dtypes", "int8"])
+    assert "argument --store-dtypes: invalid choice: 'int8'" in capsys.readouterr().err

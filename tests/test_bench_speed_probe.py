@@ -43,6 +43,7 @@ def test_the_probe_and_the_field_are_scales_of_the_same_reference(tmp_path, tiny
     assert f"| tiny | 300 | {words / 300:.0f} | " in md
 
 
-def test_a_probe_needs_a_repeat(tmp_path):
+def test_a_probe_needs_a_repeat(tmp_path, capsys):
     with pytest.raises(SystemExit):
         speed_probe.parse_args(["--repeats", "0", "--out", str(tmp_path)])
+    assert "--repeats is at least 1" in capsys.readouterr().err

@@ -217,9 +217,14 @@ def test_stored_dtype_fields_score_as_widened_ones(tiny_base, texts, kind, opts,
 
 
 @pytest.mark.parametrize(("kind", "opts"), CASES, ids=IDS)
-def test_int8_fields_score_without_a_dequantised_copy(tiny_base, texts, kind, opts, monkeypatch):
-    """int8 + scales handed to score_batch as stored (QuantizedField, widened a block at a time) give the
-    scores of the same values dequantised to float32 up front."""
+def test_int8_fields_score_as_their_dequantised_values_read_a_block_at_a_time(
+    tiny_base, texts, kind, opts, monkeypatch
+):
+    """int8 + scales handed to score_batch as stored (QuantizedField) give the scores of the same values
+    dequantised to float32 up front. Where the attention reads the stored fields themselves (MORES S2, TK,
+    PreTTR at l = L-1) they are widened a block of documents at a time, never all at once; where a ranker
+    transforms the whole field first (bert's joint input, PreTTR's decompression, MORES S1's projection to keys
+    and values) it is widened whole, once for each of those passes (S1: once an interaction block)."""
     monkeypatch.setattr("aheadrank.kernels.stored.STORED_BLOCK_VALUES", 5000)
     monkeypatch.setattr("aheadrank.kernels.stored.STORED_BLOCK_MIN_DOCS", 1)
     ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
@@ -229,7 +234,28 @@ def test_int8_fields_score_without_a_dequantised_copy(tiny_base, texts, kind, op
         full, mask = pad_fields(ranker.encode_documents(docs[:37]), "cpu", torch.float32)
         quantized = {k: QuantizedField.quantize(v) for k, v in full.items()}
         dequantized = {k: v.to(torch.float32) for k, v in quantized.items()}
+        rows_widened: list[int] = []  # the documents each widening of a QuantizedField covered, while scoring
+        real = QuantizedField.widen_into
+
+        def recorded(self, out, real=real, rows_widened=rows_widened):
+            rows_widened.append(out.shape[0])
+            return real(self, out)
+
         with torch.inference_mode():
             qs = ranker.encode_query(queries[0])
-            got, want = ranker.score_batch(qs, quantized, mask), ranker.score_batch(qs, dequantized, mask)
+            with monkeypatch.context() as patch:
+                patch.setattr(QuantizedField, "widen_into", recorded)
+                got = ranker.score_batch(qs, quantized, mask)
+            want = ranker.score_batch(qs, dequantized, mask)
         assert_close_rel(got, want, 1e-5)
+        in_place = (
+            kind == "tk"
+            or strategy == "s2"
+            or (kind == "prettr" and ranker.config.layer == ranker.config.n_layers - 1)
+        )
+        whole = rows_widened.count(37)
+        if in_place:
+            # none at all where the compiled kernels read the int8 values in place (TK with AVX-512)
+            assert max(rows_widened, default=0) < 37, rows_widened
+        else:
+            assert whole == (ranker.config.ibs if strategy == "s1" else 1), rows_widened

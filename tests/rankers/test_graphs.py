@@ -74,20 +74,25 @@ def test_replayed_query_states_equal_query_state(tiny_base, kind, opts):
     assert graphs.replays == before
 
 
-def test_dense_query_embeddings_from_graphs(tiny_base):
-    """The dense prior's encoder: one query at a time from its graphs on a GPU (equal to ``embed``), several
-    texts or the CPU as usual."""
+def test_dense_query_graphs_stand_aside_on_the_cpu(tiny_base):
+    """The dense prior's encoder with graphs asked for, on the CPU: the same embeddings, no replay."""
     from aheadrank.rankers.dense import DenseEncoder
 
     enc = DenseEncoder(tiny_base)
-    want, one = (
-        enc.encode_queries(["dense graphs", "two queries at once"]),
-        enc.encode_queries(["dense graphs"]),
-    )
+    one = enc.encode_queries(["dense graphs"])
     graphs = enc.use_cuda_graphs()
-    assert np.array_equal(enc.encode_queries(["dense graphs"]), one) and graphs.replays == 0  # the CPU
-    if not torch.cuda.is_available():
-        return
+    assert np.array_equal(enc.encode_queries(["dense graphs"]), one) and graphs.replays == 0
+
+
+@needs_cuda
+def test_dense_query_embeddings_from_graphs(tiny_base):
+    """The dense prior's encoder on a GPU: one query at a time from its graphs (equal to ``embed``), several
+    texts as usual."""
+    from aheadrank.rankers.dense import DenseEncoder
+
+    enc = DenseEncoder(tiny_base)
+    want = enc.encode_queries(["dense graphs", "two queries at once"])
+    graphs = enc.use_cuda_graphs()
     enc.to("cuda")
     for q in ["dense graphs", "a somewhat longer query about dense graphs", "dense graphs"]:
         with torch.inference_mode():
