@@ -5,10 +5,12 @@
 # The build records each finished stage in build.json and skips it when run again, so restarting the job (or
 # re-running it after a crash) resumes where it stopped and a finished volume costs seconds.
 #
-# A collection without judgments (no qrels/train.tsv) is built label-free: the ranker's start is fitted to the
-# collection and checked on pseudo-queries cut from its own texts, taught by the BM25 + bi-encoder fusion (fine-tuned
-# on them only with AHEADRANK_TRAIN_STEPS), and served with BM25 and the bi-encoder (the label-free weights: a share
-# of 1/3 for MORES, 1/6 for TK and PreTTR; the bi-encoder's best sentence window too where the texts have them). A BEIR folder with qrels/train.tsv trains on its judged queries (AHEADRANK_LABELS=none: not).
+# A collection without judgments (no qrels/train.tsv) is built label-free: the ranker starts from the base model
+# (TK's kernel weights and PreTTR's compressor fitted to the collection), is checked on pseudo-queries cut from its
+# own texts against the BM25 + bi-encoder fusion (fine-tuned on them only with AHEADRANK_TRAIN_STEPS), and is served
+# with BM25 and the bi-encoder (the label-free weights: a share of 1/3 for MORES, 1/6 for TK and PreTTR; the
+# bi-encoder's best sentence window too where the texts have them). A BEIR folder with qrels/train.tsv trains on its
+# judged queries (AHEADRANK_LABELS=none: not).
 #
 # Environment (defaults in brackets):
 #   AHEADRANK_COLLECTION   collection to build from [the bundled SciFact sample]: a BEIR folder, or one JSONL or

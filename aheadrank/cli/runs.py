@@ -54,8 +54,9 @@ def train_cmd(
 ) -> None:
     """Train a ranker on a collection: 1 relevant + n BM25 negatives per group, best checkpoint kept; the
     options the measured recipe sets (--recipe) come from it when not given. A collection without
-    qrels/<split>.tsv is label-free: the ranker's start is fitted to pseudo-queries cut from its own texts, with
-    the equal-weight BM25 + bi-encoder fusion as the listwise teacher, and fine-tuned on them only with --steps N
+    qrels/<split>.tsv is label-free: the ranker starts from the base model (PreTTR's compressor and TK's kernel
+    weights fitted to the collection), is validated on pseudo-queries cut from its own texts, with the
+    equal-weight BM25 + bi-encoder fusion as the listwise teacher, and fine-tuned on them only with --steps N
     (`aheadrank build` does this and everything around it in one command)."""
     from dataclasses import asdict
 
