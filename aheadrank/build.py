@@ -44,7 +44,7 @@ from pathlib import Path
 
 from aheadrank.devices import check_device
 from aheadrank.errors import AheadrankError
-from aheadrank.fsfaults import atomic_write, atomic_write_text, exclusive_lock
+from aheadrank.fsfaults import atomic_write, atomic_write_text, describe, exclusive_lock
 from aheadrank.indexer.fingerprint import changes, collection_fingerprint
 
 log = logging.getLogger("aheadrank.build")
@@ -1061,7 +1061,10 @@ def build(
     plan_variant(plan)  # an unknown ranker (or labels split, or base) fails before any work
     check_device(plan.device)
     out = plan.directory()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, a read-only parent: one line, nothing written
+        raise AheadrankError(f"cannot make the build folder --out {out}: {describe(exc)}") from exc
     # one build of a directory at a time: a second would redo the stages the first has not recorded yet (BM25 and
     # the pseudo-queries rewritten under it) and the two would overwrite each other's build.json
     with exclusive_lock(out / BUILD_LOCK, f"the build {out}"):

@@ -29,7 +29,7 @@ from aheadrank.rankers.text import TextEncoder
 from safetensors.torch import load_model, save_model
 
 from aheadrank.errors import CheckpointError
-from aheadrank.fsfaults import atomic_write_text, sha256_file
+from aheadrank.fsfaults import atomic_write_text, describe, sha256_file
 
 REQUIRED = ("config.json", "model.safetensors", "fingerprint.json", "tokenizer_config.json")
 PRIORS_FILE = "priors.json"  # optional: the fitted score combination (aheadrank/priors.py), opaque here
@@ -206,6 +206,23 @@ def init_ranker(kind: str, base: str | os.PathLike | None = None, seed: int = 0,
 OPTIONAL_WEIGHTS = ("stored_basis",)
 
 
+def check_replaceable(out: Path, overwrite: bool) -> None:
+    """Refuse to write a checkpoint over ``out`` unless it is free, or ``overwrite`` and it holds a checkpoint (a
+    ``config.json`` beside ``model.safetensors`` or ``fingerprint.json``) or nothing: never delete a file or a folder
+    of other files."""
+    if not out.exists() and not out.is_symlink():
+        return
+    if not overwrite:
+        raise CheckpointError(f"{out} already exists (pass --overwrite to replace it)")
+    if not out.is_dir():
+        raise CheckpointError(f"--overwrite refused: {out} is a file, not a checkpoint directory")
+    names = {p.name for p in out.iterdir()}
+    if names and not ("config.json" in names and names & {"model.safetensors", "fingerprint.json"}):
+        raise CheckpointError(
+            f"--overwrite refused: {out} holds files that are not a checkpoint's ({sorted(names)[:3]})"
+        )
+
+
 def save_checkpoint(
     ranker: Ranker, out: str | os.PathLike, overwrite: bool = False, extra: dict | None = None
 ) -> str:
@@ -213,10 +230,12 @@ def save_checkpoint(
     (:meth:`Ranker.canonicalize`: PreTTR's stored basis after training moved its decompressor) is written in its
     canonical form, from a copy: the same scores, and the model in memory stays as it is."""
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise CheckpointError(f"{out} already exists (pass overwrite to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    check_replaceable(out, overwrite)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as exc:
+        raise CheckpointError(f"cannot write the checkpoint {out}: {describe(exc)}") from exc
     try:
         config = ranker.config
         if extra:

@@ -398,6 +398,23 @@ def test_an_unreadable_build_record_is_one_line_for_build_and_serve(text, why, p
     assert (out / BUILD_FILE).read_text() == text
 
 
+def test_an_out_that_cannot_be_a_folder_is_one_line(passages, tmp_path, tiny_base):
+    """--out a file, or under one: one error line through the CLI, the file untouched (a traceback before)."""
+    file = tmp_path / "file"
+    file.write_text("precious")
+    for out in (file, file / "sub"):
+        with pytest.raises(AheadrankError, match=r"cannot make the build folder --out .*file"):
+            build(plan(passages, out, tiny_base), echo=lambda _: None)
+    result = CliRunner().invoke(
+        app, ["build", "--collection", str(passages), "--out", str(file), "--base", str(tiny_base)]
+    )
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(errors) == 1 and errors[0].startswith("error: cannot make"), (
+        result.output
+    )
+    assert file.read_text() == "precious"
+
+
 def test_judgments_added_to_a_label_free_build_are_a_change(passages, tmp_path, tiny_base):
     """With --labels auto a BEIR folder's qrels/train.tsv decides the recipe: one added after the build began is
     refused like an edited corpus. With --labels none the qrels are not read and not watched."""

@@ -88,3 +88,46 @@ def test_teacher_positives_leave_the_source_out_and_train_on_the_fusions_best_ot
     assert data.qrels == {"s:a": {"c": 1}}
     assert data.candidates["s:a"] == ["b", "c"] and data.teacher["s:a"] == {"b": -1.0, "c": 0.5}
     assert data.trainable() == ["s:a"]
+
+
+def test_rerank_run_refuses_what_would_be_an_empty_or_unscored_run(service_env, tmp_path):
+    """`aheadrank rerank-run`: a depth under 1, a candidates run of other queries and candidates none of which the
+    store holds are one error line each, no run written (an empty or rank-only run before); some unknown
+    candidates are a warning, ranked below the scored ones."""
+    from aheadrank.store import StoreReader
+    from typer.testing import CliRunner
+
+    from aheadrank.cli import app
+
+    with StoreReader(service_env.store) as reader:
+        known = reader.docids()[:3]
+    queries = tmp_path / "queries.tsv"
+    queries.write_text("q1\tthe effect of insulin on cells\n")
+
+    def run_file(name, rows):
+        path = tmp_path / name
+        path.write_text("".join(f"{q} Q0 {d} {i + 1} {10 - i} x\n" for i, (q, d) in enumerate(rows)))
+        return path
+
+    def rerank(cands, out, *more):
+        args = ["rerank-run", "--checkpoint", str(service_env.checkpoint), "--store", str(service_env.store),
+                "--queries", str(queries), "--candidates", str(cands), "--out", str(out), *more]  # fmt: skip
+        return CliRunner().invoke(app, args)
+
+    good = run_file("good.run", [("q1", d) for d in [*known, "not-in-store"]])
+    res = rerank(good, tmp_path / "a.run", "--depth", "0")
+    assert res.exit_code == 2 and "--depth" in res.output and not (tmp_path / "a.run").exists()
+    res = rerank(run_file("other.run", [("q7", d) for d in known]), tmp_path / "b.run")
+    assert (
+        res.exit_code == 2
+        and "ranks none of the 1 queries" in res.output
+        and not (tmp_path / "b.run").exists()
+    )
+    res = rerank(run_file("unknown.run", [("q1", "x1"), ("q1", "x2")]), tmp_path / "c.run")
+    assert res.exit_code == 2 and "none of the 2 candidates is in the store" in res.output, res.output
+    assert not (tmp_path / "c.run").exists()
+    res = rerank(good, tmp_path / "d.run")
+    assert res.exit_code == 0, res.output
+    assert "1 of 4 candidates are not in the store" in res.stderr
+    ranked = [line.split()[2] for line in (tmp_path / "d.run").read_text().splitlines()]
+    assert sorted(ranked[:3]) == sorted(known) and ranked[3] == "not-in-store"

@@ -180,6 +180,7 @@ def pretrain_compressor_cmd(
 
     from aheadrank.errors import AheadrankError
     from aheadrank.rankers import init_ranker, load_ranker
+    from aheadrank.rankers.checkpoint import check_replaceable
     from aheadrank.rankers.recipe import train_recipe
     from aheadrank.rankers.training import TrainConfig, loss_ends
     from aheadrank.runs import build_training_data
@@ -187,6 +188,8 @@ def pretrain_compressor_cmd(
     cli_logging(logging.INFO)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise AheadrankError(f"{out} exists and is not empty; pass --overwrite to replace it")
+    if overwrite:  # a folder that is not a checkpoint is refused before the training, not after it
+        check_replaceable(out, overwrite)
     if init is not None:
         model = load_ranker(init, device=device)
         if model.kind != "prettr" or not model.config.compress:
@@ -240,7 +243,7 @@ def rerank_run_cmd(
     candidates: Path | None = opt(
         None, "--candidates", help="first-stage TREC run to re-rank instead of BM25"
     ),
-    depth: int = opt(100, "--depth"),
+    depth: int = opt(100, "--depth", min=1),
     split: str | None = opt(
         None,
         "--split",
@@ -271,6 +274,11 @@ def rerank_run_cmd(
     qs = read_beir_split(queries, split)[0] if split else read_queries(queries)
     if candidates is not None:
         cands = read_first_stage(candidates, depth)
+        if not set(qs) & set(cands):  # before the model loads: an empty run is never the answer
+            raise AheadrankError(
+                f"--candidates {candidates} ranks none of the {len(qs):,} queries of --queries (its "
+                f"{len(cands):,} query ids are others): a run of other queries, or another queries file?"
+            )
     elif index is not None:
         cands = bm25_candidates(index, qs, depth)
     else:
@@ -278,6 +286,17 @@ def rerank_run_cmd(
     run, stats = rerank_run(
         checkpoint, store, qs, cands, device=device, pure=pure, passage_aggregation=passage_aggregation
     )
+    if stats.candidates and stats.unknown == stats.candidates:
+        raise AheadrankError(
+            f"none of the {stats.candidates:,} candidates is in the store {store}: the candidates and the store are "
+            "of different collections? (no run written)"
+        )
+    if stats.unknown:
+        typer.echo(
+            f"warning: {stats.unknown:,} of {stats.candidates:,} candidates are not in the store {store}: ranked "
+            "below the scored ones, in their first-stage order",
+            err=True,
+        )
     write_run(out, run, tag)
     typer.echo(
         json.dumps(
@@ -311,7 +330,7 @@ def fit_priors_cmd(
         "--all-queries",
         help="use every query of --split (e.g. a dev split); default: the queries the trainer held out",
     ),
-    depth: int = opt(100, "--depth", help="BM25 candidates per query"),
+    depth: int = opt(100, "--depth", min=1, help="BM25 candidates per query"),
     device: str = device_opt(),
     progress: bool = opt(True, "--progress/--no-progress"),
 ) -> None:

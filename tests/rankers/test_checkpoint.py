@@ -143,7 +143,47 @@ def test_init_ranker_cli(tiny_base, tmp_path):
     )
     assert res.exit_code == 2 and "--sim does not apply" in res.output
     res = runner.invoke(app, ["init-ranker", "mores", "--out", str(out), "--base", str(tiny_base)])
-    assert res.exit_code == 2 and "already exists" in res.output
+    assert res.exit_code == 2 and "already exists" in res.output and "--overwrite" in res.output
+
+
+def test_overwrite_replaces_a_checkpoint_and_nothing_else(tiny_base, tmp_path, monkeypatch):
+    """--overwrite replaces a checkpoint folder (or an empty one); a folder of other files or a file is refused in
+    one line, untouched; a folder it cannot write in is one line too."""
+    from aheadrank.cli import app
+
+    runner = CliRunner()
+
+    def init(out, *flags):
+        return runner.invoke(app, ["init-ranker", "tk", "--layers", "1", "--base", str(tiny_base),
+                                   "--out", str(out), *flags])  # fmt: skip
+
+    ckpt = tmp_path / "ckpt"
+    assert init(ckpt).exit_code == 0
+    assert init(ckpt, "--overwrite", "--seed", "1").exit_code == 0  # a checkpoint: replaced
+    (tmp_path / "empty").mkdir()
+    assert init(tmp_path / "empty", "--overwrite").exit_code == 0
+    notes = tmp_path / "mine"
+    notes.mkdir()
+    (notes / "notes.txt").write_text("precious")
+    res = init(notes, "--overwrite")
+    assert res.exit_code == 2 and "--overwrite refused" in res.output and "notes.txt" in res.output, (
+        res.output
+    )
+    assert [p.name for p in notes.iterdir()] == ["notes.txt"]
+    file = tmp_path / "file"
+    file.write_text("precious")
+    res = init(file, "--overwrite")
+    assert res.exit_code == 2 and "is a file, not a checkpoint directory" in res.output, res.output
+    assert file.read_text() == "precious"
+
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    monkeypatch.setattr("tempfile.mkdtemp", denied)  # what a read-only parent gives (root ignores chmod)
+    res = init(tmp_path / "new")
+    errors = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(errors) == 1, res.output
+    assert errors[0].startswith("error: cannot write the checkpoint") and "permission denied" in errors[0]
 
 
 def test_describe_says_whether_the_similarity_residual_is_on(tiny_base):
