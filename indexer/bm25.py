@@ -567,7 +567,13 @@ class Bm25Searcher:
         try:
             self._searcher = self._java.SimpleSearcher(str(self.index_dir))
         except Exception as exc:  # jnius.JavaException
-            raise AheadrankError(f"cannot open Lucene index {self.index_dir}: {exc}") from exc
+            why = (
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            )  # not Java's stack
+            raise AheadrankError(
+                f"cannot open Lucene index {self.index_dir}: {why[:400]}. If it is damaged, build it again "
+                "(aheadrank bm25-index, or the build's bm25 stage)"
+            ) from exc
         if self.language != "en":
             self._searcher.set_language(self.language)
         self.num_docs = int(self._searcher.get_total_num_docs())

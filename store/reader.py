@@ -177,6 +177,20 @@ def _take_rows(
     return out
 
 
+def shard_file_problems(path: Path, shards) -> tuple[list[str], list[str]]:
+    """(the listed shard files missing from ``path``, one line for each whose size on disk is not the manifest's):
+    what opening a store checks before it reads, without a checksum."""
+    missing = [info.file for info in shards if not (path / info.file).is_file()]
+    sizes = []
+    for info in shards:
+        file = path / info.file
+        if info.file not in missing and file.stat().st_size != info.bytes:
+            sizes.append(
+                f"{info.file}: {file.stat().st_size} bytes on disk, the manifest says {info.bytes} (truncated?)"
+            )
+    return missing, sizes
+
+
 class StoreReader:
     """Read-only access to a complete store.
 
@@ -236,17 +250,13 @@ class StoreReader:
             )
 
     def _check_files(self, verify: bool) -> None:
-        missing = [info.file for info in self.manifest.shards if not (self.path / info.file).is_file()]
+        missing, sizes = shard_file_problems(self.path, self.manifest.shards)
         if missing:
             raise StoreError(f"the store at {self.path} is missing shard files: {', '.join(missing)}")
-        for info in self.manifest.shards:
-            file = self.path / info.file
-            size = file.stat().st_size
-            if size != info.bytes:
-                raise StoreError(
-                    f"{info.file}: {size} bytes on disk, the manifest says {info.bytes} (truncated?)"
-                )
-            if verify and sha256_file(file) != info.sha256:
+        if sizes:
+            raise StoreError(sizes[0])
+        for info in self.manifest.shards if verify else ():
+            if sha256_file(self.path / info.file) != info.sha256:
                 raise StoreError(f"{info.file}: sha256 mismatch; the shard is corrupt (run verify-store)")
 
     def _stitch(self) -> None:

@@ -18,13 +18,17 @@ DTYPE_NOTES = {
 
 def _summary(path: Path) -> dict:
     from aheadrank.store.manifest import read_manifest
+    from aheadrank.store.reader import shard_file_problems
 
     manifest = read_manifest(path)
     spec = manifest.spec
     tokens = manifest.n_tokens
+    missing, sizes = shard_file_problems(Path(path), manifest.shards)
     return {
         "path": str(path),
         "complete": manifest.complete,
+        # the shard files as the manifest lists them (sizes only; verify-store checks their sha256)
+        "file_problems": [f"{name}: missing" for name in missing] + sizes,
         "format_version": manifest.format_version,
         "documents": manifest.n_docs,
         "tokens": tokens,
@@ -103,14 +107,25 @@ def store_info(
     path: Path = typer.Argument(..., help="Store directory (holds manifest.json and shard-NNNNN.h5)."),
     as_json: bool = opt(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Summarise a representation store: documents, tokens, bytes per token, fields, format."""
+    """Summarise a representation store: documents, tokens, bytes per token, fields, format; exit 1 where a
+    shard file is missing or not the size its manifest says (verify-store checks their checksums too)."""
     import json
 
     info = _summary(path)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
-        return
+    else:
+        _print_summary(info)
+    if info["file_problems"]:  # never "complete" over files that are not what the manifest lists
+        raise typer.Exit(1)
+
+
+def _print_summary(info: dict) -> None:
     status = "complete" if info["complete"] else "INCOMPLETE (build interrupted: resume it)"
+    if info["file_problems"]:
+        status = (
+            "DAMAGED: " + "; ".join(info["file_problems"][:3]) + " (aheadrank verify-store checks it all)"
+        )
     fields = ", ".join(f"{name}[{dim}]" for name, dim in info["fields"].items())
     rows = [
         ("store", f"{info['path']} ({status})"),

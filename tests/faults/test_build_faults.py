@@ -246,6 +246,27 @@ def test_index_refuses_a_store_that_cannot_fit_before_the_model_loads(
     assert res.exit_code == 0 and "[store]" not in res.stdout and "3 reused" in res.stdout, res.output
 
 
+def test_store_info_says_a_damaged_store_is_not_complete(built, tmp_path):
+    """A shard cut short or gone: store-info names it and exits 1 (it said "complete" from the manifest alone)."""
+    _, ref = built
+    store = tmp_path / "store"
+    shutil.copytree(ref, store)
+    runner = CliRunner()
+    res = runner.invoke(app, ["store-info", str(store)])
+    assert res.exit_code == 0 and "(complete)" in res.stdout, res.output
+    with (store / "shard-00001.h5").open("r+b") as f:
+        f.truncate(100)
+    (store / "shard-00002.h5").unlink()
+    res = runner.invoke(app, ["store-info", str(store)])
+    assert res.exit_code == 1 and "(complete)" not in res.stdout, res.output
+    assert re.search(
+        r"DAMAGED: shard-00002.h5: missing; shard-00001.h5: 100 bytes on disk, the manifest says \d+",
+        res.stdout,
+    )
+    res = runner.invoke(app, ["store-info", str(store), "--json"])
+    assert res.exit_code == 1 and len(json.loads(res.stdout)["file_problems"]) == 2
+
+
 # ---- 9: concurrent builds --------------------------------------------------------------------------------
 def test_second_build_on_one_store_is_refused_at_once(built, checkpoint, tmp_path, monkeypatch):
     coll, _ = built

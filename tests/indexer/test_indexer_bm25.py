@@ -273,6 +273,23 @@ def test_searcher_on_a_missing_index_is_a_clear_error(tmp_path):
         Bm25Searcher(tmp_path / "nothing")
 
 
+def test_a_damaged_index_is_one_line_without_javas_stack(planted, tmp_path):
+    import shutil
+
+    damaged = tmp_path / "index"
+    shutil.copytree(planted[1].index_dir, damaged)
+    (damaged / "write.lock").unlink(missing_ok=True)
+    segments = sorted(damaged.glob("segments_*"))
+    assert segments
+    with segments[-1].open("r+b") as f:
+        f.truncate(10)
+    with pytest.raises(AheadrankError) as info:
+        Bm25Searcher(damaged)
+    message = str(info.value)
+    assert message.startswith(f"cannot open Lucene index {damaged}") and "\n" not in message, message
+    assert "build it again (aheadrank bm25-index" in message and "\tat " not in message
+
+
 def test_the_jvm_is_set_up_once_and_its_classes_shared(monkeypatch):
     """After the first call nothing is configured or started again: the same classes come back even where the
     Java set-up would now fail."""
