@@ -419,7 +419,7 @@ class Collection:
                             ProblemKind.DUPLICATE_ID,
                             file,
                             lineno,
-                            f"docid {docid!r} seen before (first kept)",
+                            f"docid {docid!r} seen before" + ("" if self.strict else " (first kept)"),
                         )
                         continue
                     seen.add(docid)

@@ -278,7 +278,12 @@ def load_config(path: str | os.PathLike) -> RankerConfig:
         data = json.loads((path / "config.json").read_text())
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"checkpoint {path}: config.json is not valid JSON ({exc})") from exc
-    return RankerConfig.from_dict(data)
+    if not isinstance(data, dict):
+        raise CheckpointError(f"checkpoint {path}: config.json is not a ranker config (a JSON object)")
+    try:
+        return RankerConfig.from_dict(data)
+    except CheckpointError as exc:  # which checkpoint, where the config alone cannot say
+        raise CheckpointError(f"checkpoint {path}: {exc}") from exc
 
 
 def load_ranker(

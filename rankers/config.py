@@ -149,8 +149,9 @@ class RankerConfig:
         unknown = sorted(set(data) - names)
         if unknown:
             raise CheckpointError(f"config.json has unknown keys {unknown} (written by a newer aheadrank?)")
-        if "kind" not in data or "bert" not in data:
-            raise CheckpointError("config.json lacks 'kind' or 'bert'")
+        lacking = [key for key in ("kind", "bert") if key not in data]
+        if lacking:
+            raise CheckpointError(f"config.json lacks {' and '.join(repr(k) for k in lacking)}")
         return cls(**data).validate()
 
 

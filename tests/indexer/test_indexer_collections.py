@@ -247,6 +247,7 @@ def test_strict_raises_at_the_first_problem_with_file_and_line(tmp_path, line_no
     with pytest.raises(CollectionError) as info:
         list(docs)
     assert f"{path}:2: {kind.value}" in str(info.value)
+    assert "first kept" not in str(info.value)  # strict keeps nothing: it stops
 
 
 @pytest.mark.parametrize("suffix", SUFFIXES)
