@@ -85,8 +85,9 @@ def test_missing_partial_corrupt_and_mismatched(tiny_base, tmp_path):
     (bad_cfg / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="ibs"):
         load_ranker(bad_cfg)
+    # named with their checkpoint: the config alone cannot say which
     for text, why in (('{"kind": "foo"}', "config.json lacks 'bert'"), ("[1]", "is not a ranker config")):
-        (bad_cfg / "config.json").write_text(text)  # named with its checkpoint: the config alone cannot say which
+        (bad_cfg / "config.json").write_text(text)
         with pytest.raises(CheckpointError, match=f"^checkpoint {bad_cfg}: .*{why}"):
             load_ranker(bad_cfg)
 
