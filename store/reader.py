@@ -180,14 +180,13 @@ def _take_rows(
 def shard_file_problems(path: Path, shards) -> tuple[list[str], list[str]]:
     """(the listed shard files missing from ``path``, one line for each whose size on disk is not the manifest's):
     what opening a store checks before it reads, without a checksum."""
-    missing = [info.file for info in shards if not (path / info.file).is_file()]
-    sizes = []
+    missing, sizes = [], []
     for info in shards:
         file = path / info.file
-        if info.file not in missing and file.stat().st_size != info.bytes:
-            sizes.append(
-                f"{info.file}: {file.stat().st_size} bytes on disk, the manifest says {info.bytes} (truncated?)"
-            )
+        if not file.is_file():
+            missing.append(info.file)
+        elif (size := file.stat().st_size) != info.bytes:
+            sizes.append(f"{info.file}: {size} bytes on disk, the manifest says {info.bytes} (truncated?)")
     return missing, sizes
 
 
