@@ -567,9 +567,8 @@ class Bm25Searcher:
         try:
             self._searcher = self._java.SimpleSearcher(str(self.index_dir))
         except Exception as exc:  # jnius.JavaException
-            why = (
-                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            )  # not Java's stack
+            # the exception's first line, not Java's stack after it
+            why = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             raise AheadrankError(
                 f"cannot open Lucene index {self.index_dir}: {why[:400]}. If it is damaged, build it again "
                 "(aheadrank bm25-index, or the build's bm25 stage)"
