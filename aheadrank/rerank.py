@@ -233,6 +233,11 @@ class PriorScorer:
     def text_dense(self, qvec: np.ndarray, texts: list[str]) -> np.ndarray:
         return self.encoder().encode_documents(texts) @ qvec
 
+    def readers(self) -> list:
+        """The sub-stores the priors read: the dense field (``dense/``) and the sentence windows (``windows/``)."""
+        windows = self.windows.reader if self.windows is not None else None
+        return [r for r in (self.dense_reader, windows) if r is not None]
+
     def close(self) -> None:
         if self.dense_reader is not None:
             self.dense_reader.close()
@@ -410,11 +415,13 @@ def collect_features(
     device: str = "cpu",
     progress: bool = False,
     aggregation: str = DEFAULT_AGGREGATION,
+    verify_store: str = "off",
 ) -> tuple[list, dict]:
     """Per validation query: neural scores through the store (the serving path; a document stored as passages
     gets ``aggregation`` of its passages' scores), BM25 and the dense cosines from the store's dense field (left
     out when the store has none), and the best windows' where the store has sentence windows (store/windows.py). Returns (QueryFeatures list, the dense encoder's fingerprint and length, or
-    None without a dense field)."""
+    None without a dense field). ``verify_store`` ``start``: every shard it reads checked first, as
+    rerank-run's (store.verify.verify_before_reading)."""
     from tqdm.auto import tqdm
 
     from aheadrank.priors import QueryFeatures
@@ -441,6 +448,10 @@ def collect_features(
     out = []
     seconds = {"fetch": 0.0, "score": 0.0}
     try:
+        from aheadrank.store.verify import verify_before_reading
+
+        opened = [reader, passages.reader if passages is not None else None, dense_reader]
+        verify_before_reading([*opened, windows.reader if windows is not None else None], verify_store)
         for qid in tqdm(sorted(queries), desc="features", unit="q", disable=not progress):
             cands = candidates.get(qid, [])
             if not cands or not any(r > 0 for r in qrels.get(qid, {}).values()):
@@ -492,12 +503,16 @@ def fit_checkpoint_priors(
     fitted_on: dict,
     device: str = "cpu",
     progress: bool = False,
+    verify_store: str = "off",
 ) -> Priors:
-    """Fit the priors on validation queries through the store and save them into the checkpoint."""
+    """Fit the priors on validation queries through the store and save them into the checkpoint (``verify_store``:
+    as :func:`collect_features`)."""
     from aheadrank.priors import fit_calibration, fit_priors
     from aheadrank.rankers.checkpoint import write_priors
 
-    feats, dense = collect_features(checkpoint, store, queries, candidates, qrels, device, progress)
+    feats, dense = collect_features(
+        checkpoint, store, queries, candidates, qrels, device, progress, verify_store=verify_store
+    )
     if not feats:
         raise ValueError("no validation query has a judged-relevant document among its candidates")
     priors = fit_priors(feats, dense, fitted_on)

@@ -95,6 +95,7 @@ class RerankStats:
         default_factory=lambda: {"query": 0.0, "fetch": 0.0, "score": 0.0, "priors": 0.0}
     )
     notices: list[str] = field(default_factory=list)
+    verified: dict | None = None  # store.verify.verify_before_reading's status (None: not verified)
 
 
 def rerank_with_store(
@@ -165,10 +166,13 @@ def rerank_run(
     pure: bool = False,
     pure_out: dict | None = None,
     passage_aggregation: str = DEFAULT_AGGREGATION,
+    verify_store: str = "off",
 ) -> tuple[dict[str, dict[str, float]], RerankStats]:
     """Re-rank every query's candidates through the precomputed path, with the checkpoint's priors unless
     ``pure``; returns (run, stats). ``stats.notices`` says which priors were unavailable. ``pure_out``, when
-    given, receives the pure neural run of the same pass (no second scoring)."""
+    given, receives the pure neural run of the same pass (no second scoring). ``verify_store`` ``start``: the
+    sha256 of every shard the run reads (the store, its passages and the priors' sub-stores) before the first
+    query, a mismatch refusing the run (store.verify.verify_before_reading)."""
     from tqdm.auto import tqdm
 
     from aheadrank.passages import AGGREGATIONS
@@ -176,6 +180,7 @@ def rerank_run(
     from aheadrank.rerank import PriorScorer
     from aheadrank.store import StoreReader
     from aheadrank.store.passages import open_passages
+    from aheadrank.store.verify import verify_before_reading
 
     if passage_aggregation not in AGGREGATIONS:
         raise ValueError(
@@ -193,6 +198,14 @@ def rerank_run(
     for notice in scorer.notices:
         log.warning(notice)
     stats = RerankStats(notices=list(scorer.notices))
+    try:
+        passages_reader = [passages.reader] if passages is not None else []
+        stats.verified = verify_before_reading([reader, *passages_reader, *scorer.readers()], verify_store)
+    except BaseException:
+        for opened in (scorer, passages, reader):
+            if opened is not None:
+                opened.close()
+        raise
     run: dict[str, dict[str, float]] = {}
     for qid in tqdm(sorted(queries), desc="rerank", unit="q", disable=not progress):
         rows: list = []

@@ -292,10 +292,9 @@ class RerankBackend:
     def readers(self) -> list:
         """The open stores: the ranker's, its passages (``passages/``), its dense field (``dense/``) and sentence
         windows (``windows/``) when the served score uses them."""
-        dense = self.scorer.dense_reader if self.scorer is not None else None
-        windows = self.scorer.windows.reader if self.scorer is not None and self.scorer.windows else None
         passages = self.passages.reader if self.passages is not None else None
-        return [r for r in (self.reader, passages, dense, windows) if r is not None]
+        priors = self.scorer.readers() if self.scorer is not None else []
+        return [r for r in (self.reader, passages) if r is not None] + priors
 
     def watch(self) -> None:
         """File leases on every shard of every open store (StoreReader.watch); where one cannot be had, a

@@ -1,6 +1,7 @@
 """``verify_store``: every check a store can fail, as a list of problems (empty when it is sound), its
 sub-store ``dense/`` included; :class:`ShardVerification`: the sha256 of every shard of open readers, as
-served, at start or in the background (``aheadrank serve --verify-store``)."""
+served, at start or in the background (``aheadrank serve --verify-store``); :func:`verify_before_reading`: the
+same for a batch job (``rerank-run``, ``fit-priors``)."""
 
 from __future__ import annotations
 
@@ -328,3 +329,24 @@ class ShardVerification:
             "mb_per_s": round(self.bytes_done / seconds / 1e6, 1) if seconds > 0 else None,
             "refused": dict(self.failed),
         }
+
+
+def verify_before_reading(
+    readers: Sequence[StoreReader | None], mode: str = "start"
+) -> dict[str, Any] | None:
+    """A batch job's ``--verify-store`` (``rerank-run``, ``fit-priors``): ``start`` checks the sha256 of every shard
+    of ``readers`` before anything is read from them, and a mismatch raises StoreError naming the shards (the job
+    writes nothing); ``background`` is read as ``start`` (a batch job has nothing to overlap the check with);
+    ``off`` checks nothing (the reader's size checks and the non-finite score check still hold). Returns the
+    verification's :meth:`ShardVerification.status`, or None when off."""
+    verification = ShardVerification(readers, mode)  # an unknown mode is refused here
+    if mode == "off":
+        return None
+    refused = verification.run()
+    if refused:
+        problems = "; ".join(f"{file}: {why}" for file, why in refused.items())
+        raise StoreError(
+            f"the store {verification.readers[0].path} does not verify: {problems}. Nothing was scored; restore "
+            "the shards or rebuild them (`aheadrank index` resumes), or run `aheadrank verify-store` for every check"
+        )
+    return verification.status()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import subprocess
 import sys
@@ -131,3 +132,61 @@ def test_rerank_run_refuses_what_would_be_an_empty_or_unscored_run(service_env, 
     assert "1 of 4 candidates are not in the store" in res.stderr
     ranked = [line.split()[2] for line in (tmp_path / "d.run").read_text().splitlines()]
     assert sorted(ranked[:3]) == sorted(known) and ranked[3] == "not-in-store"
+
+
+def test_rerank_run_refuses_a_store_whose_shard_does_not_verify(service_env, tmp_path):
+    """`aheadrank rerank-run` (and fit-priors' feature pass) checks every shard's sha256 before the first query
+    (--verify-store start, the default): a byte changed inside a shard (same size, finite values, so the reader's
+    size checks and the non-finite check pass) refuses the run in one line naming the shard, no run written.
+    With --verify-store off the same run is written, as before the check existed."""
+    import shutil
+
+    import h5py
+    from aheadrank.store import StoreReader
+    from typer.testing import CliRunner
+
+    from aheadrank.cli import app
+    from aheadrank.errors import StoreError
+    from aheadrank.rerank import collect_features
+
+    store = tmp_path / "store"
+    shutil.copytree(service_env.store, store)
+    with StoreReader(store) as reader:
+        known = reader.docids()[:5]
+        shard = store / reader.manifest.shards[0].file
+    queries = tmp_path / "queries.tsv"
+    queries.write_text("q1\tthe effect of insulin on cells\n")
+    cands = tmp_path / "cands.run"
+    cands.write_text("".join(f"q1 Q0 {d} {i + 1} {10 - i} x\n" for i, d in enumerate(known)))
+
+    def rerank(out, *more):
+        args = ["rerank-run", "--checkpoint", str(service_env.checkpoint), "--store", str(store),
+                "--queries", str(queries), "--candidates", str(cands), "--out", str(out), *more]  # fmt: skip
+        return CliRunner().invoke(app, args)
+
+    res = rerank(tmp_path / "clean.run")
+    assert res.exit_code == 0, res.output
+    verified = json.loads(res.stdout.strip().splitlines()[-1])["verified"]
+    assert verified["state"] == "verified" and verified["shards_done"] == verified["shards_total"] > 0
+
+    with h5py.File(shard, "r") as h5:  # the first float dataset's first byte: a float16's low bit
+        field = next(iter(h5["fields"].values()))
+        at = int(field.id.get_offset())
+    with open(shard, "r+b") as fh:
+        fh.seek(at)
+        b = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([b[0] ^ 1]))
+
+    res = rerank(tmp_path / "bad.run")
+    assert res.exit_code == 2 and "does not verify" in res.output and shard.name in res.output, res.output
+    assert "Traceback" not in res.output and not (tmp_path / "bad.run").exists()
+    res = rerank(tmp_path / "bad.run", "--verify-store", "maybe")
+    assert res.exit_code == 2 and not (tmp_path / "bad.run").exists()
+    res = rerank(tmp_path / "off.run", "--verify-store", "off")
+    assert res.exit_code == 0 and json.loads(res.stdout.strip().splitlines()[-1])["verified"] is None
+
+    cand_rows = {"q1": [(d, 1.0) for d in known]}
+    with pytest.raises(StoreError, match="does not verify"):
+        collect_features(service_env.checkpoint, store, {"q1": "insulin"}, cand_rows, {"q1": {known[0]: 1}},
+                         verify_store="start")  # fmt: skip

@@ -54,6 +54,27 @@ def device_opt(help: str = "cpu, cuda or cuda:N") -> Any:
     return opt("cpu", "--device", help=help, callback=_checked_device)
 
 
+def _checked_verify_mode(value: str) -> str:
+    from aheadrank.store.verify import VERIFY_MODES
+
+    if value not in VERIFY_MODES:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(VERIFY_MODES)}")
+    return value
+
+
+def verify_store_opt() -> Any:
+    """A batch job's ``--verify-store`` (``AHEADRANK_VERIFY_STORE``, the variable ``serve`` reads too, hence its
+    values): the shards' sha256 before anything is read (store.verify.verify_before_reading)."""
+    return opt(
+        "start",
+        "--verify-store",
+        help="start: check the sha256 of every shard the job reads (the store, passages/, dense/, windows/) before "
+        "the first query, a mismatch refusing the job with nothing written (about 1 s a GB); background: the same "
+        "(a batch job does not overlap it); off: only the size checks",
+        callback=_checked_verify_mode,
+    )
+
+
 @dataclass(frozen=True)
 class OptionBlock:
     """Options several commands share, declared once: a command given the block by :func:`with_options`

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import device_opt, opt, spec_block, user_errors, with_options
+from aheadrank.cli.options import device_opt, opt, spec_block, user_errors, verify_store_opt, with_options
 from aheadrank.cli.rankers import RANKER_OPTIONS, Kind, init_options, ranker_options_block
 from aheadrank.logs import cli_logging
 
@@ -262,6 +262,7 @@ def rerank_run_cmd(
         help="a store built with --passages: a long document's score from its passages' (maxp, meanp or "
         "first+max), as the service's --passage-aggregation",
     ),
+    verify_store: str = verify_store_opt(),
 ) -> None:
     """Re-rank BM25 top-depth (or a given first-stage run) through the stored representations; scores are
     the served ones (the neural score combined with the checkpoint's priors: BM25, dense and, where the store
@@ -284,7 +285,14 @@ def rerank_run_cmd(
     else:
         raise AheadrankError("give --index (BM25 candidates) or --candidates (a first-stage run)")
     run, stats = rerank_run(
-        checkpoint, store, qs, cands, device=device, pure=pure, passage_aggregation=passage_aggregation
+        checkpoint,
+        store,
+        qs,
+        cands,
+        device=device,
+        pure=pure,
+        passage_aggregation=passage_aggregation,
+        verify_store=verify_store,
     )
     if stats.candidates and stats.unknown == stats.candidates:
         raise AheadrankError(
@@ -307,6 +315,7 @@ def rerank_run_cmd(
                 "queries": stats.queries,
                 "candidates": stats.candidates,
                 "unknown_docids": stats.unknown,
+                "verified": stats.verified,
                 "seconds": {k: round(v, 2) for k, v in stats.seconds.items()},
             }
         )
@@ -333,6 +342,7 @@ def fit_priors_cmd(
     depth: int = opt(100, "--depth", min=1, help="BM25 candidates per query"),
     device: str = device_opt(),
     progress: bool = opt(True, "--progress/--no-progress"),
+    verify_store: str = verify_store_opt(),
 ) -> None:
     """Fit how the neural score is combined with the BM25 and dense priors (weights per available feature
     set, nDCG@10 on validation queries) and save them into the checkpoint as priors.json."""
@@ -363,5 +373,6 @@ def fit_priors_cmd(
         {"collection": str(collection), "split": split, "depth": depth, "held_out": not all_queries},
         device=device,
         progress=progress,
+        verify_store=verify_store,
     )
     typer.echo(json.dumps({"checkpoint": str(checkpoint), **priors.to_dict()}))
