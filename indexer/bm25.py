@@ -238,13 +238,30 @@ def is_lucene_index(path: Path) -> bool:
     return path.is_dir() and any(p.name.startswith("segments_") for p in path.iterdir())
 
 
-def _check_target(index_dir: Path) -> None:
+def _check_target(index_dir: Path, collection: Collection, overwrite: bool = False) -> None:
+    """Refuse a target that is a file, a folder of other files, or (without ``overwrite``) a Lucene index built
+    from another collection (or by another tool): rebuilding the same collection's index is the only silent
+    replacement."""
     if index_dir.exists() and not index_dir.is_dir():
         raise IndexBuildError(f"index path exists and is not a directory: {index_dir}")
     if index_dir.is_dir() and any(index_dir.iterdir()) and not is_lucene_index(index_dir):
         raise IndexBuildError(
             f"refusing to overwrite {index_dir}: it is not empty and not a Lucene index; pick another path"
         )
+    if overwrite or not is_lucene_index(index_dir):
+        return
+    try:
+        meta = read_index_meta(index_dir)
+    except (OSError, ValueError):
+        meta = {}
+    built_from = meta.get("collection_resolved") or meta.get("collection")
+    if built_from is not None and Path(built_from).resolve() == Path(collection.path).resolve():
+        return
+    what = f"the BM25 index of {built_from}" if built_from else "a Lucene index aheadrank did not build"
+    raise IndexBuildError(
+        f"refusing to replace {index_dir}: it is {what}, not of {collection.path}; give --overwrite to replace "
+        "it, or pick another --index"
+    )
 
 
 def _progress(enabled: bool, **kwargs: object) -> tqdm:
@@ -373,8 +390,10 @@ def build_bm25_index(
     tmp_dir: str | Path | None = None,
     separate_texts: bool = True,
     language: str = "en",
+    overwrite: bool = False,
 ) -> Bm25BuildResult:
-    """Build a BM25 Lucene index of ``collection`` at ``index_dir`` (replacing an index already there).
+    """Build a BM25 Lucene index of ``collection`` at ``index_dir``, replacing an index of the same collection
+    already there (one of another collection, or built by another tool, only with ``overwrite``).
 
     ``language``: the analyzer, English (Porter stemmer, English stopwords) or another of
     :data:`aheadrank.indexer.language.BM25_LANGUAGES` (Lucene's analyzer for it, through Anserini), recorded in
@@ -400,7 +419,7 @@ def build_bm25_index(
         raise IndexBuildError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
     check_bm25_language(language, IndexBuildError)
     index_dir = Path(index_dir)
-    _check_target(index_dir)
+    _check_target(index_dir, collection, overwrite)
     check_writable(index_dir.parent, "the index", IndexBuildError)
     with exclusive_lock(index_dir.parent / f".{index_dir.name}.lock", f"the index {index_dir}"):
         try:
@@ -503,6 +522,7 @@ def _build_locked(
         meta = {
             "format_version": _FORMAT_VERSION,
             "collection": str(collection.path),
+            "collection_resolved": str(Path(collection.path).resolve()),
             "collection_format": collection.format_name,
             "documents": written,
             "k1": k1,

@@ -65,8 +65,15 @@ def bm25_index(
         help="The analyzer: en (Porter stemmer, English stopwords), fr, de, es, it, pt or nl (Lucene's for that "
         "language); recorded in the index, so searches analyse queries the same way.",
     ),
+    overwrite: bool = opt(
+        False,
+        "--overwrite",
+        help="Replace an index at --index that was built from another collection (or by another tool); an "
+        "index of the same collection is rebuilt without it.",
+    ),
 ) -> None:
-    """Build the BM25 Lucene index (positions, document vectors and raw text stored) of a collection."""
+    """Build the BM25 Lucene index (positions, document vectors and raw text stored) of a collection; an index of
+    the same collection at --index is rebuilt, one of another collection is replaced only with --overwrite."""
     from aheadrank.indexer.bm25 import build_bm25_index, set_java_heap
 
     set_java_heap(java_heap)
@@ -82,6 +89,7 @@ def bm25_index(
         progress=progress,
         tmp_dir=tmp_dir,
         language=language,
+        overwrite=overwrite,
     )
     skipped = result.report.skipped
     typer.echo(

@@ -236,16 +236,39 @@ def test_count_mismatch_is_an_error_and_nothing_is_installed(tmp_path, monkeypat
     assert (tmp_path / "idx.partial").is_dir()  # kept for inspection
 
 
-def test_rebuild_replaces_an_existing_index(tmp_path):
+def test_rebuild_replaces_the_same_collections_index_and_another_only_with_overwrite(tmp_path):
+    """An index of the same collection (edited since) is rebuilt in place; one of another collection, or one without
+    aheadrank's record (built by another tool), is refused untouched unless ``overwrite`` (``--overwrite``)."""
+    from typer.testing import CliRunner
+
+    from aheadrank.cli import app
+
     index = tmp_path / "idx"
-    build_bm25_index(write_lines(tmp_path / "one.tsv", ["a\talpha"]), index, threads=1, progress=False)
-    result = build_bm25_index(
-        write_lines(tmp_path / "two.tsv", ["b\tbeta", "c\tgamma"]), index, threads=1, progress=False
+    one = write_lines(tmp_path / "one.tsv", ["a\talpha"])
+    build_bm25_index(one, index, threads=1, progress=False)
+    write_lines(one, ["a\talpha", "d\tdelta"])  # the same file, edited: rebuilt without a word
+    assert build_bm25_index(one, index, threads=1, progress=False).documents == 2
+    two = write_lines(tmp_path / "two.tsv", ["b\tbeta", "c\tgamma"])
+    with pytest.raises(IndexBuildError, match=r"refusing to replace .*it is the BM25 index of .*one\.tsv"):
+        build_bm25_index(two, index, threads=1, progress=False)
+    res = CliRunner().invoke(
+        app, ["bm25-index", "--collection", str(two), "--index", str(index), "--no-progress"]
     )
+    assert res.exit_code == 2 and "give --overwrite" in res.output and "Traceback" not in res.output
+    with Bm25Searcher(index) as searcher:
+        assert searcher.doc_text("d") == "delta" and searcher.doc_text("b") is None
+    result = build_bm25_index(two, index, threads=1, progress=False, overwrite=True)
     assert result.documents == 2 == index_document_count(index)
     with Bm25Searcher(index) as searcher:
         assert searcher.doc_text("a") is None and searcher.doc_text("c") == "gamma"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx", "one.tsv", "two.tsv"]
+    (index / bm25.META_FILE).unlink()  # as an index built by Pyserini's own command
+    with pytest.raises(IndexBuildError, match="a Lucene index aheadrank did not build"):
+        build_bm25_index(two, index, threads=1, progress=False)
+    res = CliRunner().invoke(
+        app, ["bm25-index", "--collection", str(two), "--index", str(index), "--no-progress", "--overwrite"]
+    )
+    assert res.exit_code == 0, res.output
 
 
 def test_refuses_to_overwrite_a_directory_that_is_not_an_index(tmp_path):
