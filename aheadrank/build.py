@@ -33,6 +33,7 @@ shards, training's ``train-state.pt``, removed once the train stage is done: :fu
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
@@ -1061,14 +1062,21 @@ def build(
     plan_variant(plan)  # an unknown ranker (or labels split, or base) fails before any work
     check_device(plan.device)
     out = plan.directory()
+    made = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file in the way, a read-only parent: one line, nothing written
         raise AheadrankError(f"cannot make the build folder --out {out}: {describe(exc)}") from exc
-    # one build of a directory at a time: a second would redo the stages the first has not recorded yet (BM25 and
-    # the pseudo-queries rewritten under it) and the two would overwrite each other's build.json
-    with exclusive_lock(out / BUILD_LOCK, f"the build {out}"):
-        return _build_locked(plan, out, search, until, echo)
+    try:
+        # one build of a directory at a time: a second would redo the stages the first has not recorded yet (BM25
+        # and the pseudo-queries rewritten under it) and the two would overwrite each other's build.json
+        with exclusive_lock(out / BUILD_LOCK, f"the build {out}"):
+            return _build_locked(plan, out, search, until, echo)
+    except BaseException:
+        if made:  # a build that failed before writing anything (an unusable collection) leaves no empty --out
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only when empty: what a stage wrote stays for the resume
+        raise
 
 
 def documents(record: BuildRecord) -> int | None:

@@ -283,9 +283,12 @@ def resolve_files(path: str | Path) -> list[Path]:
 
 
 def _sniff_json(path: Path) -> CollectionFormat:
+    lineno = 0
+    blank = True
     for lineno, raw in iter_lines(path):
         if lineno > _SNIFF_LINES:
             break
+        blank = blank and not raw.strip()
         try:
             record = json.loads(raw.decode("utf-8"))
         except ValueError:
@@ -302,7 +305,9 @@ def _sniff_json(path: Path) -> CollectionFormat:
             f"{path}:{lineno}: cannot tell the JSONL flavour from keys {sorted(record)}: expected '_id' (or "
             "'id'), 'text' and an optional 'title' (BEIR), or 'id' and 'contents' (Pyserini); rename the keys"
         )
-    raise CollectionError(f"{path}: no JSON object in the first {_SNIFF_LINES} lines")
+    if blank:
+        raise CollectionError(f"{path}: the file holds no documents (it is empty or blank)")
+    raise CollectionError(f"{path}: no JSON object in the first {min(lineno, _SNIFF_LINES)} lines")
 
 
 def detect_format(path: str | Path) -> CollectionFormat:

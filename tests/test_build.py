@@ -437,11 +437,25 @@ def test_judgments_added_to_a_label_free_build_are_a_change(passages, tmp_path, 
 
 
 def test_a_collection_that_cannot_be_used_is_one_error_line(tmp_path):
-    empty = tmp_path / "empty.jsonl"
-    empty.write_text('{"id": "a", "contents": ""}\n{not json\n')
-    result = CliRunner().invoke(app, ["build", "--collection", str(empty), "--out", str(tmp_path / "o")])
+    """One error line, and no empty --out left behind by the build that made it; an --out that was there stays."""
+    unusable = tmp_path / "unusable.jsonl"
+    unusable.write_text('{"id": "a", "contents": ""}\n{not json\n')
+    result = CliRunner().invoke(app, ["build", "--collection", str(unusable), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert "no usable document" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
+    (tmp_path / "mine").mkdir()
+    for text in (
+        "",
+        "\n  \n",
+    ):  # empty, or blank lines only: said so, not "no JSON object in the first 100 lines"
+        empty = tmp_path / "empty.jsonl"
+        empty.write_text(text)
+        result = CliRunner().invoke(
+            app, ["build", "--collection", str(empty), "--out", str(tmp_path / "mine")]
+        )
+        assert result.exit_code == 2 and "holds no documents (it is empty or blank)" in result.output
+        assert (tmp_path / "mine").is_dir()
 
 
 def test_build_bounds_the_jvm_heap_it_is_given_and_refuses_a_malformed_one(passages, tmp_path, monkeypatch):
