@@ -5,7 +5,9 @@ after round, on the same inputs, so a busy machine slows both alike; the ratio i
   seven passes) vs the fused, blocked stage (``kernel_features``), inside the whole timed path
   (``query_state`` + ``score_batch`` over N candidates in chunks).
 * ``stored``: MORES S2 (and PreTTR, TK) from float16 fields: widened to float32 up front (the path before
-  issue 16) vs handed over as stored (the attention widens a block of documents at a time).
+  issue 16) vs handed over as stored (the attention widens a block of documents at a time). MORES S1 with a query
+  of 32 pieces or more (``--query-pieces 40``) projects D to keys and values: a block at a time (since 2026-12-06;
+  before, the whole candidate set was widened once an interaction block).
 * ``native``: the compiled kernels (``aheadrank/kernels/native_kernels.c``: the attention of a few query rows — MORES S2's
   cross-attention over stored keys and values and its blocks' self-attention, the query encoders, PreTTR's folded
   [CLS] rows — and TK's kernel stage) vs the PyTorch code they replace (``AHEADRANK_NATIVE=0``), from float16
@@ -44,6 +46,8 @@ the int8 store repeats 100 distinct documents under N docids.
 
     .venv/bin/python bench/online_kernels.py --threads 2                 # everything (about 10 min on 2 busy cores)
     .venv/bin/python bench/online_kernels.py --threads 2 --parts tk --rounds 5
+    .venv/bin/python bench/online_kernels.py --threads 2 --parts stored --stored-rankers mores-2ib-s1 \
+        --query-pieces 40 --out bench/results/kernels-s1-long-query.json
 """
 
 from __future__ import annotations
@@ -569,6 +573,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--int8-n", type=int, default=1000, help="candidates fetched and scored in the int8 part")
     p.add_argument("--d", type=int, nargs="+", default=[128, 493], help="document word pieces")
     p.add_argument("--chunk", type=int, default=128, help="candidates per score_batch call")
+    p.add_argument(
+        "--query-pieces",
+        type=int,
+        default=QUERY_PIECES,
+        help="word pieces of the query (MORES S1 projects D instead of folding from 32 on: 12 heads × 32 ≥ 384)",
+    )
     p.add_argument("--rounds", type=int, default=7, help="interleaved timed rounds per pair")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument(
@@ -613,7 +623,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global QUERY_PIECES
     args = parse_args(argv)
+    QUERY_PIECES = args.query_pieces  # read by make_ranker and inputs
     torch.set_num_threads(args.threads)
     info = machine_info(args.threads)
     console.print(f"[bold]{info['cpu']}[/], {args.threads} threads, torch {info['torch']}")

@@ -229,13 +229,20 @@ class Attention(nn.Module):
     def context_of(self, q: Tensor, source: tuple[Tensor, Tensor] | Tensor, mask: Tensor | None) -> Tensor:
         """:meth:`context` from given keys and values ``(k, v)`` (Reuse-S2), or from the states ``x`` [B, T, n]
         they are projected from (Reuse-S1): folded (:meth:`folded_context`) where that is fewer multiply-adds,
-        heads·Tq < n, else x projected to keys and values."""
+        heads·Tq < n, else x projected to keys and values, a block of documents at a time where x is stored
+        narrower than q (float16, bfloat16, int8: widened as :meth:`folded_context` widens it, never the whole
+        candidate set copied to float32)."""
         if isinstance(source, tuple):
             return self.context(q, *source, mask)
         if self.heads * q.shape[2] < source.shape[-1]:
             return self.folded_context(q, source, mask)
-        x = source.to(q.dtype)
-        return self.context(q, *self.project_kv(x), mask)
+        if source.dtype == q.dtype or source.device.type != "cpu":
+            return self.context(q, *self.project_kv(source.to(q.dtype)), mask)
+        out = q.new_empty(source.shape[0], q.shape[2], source.shape[2])
+        for rows, block in widened(source, q.dtype):
+            part = None if mask is None else mask[rows]
+            out[rows] = self.context(q if q.shape[0] == 1 else q[rows], *self.project_kv(block), part)
+        return out
 
     def context_and_mean(
         self, q: Tensor, source: tuple[Tensor, Tensor] | Tensor, mask: Tensor | None

@@ -222,9 +222,9 @@ def test_int8_fields_score_as_their_dequantised_values_read_a_block_at_a_time(
 ):
     """int8 + scales handed to score_batch as stored (QuantizedField) give the scores of the same values
     dequantised to float32 up front. Where the attention reads the stored fields themselves (MORES S2, TK,
-    PreTTR at l = L-1) they are widened a block of documents at a time, never all at once; where a ranker
-    transforms the whole field first (bert's joint input, PreTTR's decompression, MORES S1's projection to keys
-    and values) it is widened whole, once for each of those passes (S1: once an interaction block)."""
+    PreTTR at l = L-1) or projects them a block at a time (MORES S1, folded or not) they are widened a block of
+    documents at a time, never all at once; where a ranker transforms the whole field first (bert's joint input,
+    PreTTR's decompression) it is widened whole, once."""
     monkeypatch.setattr("aheadrank.kernels.stored.STORED_BLOCK_VALUES", 5000)
     monkeypatch.setattr("aheadrank.kernels.stored.STORED_BLOCK_MIN_DOCS", 1)
     ranker = init_ranker(kind, base=tiny_base, max_doc_len=48, **opts)
@@ -248,14 +248,12 @@ def test_int8_fields_score_as_their_dequantised_values_read_a_block_at_a_time(
                 got = ranker.score_batch(qs, quantized, mask)
             want = ranker.score_batch(qs, dequantized, mask)
         assert_close_rel(got, want, 1e-5)
-        in_place = (
-            kind == "tk"
-            or strategy == "s2"
-            or (kind == "prettr" and ranker.config.layer == ranker.config.n_layers - 1)
+        in_place = kind in ("tk", "mores") or (
+            kind == "prettr" and ranker.config.layer == ranker.config.n_layers - 1
         )
         whole = rows_widened.count(37)
         if in_place:
             # none at all where the compiled kernels read the int8 values in place (TK with AVX-512)
             assert max(rows_widened, default=0) < 37, rows_widened
         else:
-            assert whole == (ranker.config.ibs if strategy == "s1" else 1), rows_widened
+            assert whole == 1, rows_widened

@@ -424,3 +424,16 @@ def test_cross_attention_from_states_folds_the_projections_exactly(broadcast, mo
     att32, x16 = att.float(), x.half()
     want16 = att32.context(q.float(), *att32.project_kv(x16.float()), mask)
     torch.testing.assert_close(att32.folded_context(q.float(), x16, mask), want16, rtol=1e-5, atol=1e-5)
+    # a long query over float16 states: projected a block of two documents at a time, the same context
+    long16 = long_q.float() if broadcast else att32.project_q(torch.randn(b, 9, 32))
+    seen = []
+    monkeypatch.setattr(
+        blocks, "widened", lambda x, dt: (seen.append(rows) or (rows, w) for rows, w in stored.widened(x, dt))
+    )
+    torch.testing.assert_close(
+        att32.context_of(long16, x16, mask),
+        att32.context(long16, *att32.project_kv(x16.float()), mask),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    assert [r.start for r in seen] == [0, 2, 4]  # never the five documents widened at once
