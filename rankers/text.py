@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
+
+_ASCII_VISIBLE = re.compile("[!-~]")  # a printable ASCII character is always at least one word piece
 
 
 class TextEncoder:
@@ -17,7 +20,10 @@ class TextEncoder:
         from transformers import BertTokenizerFast
 
         self.path = Path(path)
-        self.tokenizer = BertTokenizerFast.from_pretrained(str(path), local_files_only=True)
+        # a text quoting "[SEP]" or "[PAD]" (a paper on BERT, code) is read as its characters, not as the marker
+        self.tokenizer = BertTokenizerFast.from_pretrained(
+            str(path), local_files_only=True, split_special_tokens=True
+        )
         self.max_query_len = max_query_len
         self.max_doc_len = max_doc_len
         self.cls = int(self.tokenizer.cls_token_id)
@@ -38,6 +44,25 @@ class TextEncoder:
             return_token_type_ids=False,
         )["input_ids"]
         return [ids or [self.unk] for ids in enc]
+
+    def blank(self, texts: Sequence[str]) -> list[bool]:
+        """Whether each text makes no word piece at all: empty, spaces, or only characters the tokenizer drops
+        (zero-width and other format or control characters, private-use ones...). Such a text is not scored as
+        ``[UNK]``: the service refuses a blank query and ranks a blank document last. A text holding a printable
+        ASCII character is not blank, without tokenizing it."""
+        out = [_ASCII_VISIBLE.search(t) is None for t in texts]
+        check = [i for i, maybe in enumerate(out) if maybe]
+        if check:
+            enc = self.tokenizer(
+                [texts[i] for i in check],
+                add_special_tokens=False,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+                verbose=False,
+            )["input_ids"]
+            for i, ids in zip(check, enc, strict=True):
+                out[i] = not ids
+        return out
 
     def query_pieces(self, texts: Sequence[str]) -> list[list[int]]:
         return self.pieces(texts, self.max_query_len)

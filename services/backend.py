@@ -545,9 +545,12 @@ class RerankBackend:
             for begin in range(0, len(ids), step):
                 yield
                 work.check()
-                scored += self._score_chunk(
-                    qs, ids[begin : begin + step], clock.seconds, qvec, dense, window=window
-                )
+                t = time.perf_counter()
+                chunk = ids[begin : begin + step]
+                scored += self._score_chunk(qs, chunk, clock.seconds, qvec, dense, window=window)
+                self.latency.observe(
+                    len(chunk), time.perf_counter() - t
+                )  # the budgets' model follows the machine
                 work.chunks_done += 1
         else:
             deadline = arrival + budget_ms / 1e3
@@ -555,10 +558,12 @@ class RerankBackend:
             scored = []
             while len(scored) < len(ids):
                 yield  # before planning: the turns of other requests spend this one's budget too
-                n = min(
-                    self.latency.depth_for(deadline - time.perf_counter(), len(ids) - len(scored)),
-                    self.settings.batch_size,
-                )
+                left = deadline - time.perf_counter()
+                n = min(self.latency.depth_for(left, len(ids) - len(scored)), self.settings.batch_size)
+                if (
+                    n <= 0 and not scored
+                ):  # an estimate too high to let any chunk run is tried again, now and then
+                    n = min(self.latency.probe_size(left), len(ids))
                 if n <= 0:
                     break
                 work.check()
@@ -589,12 +594,21 @@ class RerankBackend:
         )
         return RerankOutcome(ranked, len(scored), len(hits), missing, planned, texts, parts, scoring)
 
+    def blank_query(self, query: str) -> bool:
+        """Whether the query makes no word piece (only spaces, zero-width or control characters): refused, not
+        scored as ``[UNK]`` (on the model thread: the tokenizer's truncation state is not shared across threads)."""
+        return self.ranker._text().blank([query])[0]
+
     def overlong(self, texts: list[str]) -> list[tuple[int, int]]:
         """(index, word pieces) of the texts longer than the model reads (``max_doc_len``): what TEI's
         ``truncate: false`` refuses instead of cutting."""
         text = self.ranker._text()
         pieces = text.tokenizer(
-            list(texts), add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False
+            list(texts),
+            add_special_tokens=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            verbose=False,  # no "longer than the model's maximum" warning: saying so is this function's job
         )["input_ids"]
         return [(i, len(p)) for i, p in enumerate(pieces) if len(p) > text.max_doc_len]
 
@@ -622,12 +636,13 @@ class RerankBackend:
         on the request's other texts (:meth:`score_kind`); without, standardised over the request's texts.
         A text longer than the ranker's window is split into ``passages`` (default: :meth:`passage_options`)
         and gets a score from its passages' (--passage-aggregation, aheadrank/passages.py). Returns (scores in input order,
-        tokens); an empty or whitespace-only text gets ``BLANK_SCORE``, unscored."""
+        tokens); a text that makes no word piece (empty, spaces, zero-width or control characters only) gets
+        ``BLANK_SCORE``, unscored."""
         import numpy as np
 
         clock = clock or StageClock()
         work = work or Work()
-        blank = {i for i, x in enumerate(texts) if not x.strip()}
+        blank = {i for i, b in enumerate(self.ranker._text().blank(texts)) if b}
         if blank:  # BLANK_SCORE for those, the others scored among themselves (z-scores without them)
             kept = [i for i in range(len(texts)) if i not in blank]
             scores, tokens = [BLANK_SCORE] * len(texts), 0

@@ -1,17 +1,24 @@
 """The latency model behind ``time_budget_ms`` (TK's time-budget idea, measured per ranker and device).
 
 Scoring n stored candidates in chunks of ``batch`` costs ``t(n) = per_chunk·ceil(n / batch) + per_doc·n``
-(fetch + score). Warm-up fits both constants on this machine by least squares over a few chunk sizes;
-every chunk a request scores updates ``per_doc`` (quick to rise, slow to fall, so a slower machine state
-is believed at once). A request re-ranks the head of its candidates chunk by chunk and, before each
-chunk, plans again from the time left, so a mis-estimate costs at most one chunk.
+(fetch + score). Warm-up fits both constants on this machine by least squares over a few chunk sizes (the
+fastest of its repeats at each size: a busy moment does not set the model). Every chunk a request scores, with
+a budget or without, scales both toward what it cost (quick to rise, half way; slower to fall, a quarter), so a
+slower machine state is believed at once and an estimate made on a busy machine falls back. A request re-ranks
+the head of its candidates chunk by chunk and, before each chunk, plans again from the time left, so a
+mis-estimate costs at most one chunk. Where the model plans nothing for a request with time left and no chunk
+has been timed for ``PROBE_AFTER_S``, the request scores one small chunk (``probe_size``) anyway: an estimate
+too high to let any chunk run would otherwise never be corrected.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Sequence
+
+PROBE_AFTER_S = 30.0  # a budget that plans nothing scores one small chunk if none was timed for this long
 
 
 class LatencyModel:
@@ -21,14 +28,21 @@ class LatencyModel:
         self.per_chunk_s = per_chunk_s
         self.safety = safety  # plan for this share of the time left
         self.reserve_s = 0.002  # kept back for building and sending the response
+        self.timed_at = time.monotonic()  # the last fit or observed chunk
         self._lock = threading.Lock()
 
     def fit(self, samples: Sequence[tuple[int, float]]) -> None:
-        """Least squares of ``seconds = per_chunk + per_doc·n`` over single-chunk samples (n, seconds)."""
+        """Least squares of ``seconds = per_chunk + per_doc·n`` over single-chunk samples (n, seconds), each size
+        at its fastest sample (a repeat slowed by other work on the machine is not the ranker's cost); samples of
+        one size alone are fitted as they are."""
         if len(samples) < 2:
             raise ValueError("need at least two (n, seconds) samples")
-        xs = [float(n) for n, _ in samples]
-        ys = [float(t) for _, t in samples]
+        fastest: dict[int, float] = {}
+        for n, t in samples:
+            fastest[n] = min(float(t), fastest.get(n, math.inf))
+        pairs = list(fastest.items()) if len(fastest) >= 2 else [(n, float(t)) for n, t in samples]
+        xs = [float(n) for n, _ in pairs]
+        ys = [t for _, t in pairs]
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         var = sum((x - mx) ** 2 for x in xs)
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var else my / mx
@@ -36,6 +50,7 @@ class LatencyModel:
         with self._lock:
             self.per_doc_s = slope
             self.per_chunk_s = max(my - slope * mx, 0.0)
+            self.timed_at = time.monotonic()
 
     def predict(self, n: int) -> float:
         return self.per_chunk_s * math.ceil(n / self.batch) + self.per_doc_s * n if n > 0 else 0.0
@@ -58,13 +73,26 @@ class LatencyModel:
         return best
 
     def observe(self, n: int, seconds: float) -> None:
-        """Update ``per_doc`` from one scored chunk of n candidates."""
+        """Scale both constants toward one scored chunk of n candidates that took ``seconds``: half way when it
+        was slower than predicted, a quarter of the way when faster."""
         if n <= 0:
             return
-        per_doc = max(seconds - self.per_chunk_s, 0.0) / n
         with self._lock:
-            alpha = 0.5 if per_doc > self.per_doc_s else 0.1
-            self.per_doc_s = max((1 - alpha) * self.per_doc_s + alpha * per_doc, 1e-7)
+            predicted = self.per_chunk_s + self.per_doc_s * n
+            ratio = seconds / predicted if predicted > 0 else 1.0
+            alpha = 0.5 if ratio > 1 else 0.25
+            factor = (1 - alpha) + alpha * ratio
+            self.per_doc_s = max(self.per_doc_s * factor, 1e-7)
+            self.per_chunk_s *= factor
+            self.timed_at = time.monotonic()
+
+    def probe_size(self, seconds_left: float, now: float | None = None) -> int:
+        """Candidates to score anyway when :meth:`depth_for` plans none: a small chunk (a sixteenth of a batch,
+        the smallest warm-up size) where time is left and no chunk was timed for ``PROBE_AFTER_S``; else 0."""
+        now = time.monotonic() if now is None else now
+        if seconds_left <= 0 or now - self.timed_at < PROBE_AFTER_S:
+            return 0
+        return max(1, self.batch // 16)
 
     def describe(self) -> dict:
         return {

@@ -61,6 +61,12 @@ class TextsHandler(Handler):
 
         def work(w: Work):
             clock.seconds["queue"] = time.perf_counter() - arrival
+            if self.backend.blank_query(req.query):
+                raise RequestError(
+                    "query: makes no word piece (only spaces, zero-width or control characters): nothing to rank by",
+                    "validation",
+                    422,
+                )
             if req.refuse_long():
                 over = self.backend.overlong(items)
                 if over:

@@ -48,6 +48,13 @@ def log_internal(rid: str | None, path: str, exc: BaseException) -> None:
 def validation_message(exc: RequestValidationError, path: str = "") -> str:
     parts = []
     for err in exc.errors()[:10]:
+        if err.get("type") == "json_invalid":  # its loc is the character where parsing stopped, not a field
+            at = next((x for x in err.get("loc", ()) if isinstance(x, int)), None)
+            why = (err.get("ctx") or {}).get("error") or "not JSON"
+            parts.append(
+                f"the body is not valid JSON{f' at character {at}' if at is not None else ''}: {why}"
+            )
+            continue
         loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body", *SHAPE_TAGS)) or "body"
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")
     message = "; ".join(parts) or "invalid request"
@@ -79,7 +86,9 @@ def install_error_handlers(app: FastAPI, metrics: ServiceMetrics) -> None:
         metrics.errors.labels(kind).inc()
         detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         if exc.status_code == 400 and "parsing the body" in detail:
-            detail = "the request body is not valid JSON (or not UTF-8)"
+            detail = (
+                "the request body cannot be read as JSON: not JSON, not UTF-8, or a number too long to read"
+            )
         return error_response(
             request_id_of(request), exc.status_code, detail, kind, getattr(exc, "headers", None)
         )

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+import math
+import re
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 
 def _not_blank(value: str) -> str:
@@ -42,6 +44,7 @@ class RerankRequest(BaseModel):
     time_budget_ms: float | None = Field(
         None,
         gt=0,
+        allow_inf_nan=False,
         le=3_600_000,
         description="re-rank the head of the candidate list as deep as fits this end-to-end budget; "
         "the tail keeps first-stage order",
@@ -102,7 +105,35 @@ class RerankResponse(BaseModel):
 
 # ---- ad-hoc texts: Cohere v1/v2, Jina, Voyage (/v1/rerank, /v2/rerank), TEI, vLLM, Infinity (/rerank) --------
 
-Document = str | dict[str, Any]
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _readable(document: Any) -> Any:
+    """Refuse a document holding what can be neither tokenized nor echoed back as JSON: a lone UTF-16 surrogate
+    (in a string or a key, anywhere in an object document) or a NaN or infinite number."""
+    stack = [document]
+    while stack:  # nesting is bounded before parsing (services/jsonguard.py)
+        value = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                raise ValueError(
+                    "holds a lone UTF-16 surrogate (e.g. \\ud83d, half of an emoji cut in two), which is not a "
+                    "character: send whole characters"
+                )
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValueError(
+                    "holds NaN or an infinite number, which JSON does not have: send null instead"
+                )
+        elif isinstance(value, dict):
+            stack.extend(value)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return document
+
+
+Document = Annotated[str | dict[str, Any], AfterValidator(_readable)]
 
 
 class DocumentsRequest(BaseModel):

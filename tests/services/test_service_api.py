@@ -154,6 +154,32 @@ def test_time_budget_keeps_the_tail_in_bm25_order(client, backend):
     assert [x["docid"] for x in roomy["results"]] == [x["docid"] for x in full["results"]]
 
 
+def test_a_budget_that_plans_nothing_probes_a_small_chunk_and_the_model_falls_back(client, backend):
+    """A latency model fitted far too high (a warm-up on a busy machine) plans nothing for a 200 ms budget: once
+    no chunk has been timed for PROBE_AFTER_S, a budgeted request re-ranks one small chunk, and the requests
+    scored (with a budget or without) bring the model back until the budget re-ranks candidates again."""
+    from aheadrank.services import budget
+
+    model = backend.latency
+    saved = (model.per_doc_s, model.per_chunk_s, model.timed_at)
+    try:
+        # 1000 s a chunk and 1 s a document: nothing fits a 60 s budget; just timed
+        model.per_doc_s, model.per_chunk_s, model.timed_at = 1.0, 1000.0, time.monotonic()
+        body = rerank(client, depth=100, time_budget_ms=60_000).json()
+        assert body["reranked"] == 0 and body["budget"]["planned_depth"] == 0
+        model.timed_at -= budget.PROBE_AFTER_S + 1
+        body = rerank(client, depth=100, time_budget_ms=60_000).json()
+        assert body["reranked"] == max(1, backend.settings.batch_size // 16)
+        assert model.per_chunk_s < 1000.0  # the probe's cost was observed
+        for _ in range(60):  # requests without a budget are timed too
+            rerank(client, depth=100)
+            if model.predict(100) < 5.0:
+                break
+        assert rerank(client, depth=100, time_budget_ms=60_000).json()["reranked"] == 100
+    finally:
+        model.per_doc_s, model.per_chunk_s, model.timed_at = saved
+
+
 def test_time_budget_is_honoured_on_a_slow_model(service_env):
     """A model slowed by at least 1 ms per candidate: a budget re-ranks a head of the list, never all of it,
     and never more than fits the budget plus the one chunk that may have started just before the deadline.
@@ -253,6 +279,13 @@ def test_raw_body_problems(client):
     assert r.status_code == 400 and "UTF-8" in r.json()["error"]
     r = client.post("/v1/rerank", content=b'{"query": ', headers=h)
     assert r.status_code == 422 and r.json()["kind"] == "validation"
+    r = client.post("/v2/rerank", content=b'{"query": "q" "documents": ["a"]}', headers=h)
+    said = r.json()["error"]  # where parsing stopped, and why: not a number that reads like a field name
+    assert r.status_code == 422 and said.startswith(
+        "the body is not valid JSON at character 14: Expecting"
+    ), said
+    r = client.post("/v1/rerank", content=b'{"query": "q", "time_budget_ms": NaN}', headers=h)
+    assert r.status_code == 422 and "finite" in r.json()["error"], r.text
     r = client.post(
         "/v1/rerank", content=b"query=smoking", headers={"content-type": "application/x-www-form-urlencoded"}
     )
@@ -481,6 +514,29 @@ def test_latency_model_plans_within_the_budget():
     m.observe(100, 0.1)  # much slower than believed: believed at once (half way)
     assert m.per_doc_s > 4e-4
     assert torch.get_num_threads() >= 1
+
+
+def test_latency_model_is_not_set_by_a_busy_moment_and_falls_back_when_chunks_run_faster():
+    """The fit takes each size's fastest repeat (a repeat slowed by other work is not the ranker's cost); an
+    estimate too high (fitted on a busy machine) falls back as scored chunks run faster; where it plans nothing,
+    a request with time left probes one small chunk once no chunk has been timed for PROBE_AFTER_S."""
+    from aheadrank.services import budget
+
+    m = budget.LatencyModel(batch=128, safety=1.0)
+    samples = [(8, 0.0018), (32, 0.0042), (64, 0.0074), (128, 0.0138)]  # 1 ms + 0.1 ms per document
+    m.fit([*samples, (32, 0.3), (128, 0.9)])  # two repeats slowed by a busy machine
+    assert m.per_doc_s == pytest.approx(1e-4) and m.per_chunk_s == pytest.approx(1e-3)
+    m.fit([(n, 20 * t) for n, t in samples])  # fitted on a machine busy throughout: 20x too slow
+    assert m.depth_for(0.02, 300) == 0  # a 20 ms budget plans nothing
+    assert m.probe_size(0.02) == 0  # just timed (the fit): no probe yet
+    later = m.timed_at + budget.PROBE_AFTER_S + 1
+    assert m.probe_size(0.02, now=later) == 8 and m.probe_size(-0.001, now=later) == 0
+    for _ in range(
+        30
+    ):  # the chunks requests score run at the true cost (the excess falls by a quarter a chunk)
+        m.observe(128, 0.0138)
+    assert m.predict(128) == pytest.approx(0.0138, rel=0.1)
+    assert m.depth_for(0.02, 300) > 0
 
 
 def test_deadline_answers_504_and_stops_the_work(service_env):

@@ -84,12 +84,13 @@ def test_a_request_mixing_stored_and_unknown_texts_encodes_only_the_unknown(spie
 
 
 def test_a_blank_text_ranks_last_unscored_and_the_others_score_as_without_it(spied):
-    """An empty or whitespace-only text holds nothing to match: it is never encoded, ranks after every other text
-    with relevance_score 0.0 (TEI's raw score BLANK_SCORE), and the others score as if it had not been sent."""
+    """A text that makes no word piece (empty, spaces, zero-width or control characters only) holds nothing to
+    match: it is never encoded, ranks after every other text with relevance_score 0.0 (TEI's raw score
+    BLANK_SCORE), and the others score as if it had not been sent."""
     from aheadrank.services.backend import BLANK_SCORE
 
     backend, encoded = spied
-    texts = [UNKNOWN[0], "", UNKNOWN[1], " \n\t "]
+    texts = [UNKNOWN[0], "\u200b\u0000\u0001", UNKNOWN[1], " \n\t "]
     scores, _ = backend.score_texts(QUERY, texts)
     alone, _ = backend.score_texts(QUERY, [UNKNOWN[0], UNKNOWN[1]])
     assert scores[1] == scores[3] == BLANK_SCORE < min(alone)
@@ -233,5 +234,42 @@ def test_a_store_without_text_digests_still_serves(service_env, collection_texts
         native = backend.rerank(QUERY, ids, 20, None, 0.0, _clock())
         stored = {d: s for d, s, _ in native.ranked}
         assert [stored[d] for d in ids] == pytest.approx(scores, abs=5e-3 * scale)  # float16 store
+    finally:
+        backend.close()
+
+
+def test_what_cannot_be_tokenized_or_echoed_is_refused_naming_it(service_env):
+    """A query that makes no word piece, a document holding a lone UTF-16 surrogate (in its text, a field or a key)
+    or a NaN / infinite number (echoed back with return_documents): 422 naming what is wrong, on every ad-hoc
+    endpoint, where they were a ranking by [UNK] or a 500. A whole emoji (an escaped surrogate pair) is fine."""
+    backend = make_backend(service_env)
+    raw = [
+        ('{"query": "\\u200b\\u200b", "documents": ["lung cancer"]}', "query: makes no word piece"),
+        ('{"query": "lung", "documents": ["a", "smoking \\ud800 kills"]}', "documents.1"),
+        (
+            '{"query": "lung", "documents": [{"text": "a", "id": "\\udc00"}], "return_documents": true}',
+            "documents.0",
+        ),
+        ('{"query": "lung", "documents": [{"text": "a", "\\ud83d": 1}]}', "documents.0"),
+        ('{"query": "lung", "documents": [{"text": "a", "score": NaN}], "return_documents": true}', "NaN"),
+        (
+            '{"query": "lung", "documents": [{"text": "a", "m": {"x": [1e999]}}], "return_documents": true}',
+            "NaN",
+        ),
+    ]
+    try:
+        with TestClient(create_app(backend)) as c:
+            for path in ("/v1/rerank", "/v2/rerank", "/rerank"):
+                for body, said in raw:
+                    r = c.post(path, content=body, headers={"content-type": "application/json"})
+                    assert r.status_code == 422 and said in r.json()["error"], (path, body, r.text)
+            r = c.post(
+                "/v2/rerank",
+                json={"query": "lung", "documents": ["smoking \U0001f600 kills"], "return_documents": True},
+            )
+            assert r.status_code == 200, r.text
+            assert r.json()["results"][0]["document"]["text"] == "smoking \U0001f600 kills"
+            assert c.get("/ready").status_code == 200
+            assert 'aheadrank_errors_total{kind="internal"}' not in c.get("/metrics").text
     finally:
         backend.close()
