@@ -52,17 +52,22 @@ class TextEncoder:
         ASCII character is not blank, without tokenizing it."""
         out = [_ASCII_VISIBLE.search(t) is None for t in texts]
         check = [i for i, maybe in enumerate(out) if maybe]
-        if check:
-            enc = self.tokenizer(
-                [texts[i] for i in check],
-                add_special_tokens=False,
-                return_attention_mask=False,
-                return_token_type_ids=False,
-                verbose=False,
-            )["input_ids"]
-            for i, ids in zip(check, enc, strict=True):
-                out[i] = not ids
+        for i, ids in zip(check, self.all_pieces([texts[i] for i in check]), strict=True):
+            out[i] = not ids
         return out
+
+    def all_pieces(self, texts: Sequence[str]) -> list[list[int]]:
+        """Every word piece of each text, not truncated (to count them; no warning for a text longer than the
+        model reads: saying so is the caller's business)."""
+        if not texts:
+            return []
+        return self.tokenizer(
+            list(texts),
+            add_special_tokens=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            verbose=False,
+        )["input_ids"]
 
     def query_pieces(self, texts: Sequence[str]) -> list[list[int]]:
         return self.pieces(texts, self.max_query_len)

@@ -603,13 +603,7 @@ class RerankBackend:
         """(index, word pieces) of the texts longer than the model reads (``max_doc_len``): what TEI's
         ``truncate: false`` refuses instead of cutting."""
         text = self.ranker._text()
-        pieces = text.tokenizer(
-            list(texts),
-            add_special_tokens=False,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-            verbose=False,  # no "longer than the model's maximum" warning: saying so is this function's job
-        )["input_ids"]
+        pieces = text.all_pieces(texts)
         return [(i, len(p)) for i, p in enumerate(pieces) if len(p) > text.max_doc_len]
 
     def max_doc_len(self) -> int:

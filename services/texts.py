@@ -164,13 +164,7 @@ def stored_texts(backend, texts: list[str], max_pieces: int | None = None) -> li
         i for i, hit in enumerate(hits) if hit and max_pieces is not None and len(texts[i]) > max_pieces
     ]
     if longer:
-        pieces = backend.ranker._text().tokenizer(
-            [texts[i] for i in longer],
-            add_special_tokens=False,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-            verbose=False,
-        )["input_ids"]
+        pieces = backend.ranker._text().all_pieces([texts[i] for i in longer])
         for i, p in zip(longer, pieces, strict=True):
             hits[i] = len(p) <= max_pieces
     return hits
