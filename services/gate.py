@@ -15,7 +15,7 @@ from aheadrank.services.auth import PUBLIC, key_refusal
 from aheadrank.services.errors import error_response, log_internal
 from aheadrank.services.jsonguard import shape_problem
 from aheadrank.services.metrics import ServiceMetrics
-from aheadrank.services.shapes import ENDPOINTS
+from aheadrank.services.shapes import ENDPOINTS, SHAPES
 from starlette.datastructures import MutableHeaders
 
 access_log = logging.getLogger("aheadrank.access")
@@ -82,7 +82,8 @@ class Gate:
                 await error_response(rid, 400, message, "bad_framing", close)(scope, receive, send_with_id)
                 return
             ctype = headers.get("content-type", "").split(";")[0].strip().lower()
-            if scope.get("method") == "POST" and ctype != "application/json" and not ctype.endswith("+json"):
+            json_body = scope.get("method") == "POST" and path in SHAPES  # else the router's 404 / 405 first
+            if json_body and ctype != "application/json" and not ctype.endswith("+json"):
                 said = f"not {ctype!r}" if ctype else "and the request has none"
                 await reject(415, f"Content-Type must be application/json, {said}", "content_type")
                 return

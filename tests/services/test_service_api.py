@@ -298,6 +298,9 @@ def test_raw_body_problems(client):
     assert r.status_code == 405 and r.json()["error"]
     r = client.get("/nowhere")
     assert r.status_code == 404 and r.json()["error"]
+    form = {"content-type": "text/plain"}  # a wrong path or method is said before a wrong Content-Type
+    assert client.post("/nowhere", content=b"x", headers=form).status_code == 404
+    assert client.post("/health", content=b"x", headers=form).status_code == 405
 
 
 def test_request_id_is_echoed_and_info_metrics_health(client, backend, service_env):
