@@ -34,6 +34,7 @@ shards, training's ``train-state.pt``, removed once the train stage is done: :fu
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import json
 import logging
@@ -207,6 +208,33 @@ def plan_variant(plan: BuildPlan):
     return _variant(plan.ranker)
 
 
+def check_plan(plan: BuildPlan) -> None:
+    """What the build would otherwise find wrong only at its queries or train stage, minutes in: the ranker (and its
+    options within bounds on this base: its config only, no weights), the recipe, the labels' split, the base and
+    the ``--init`` checkpoint (a build folder is pointed at its ``checkpoint/``)."""
+    from aheadrank.rankers.checkpoint import load_config
+    from aheadrank.rankers.recipe import recipe_for
+
+    variant = plan_variant(plan)
+    judged_split(plan.collection, plan.labels)
+    recipe_for(plan.device, plan.recipe)
+    try:
+        variant.field_dims(plan.base)
+    except AheadrankError:
+        raise
+    except (ValueError, OSError) as exc:
+        raise AheadrankError(
+            f"--ranker {plan.ranker} on --base {plan.base or 'the packaged base'}: {exc}"
+        ) from exc
+    if plan.init:
+        init = Path(plan.init)
+        if (init / BUILD_FILE).is_file() and (init / "checkpoint").is_dir():
+            raise AheadrankError(
+                f"--init {init} is a build folder: give its checkpoint, --init {init / 'checkpoint'}"
+            )
+        load_config(init)  # a CheckpointError naming what is missing
+
+
 def paths(out: str | Path) -> dict[str, Path]:
     d = Path(out)
     return {
@@ -329,12 +357,22 @@ def stores_passages(plan: BuildPlan) -> bool:
 
 def judged_split(collection: str | Path, labels: str) -> str | None:
     """The qrels split the build trains on, or None for the label-free recipe."""
+    from aheadrank.indexer.topics import qrels_file, qrels_splits
+
     if labels == "none":
         return None
+    if labels == "test":
+        raise AheadrankError(
+            "--labels test: refusing to train on the test split (a ranker trained and fitted on the queries it is "
+            "then evaluated on); give the training split, or none for the label-free recipe"
+        )
     split = "train" if labels == "auto" else labels
-    found = (Path(collection) / "qrels" / f"{split}.tsv").is_file()
+    found = qrels_file(collection, split) is not None
     if labels != "auto" and not found:
-        raise AheadrankError(f"--labels {labels}: {collection} has no qrels/{split}.tsv")
+        held = ", ".join(qrels_splits(collection)) or "none"
+        raise AheadrankError(
+            f"--labels {labels}: {collection} has no qrels/{split}.tsv (its qrels/ holds: {held})"
+        )
     return split if found else None
 
 
@@ -897,6 +935,7 @@ def workload(plan: BuildPlan, collection: dict):
     """What the build has to do (:class:`aheadrank.buildtime.Workload`), from the plan and the collection stage's
     record (its documents and their mean length)."""
     from aheadrank.buildtime import Workload, cost_key, judged_queries
+    from aheadrank.indexer.topics import read_qrels
     from aheadrank.rankers.recipe import POOL_DOCS, recipe_for, resolve_training
     from aheadrank.rankers.training import saved_step
 
@@ -913,7 +952,9 @@ def workload(plan: BuildPlan, collection: dict):
     return Workload(
         documents=docs,
         mean_words=float(collection["mean_words"]),
-        queries=min(plan.max_queries, docs) if split is None else judged_queries(plan.collection, split),
+        queries=min(plan.max_queries, docs)
+        if split is None
+        else judged_queries(functools.partial(read_qrels, plan.collection, split)),
         steps=steps,
         cost=cost_key(variant.kind, variant.options),
         window=window,
@@ -1059,7 +1100,7 @@ def build(
             )
     if until is not None and until not in STAGES:
         raise AheadrankError(f"unknown stage {until!r}: one of {', '.join(STAGES)}")
-    plan_variant(plan)  # an unknown ranker (or labels split, or base) fails before any work
+    check_plan(plan)  # an unknown ranker, recipe, labels split, base or --init fails before any work
     check_device(plan.device)
     out = plan.directory()
     made = not out.exists()
@@ -1067,6 +1108,12 @@ def build(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file in the way, a read-only parent: one line, nothing written
         raise AheadrankError(f"cannot make the build folder --out {out}: {describe(exc)}") from exc
+    if not made and not (out / BUILD_FILE).is_file() and paths(out)["checkpoint"].exists():
+        # the train stage writes checkpoint/ over what is there: never over a checkpoint no build recorded
+        raise AheadrankError(
+            f"--out {out} holds a checkpoint/ but no {BUILD_FILE}: not a build's, and the train stage would replace "
+            "it; give a new or empty --out (or the folder of the build to resume)"
+        )
     try:
         # one build of a directory at a time: a second would redo the stages the first has not recorded yet (BM25
         # and the pseudo-queries rewritten under it) and the two would overwrite each other's build.json

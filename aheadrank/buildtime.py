@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -259,13 +259,15 @@ def cost_key(kind: str, options: dict) -> str:
     return kind if kind in KIND_COST else "mores"
 
 
-def judged_queries(collection: str | Path, split: str) -> int:
-    """Distinct queries of ``qrels/<split>.tsv`` (0 when it cannot be read: the estimate only)."""
+def judged_queries(qrels: Callable[[], dict]) -> int:
+    """Distinct judged queries of a split, from ``qrels`` (its reader; 0 when it cannot be read: the estimate
+    only)."""
+    from aheadrank.errors import AheadrankError
+
     try:
-        lines = (Path(collection) / "qrels" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()
-    except OSError:
+        return len(qrels())
+    except (AheadrankError, OSError):
         return 0
-    return len({ln.split("\t", 1)[0] for ln in lines[1:] if ln.strip()})
 
 
 def duration(seconds: float) -> str:

@@ -26,3 +26,8 @@ class StoreDamagedError(StoreError):
     def __init__(self, message: str, files: list[str] | None = None):
         super().__init__(message)
         self.files = list(files or [])
+
+
+class TrainingError(AheadrankError, ValueError):
+    """Training that cannot start or go on as asked: no trainable query, a state written for another run, a loss
+    that is no longer a number."""

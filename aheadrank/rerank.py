@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aheadrank.errors import StoreError
+from aheadrank.errors import AheadrankError, StoreError
 from aheadrank.evaluation import by_score
 from aheadrank.passages import DEFAULT_AGGREGATION, DEFAULT_MAX_PASSAGES
 from aheadrank.priors import Priors, subset_key
@@ -514,7 +514,10 @@ def fit_checkpoint_priors(
         checkpoint, store, queries, candidates, qrels, device, progress, verify_store=verify_store
     )
     if not feats:
-        raise ValueError("no validation query has a judged-relevant document among its candidates")
+        raise AheadrankError(
+            f"none of the {len(queries):,} validation queries has a judged-relevant document among its BM25 "
+            "candidates: nothing to fit the priors on (another split, --all-queries, or a deeper --depth?)"
+        )
     priors = fit_priors(feats, dense, fitted_on)
     # the absolute score: "neural" and "neural+dense" are what ad-hoc texts have (no BM25 outside the index)
     priors.calibration = fit_calibration(feats, fitted_on).to_dict()

@@ -48,6 +48,21 @@ def build_training_data(
 
     queries, qrels = read_beir_split(collection, split)
     texts = {d.docid: d.text for d in Collection(collection)}
+    relevant = {d for judged in qrels.values() for d, grade in judged.items() if grade > 0}
+    unknown = sorted(relevant - set(texts))
+    if relevant and len(unknown) == len(relevant):
+        from aheadrank.errors import AheadrankError
+
+        raise AheadrankError(
+            f"none of the {len(relevant):,} documents qrels/{split}.tsv judges relevant is in the collection {collection} "
+            f"(e.g. {unknown[0]!r}): the judgements of another collection?"
+        )
+    if unknown:
+        log.warning(
+            "%d of the %d documents qrels/%s.tsv judges relevant are not in the collection %s (e.g. %r): their "
+            "judgements are left out of training",
+            len(unknown), len(relevant), split, collection, unknown[0],
+        )  # fmt: skip
     cands = (search or _bm25_search(index))(queries, depth)
     return TrainingData(texts, queries, qrels, {q: [d for d, _ in hits] for q, hits in cands.items()})
 

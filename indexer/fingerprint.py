@@ -28,7 +28,7 @@ def read_files(collection: str | Path, split: str | None) -> dict[str, Path | No
     trained on the qrels ``split`` its queries and ``qrels/<split>.tsv`` (listed as None while absent, so that one
     added later is a change: ``--labels auto`` would then train on it)."""
     from aheadrank.indexer.collections import resolve_files
-    from aheadrank.indexer.topics import QUERY_NAMES
+    from aheadrank.indexer.topics import QUERY_NAMES, qrels_file
 
     root = Path(collection)
     files: dict[str, Path | None] = {}
@@ -39,8 +39,8 @@ def read_files(collection: str | Path, split: str | None) -> dict[str, Path | No
             if (root / name).is_file():
                 files[name] = root / name
                 break
-        qrels = root / "qrels" / f"{split}.tsv"
-        files[f"qrels/{split}.tsv"] = qrels if qrels.is_file() else None
+        qrels = qrels_file(root, split)  # qrels/<split>.tsv, or its .gz / .zst / .txt form
+        files[f"qrels/{qrels.name if qrels else f'{split}.tsv'}"] = qrels
     return files
 
 

@@ -100,6 +100,35 @@ def _grade(value: str) -> int:
     return int(number)
 
 
+# a BEIR directory's qrels/<split> file, the first of these found (read_qrels, training, the build)
+QRELS_SUFFIXES = (".tsv", ".tsv.gz", ".tsv.zst", ".txt")
+
+
+def qrels_file(directory: str | Path, split: str) -> Path | None:
+    """``qrels/<split>.tsv`` of a BEIR directory, or its ``.gz`` / ``.zst`` / ``.txt`` form; None when it has none."""
+    folder = Path(directory) / "qrels"
+    return next((folder / f"{split}{s}" for s in QRELS_SUFFIXES if (folder / f"{split}{s}").is_file()), None)
+
+
+def qrels_splits(directory: str | Path) -> list[str]:
+    """The splits a BEIR directory's ``qrels/`` folder holds judgements for."""
+    folder = Path(directory) / "qrels"
+    if not folder.is_dir():
+        return []
+    found = {f.name[: -len(s)] for f in folder.iterdir() for s in QRELS_SUFFIXES if f.name.endswith(s)}
+    return sorted(found)
+
+
+def qrels_path(path: str | Path, split: str = "test") -> Path:
+    """The qrels file :func:`read_qrels` reads: ``path`` itself, or a BEIR directory's (or its ``qrels/`` folder's)
+    ``<split>`` file; a CollectionError where there is none."""
+    path = Path(path)
+    if path.is_dir():  # a BEIR directory, or its qrels/ folder itself
+        folder = path / "qrels" if (path / "qrels").is_dir() or path.name != "qrels" else path
+        path = _existing(folder, *(f"{split}{s}" for s in QRELS_SUFFIXES))
+    return _existing(path)
+
+
 def read_qrels(path: str | Path, split: str = "test") -> Qrels:
     """Read judgements into ``{qid: {docid: grade}}`` (grades kept as given, negative ones included).
 
@@ -107,10 +136,7 @@ def read_qrels(path: str | Path, split: str = "test") -> Qrels:
     directory, in which case ``qrels/<split>.tsv`` is read. Repeating a judgement with the same grade is
     allowed; with a different grade it is an error.
     """
-    path = Path(path)
-    if path.is_dir():
-        path = _existing(path / "qrels", f"{split}.tsv", f"{split}.tsv.gz", f"{split}.txt")
-    path = _existing(path)
+    path = qrels_path(path, split)
     qrels: Qrels = {}
     for lineno, line in _text_lines(path):
         columns = line.split()

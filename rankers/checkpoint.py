@@ -38,6 +38,31 @@ TOKENIZER_FINGERPRINT_FILES = (*TOKENIZER_FILES, "added_tokens.json")
 log = logging.getLogger("aheadrank.rankers")
 
 
+def fingerprint_record(path: str | os.PathLike) -> dict:
+    """A checkpoint's ``fingerprint.json`` as a dict; a CheckpointError naming the checkpoint where it is missing,
+    not JSON or not an object."""
+    fp = Path(path) / "fingerprint.json"
+    if not fp.is_file():
+        raise CheckpointError(f"{path} is not a checkpoint: fingerprint.json is missing")
+    try:
+        record = json.loads(fp.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"checkpoint {path}: fingerprint.json cannot be read ({exc}): restore it"
+        ) from exc
+    if not isinstance(record, dict) or not isinstance(record.get("sha256"), str):
+        raise CheckpointError(f"checkpoint {path}: fingerprint.json is not a fingerprint record: restore it")
+    return record
+
+
+def _write_record(path: Path, record: dict) -> None:
+    """``fingerprint.json`` replaced atomically; a CheckpointError where the checkpoint cannot be written."""
+    try:
+        atomic_write_text(path / "fingerprint.json", json.dumps(record, indent=2))
+    except OSError as exc:
+        raise CheckpointError(f"cannot write the checkpoint {path}: {describe(exc)}") from exc
+
+
 def write_priors(path: str | os.PathLike, priors: dict) -> str:
     """Write ``priors.json`` into a checkpoint and record its sha256 in ``fingerprint.json``.
 
@@ -47,16 +72,16 @@ def write_priors(path: str | os.PathLike, priors: dict) -> str:
     that loads with one consistent ``priors.json``: (1) the new digest is recorded as pending beside the
     old one, (2) ``priors.json`` is replaced, (3) the new digest becomes the only one. Returns it."""
     path = Path(path)
-    fp_path = path / "fingerprint.json"
-    if not fp_path.is_file():
-        raise CheckpointError(f"{path} is not a checkpoint: fingerprint.json is missing")
-    record = json.loads(fp_path.read_text())
+    record = fingerprint_record(path)
     text = json.dumps(priors, indent=2, sort_keys=True) + "\n"
     digest = hashlib.sha256(text.encode()).hexdigest()
-    atomic_write_text(fp_path, json.dumps({**record, "priors_pending_sha256": digest}, indent=2))
-    atomic_write_text(path / PRIORS_FILE, text)
+    _write_record(path, {**record, "priors_pending_sha256": digest})
+    try:
+        atomic_write_text(path / PRIORS_FILE, text)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write the checkpoint {path}: {describe(exc)}") from exc
     record.pop("priors_pending_sha256", None)
-    atomic_write_text(fp_path, json.dumps({**record, "priors_sha256": digest}, indent=2))
+    _write_record(path, {**record, "priors_sha256": digest})
     return digest
 
 
@@ -64,7 +89,7 @@ def read_priors_json(path: str | os.PathLike, verify: bool = True) -> dict | Non
     """The checkpoint's ``priors.json`` (verified against ``fingerprint.json``), or None without one."""
     path = Path(path)
     file = path / PRIORS_FILE
-    record = json.loads((path / "fingerprint.json").read_text())
+    record = fingerprint_record(path)
     expected = record.get("priors_sha256")
     pending = record.get("priors_pending_sha256")  # write_priors stopped between its steps
     if not file.is_file():
@@ -97,7 +122,7 @@ def check_tokenizer(path: str | os.PathLike) -> str | None:
     """Refuse a checkpoint whose tokenizer files are not the recorded ones (CheckpointError); a warning
     (returned, and logged) for a checkpoint written before they were recorded."""
     path = Path(path)
-    record = json.loads((path / "fingerprint.json").read_text())
+    record = fingerprint_record(path)
     expected = record.get("tokenizer_sha256")
     if expected is None:
         notice = (
@@ -122,7 +147,7 @@ def record_tokenizer(path: str | os.PathLike, replace: bool = False) -> str:
     recorded and different is refused unless ``replace`` (then stores built with the old tokenizer no longer
     match what the checkpoint reads: rebuild them). Returns the fingerprint."""
     path = Path(path)
-    record = json.loads((path / "fingerprint.json").read_text())
+    record = fingerprint_record(path)
     digest, names = tokenizer_fingerprint(path)
     old = record.get("tokenizer_sha256")
     if old is not None and old != digest and not replace:
@@ -130,10 +155,7 @@ def record_tokenizer(path: str | os.PathLike, replace: bool = False) -> str:
             f"checkpoint {path}: its tokenizer files differ from the recorded ones; restore them, or pass "
             "--replace to record these (and rebuild every store built by this checkpoint)"
         )
-    atomic_write_text(
-        path / "fingerprint.json",
-        json.dumps({**record, "tokenizer_sha256": digest, "tokenizer_files": names}, indent=2),
-    )
+    _write_record(path, {**record, "tokenizer_sha256": digest, "tokenizer_files": names})
     return digest
 
 
@@ -149,10 +171,7 @@ def compute_fingerprint(path: str | os.PathLike) -> str:
 
 def read_fingerprint(path: str | os.PathLike) -> str:
     """The recorded fingerprint of a checkpoint (not recomputed)."""
-    fp = Path(path) / "fingerprint.json"
-    if not fp.is_file():
-        raise CheckpointError(f"{path} is not a checkpoint: fingerprint.json is missing")
-    return json.loads(fp.read_text())["sha256"]
+    return fingerprint_record(path)["sha256"]
 
 
 def build_ranker(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -235,6 +236,16 @@ def check_training_options(given: dict[str, Any]) -> None:
                       ("queries_per_step", 1), ("grad_accum", 1), ("val_depth", 1), ("neg_depth", 1)):  # fmt: skip
         if name in v and v[name] < low:
             raise AheadrankError(f"{name} must be {low} or more, got {v[name]}")
+    # the float options: a NaN or an infinity, a negative weight or a zero temperature trains a broken model
+    for name, low, above in (("lr", 0.0, False), ("fresh_lr", 0.0, False), ("weight_decay", 0.0, False),
+                             ("warmup", 0.0, False), ("distill_weight", 0.0, False), ("listwise_weight", 0.0, False),
+                             ("ce_weight", 0.0, False), ("listwise_temperature", 0.0, True),
+                             ("max_grad_norm", 0.0, True)):  # fmt: skip
+        if name in v and not (math.isfinite(v[name]) and (v[name] > low if above else v[name] >= low)):
+            bound = f"above {low:g}" if above else f"{low:g} or more"
+            raise AheadrankError(f"--{name.replace('_', '-')} must be a finite number {bound}, got {v[name]}")
+    if "warmup" in v and v["warmup"] >= 1:
+        raise AheadrankError(f"--warmup is a fraction of the steps, below 1, got {v['warmup']}")
 
 
 def resolve_training(

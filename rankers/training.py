@@ -30,6 +30,7 @@ from aheadrank.rankers.checkpoint import save_checkpoint
 from aheadrank.rankers.spec import option
 from aheadrank.rankers.text import pad
 
+from aheadrank.errors import TrainingError
 from aheadrank.fsfaults import atomic_write, atomic_write_text
 
 log = logging.getLogger("aheadrank.train")
@@ -140,6 +141,7 @@ class TrainResult:
     best_step: int
     seconds: float
     history: list[dict] = field(default_factory=list)
+    validated: bool = True  # False: no held-out queries, best_metric is the last step's negative loss
 
 
 def split_queries(data: TrainingData, n_val: int, seed: int) -> tuple[list[str], list[str]]:
@@ -213,9 +215,18 @@ def rerank_queries(ranker: Ranker, data: TrainingData, qids: list[str], depth: i
 
 
 def validation_metric(run: dict, qrels: dict) -> float:
+    """nDCG@10 of ``run``; −inf where a score is not a finite number (weights gone NaN never count as better)."""
     from aheadrank.evaluation import evaluate
 
+    if not all(math.isfinite(s) for scores in run.values() for s in scores.values()):
+        return -math.inf
     return float(evaluate(run, {q: qrels[q] for q in run}, metrics=("ndcg_cut_10",))["ndcg_cut_10"])
+
+
+def has_negative(data: TrainingData, qid: str, depth: int) -> bool:
+    """Whether ``qid`` has a candidate that is not judged relevant among its first ``depth`` (a group needs one)."""
+    judged = data.qrels.get(qid, {})
+    return any(judged.get(d, 0) <= 0 for d in data.candidates.get(qid, [])[:depth])
 
 
 def listwise_kl(scores: torch.Tensor, target: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -350,13 +361,13 @@ def check_state_ranker(state: dict, ranker: Ranker, path: Path) -> None:
         diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         if diff:
             shown = ", ".join(f"{k} {theirs.get(k)!r} (this ranker: {mine.get(k)!r})" for k in diff[:4])
-            raise ValueError(f"{path} was written for another ranker: {shown}; {fix}")
+            raise TrainingError(f"{path} was written for another ranker: {shown}; {fix}")
         return
     have = {k: tuple(v.shape) for k, v in ranker.state_dict().items()}
     saved = {k: tuple(v.shape) for k, v in state["model"].items()}
     if have != saved:
         odd = sorted(set(have) ^ set(saved)) or sorted(k for k in have if have[k] != saved[k])
-        raise ValueError(
+        raise TrainingError(
             f"{path} was written for another ranker ({len(odd)} parameters differ, e.g. {odd[0]}); {fix}"
         )
 
@@ -379,8 +390,13 @@ def _train(
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     train_q, val_q = split_queries(data, cfg.val_queries, cfg.seed)
+    train_q = [q for q in train_q if has_negative(data, q, cfg.neg_depth)]
     if not train_q:
-        raise ValueError("no trainable queries: none has a judged-relevant document and a BM25 negative")
+        raise TrainingError(
+            "no trainable queries: none has a judged-relevant document of the collection and a BM25 negative among "
+            f"its first {cfg.neg_depth} candidates (do the qrels name this collection's documents? a larger "
+            "--neg-depth?)"
+        )
     if cfg.negatives not in NEGATIVE_SAMPLING:
         raise ValueError(f"negatives are sampled {' or '.join(NEGATIVE_SAMPLING)}, not {cfg.negatives!r}")
     counts = candidate_counts(data, train_q, cfg.neg_depth) if cfg.negatives == "spread" else None
@@ -405,8 +421,12 @@ def _train(
     if resume and state_path.is_file():
         state = torch.load(state_path, map_location=device, weights_only=False)
         if state["config"] != asdict(cfg):
-            raise ValueError(
-                f"{state_path} was written with another training config; delete it to start over"
+            theirs, mine = state["config"], asdict(cfg)
+            diff = sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k))
+            shown = ", ".join(f"{k} {theirs.get(k)!r} (now {mine.get(k)!r})" for k in diff[:4])
+            raise TrainingError(
+                f"{state_path} was written with another training config: {shown}; give the same options to resume, "
+                "or delete it to start over"
             )
         check_state_ranker(state, ranker, state_path)
         ranker.load_state_dict(state["model"])
@@ -455,6 +475,13 @@ def _train(
             scaler.scale(loss / cfg.grad_accum).backward()
             total += loss.item() / cfg.grad_accum
             seen += len(groups) * cfg.group_size
+        if not use_amp and not math.isfinite(total):  # (float16 on CUDA: the loss scaler skips such a step)
+            bar.close()
+            raise TrainingError(
+                f"step {step + 1}: the loss is {total} (not a finite number), so the weights would be too: stopped "
+                f"with nothing of it saved; the best checkpoint so far stays at {out} (step {best_step}). A lower "
+                "--lr, or other loss weights or --listwise-temperature, may train"
+            )
         scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(ranker.parameters(), cfg.max_grad_norm)
         scaler.step(opt)
@@ -528,7 +555,7 @@ def _train(
         p.requires_grad_(True)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "train-history.json", json.dumps(history))
-    return TrainResult(step, best, best_step, time.perf_counter() - start, history)
+    return TrainResult(step, best, best_step, time.perf_counter() - start, history, validated=bool(val_q))
 
 
 def pretrain_compressor(

@@ -807,3 +807,52 @@ def test_a_store_that_cannot_fit_is_refused_before_it_writes_and_the_build_resum
     assert build_module.piece_bytes(given, paths(out)["checkpoint"]) == build_module.piece_bytes(given) == 64
     # the estimate is from the mean length and leaves out the bi-encoder's windows: the same order as the bytes written
     assert 0.25 < store["store_bytes_estimate"] / store["store_bytes"] < 4, store
+
+
+def test_a_label_free_builds_priors_refit_on_judged_queries_says_to_use_all_of_them(
+    built, passages, tmp_path
+):
+    """`fit-priors` on a label-free build's checkpoint: its held-out queries are pseudo-queries, none judged, so
+    the line says to give --all-queries (a ValueError traceback before)."""
+    out, _ = built
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    rows = [json.loads(line) for line in passages.read_text().splitlines()]
+    (beir / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": r["id"], "text": r["contents"]}) + "\n" for r in rows)
+    )
+    (beir / "queries.jsonl").write_text('{"_id": "q1", "text": "wing lift"}\n')
+    (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tp0\t1\n")
+    args = ["fit-priors", "--checkpoint", str(out / "checkpoint"), "--store", str(out / "store"),
+            "--collection", str(beir), "--index", str(out / "lucene"), "--no-progress"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert (
+        result.exit_code == 2 and "give --all-queries" in result.output and "Traceback" not in result.output
+    )
+
+
+def test_a_build_refuses_an_out_of_other_files_and_the_test_split(passages, tmp_path, tiny_base):
+    """--out a folder holding a checkpoint/ of its own and no build.json is refused before anything is written (the
+    train stage replaced it before); --labels test is refused."""
+    mine = tmp_path / "mine"
+    (mine / "checkpoint").mkdir(parents=True)
+    (mine / "checkpoint" / "config.json").write_text("{}")
+    with pytest.raises(AheadrankError, match=r"holds a checkpoint/ but no build.json: not a build's"):
+        build(plan(passages, mine, tiny_base), echo=lambda _: None)
+    assert sorted(p.name for p in mine.iterdir()) == ["checkpoint"]
+    with pytest.raises(AheadrankError, match="refusing to train on the test split"):
+        build(plan(passages, tmp_path / "t", tiny_base, labels="test"), echo=lambda _: None)
+    # what the queries or train stage found minutes in, refused before any stage
+    built_elsewhere = tmp_path / "b"
+    (built_elsewhere / "checkpoint").mkdir(parents=True)
+    (built_elsewhere / "build.json").write_text("{}")
+    for kw, said in (
+        ({"ranker": "mores-9ib-s2"}, "ibs"),
+        ({"recipe": "bogus"}, "unknown recipe 'bogus'"),
+        ({"init": str(tmp_path / "nowhere")}, "does not exist"),
+        ({"init": str(built_elsewhere)}, "is a build folder: give its checkpoint"),
+        ({"base": str(tmp_path / "nowhere")}, "nowhere"),
+    ):
+        with pytest.raises(AheadrankError, match=said):
+            build(plan(passages, tmp_path / "e", tiny_base, **kw), echo=lambda _: None)
+        assert not (tmp_path / "e").exists()

@@ -463,12 +463,29 @@ def test_cli_reads_beir_qrels_tsv_and_directories(files):
     for qrels_args in (
         ["--qrels", str(beir / "qrels" / "dev.tsv")],
         ["--qrels", str(beir), "--split", "dev"],
+        ["--qrels", str(beir / "qrels"), "--split", "dev"],  # its qrels/ folder itself
     ):
         result = runner.invoke(
             app, ["evaluate", "--run", str(files / "a.trec"), *qrels_args, "--json", str(out)]
         )
         assert result.exit_code == 0, result.output
         assert json.loads(out.read_text())["metrics"]["MRR@10"] == pytest.approx(0.75)
+    run = (files / "a.trec").read_bytes()
+    for onto in (files / "a.trec", beir / "qrels" / "dev.tsv"):  # --json never overwrites an input
+        args = [
+            "evaluate",
+            "--run",
+            str(files / "a.trec"),
+            "--qrels",
+            str(beir),
+            "--split",
+            "dev",
+            "--json",
+            str(onto),
+        ]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "is one of the inputs" in result.output
+    assert (files / "a.trec").read_bytes() == run and (beir / "qrels" / "dev.tsv").read_text() == tsv
 
 
 @pytest.mark.parametrize(

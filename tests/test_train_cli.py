@@ -167,3 +167,62 @@ def test_train_with_title_pseudo_queries_first_and_fitted_kernels(service_env, t
     assert load_ranker(out).config.extra["kernel_fit"]["pairs"] > 0
     refused = invoke(*args[:-1], "-1")
     assert refused.exit_code == 2 and "pseudo_steps must be 0 or more" in refused.output
+
+
+def test_train_refuses_the_wrong_judgments_and_a_checkpoint_it_did_not_write(
+    service_env, tiny_base, tmp_path
+):
+    """`train` refuses, in one line and before anything is written: the test split; a split qrels/ does not hold
+    (a typo trained label-free before); judgements none of whose documents is in the collection; --ranker other
+    than --init's kind (ignored before); an --out holding a checkpoint this command did not leave (replaced
+    before, a build's trained weights and priors with it) unless --overwrite. Compressed qrels are read."""
+    import gzip
+    import shutil
+
+    common = data_args(service_env)
+    args = [
+        "train", "--ranker", "tk", "--base", str(tiny_base), *common, "--layers", "1", "--steps", "1",
+        "--group-size", "3", "--queries-per-step", "2", "--eval-every", "1", "--val-queries", "4",
+        "--listwise-weight", "0",
+    ]  # fmt: skip
+    out = tmp_path / "tk"
+    for more, said in (
+        (["--split", "test"], "refusing to train on the test split"),
+        (["--split", "trian"], "has no qrels/trian.tsv (its qrels/ holds: test, train)"),
+    ):
+        result = invoke(*args, "--out", str(out), *more)
+        assert result.exit_code == 2 and said in result.output and "Traceback" not in result.output, (
+            result.output
+        )
+    result = invoke(
+        "train", "--ranker", "bert", "--init", str(service_env.checkpoint), *common, "--out", str(out)
+    )
+    assert result.exit_code == 2 and "is a mores checkpoint: give --ranker mores" in result.output
+    assert not out.exists()
+
+    mine = tmp_path / "mine"
+    shutil.copytree(service_env.checkpoint, mine)
+    weights = (mine / "model.safetensors").read_bytes()
+    result = invoke(*args, "--out", str(mine))
+    assert result.exit_code == 2 and "already exists (pass --overwrite" in result.output
+    assert (mine / "model.safetensors").read_bytes() == weights
+
+    beir = (
+        tmp_path / "beir"
+    )  # the sample with its judgements compressed, then with judgements of another corpus
+    (beir / "qrels").mkdir(parents=True)
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        shutil.copy(service_env.collection / name, beir / name)
+    judged = (service_env.collection / "qrels" / "train.tsv").read_bytes()
+    (beir / "qrels" / "train.tsv.gz").write_bytes(gzip.compress(judged))
+    result = invoke(*[a if a != str(service_env.collection) else str(beir) for a in args], "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "label-free" not in result.output and load_ranker(out).config.extra["train"]["val_qids"]
+    (beir / "qrels" / "train.tsv.gz").unlink()
+    (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n12\tNODOC1\t1\n15\tNODOC2\t1\n")
+    result = invoke(
+        *[a if a != str(service_env.collection) else str(beir) for a in args], "--out", str(tmp_path / "o")
+    )
+    assert (
+        result.exit_code == 2 and "none of the 2 documents qrels/train.tsv judges relevant" in result.output
+    )

@@ -88,8 +88,14 @@ def evaluate_cmd(
     from rich.table import Table
 
     from aheadrank.evaluation import coverage, paired_test, parse_metric, per_query, read_run
-    from aheadrank.indexer.topics import read_qrels
+    from aheadrank.indexer.topics import qrels_path, read_qrels
 
+    if json_out is not None:  # before anything is read: the JSON never lands on an input
+        inputs = [p for p in (run, qrels_path(qrels, split), compare) if p is not None]
+        if any(json_out.exists() and p.exists() and json_out.resolve() == p.resolve() for p in inputs):
+            raise AheadrankError(
+                f"--json {json_out} is one of the inputs (--run, --qrels or --compare): give another file"
+            )
     names = _split_list(metrics)
     if not names:
         raise AheadrankError("--metrics is empty")

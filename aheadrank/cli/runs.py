@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 import typer
@@ -30,7 +31,12 @@ def train_cmd(
     collection: Path = opt(..., "--collection", help="BEIR directory"),
     index: Path = opt(..., "--index", help="its BM25 Lucene index (negatives)"),
     out: Path = opt(..., "--out", help="checkpoint directory (best by validation)"),
-    split: str = opt("train", "--split"),
+    split: str | None = opt(
+        None,
+        "--split",
+        help="the qrels split to train on (default: train, or label-free where the collection has no qrels/train.tsv; "
+        "a split given must exist; never test)",
+    ),
     init: Path | None = opt(None, "--init", help="start from this checkpoint"),
     base: Path | None = opt(None, "--base"),
     recipe: str = opt(
@@ -48,6 +54,12 @@ def train_cmd(
     ),
     device: str = device_opt(),
     progress: bool = opt(True, "--progress/--no-progress"),
+    overwrite: bool = opt(
+        False,
+        "--overwrite",
+        help="replace a checkpoint already at --out (one this command left, with its OUT.train-state.pt beside it, "
+        "is resumed instead)",
+    ),
     *,
     ranker_options: dict,
     training: dict,
@@ -60,17 +72,38 @@ def train_cmd(
     (`aheadrank build` does this and everything around it in one command)."""
     from dataclasses import asdict
 
-    from aheadrank.rankers import init_ranker, load_ranker
+    from aheadrank.errors import AheadrankError
+    from aheadrank.indexer.topics import qrels_file, qrels_splits
+    from aheadrank.rankers import init_ranker, load_config, load_ranker
+    from aheadrank.rankers.checkpoint import check_replaceable
     from aheadrank.rankers.recipe import check_training_options, recipe_for, resolve_training, train_recipe
-    from aheadrank.rankers.training import TrainConfig
+    from aheadrank.rankers.training import TrainConfig, state_file
     from aheadrank.runs import build_pseudo_training_data, build_training_data
 
     cli_logging(logging.INFO)
     rec = recipe_for(device, recipe)
     check_training_options(training)  # before anything is read
+    # before anything is read: a checkpoint already at --out is this command's to resume, or replaced only if asked
+    check_replaceable(out, overwrite or state_file(out).is_file())
+    if split == "test":
+        raise AheadrankError(
+            "refusing to train on the test split (the queries the ranker is then evaluated on): give the training "
+            "split, or leave --split out"
+        )
+    if split is not None and qrels_file(collection, split) is None:
+        held = ", ".join(qrels_splits(collection)) or "none"
+        raise AheadrankError(
+            f"--split {split}: {collection} has no qrels/{split}.tsv (its qrels/ holds: {held})"
+        )
+    split = split or "train"
     seed = TrainConfig.seed if training["seed"] is None else training["seed"]
-    label_free = not (collection / "qrels" / f"{split}.tsv").is_file()
+    label_free = qrels_file(collection, split) is None
     if init is not None:
+        kind = load_config(init).kind
+        if ranker.value != kind:
+            raise AheadrankError(
+                f"--ranker {ranker.value}, but --init {init} is a {kind} checkpoint: give --ranker {kind}"
+            )
         model = load_ranker(init, device=device)
     else:
         options = rec.init_options(init_options(ranker.value, ranker_options), label_free=label_free)
@@ -144,7 +177,9 @@ def train_cmd(
             {
                 "out": str(out),
                 "steps": result.steps,
-                "best_val_ndcg10": result.best_metric,
+                "best_val_ndcg10": result.best_metric
+                if result.validated
+                else None,  # None: no held-out query
                 "best_step": result.best_step,
                 "seconds": round(result.seconds, 1),
             }
@@ -164,9 +199,9 @@ def pretrain_compressor_cmd(
         None, "--init", help="a PreTTR checkpoint to start from (else a fresh one, of --layer and --compress)"
     ),
     base: Path | None = opt(None, "--base"),
-    steps: int = opt(200, "--steps"),
+    steps: int = opt(200, "--steps", min=0),
     lr: float = opt(1e-3, "--lr"),
-    batch: int = opt(16, "--batch", help="(query, document) pairs per step"),
+    batch: int = opt(16, "--batch", min=1, help="(query, document) pairs per step"),
     seed: int = opt(0, "--seed"),
     device: str = device_opt(),
     overwrite: bool = opt(False, "--overwrite"),
@@ -186,9 +221,9 @@ def pretrain_compressor_cmd(
     from aheadrank.runs import build_training_data
 
     cli_logging(logging.INFO)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise AheadrankError(f"{out} exists and is not empty; pass --overwrite to replace it")
-    if overwrite:  # a folder that is not a checkpoint is refused before the training, not after it
+    if not (math.isfinite(lr) and lr >= 0):
+        raise AheadrankError(f"--lr must be a finite number, 0 or more, got {lr}")
+    if not (out.is_dir() and not any(out.iterdir())):  # an empty folder is free; the rest before the training
         check_replaceable(out, overwrite)
     if init is not None:
         model = load_ranker(init, device=device)
@@ -363,6 +398,12 @@ def fit_priors_cmd(
                 "give a split the ranker was not trained on with --split S --all-queries"
             )
         queries = {q: queries[q] for q in held_out if q in queries}
+        if not queries:
+            raise AheadrankError(
+                f"none of the {len(held_out):,} queries {checkpoint} held out is judged in qrels/{split}.tsv (a "
+                f"label-free build holds out pseudo-queries, e.g. {held_out[0]!r}): give --all-queries to fit on "
+                f"every judged query of --split {split}"
+            )
     cands = bm25_candidates(index, queries, depth)
     priors = fit_checkpoint_priors(
         checkpoint,

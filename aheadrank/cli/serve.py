@@ -40,6 +40,15 @@ class JsonLines(logging.Formatter):
         return json.dumps(out)
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _checked_level(value: str) -> str:
+    if value.lower() not in LOG_LEVELS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(LOG_LEVELS)}")
+    return value.lower()
+
+
 def configure_logging(level: str) -> None:
     from aheadrank.logs import CurrentStderr
 
@@ -134,7 +143,9 @@ def serve(
         "--api-keys-file",
         help="file of accepted Bearer keys (whitespace- or comma-separated, one or more a line; '#' comments)",
     ),
-    log_level: str = opt("info", "--log-level"),
+    log_level: str = opt(
+        "info", "--log-level", callback=_checked_level, help="debug, info, warning, error or critical"
+    ),
     *,
     service: dict,
 ) -> None:

@@ -282,3 +282,16 @@ def test_info_shows_names_not_server_paths(service_env):
     backend.close()
     for path in (service_env.checkpoint, service_env.store, service_env.lucene):
         assert str(path) not in text and str(path.parent) not in text
+
+
+def test_an_unknown_log_level_is_refused_as_the_option_is_read(service_env):
+    """--log-level (or AHEADRANK_LOG_LEVEL) outside debug..critical: a usage error naming the levels, before the
+    model loads (a ValueError traceback from logging before)."""
+    from typer.testing import CliRunner
+
+    from aheadrank.cli import app
+
+    for args, env in ((["--log-level", "verbose"], {}), ([], {"AHEADRANK_LOG_LEVEL": "loud"})):
+        out = CliRunner().invoke(app, ["serve", "--checkpoint", str(service_env.checkpoint), *args], env=env)
+        assert out.exit_code == 2 and "debug, info, warning, error, critical" in out.output, out.output
+        assert "Traceback" not in out.output

@@ -267,6 +267,25 @@ def test_an_old_checkpoint_loads_with_a_warning_until_its_tokenizer_is_recorded(
     assert out.exit_code != 0 and "--replace" in out.output, out.output
 
 
+@pytest.mark.parametrize("damage", ['{"sha256": "ab', "[1, 2]", '{"tokenizer_sha256": "x"}'])
+def test_a_damaged_fingerprint_record_is_one_line_everywhere_it_is_read(tokenizer_ckpt, tmp_path, damage):
+    """fingerprint.json cut short, not an object, or without its sha256: a CheckpointError naming the checkpoint
+    from loading, the tokenizer record and the priors' write (a JSONDecodeError / AttributeError before)."""
+    from aheadrank.rankers.checkpoint import record_tokenizer, write_priors
+
+    from aheadrank.cli import app
+
+    ck, _ = tokenizer_ckpt
+    bad = shutil.copytree(ck, tmp_path / "bad")
+    (bad / "fingerprint.json").write_text(damage)
+    for call in (load_ranker, record_tokenizer, lambda p: write_priors(p, {"weights": {}})):
+        with pytest.raises(CheckpointError, match=r"checkpoint .*bad: fingerprint.json"):
+            call(bad)
+    out = CliRunner().invoke(app, ["fingerprint-tokenizer", str(bad)])
+    assert out.exit_code == 2 and "fingerprint.json" in out.output and "Traceback" not in out.output
+    assert (bad / "fingerprint.json").read_text() == damage and not (bad / "priors.json").exists()
+
+
 # ---- issue 37, item 9: priors.json and fingerprint.json change together ---------------------------------
 _KILL_CHILD = """
 import os, signal, sys

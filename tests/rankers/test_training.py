@@ -497,3 +497,39 @@ def test_prettr_start_is_drawn_from_the_documents_not_their_copies(tiny_base, tm
     originals = [t for d, t in data.texts.items() if d not in copies]
     assert sorted(seen["pool"]) == sorted(originals)  # every document once (fewer than POOL_DOCS)
     assert len(seen["pca"]) == len(set(seen["pca"])) and set(seen["pca"]) <= set(originals)
+
+
+def test_a_loss_that_is_not_a_number_stops_training_and_keeps_the_best_checkpoint(
+    tiny_base, tmp_path, monkeypatch
+):
+    """A step whose loss is NaN or infinite (here: scores made NaN) stops the run with one error naming the step,
+    before the optimiser applies it; the checkpoint at --out stays the best one before it (the initial weights).
+    A validation whose scores are not finite never counts as an improvement."""
+    from aheadrank.rankers import training
+
+    from aheadrank.errors import TrainingError
+
+    ranker = init_ranker("tk", base=tiny_base, tk_heads=4, max_doc_len=32)
+    before = {k: v.clone() for k, v in ranker.state_dict().items()}
+    real = training.group_scores
+    monkeypatch.setattr(training, "group_scores", lambda *a, **k: real(*a, **k) * float("nan"))
+    cfg = TrainConfig(steps=3, group_size=3, queries_per_step=2, lr=1e-3, eval_every=1, val_queries=6)
+    with pytest.raises(TrainingError, match=r"step 1: the loss is nan .* stays at .*ckpt \(step 0\)"):
+        train(ranker, planted_data(), tmp_path / "ckpt", cfg, progress=False)
+    kept = load_ranker(tmp_path / "ckpt")
+    assert kept.config.extra["train"]["best_step"] == 0
+    assert all(torch.equal(v, before[k]) for k, v in kept.state_dict().items())
+    assert training.validation_metric({"q": {"a": float("nan"), "b": 1.0}}, {"q": {"b": 1}}) == float("-inf")
+
+
+def test_training_needs_a_negative_within_the_negative_depth(tiny_base, tmp_path):
+    """--neg-depth 1 where every query's first candidate is its relevant document: one error that says why (an
+    IndexError from sampling before)."""
+    from aheadrank.errors import TrainingError
+
+    data = planted_data()
+    data.candidates = {q: [next(iter(data.qrels[q])), *c] for q, c in data.candidates.items()}
+    ranker = init_ranker("tk", base=tiny_base, tk_heads=4, max_doc_len=32)
+    cfg = TrainConfig(steps=1, group_size=3, queries_per_step=2, val_queries=0, neg_depth=1)
+    with pytest.raises(TrainingError, match="among its first 1 candidates"):
+        train(ranker, data, tmp_path / "x", cfg, progress=False)
