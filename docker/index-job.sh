@@ -24,7 +24,7 @@
 #   AHEADRANK_LANGUAGE     BM25's analyzer: auto (the collection's language where it is French, German, Spanish,
 #                          Italian, Portuguese or Dutch, else English) or en, fr, de, es, it, pt, nl [auto]
 #   any other AHEADRANK_*  read by `aheadrank build` itself (AHEADRANK_BASE, AHEADRANK_DEVICE, AHEADRANK_MAX_QUERIES,
-#                          AHEADRANK_PRIORS, AHEADRANK_SEED, ...; see `aheadrank build --help`)
+#                          AHEADRANK_BUILD_PRIORS, AHEADRANK_SEED, ...; see `aheadrank build --help`)
 set -euo pipefail
 
 log() { printf '[index-job] %s\n' "$*"; }

@@ -19,8 +19,8 @@ from typing import Any
 
 def option(default: Any, help: str, **meta: Any) -> Any:
     """A dataclass field declaring one option: its default and help, plus optional ``flag`` (the CLI name,
-    e.g. ``"--layers"`` or ``"--tied/--untied"``; default ``--field-name``, ``--x/--no-x`` for a bool) and
-    ``choices``."""
+    e.g. ``"--layers"`` or ``"--tied/--untied"``; default ``--field-name``, ``--x/--no-x`` for a bool),
+    ``choices`` and ``env`` (its environment variable, where the default one means another thing elsewhere)."""
     return field(default=default, metadata={"help": help, **meta})
 
 
@@ -34,6 +34,9 @@ class OptionSpec:
     help: str
     flag: str  # "--name" or "--name/--negation" for a bool
     choices: tuple[str, ...] | None = None
+    env: str | None = (
+        None  # its environment variable where AHEADRANK_<NAME> means something else to another command
+    )
 
     @property
     def names(self) -> tuple[str, str | None]:
@@ -53,7 +56,8 @@ def option_specs(cls: type) -> list[OptionSpec]:
             flag = f"{flag}/--no-{flag[2:]}"
         default = f.default if f.default is not dataclasses.MISSING else None
         choices = f.metadata.get("choices")
-        out.append(OptionSpec(f.name, kind, default, f.metadata.get("help", ""), flag, choices))
+        env = f.metadata.get("env")
+        out.append(OptionSpec(f.name, kind, default, f.metadata.get("help", ""), flag, choices, env))
     return out
 
 

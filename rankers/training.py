@@ -50,7 +50,11 @@ class TrainConfig:
     grad_accum: int = option(1, "gradient accumulation: micro-batches per step")
     lr: float = option(3e-5, "learning rate")
     weight_decay: float = option(0.01, "AdamW weight decay")
-    warmup: float = option(0.1, "linear warm-up, as a fraction of the steps")
+    warmup: float = option(
+        0.1,
+        "linear warm-up, as a fraction of the steps",
+        env="AHEADRANK_LR_WARMUP",  # serve's is a switch
+    )
     eval_every: int = option(200, "validate every N steps and at the end (0: only at the end)")
     val_queries: int = option(50, "training queries held out for validation (at most a fifth of them)")
     val_depth: int = option(50, "BM25 candidates re-ranked per validation query")

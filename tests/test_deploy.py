@@ -344,8 +344,7 @@ def test_dockerfile_shape(kind):
     if kind == "cuda":
         expected["AHEADRANK_DEVICE"] = "cuda"
     assert {k: env.get(k) for k in expected} == expected
-    # AHEADRANK_BATCH_SIZE is also `aheadrank index --batch-size`: set for the GPU service only (compose), never
-    # image-wide, where an index build in the image would take it as documents per forward pass
+    # AHEADRANK_BATCH_SIZE (candidates per scoring pass) is set for the GPU service only (compose), never image-wide
     assert "AHEADRANK_BATCH_SIZE" not in env
     assert env["PATH"].startswith("/opt/venv/bin:")
 

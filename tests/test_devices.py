@@ -96,3 +96,13 @@ def test_the_build_api_checks_its_device_too(tmp_path):
     with pytest.raises(AheadrankError, match="not a device"):
         build(BuildPlan(str(tmp_path / "c.jsonl"), str(tmp_path / "o"), device="tpu"), echo=lambda _: None)
     assert not (tmp_path / "o").exists()
+
+
+def test_auto_is_a_device_for_every_command_as_for_serve():
+    """``--device auto`` (``AHEADRANK_DEVICE=auto``, serve's default) is cuda where a GPU is visible, else cpu, for
+    the batch commands too: a shell that exports it for serve no longer makes build and train refuse it."""
+    import torch
+
+    from aheadrank.cli.options import _checked_device
+
+    assert _checked_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")

@@ -436,7 +436,7 @@ def test_cli_compare_with_json_and_env_vars(files, monkeypatch):
     monkeypatch.setenv("AHEADRANK_QRELS", str(files / "qrels.txt"))
     monkeypatch.setenv("AHEADRANK_COMPARE", str(files / "b.trec"))
     monkeypatch.setenv("AHEADRANK_METRICS", "nDCG@10, map")
-    monkeypatch.setenv("AHEADRANK_JSON", str(files / "out" / "eval.json"))
+    monkeypatch.setenv("AHEADRANK_JSON_OUT", str(files / "out" / "eval.json"))
     result = runner.invoke(app, ["evaluate", "--margins", "2%,5%"])
     assert result.exit_code == 0, result.output
     assert "NI 2%" in result.stdout and "NI 5%" in result.stdout and "t-test p" in result.stdout

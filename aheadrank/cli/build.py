@@ -42,6 +42,7 @@ def build_cmd(
     priors: str = opt(
         "default",
         "--priors",
+        envvar="AHEADRANK_BUILD_PRIORS",  # serve's AHEADRANK_PRIORS switches the priors on or off
         help="label-free priors: default (the neural score 1/3 for MORES and bert, 1/6 for TK and PreTTR, BM25 and "
         "the bi-encoder the rest in equal parts; with the window prior the best window weighs as much as the "
         "bi-encoder and the weights are rescaled to sum to 1: MORES 1/4 each) or pseudo (fitted on held-out "

@@ -80,7 +80,12 @@ def evaluate_cmd(
         help="Non-inferiority margins, fractions of A's mean (0.02 or 2%).",
     ),
     alpha: float = opt(0.05, "--alpha", help="Significance level."),
-    json_out: Path | None = opt(None, "--json", help="Also write means, per-query values and tests as JSON."),
+    json_out: Path | None = opt(
+        None,
+        "--json",
+        envvar="AHEADRANK_JSON_OUT",  # store-info's AHEADRANK_JSON is a switch
+        help="Also write means, per-query values and tests as JSON.",
+    ),
 ) -> None:
     """Print nDCG@10, MRR@10, R@100, MAP and P@10 of a run (trec_eval conventions); with --compare, the
     paired t-test and the MORES non-inferiority tests (B vs A at each margin) per metric."""

@@ -144,6 +144,8 @@ def index_cmd(
         64,
         "--batch-size",
         min=1,
+        envvar="AHEADRANK_DOC_BATCH_SIZE",  # documents a forward pass, as serve's --doc-batch-size
+        help="documents a forward pass",
     ),
     max_doc_len: int | None = opt(
         None,

@@ -44,12 +44,14 @@ def _checked_device(value: str) -> str:
     from aheadrank.devices import check_device
 
     try:
-        return check_device(value)
+        return check_device(
+            value, auto=True
+        )  # auto: cuda where a GPU is visible, else cpu (as serve reads it)
     except AheadrankError as exc:
         raise typer.BadParameter(str(exc).removeprefix(f"--device {value}: ")) from None
 
 
-def device_opt(help: str = "cpu, cuda or cuda:N") -> Any:
+def device_opt(help: str = "cpu, cuda, cuda:N or auto (cuda where a GPU is visible)") -> Any:
     """``--device`` (``AHEADRANK_DEVICE``), checked as it is parsed (:func:`aheadrank.devices.check_device`)."""
     return opt("cpu", "--device", help=help, callback=_checked_device)
 
@@ -144,4 +146,6 @@ def settings_block(name: str, model: Any, fields: Sequence[str], **overrides: di
 def spec_block(name: str, specs: Sequence[Any]) -> OptionBlock:
     """Options declared by :class:`~aheadrank.rankers.spec.OptionSpec` (a dataclass field each: flag, type,
     help), every one defaulting to None ("not given": the command resolves it, e.g. from the recipe)."""
-    return option_block(name, **{o.name: (o.type | None, opt(None, o.flag, help=o.help)) for o in specs})
+    return option_block(
+        name, **{o.name: (o.type | None, opt(None, o.flag, envvar=o.env, help=o.help)) for o in specs}
+    )

@@ -32,6 +32,7 @@ LENGTHS = (
         "word pieces per query the ranker is trained and validated on (rerank-run, fit-priors and serve read up "
         "to 64 where the ranker's positions allow; PreTTR exactly this)",
         "--max-query-len",
+        env="AHEADRANK_RANKER_MAX_QUERY_LEN",  # serve's AHEADRANK_MAX_QUERY_LEN is how much of a query it reads
     ),
     OptionSpec("max_doc_len", int, 128, "word pieces per document the ranker reads", "--max-doc-len"),
 )

@@ -45,7 +45,12 @@ def train_cmd(
         help="the measured training recipe that fills the training options it measured when not given "
         "(rankers/recipe.py; each option's help names its values): cpu or gpu; auto: gpu on cuda, else cpu",
     ),
-    teacher: Path | None = opt(None, "--teacher", help="bert checkpoint to distil (--distill-weight)"),
+    teacher: Path | None = opt(
+        None,
+        "--teacher",
+        envvar="AHEADRANK_TEACHER_CHECKPOINT",  # build's AHEADRANK_TEACHER names the label-free teacher
+        help="bert checkpoint to distil (--distill-weight)",
+    ),
     dense_store: Path | None = opt(
         None,
         "--dense-store",
@@ -199,7 +204,9 @@ def pretrain_compressor_cmd(
         None, "--init", help="a PreTTR checkpoint to start from (else a fresh one, of --layer and --compress)"
     ),
     base: Path | None = opt(None, "--base"),
-    steps: int = opt(200, "--steps", min=0),
+    steps: int = opt(
+        200, "--steps", min=0, envvar="AHEADRANK_COMPRESSOR_STEPS"
+    ),  # as train's --compressor-steps
     lr: float = opt(1e-3, "--lr"),
     batch: int = opt(16, "--batch", min=1, help="(query, document) pairs per step"),
     seed: int = opt(0, "--seed"),

@@ -134,7 +134,7 @@ def test_init_ranker_cli(tiny_base, tmp_path):
     res = runner.invoke(
         app,
         ["init-ranker", "tk", "--out", str(tmp_path / "t"), "--base", str(tiny_base), "--layers", "1"],
-        env={"AHEADRANK_MAX_QUERY_LEN": "8"},
+        env={"AHEADRANK_RANKER_MAX_QUERY_LEN": "8"},
     )
     assert res.exit_code == 0, res.output
     tk = load_ranker(tmp_path / "t")
