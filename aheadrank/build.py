@@ -38,6 +38,7 @@ import functools
 import gzip
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -247,6 +248,35 @@ def paths(out: str | Path) -> dict[str, Path]:
     }
 
 
+def missing_output(stage: str, out: str | Path, info: dict) -> str | None:
+    """What a stage recorded done wrote that is no longer there (a folder deleted or moved by hand), or None: the
+    build redoes the stage instead of saying "done before" over nothing (``serve`` then failed)."""
+    from aheadrank.indexer.bm25 import is_lucene_index
+    from aheadrank.store.manifest import DENSE_DIR
+    from aheadrank.store.passages import PASSAGES_DIR
+    from aheadrank.store.windows import WINDOWS_DIR
+
+    p = paths(out)
+    wanted: list[Path] = []
+    if stage == "bm25":
+        return None if is_lucene_index(p["lucene"]) else "lucene/"
+    if stage == "dense":
+        wanted = [p["dense"] / "manifest.json"]
+    elif stage == "queries" and "pseudo_queries" in info:
+        wanted = [p["queries"]]
+    elif stage == "train":
+        wanted = [p["checkpoint"] / "config.json", p["checkpoint"] / "model.safetensors"]
+    elif stage == "store":
+        subs = [
+            DENSE_DIR,
+            *([PASSAGES_DIR] if info.get("passages") else []),
+            *([WINDOWS_DIR] if info.get("windows") else []),
+        ]
+        wanted = [p["store"] / "manifest.json", *(p["store"] / d / "manifest.json" for d in subs)]
+    gone = [f for f in wanted if not f.is_file()]
+    return str(gone[0].relative_to(Path(out))) if gone else None
+
+
 def read_record(out: str | Path) -> BuildRecord | None:
     path = Path(out) / BUILD_FILE
     if not path.is_file():
@@ -297,9 +327,15 @@ def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
     was = {k: old.get(k, defaults[k]) for k in pins}
     changed = [k for k in pins if str(was[k]) != str(new.get(k))]
     if changed:
+
+        def shown(
+            value: object,
+        ) -> str:  # None is "not given" (the recipe's or the default), not a value to type
+            return "not given" if value is None else repr(value)
+
+        diff = ", ".join(f"{k}: built with {shown(was[k])}, now {shown(new.get(k))}" for k in changed)
         raise AheadrankError(
-            f"{plan.out} was built with other settings ({', '.join(f'{k}={was[k]!r}' for k in changed)}); "
-            "give another --out, or the same settings to resume"
+            f"{plan.out} was built with other settings ({diff}); give another --out, or the same settings to resume"
         )
     # passages and windows are pinned by what the store stage did (the plan's None means "where label-free"...); a
     # store stage recorded before it said reads as unknown and passes
@@ -1143,6 +1179,23 @@ def _build_locked(
     record.plan = asdict(plan)
     if plan.reuse:
         _link_shared(plan, record)
+    for i, stage in enumerate(
+        STAGES
+    ):  # a stage whose output was deleted is done again, with the stages after it
+        gone = missing_output(stage, out, record.stages[stage]) if stage in record.stages else None
+        if gone:
+            redo = [s for s in STAGES[i:] if s in record.stages]
+            echo(f"[{stage}] recorded done, but {out / gone} is gone: doing {', '.join(redo)} again")
+            store = paths(out)["store"]
+            if (
+                "train" in redo and "store" in redo and store.exists()
+            ):  # bound to the checkpoint trained again
+                shutil.rmtree(store)
+                echo(f"[store] removed {store}: it was written by the checkpoint the train stage makes again")
+            for s in redo:
+                del record.stages[s]
+            _write_record(out, record)
+            break
     runners = {
         "collection": lambda: stage_collection(plan),
         "bm25": lambda: stage_bm25(plan),

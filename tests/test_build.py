@@ -272,7 +272,7 @@ def test_a_french_collection_gets_the_french_analyzer_and_the_choice_is_pinned(t
     assert read_index_meta(paths(out)["lucene"])["language"] == "fr"
     with Bm25Searcher(paths(out)["lucene"]) as searcher:
         assert searcher.search("le") == [] and searcher.search("cheval")  # French stopwords and stems
-    with pytest.raises(AheadrankError, match="other settings .*language='auto'"):
+    with pytest.raises(AheadrankError, match="other settings .*language: built with 'auto', now 'en'"):
         build(plan(path, out, tiny_base, language="en"), until="bm25", echo=lambda _: None)
     with pytest.raises(AheadrankError, match="--language is auto or one of en, fr"):
         build(plan(path, tmp_path / "x", tiny_base, language="zh"), echo=lambda _: None)
@@ -640,7 +640,7 @@ def test_a_label_free_build_trains_on_the_teachers_best_other_document_by_defaul
     other = tmp_path / "source"
     build(plan(passages, other, tiny_base, positive="source"), echo=lambda _: None)
     assert load_ranker(paths(other)["checkpoint"]).config.extra["label_free"]["positive"] == "source"
-    with pytest.raises(AheadrankError, match="positive='source'"):
+    with pytest.raises(AheadrankError, match="positive: built with 'source'"):
         build(plan(passages, other, tiny_base), echo=lambda _: None)
     older = tmp_path / "older"
     shutil.copytree(other, older)
@@ -650,7 +650,7 @@ def test_a_label_free_build_trains_on_the_teachers_best_other_document_by_defaul
     said: list[str] = []
     build(plan(passages, older, tiny_base, positive="source"), echo=said.append)
     assert sum("done before" in line for line in said) == len(STAGES)
-    with pytest.raises(AheadrankError, match="positive='source'"):
+    with pytest.raises(AheadrankError, match="positive: built with 'source'"):
         build(plan(passages, older, tiny_base), echo=lambda _: None)
     with pytest.raises(AheadrankError, match="--positive is source or teacher"):
         build(plan(passages, other, tiny_base, positive="best"), echo=lambda _: None)
@@ -680,7 +680,7 @@ def test_a_build_trains_at_the_learning_rate_it_is_given_and_pins_it(passages, t
     out = tmp_path / "lr"
     build(plan(passages, out, tiny_base, lr=1e-5), echo=lambda _: None)
     assert load_ranker(paths(out)["checkpoint"]).config.extra["train"]["lr"] == 1e-5
-    with pytest.raises(AheadrankError, match="lr=1e-05"):
+    with pytest.raises(AheadrankError, match="lr: built with 1e-05"):
         build(plan(passages, out, tiny_base, lr=2e-5), echo=lambda _: None)
 
 
@@ -739,7 +739,7 @@ def test_a_label_free_build_fits_to_the_teacher_it_is_given_and_pins_it(built, p
     build(plan(passages, out, tiny_base, teacher="fusion-passages"), echo=lambda _: None)
     extra = load_ranker(paths(out)["checkpoint"]).config.extra["label_free"]
     assert extra["teacher"] == TEACHER_NAMES["fusion-passages"]
-    with pytest.raises(AheadrankError, match="teacher='fusion-passages'"):
+    with pytest.raises(AheadrankError, match="teacher: built with 'fusion-passages'"):
         build(plan(passages, out, tiny_base), echo=lambda _: None)
     with pytest.raises(AheadrankError, match="--teacher is fusion or fusion-passages"):
         build(plan(passages, tmp_path / "x", tiny_base, teacher="cross-encoder"), echo=lambda _: None)
@@ -772,7 +772,7 @@ def test_a_build_stores_at_the_dtype_it_is_given_and_pins_it(passages, tiny_base
     with StoreReader(store) as reader:
         assert len(reader) == 80
     # a finished build at another dtype is refused, not overwritten
-    with pytest.raises(AheadrankError, match="dtype='int8'"):
+    with pytest.raises(AheadrankError, match="dtype: built with 'int8'"):
         build(plan(passages, out, tiny_base, steps=0), echo=lambda _: None)
 
 
@@ -856,3 +856,31 @@ def test_a_build_refuses_an_out_of_other_files_and_the_test_split(passages, tmp_
         with pytest.raises(AheadrankError, match=said):
             build(plan(passages, tmp_path / "e", tiny_base, **kw), echo=lambda _: None)
         assert not (tmp_path / "e").exists()
+
+
+def test_a_stage_whose_output_was_deleted_is_done_again(passages, tmp_path, tiny_base):
+    """A build whose store/ (or checkpoint/) was deleted by hand said "done before" for every stage and `serve`
+    failed; the stage is now done again, with the stages after it, saying so."""
+    import shutil
+
+    out = tmp_path / "b"
+    build(plan(passages, out, tiny_base), echo=lambda _: None)
+    fingerprint = read_record(out).stages["collection"]["fingerprint"]
+    shutil.rmtree(out / "store")
+    said: list[str] = []
+    record = build(plan(passages, out, tiny_base), echo=said.append)
+    assert any("[store] recorded done, but" in x and "store/manifest.json is gone: doing store, priors again" in x
+               for x in said), said  # fmt: skip
+    assert "[train] done before" in " ".join(said) and (out / "store" / "manifest.json").is_file()
+    assert set(record.stages) == set(STAGES) and record.stages["collection"]["fingerprint"] == fingerprint
+    shutil.rmtree(out / "checkpoint")
+    said.clear()
+    build(plan(passages, out, tiny_base), echo=said.append)
+    assert any("doing train, store, priors again" in x for x in said), said
+    assert any(x.startswith("[store] removed") for x in said), (
+        said
+    )  # the old store was bound to the lost weights
+    assert load_ranker(out / "checkpoint").kind == "tk" and (out / "store" / "manifest.json").is_file()
+    said.clear()
+    build(plan(passages, out, tiny_base), echo=said.append)  # whole again: nothing redone
+    assert not any("recorded done, but" in x for x in said)
