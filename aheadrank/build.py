@@ -391,15 +391,16 @@ def stores_passages(plan: BuildPlan) -> bool:
     return judged_split(plan.collection, plan.labels) is None
 
 
-def judged_split(collection: str | Path, labels: str) -> str | None:
-    """The qrels split the build trains on, or None for the label-free recipe."""
+def judged_split(collection: str | Path, labels: str, flag: str = "--labels") -> str | None:
+    """The qrels split the build (or ``aheadrank train``, ``flag="--split"``) trains on, or None for the label-free
+    recipe; the test split, and a split given that ``qrels/`` does not hold, are refused naming ``flag``."""
     from aheadrank.indexer.topics import qrels_file, qrels_splits
 
     if labels == "none":
         return None
     if labels == "test":
         raise AheadrankError(
-            "--labels test: refusing to train on the test split (a ranker trained and fitted on the queries it is "
+            f"{flag} test: refusing to train on the test split (a ranker trained and fitted on the queries it is "
             "then evaluated on); give the training split, or none for the label-free recipe"
         )
     split = "train" if labels == "auto" else labels

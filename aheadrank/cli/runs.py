@@ -77,8 +77,8 @@ def train_cmd(
     (`aheadrank build` does this and everything around it in one command)."""
     from dataclasses import asdict
 
+    from aheadrank.build import judged_split
     from aheadrank.errors import AheadrankError
-    from aheadrank.indexer.topics import qrels_file, qrels_splits
     from aheadrank.rankers import init_ranker, load_config, load_ranker
     from aheadrank.rankers.checkpoint import check_replaceable
     from aheadrank.rankers.recipe import check_training_options, recipe_for, resolve_training, train_recipe
@@ -90,19 +90,12 @@ def train_cmd(
     check_training_options(training)  # before anything is read
     # before anything is read: a checkpoint already at --out is this command's to resume, or replaced only if asked
     check_replaceable(out, overwrite or state_file(out).is_file())
-    if split == "test":
-        raise AheadrankError(
-            "refusing to train on the test split (the queries the ranker is then evaluated on): give the training "
-            "split, or leave --split out"
-        )
-    if split is not None and qrels_file(collection, split) is None:
-        held = ", ".join(qrels_splits(collection)) or "none"
-        raise AheadrankError(
-            f"--split {split}: {collection} has no qrels/{split}.tsv (its qrels/ holds: {held})"
-        )
-    split = split or "train"
+    judged = judged_split(
+        collection, split or "auto", "--split"
+    )  # as build's --labels: never test, nor a typo
+    label_free = judged is None
+    split = judged or "train"
     seed = TrainConfig.seed if training["seed"] is None else training["seed"]
-    label_free = qrels_file(collection, split) is None
     if init is not None:
         kind = load_config(init).kind
         if ranker.value != kind:
@@ -182,9 +175,7 @@ def train_cmd(
             {
                 "out": str(out),
                 "steps": result.steps,
-                "best_val_ndcg10": result.best_metric
-                if result.validated
-                else None,  # None: no held-out query
+                "best_val_ndcg10": result.best_metric if result.validated else None,
                 "best_step": result.best_step,
                 "seconds": round(result.seconds, 1),
             }
@@ -205,8 +196,12 @@ def pretrain_compressor_cmd(
     ),
     base: Path | None = opt(None, "--base"),
     steps: int = opt(
-        200, "--steps", min=0, envvar="AHEADRANK_COMPRESSOR_STEPS"
-    ),  # as train's --compressor-steps
+        200,
+        "--steps",
+        min=0,
+        envvar="AHEADRANK_COMPRESSOR_STEPS",
+        help="compressor steps (train's --compressor-steps)",
+    ),
     lr: float = opt(1e-3, "--lr"),
     batch: int = opt(16, "--batch", min=1, help="(query, document) pairs per step"),
     seed: int = opt(0, "--seed"),
