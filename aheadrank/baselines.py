@@ -25,6 +25,7 @@ def dense_features(
     from aheadrank.rankers.dense import dense_encoder
     from aheadrank.rerank import dense_cosines
     from aheadrank.store import StoreReader
+    from aheadrank.store.manifest import DENSE_DIR
 
     enc = dense_encoder(base, device=device)
     qids = sorted(q for q in queries if candidates.get(q))
@@ -32,9 +33,14 @@ def dense_features(
     out = {}
     with StoreReader(dense_store) as reader:
         if reader.spec.fingerprint != enc.fingerprint:
+            hint = (  # a ranker's store given for its dense field, which is the store's dense/ folder
+                f"; the dense field of that store is {Path(dense_store) / DENSE_DIR}"
+                if (Path(dense_store) / DENSE_DIR / "manifest.json").is_file()
+                else ""
+            )
             raise StoreError(
                 f"{dense_store} was written by another dense encoder ({reader.spec.fingerprint[:12]}) than "
-                f"this base's ({enc.fingerprint[:12]})"
+                f"this base's ({enc.fingerprint[:12]}){hint}"
             )
         for qid, qvec in zip(qids, qvecs, strict=True):
             docids = [d for d, _ in candidates[qid]]

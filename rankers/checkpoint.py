@@ -149,6 +149,10 @@ def record_tokenizer(path: str | os.PathLike, replace: bool = False) -> str:
     path = Path(path)
     record = fingerprint_record(path)
     digest, names = tokenizer_fingerprint(path)
+    if not {"tokenizer.json", "vocab.txt"} & set(names):  # the vocabulary itself: what a tokenizer loads from
+        raise CheckpointError(
+            f"checkpoint {path}: no tokenizer.json or vocab.txt, so there is no vocabulary to record; restore them"
+        )
     old = record.get("tokenizer_sha256")
     if old is not None and old != digest and not replace:
         raise CheckpointError(

@@ -73,3 +73,9 @@ def ops_routes(
     )
     async def info() -> dict:
         return backend.info()
+
+    # every GET answers HEAD alike (the headers, no body): load balancers and curl -I probe with it
+    app.add_api_route("/metrics", prometheus, methods=["HEAD"], include_in_schema=False)
+    app.add_api_route(
+        "/v1/info", info, methods=["HEAD"], include_in_schema=False, dependencies=[Depends(require_key)]
+    )

@@ -203,9 +203,11 @@ class ServiceSettings(BaseSettings):
 def read_keys_file(path: Path) -> list[str]:
     """Keys from a file: whitespace- or comma-separated, one or more a line; '#' starts a comment."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ValueError(f"cannot read the API keys file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"the API keys file {path} is not UTF-8 text (byte {exc.start})") from exc
     from aheadrank.services.keys import parse_api_keys
 
     lines = [line.split("#", 1)[0] for line in text.splitlines()]

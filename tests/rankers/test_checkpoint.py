@@ -265,6 +265,10 @@ def test_an_old_checkpoint_loads_with_a_warning_until_its_tokenizer_is_recorded(
         load_ranker(old)
     out = CliRunner().invoke(app, ["fingerprint-tokenizer", str(old)])  # not silently re-recorded
     assert out.exit_code != 0 and "--replace" in out.output, out.output
+    for name in ("tokenizer.json", "vocab.txt"):  # nor a tokenizer without its vocabulary
+        (old / name).unlink()
+    out = CliRunner().invoke(app, ["fingerprint-tokenizer", str(old), "--replace"])
+    assert out.exit_code == 2 and "no tokenizer.json or vocab.txt" in out.output, out.output
 
 
 @pytest.mark.parametrize("damage", ['{"sha256": "ab', "[1, 2]", '{"tokenizer_sha256": "x"}'])

@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import os
+import shutil
 import threading
 import time
 
@@ -635,3 +636,28 @@ def test_serves_a_codebook_store(service_env, tmp_path):
         assert [(x["docid"], x["score"]) for x in r.json()["results"]] == expected
     finally:
         books.close()
+
+
+def test_head_answers_every_get_and_a_ranker_store_given_as_a_dense_field_is_pointed_at_its_dense(
+    client, service_env, tmp_path
+):
+    """HEAD /metrics and /v1/info answer like GET without a body (they were 405; /health and /ready already did). A
+    ranker's store given where its dense field is wanted (train --dense-store STORE) says where the field is; an API
+    keys file that is not UTF-8 is named."""
+    from aheadrank.services.settings import read_keys_file
+
+    from aheadrank.baselines import dense_features
+    from aheadrank.errors import StoreError
+
+    for path in ("/metrics", "/v1/info", "/health"):
+        r = client.head(path)
+        assert r.status_code == 200 and r.content == b"", path
+    store = shutil.copytree(service_env.store, tmp_path / "store")
+    (store / "dense").mkdir(exist_ok=True)
+    (store / "dense" / "manifest.json").touch(exist_ok=True)  # a store with its dense field (only looked for)
+    with pytest.raises(StoreError, match=r"the dense field of that store is .*store/dense"):
+        dense_features(store, {"q": QUERY}, {"q": [("x", 1.0)]})
+    keys = tmp_path / "keys"
+    keys.write_bytes(b"\xff\xfe secret")
+    with pytest.raises(ValueError, match=r"keys file .*keys is not UTF-8"):
+        read_keys_file(keys)
