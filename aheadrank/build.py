@@ -34,7 +34,6 @@ shards, training's ``train-state.pt``, removed once the train stage is done: :fu
 from __future__ import annotations
 
 import contextlib
-import functools
 import gzip
 import json
 import logging
@@ -327,10 +326,8 @@ def _check_same_plan(old: dict, plan: BuildPlan, done: dict) -> None:
     was = {k: old.get(k, defaults[k]) for k in pins}
     changed = [k for k in pins if str(was[k]) != str(new.get(k))]
     if changed:
-
-        def shown(
-            value: object,
-        ) -> str:  # None is "not given" (the recipe's or the default), not a value to type
+        # None is "not given" (the recipe's or the default), not a value to type
+        def shown(value: object) -> str:
             return "not given" if value is None else repr(value)
 
         diff = ", ".join(f"{k}: built with {shown(was[k])}, now {shown(new.get(k))}" for k in changed)
@@ -408,7 +405,7 @@ def judged_split(collection: str | Path, labels: str, flag: str = "--labels") ->
     if labels != "auto" and not found:
         held = ", ".join(qrels_splits(collection)) or "none"
         raise AheadrankError(
-            f"--labels {labels}: {collection} has no qrels/{split}.tsv (its qrels/ holds: {held})"
+            f"{flag} {labels}: {collection} has no qrels/{split}.tsv (its qrels/ holds: {held})"
         )
     return split if found else None
 
@@ -968,11 +965,20 @@ def near_source_labels(
 
 
 # ---- the driver ---------------------------------------------------------------------------------------------
+def judged_queries(collection: str | Path, split: str) -> int:
+    """Distinct judged queries of ``qrels/<split>`` (0 when they cannot be read: the estimate only)."""
+    from aheadrank.indexer.topics import read_qrels
+
+    try:
+        return len(read_qrels(collection, split))
+    except (AheadrankError, OSError):
+        return 0
+
+
 def workload(plan: BuildPlan, collection: dict):
     """What the build has to do (:class:`aheadrank.buildtime.Workload`), from the plan and the collection stage's
     record (its documents and their mean length)."""
-    from aheadrank.buildtime import Workload, cost_key, judged_queries
-    from aheadrank.indexer.topics import read_qrels
+    from aheadrank.buildtime import Workload, cost_key
     from aheadrank.rankers.recipe import POOL_DOCS, recipe_for, resolve_training
     from aheadrank.rankers.training import saved_step
 
@@ -989,9 +995,7 @@ def workload(plan: BuildPlan, collection: dict):
     return Workload(
         documents=docs,
         mean_words=float(collection["mean_words"]),
-        queries=min(plan.max_queries, docs)
-        if split is None
-        else judged_queries(functools.partial(read_qrels, plan.collection, split)),
+        queries=min(plan.max_queries, docs) if split is None else judged_queries(plan.collection, split),
         steps=steps,
         cost=cost_key(variant.kind, variant.options),
         window=window,
@@ -1180,17 +1184,14 @@ def _build_locked(
     record.plan = asdict(plan)
     if plan.reuse:
         _link_shared(plan, record)
-    for i, stage in enumerate(
-        STAGES
-    ):  # a stage whose output was deleted is done again, with the stages after it
+    # a stage whose output was deleted is done again, with the stages after it
+    for i, stage in enumerate(STAGES):
         gone = missing_output(stage, out, record.stages[stage]) if stage in record.stages else None
         if gone:
             redo = [s for s in STAGES[i:] if s in record.stages]
             echo(f"[{stage}] recorded done, but {out / gone} is gone: doing {', '.join(redo)} again")
             store = paths(out)["store"]
-            if (
-                "train" in redo and "store" in redo and store.exists()
-            ):  # bound to the checkpoint trained again
+            if "train" in redo and "store" in redo and store.exists():  # bound to the lost checkpoint
                 shutil.rmtree(store)
                 echo(f"[store] removed {store}: it was written by the checkpoint the train stage makes again")
             for s in redo:

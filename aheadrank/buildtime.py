@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -257,17 +257,6 @@ def cost_key(kind: str, options: dict) -> str:
     if kind == "tk" and options.get("tk_base"):
         return "tk-base"
     return kind if kind in KIND_COST else "mores"
-
-
-def judged_queries(qrels: Callable[[], dict]) -> int:
-    """Distinct judged queries of a split, from ``qrels`` (its reader; 0 when it cannot be read: the estimate
-    only)."""
-    from aheadrank.errors import AheadrankError
-
-    try:
-        return len(qrels())
-    except (AheadrankError, OSError):
-        return 0
 
 
 def duration(seconds: float) -> str:

@@ -328,11 +328,10 @@ class RerankBackend:
 
     def verify_at_start(self) -> None:
         """``--verify-store start``: every shard's sha256 now; a mismatch refuses to start, naming the shards."""
-        refused = self.verification().run()
-        if refused:
-            problems = "; ".join(f"{file}: {why}" for file, why in refused.items())
+        verification = self.verification()
+        if verification.run():
             raise StoreError(
-                f"refusing to start: the store {self.settings.store} does not verify: {problems}. Run "
+                f"refusing to start: the store {self.settings.store} does not verify: {verification.refused_line()}. Run "
                 "`aheadrank verify-store`, restore the shards or rebuild them (`aheadrank index` resumes)"
             )
 
@@ -540,17 +539,20 @@ class RerankBackend:
         work = work or Work()
         step = self.settings.batch_size
         work.chunks_total = math.ceil(len(ids) / step)
+
+        def score(chunk: list[str]) -> list:
+            """One chunk scored and timed: every chunk, budgeted or not, updates the budgets' latency model."""
+            t = time.perf_counter()
+            got = self._score_chunk(qs, chunk, clock.seconds, qvec, dense, window=window)
+            self.latency.observe(len(chunk), time.perf_counter() - t)
+            return got
+
         if budget_ms is None:  # chunk by chunk (the same batches as one call), checking the request between
             scored = []
             for begin in range(0, len(ids), step):
                 yield
                 work.check()
-                t = time.perf_counter()
-                chunk = ids[begin : begin + step]
-                scored += self._score_chunk(qs, chunk, clock.seconds, qvec, dense, window=window)
-                self.latency.observe(
-                    len(chunk), time.perf_counter() - t
-                )  # the budgets' model follows the machine
+                scored += score(ids[begin : begin + step])
                 work.chunks_done += 1
         else:
             deadline = arrival + budget_ms / 1e3
@@ -560,18 +562,12 @@ class RerankBackend:
                 yield  # before planning: the turns of other requests spend this one's budget too
                 left = deadline - time.perf_counter()
                 n = min(self.latency.depth_for(left, len(ids) - len(scored)), self.settings.batch_size)
-                if (
-                    n <= 0 and not scored
-                ):  # an estimate too high to let any chunk run is tried again, now and then
+                if n <= 0 and not scored:  # an estimate too high to let any chunk run is tried, now and then
                     n = min(self.latency.probe_size(left), len(ids))
                 if n <= 0:
                     break
                 work.check()
-                t = time.perf_counter()
-                scored += self._score_chunk(
-                    qs, ids[len(scored) : len(scored) + n], clock.seconds, qvec, dense, window=window
-                )
-                self.latency.observe(n, time.perf_counter() - t)
+                scored += score(ids[len(scored) : len(scored) + n])
                 work.chunks_done += 1
         bm25 = dict(hits)
         rows = apply_priors(

@@ -316,6 +316,10 @@ class ShardVerification:
             return not self._thread.is_alive()
         return True
 
+    def refused_line(self) -> str:
+        """The shards refused and why, in one line (``shard: reason; ...``)."""
+        return "; ".join(f"{file}: {why}" for file, why in self.failed.items())
+
     def status(self) -> dict[str, Any]:
         seconds = self.seconds
         return {
@@ -342,11 +346,10 @@ def verify_before_reading(
     verification = ShardVerification(readers, mode)  # an unknown mode is refused here
     if mode == "off":
         return None
-    refused = verification.run()
-    if refused:
-        problems = "; ".join(f"{file}: {why}" for file, why in refused.items())
+    if verification.run():
         raise StoreError(
-            f"the store {verification.readers[0].path} does not verify: {problems}. Nothing was scored; restore "
-            "the shards or rebuild them (`aheadrank index` resumes), or run `aheadrank verify-store` for every check"
+            f"the store {verification.readers[0].path} does not verify: {verification.refused_line()}. Nothing was "
+            "scored; restore the shards or rebuild them (`aheadrank index` resumes), or run `aheadrank verify-store` "
+            "for every check"
         )
     return verification.status()

@@ -194,6 +194,7 @@ def test_train_refuses_the_wrong_judgments_and_a_checkpoint_it_did_not_write(
         assert result.exit_code == 2 and said in result.output and "Traceback" not in result.output, (
             result.output
         )
+        assert f"error: {more[0]} {more[1]}: " in result.output  # the flag given, not build's --labels
     result = invoke(
         "train", "--ranker", "bert", "--init", str(service_env.checkpoint), *common, "--out", str(out)
     )

@@ -44,9 +44,8 @@ def _checked_device(value: str) -> str:
     from aheadrank.devices import check_device
 
     try:
-        return check_device(
-            value, auto=True
-        )  # auto: cuda where a GPU is visible, else cpu (as serve reads it)
+        # auto: cuda where a GPU is visible, else cpu (as serve reads it)
+        return check_device(value, auto=True)
     except AheadrankError as exc:
         raise typer.BadParameter(str(exc).removeprefix(f"--device {value}: ")) from None
 
