@@ -1215,15 +1215,19 @@ def _build_locked(
         else:
             # also between stages: a collection edited while the build runs
             check_same_collection(plan, record, out)
-            echo(f"[{stage}] ...")
-            room = store_room(plan, record) if stage == "store" else None  # refuses a store that cannot fit
-            if room:
-                echo(room[0])
-            t0 = time.perf_counter()
-            try:
+            try:  # from the stage's first line: an interrupt right after "[stage] ..." is said too
+                echo(f"[{stage}] ...")
+                room = (
+                    store_room(plan, record) if stage == "store" else None
+                )  # refuses a store that cannot fit
+                if room:
+                    echo(room[0])
+                t0 = time.perf_counter()
                 with StageMemory() as memory:
                     info = runners[stage]()
-            except KeyboardInterrupt:  # Ctrl-C: say where it stopped and how to go on, then stop as asked
+            except (
+                KeyboardInterrupt
+            ):  # Ctrl-C, SIGTERM: say where it stopped and how to go on, then stop as asked
                 echo(f"[{stage}] interrupted: what is done is kept (shards too); the same command resumes it")
                 raise
             info["seconds"] = round(time.perf_counter() - t0, 1)

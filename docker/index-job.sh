@@ -58,14 +58,15 @@ if [[ -n "$STEPS" ]]; then
     steps_opt=(--steps "$STEPS")
     steps_text="$STEPS"
 fi
-if [[ "${AHEADRANK_LABELS:-auto}" == auto && ! -f "$COLLECTION/qrels/train.tsv" ]]; then
+if [[ "${AHEADRANK_LABELS:-auto}" == auto && ! -f "$COLLECTION/qrels/train.tsv" &&
+    ! -f "$COLLECTION/qrels/train.tsv.gz" && ! -f "$COLLECTION/qrels/train.tsv.zst" ]]; then
     how="label-free: no qrels/train.tsv"
 else
     how="labels ${AHEADRANK_LABELS:-auto}"
 fi
 log "collection $COLLECTION -> $OUT (ranker $RANKER, $steps_text training steps, $how)"
 
-# every stage is skipped when build.json says it is done; a changed setting on a finished build is refused
-aheadrank build --collection "$COLLECTION" --out "$OUT" --ranker "$RANKER" ${steps_opt[@]+"${steps_opt[@]}"}
-
-log "done: serve with aheadrank serve $OUT"
+# every stage is skipped when build.json says it is done; a changed setting on a finished build is refused.
+# exec: the build replaces this shell, so `docker compose stop` (SIGTERM) reaches it and it stops where it is,
+# keeping the stages done (a shell in between died and left the build running, or, as PID 1, ignored the signal)
+exec aheadrank build --collection "$COLLECTION" --out "$OUT" --ranker "$RANKER" ${steps_opt[@]+"${steps_opt[@]}"}

@@ -32,11 +32,13 @@ def parse_api_keys(values: str | Iterable[str] | None) -> list[str]:
         if not isinstance(value, str):
             raise ApiKeyError(f"an API key must be a string, got {type(value).__name__}")
         parts = value.split(",")
-        for part in parts:
+        for n, part in enumerate(parts, 1):
             words = part.split()
-            if not words:
+            if not words:  # the message never quotes the value: its other items are secrets
                 where = (
-                    "an empty API key" if len(parts) == 1 else f"an empty item in the API key list {value!r}"
+                    "an empty API key"
+                    if len(parts) == 1
+                    else f"an empty item (item {n} of {len(parts)}) in a comma-separated API key list"
                 )
                 raise ApiKeyError(
                     f"{where}: an empty key would switch authentication off. Give real keys, or leave "
@@ -56,3 +58,19 @@ def keys_from_cli(flag_values: list[str], environ: dict[str, str]) -> list[str]:
     if flag_values:
         return parse_api_keys(flag_values)
     return parse_api_keys([environ[name] for name in ENV_VARS if name in environ])
+
+
+def service_keys(flag_values: list[str], keys_file, environ: dict[str, str]) -> list[str]:
+    """What ``aheadrank serve`` accepts: the ``--api-key`` values given on the command line (``flag_values``),
+    else those of both ``AHEADRANK_API_KEY`` and ``AHEADRANK_API_KEYS`` (click would take the first one set and
+    drop the other), plus ``keys_file``'s (``--api-keys-file``, or ``AHEADRANK_API_KEYS_FILE`` when the flag is
+    not given: read once, the flag replacing the variable)."""
+    keys = keys_from_cli(flag_values, environ)
+    if keys_file is not None:
+        from aheadrank.services.settings import read_keys_file
+
+        try:
+            keys += [k for k in read_keys_file(keys_file) if k not in keys]
+        except ValueError as exc:
+            raise ApiKeyError(str(exc)) from None
+    return keys

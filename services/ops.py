@@ -13,10 +13,14 @@ from fastapi import Depends, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 
-def _store_status(backend: RerankBackend, metrics: ServiceMetrics) -> dict | None:
-    """/ready's ``store``: its file leases (``held`` / ``none``) and how far the sha256 verification got."""
+def _store_status(backend: RerankBackend, metrics: ServiceMetrics) -> tuple[dict | None, dict[str, str]]:
+    """/ready's ``store`` (its file leases, ``held`` / ``none``, and how far the sha256 verification got) and
+    the damaged shards; sets the store's gauges, which /ready and /metrics both refresh (a Prometheus that
+    never probes /ready read 0 for leased and verified)."""
+    damaged = backend.check_shards()
+    metrics.damaged_shards.set(len(damaged))
     if not backend.readers():
-        return None
+        return None, damaged
     verification = backend.verification().status()
     lease = backend.lease_state()
     total = verification["bytes_total"]
@@ -24,7 +28,7 @@ def _store_status(backend: RerankBackend, metrics: ServiceMetrics) -> dict | Non
     if lease is not None:
         metrics.store_leased.set(1 if lease == "held" else 0)
     keys = ("mode", "state", "shards_done", "shards_total", "bytes_done", "bytes_total")
-    return {"lease": lease, "verification": {k: verification[k] for k in keys}}
+    return {"lease": lease, "verification": {k: verification[k] for k in keys}}, damaged
 
 
 def ops_routes(
@@ -44,10 +48,8 @@ def ops_routes(
             return error_response(None, 503, "warming up", "not_ready")
         if drain.on:
             return error_response(None, 503, "shutting down", "shutting_down")
-        damaged = backend.check_shards()
-        store = _store_status(backend, metrics)
+        store, damaged = _store_status(backend, metrics)
         if damaged:
-            metrics.damaged_shards.set(len(damaged))
             problems = "; ".join(f"{file}: {why}" for file, why in damaged.items())
             return error_response(
                 None,
@@ -62,6 +64,7 @@ def ops_routes(
 
     @app.get("/metrics", tags=["ops"])
     async def prometheus() -> Response:
+        _store_status(backend, metrics)
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get(

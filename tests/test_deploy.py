@@ -159,7 +159,7 @@ def aheadrank_calls() -> list[tuple[str, list[str], str]]:
         calls.append((args[0], args[1:], f"docker-compose.yml service {name}"))
     script = re.sub(r"\\\n", " ", INDEX_JOB.read_text())
     for line in script.splitlines():
-        match = re.match(r"\s*aheadrank\s+([a-z0-9-]+)(.*)", line)
+        match = re.match(r"\s*(?:exec\s+)?aheadrank\s+([a-z0-9-]+)(.*)", line)
         if match:
             calls.append((match.group(1), match.group(2).split(), "docker/index-job.sh"))
     return calls
@@ -592,6 +592,48 @@ def test_index_job_trains_on_judgments_when_the_collection_has_them(tmp_path, ti
         k: v for k, v in stages["queries"].items() if k not in ("seconds", "peak_rss_mb", "peak_anon_mb")
     } == {"judged_split": "train"}
     assert stages["priors"]["fitted_on"]["split"] == "train"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_stopped_index_job_stops_its_build_and_keeps_what_is_done(tmp_path, tiny_base):
+    """SIGTERM to the job (docker compose stop) reaches the build, which stops as on Ctrl-C (exit 130) and keeps
+    its finished stages; nothing is left running. The job's shell died and left the build running, orphaned (a
+    rerun was refused: "another build is writing"), and as a container's PID 1 it would have ignored the signal."""
+    import signal
+
+    collection = write_passages(tmp_path / "passages.jsonl")
+    data = tmp_path / "data"
+    env = job_env(data, collection, tiny_base)
+    job = subprocess.Popen(
+        ["bash", str(INDEX_JOB)], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines = []
+    try:
+        for line in job.stdout:
+            lines.append(line)
+            if line.startswith("[bm25] ...") or len(lines) > 200:
+                break
+        job.send_signal(signal.SIGTERM)
+        rest, _ = job.communicate(timeout=240)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    said = "".join(lines) + rest
+    assert job.returncode == 130, said
+    assert "interrupted: what is done is kept" in said, said
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_holds(p, str(data))]
+    assert left == [], left
+    from aheadrank.build import read_record
+
+    assert "collection" in read_record(compose_build_dir(data)).stages
+
+
+def _cmdline_holds(proc: Path, text: str) -> bool:
+    try:
+        return text in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
 
 
 def test_index_job_rejects_bad_settings(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
 
 import typer
@@ -167,6 +168,10 @@ def build_cmd(
         dtype=dtype,
         language=language,
     )
+    # SIGTERM (docker stop, a job runner's timeout) stops the build as Ctrl-C does: the stage running says where
+    # it stopped, what is done stays, the lock is released. Left at its default, SIGTERM killed the process
+    # mid-write, and as a container's PID 1 (docker/index-job.sh execs this command) it was ignored until SIGKILL
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     record = build(plan, until=until, echo=typer.echo)
     left = record.stages_left()
     if left:  # stopped by --until: `aheadrank serve` refuses an unfinished build

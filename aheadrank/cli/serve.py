@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -59,6 +61,40 @@ def configure_logging(level: str) -> None:
         logger.handlers[:] = [handler]
         logger.propagate = False
     logging.getLogger("aheadrank").setLevel(level.upper())  # uvicorn.error: uvicorn.Config(log_level=...)
+
+
+def settings_problems(exc) -> str:
+    """A pydantic ValidationError of ServiceSettings as one line naming each flag and its variable (pydantic's
+    own text is several lines, names the field and links to its website)."""
+    parts = []
+    for err in exc.errors():
+        field = str(err["loc"][0]) if err.get("loc") else ""
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if field:
+            name = f"--{field.replace('_', '-')} ({env(field.replace('_', '-'))})"
+            given = "" if field == "api_keys" else f" {err.get('input')!r}"  # keys are secrets
+            parts.append(f"{name}{given}: {message}")
+        else:
+            parts.append(message)
+    return "; ".join(parts)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (as uvicorn binds one: SO_REUSEADDR, IPv6 for a host with ':'), for
+    uvicorn to listen on; a port in use or an address this machine lacks is one line."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        hint = (
+            " (another server is there: choose another --port / AHEADRANK_PORT)"
+            if exc.errno == errno.EADDRINUSE
+            else ""
+        )
+        raise AheadrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
+    return sock
 
 
 def graceful_server(config):
@@ -156,39 +192,38 @@ def serve(
 
     from aheadrank.services.app import create_app
     from aheadrank.services.backend import RerankBackend
-    from aheadrank.services.keys import keys_from_cli
+    from aheadrank.services.keys import service_keys
     from aheadrank.services.limits import connection_cap, guarded_h11
 
     configure_logging(log_level)
     log = logging.getLogger("aheadrank.service")
-    keys = keys_from_cli(
-        api_key, dict(os.environ)
-    )  # the one rule: an empty key is an error (before warnings)
-    source = ctx.get_parameter_source("api_key")
-    if api_key and getattr(source, "name", "") == "COMMANDLINE":
+    on_command_line = getattr(ctx.get_parameter_source("api_key"), "name", "") == "COMMANDLINE"
+    keys = service_keys(api_key if on_command_line else [], api_keys_file, dict(os.environ))
+    if api_key and on_command_line:
         message = (
             "--api-key on the command line is visible to every user of this machine (ps, /proc/<pid>/cmdline): "
             "give keys in AHEADRANK_API_KEYS or a file (--api-keys-file / AHEADRANK_API_KEYS_FILE)"
         )
         print(f"warning: {message}", file=sys.stderr)
         log.warning(message)
-    if api_keys_file is not None:
-        from aheadrank.services.settings import read_keys_file
-
-        try:
-            keys += read_keys_file(api_keys_file)
-        except ValueError as exc:
-            raise AheadrankError(str(exc)) from None
     service = from_build(build_dir, service)
-    try:
-        settings = ServiceSettings(**service, api_keys=keys)
+    try:  # api_keys_file=None: the flag's file (or AHEADRANK_API_KEYS_FILE's) is read above, not again
+        settings = ServiceSettings(**service, api_keys=keys, api_keys_file=None)
     except ValidationError as exc:  # a bound the flags do not check themselves (e.g. a timeout > 0)
-        raise AheadrankError(str(exc)) from None
+        raise AheadrankError(settings_problems(exc)) from None
     host, port = settings.host, settings.port
     if not settings.api_keys and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning(json.dumps({"event": "no_auth", "message": f"serving on {host} without API keys"}))
+    # the port first: a busy one is one line now, not after the model's load and warm-up (it logged "ready",
+    # then uvicorn's traceback-free "address already in use" and exit code 3)
+    sock = listening_socket(host, port)
+    port = sock.getsockname()[1]  # --port 0: the one the system chose
     t0 = time.perf_counter()
-    backend = RerankBackend.load(settings)
+    try:
+        backend = RerankBackend.load(settings)
+    except BaseException:
+        sock.close()
+        raise
     backend.watch()  # a shard (dense/ too) truncated or rewritten while served: refused, never read (SIGBUS)
     if settings.verify_store == "start":
         backend.verify_at_start()  # every shard's sha256 before serving: a mismatch refuses to start
@@ -221,7 +256,8 @@ def serve(
         ),
     )
     try:
-        graceful_server(config).run()
+        graceful_server(config).run(sockets=[sock])
     finally:
+        sock.close()
         backend.close()
         log.info(json.dumps({"event": "stopped"}))

@@ -302,9 +302,32 @@ def test_corruption_before_start_is_found_in_the_background(built, checkpoint, t
             assert ok.status_code == 200, ok.text
             bad = client.post("/v1/rerank", json={"query": "gene", "candidates": _shard_docids(store, 1)[:2]})
             assert bad.status_code == 503 and bad.json()["kind"] == "store_damaged"
+            # the pass goes on past the refused shard: its end state once the last shard is read (a busy machine
+            # was still at "running" here)
+            assert wait_for(
+                lambda: client.get("/v1/info").json()["store"]["verification"]["state"] != "running", 30
+            )
             info = client.get("/v1/info").json()["store"]["verification"]
             assert info["state"] == "failed" and info["shards_done"] == info["shards_total"] == 6
             assert list(info["refused"]) == [shard_file_name(1)]
+    finally:
+        backend.close()
+
+
+def test_metrics_say_the_store_is_leased_and_verified_without_a_ready_probe(built, checkpoint, tmp_path):
+    """The store's gauges were set only by /ready: a Prometheus that scrapes /metrics alone read leased 0 and
+    verified 0 for a leased, verified store (and would have alerted)."""
+    _, ref = built
+    store = _copy(ref, tmp_path)
+    backend = RerankBackend.load(_settings(checkpoint, store, verify_store="start"))
+    backend.watch()
+    backend.verify_at_start()
+    backend.ready = True
+    try:
+        with TestClient(create_app(backend)) as client:
+            text = client.get("/metrics").text
+            assert "aheadrank_store_leased 1.0" in text and "aheadrank_store_verified_ratio 1.0" in text, text
+            assert "aheadrank_store_damaged_shards 0.0" in text
     finally:
         backend.close()
 

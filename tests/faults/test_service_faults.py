@@ -249,6 +249,43 @@ def test_empty_api_keys_refuse_to_start(service_env, args, env):
     assert "Traceback" not in out.stderr
 
 
+def test_a_busy_port_is_one_line_before_the_model_loads(service_env):
+    """The port is bound first: a busy one was found after the load and warm-up, the log saying "ready" first,
+    then uvicorn's "address already in use" and exit code 3."""
+    import socket
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AHEADRANK_")}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        out = subprocess.run(
+            [AHEADRANK, "serve", "--checkpoint", str(service_env.checkpoint), "--store", str(service_env.store),
+             "--host", "127.0.0.1", "--port", str(port)],
+            capture_output=True, text=True, timeout=120, env={**clean, "HF_HUB_OFFLINE": "1"},
+        )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert f"error: cannot listen on 127.0.0.1:{port}" in out.stderr and "another server" in out.stderr
+    assert '"ready"' not in out.stderr + out.stdout and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "flag"),
+    [("AHEADRANK_REQUEST_TIMEOUT_S", "0", "--request-timeout-s"), ("AHEADRANK_VERIFY_STORE", "sometimes", "--verify-store")],
+)  # fmt: skip
+def test_a_setting_out_of_bounds_is_one_line_naming_its_flag_and_variable(service_env, variable, value, flag):
+    """Bounds the flags do not check themselves (gt, patterns, validators) were pydantic's several-line dump."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AHEADRANK_")}
+    out = subprocess.run(
+        [AHEADRANK, "serve", "--checkpoint", str(service_env.checkpoint), "--port", "0"],
+        capture_output=True, text=True, timeout=120, env={**clean, variable: value, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    assert f"{flag} ({variable})" in lines[0] and "pydantic" not in lines[0], out.stderr
+
+
 def test_one_rule_for_key_lists(monkeypatch, tmp_path):
     from aheadrank.services.keys import keys_from_cli, parse_api_keys
     from aheadrank.services.settings import ServiceSettings

@@ -613,6 +613,58 @@ def test_api_keys_file_and_the_command_line_warning(service_env, tmp_path):
     assert cli.returncode == 2 and "warning" not in cli.stderr, cli.stderr
 
 
+def test_serve_reads_both_key_variables_lets_its_flags_replace_them_and_never_echoes_a_key(
+    service_env, tmp_path, monkeypatch
+):
+    """AHEADRANK_API_KEY and AHEADRANK_API_KEYS together: both read (click took the first one set and dropped the
+    other). --api-keys-file replaces AHEADRANK_API_KEYS_FILE (the settings read the variable's file again, so a
+    rotated-out key stayed valid). A malformed key list is named without its keys (they are secrets)."""
+    import subprocess
+
+    from aheadrank.services import backend as backend_module
+    from aheadrank.services.keys import service_keys
+    from services_testkit import AHEADRANK
+    from typer.testing import CliRunner
+
+    from aheadrank.cli import app
+
+    old, new = tmp_path / "old.keys", tmp_path / "new.keys"
+    old.write_text("old-rotated-key\n")
+    new.write_text("new-key\n")
+    assert service_keys([], None, {"AHEADRANK_API_KEY": "k1", "AHEADRANK_API_KEYS": "k2 k3"}) == ["k1", "k2", "k3"]
+    assert service_keys(["cli"], new, {"AHEADRANK_API_KEYS": "k2"}) == ["cli", "new-key"]
+
+    seen = {}
+
+    class Loaded(Exception):
+        pass
+
+    def load(settings):
+        seen["keys"] = settings.api_keys
+        raise Loaded
+
+    monkeypatch.setattr(backend_module.RerankBackend, "load", staticmethod(load))
+    monkeypatch.setenv("AHEADRANK_API_KEYS_FILE", str(old))
+    monkeypatch.setenv("AHEADRANK_API_KEY", "k1")
+    monkeypatch.setenv("AHEADRANK_API_KEYS", "k2")
+    args = ["serve", "--checkpoint", str(service_env.checkpoint), "--api-keys-file", str(new)]
+    res = CliRunner().invoke(app, args)
+    assert isinstance(res.exception, Loaded), res.output
+    assert seen["keys"] == ["k1", "k2", "new-key"]  # not old-rotated-key
+    res = CliRunner().invoke(app, ["serve", "--checkpoint", str(service_env.checkpoint)])
+    assert isinstance(res.exception, Loaded), res.output
+    assert seen["keys"] == ["k1", "k2", "old-rotated-key"]  # the variable's file when the flag is not given
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AHEADRANK_API_KEY")}
+    cli = subprocess.run(
+        [AHEADRANK, "serve", "--checkpoint", str(tmp_path / "none")],
+        capture_output=True, text=True, timeout=120,
+        env={**env, "AHEADRANK_API_KEY": "k1", "AHEADRANK_API_KEYS": "prod-secret-1,,prod-secret-2"},
+    )  # fmt: skip
+    assert cli.returncode == 2 and "item 2 of 3" in cli.stderr, cli.stderr
+    assert "prod-secret" not in cli.stderr + cli.stdout
+
+
 def test_serves_a_codebook_store(service_env, tmp_path):
     """A book4 store of the same checkpoint (`aheadrank index --dtype book4`) is served like any other: /v1/info
     names its dtype, and the served ranking is the batch path's over that store (scores from its decoded values)."""
