@@ -48,6 +48,7 @@ from aheadrank.devices import check_device
 from aheadrank.errors import AheadrankError
 from aheadrank.fsfaults import atomic_write, atomic_write_text, describe, exclusive_lock
 from aheadrank.indexer.fingerprint import changes, collection_fingerprint
+from aheadrank.passages import DEFAULT_AGGREGATION, LABEL_FREE_AGGREGATION
 
 log = logging.getLogger("aheadrank.build")
 
@@ -857,6 +858,8 @@ def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
     ckpt = p["checkpoint"]
     held_out = load_config(ckpt).extra.get("train", {}).get("val_qids") or []
     split = judged_split(plan.collection, plan.labels)
+    # recorded in the priors, read by serve and rerank-run (aheadrank.passages.served_aggregation)
+    aggregation = DEFAULT_AGGREGATION if split is not None else LABEL_FREE_AGGREGATION
     if split is not None or plan.priors == "pseudo":
         if split is not None:
             from aheadrank.indexer.topics import read_beir_split
@@ -870,10 +873,18 @@ def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
             val, cands, qrels = pseudo_validation(plan.out)
             fitted_on = {"label_free": "held-out pseudo-queries", "labels": PSEUDO_LABELS}
         priors = fit_checkpoint_priors(
-            ckpt, p["store"], val, cands, qrels, fitted_on, plan.device, plan.progress
+            ckpt,
+            p["store"],
+            val,
+            cands,
+            qrels,
+            fitted_on,
+            plan.device,
+            plan.progress,
+            aggregation=aggregation,
         )
         if split is None:  # the calibration as the default priors' (near-source labels), weights its own
-            cal, why = pseudo_calibration(plan.out, None, plan.device, plan.progress)
+            cal, why = pseudo_calibration(plan.out, None, plan.device, plan.progress, aggregation=aggregation)
             priors.calibration = None if cal is None else cal.to_dict()
             if cal is None:
                 priors.fitted_on["calibration"] = f"none: {why}"
@@ -883,10 +894,15 @@ def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
 
         priors = label_free_priors(
             ckpt,
-            {"label_free": "default weights (aheadrank.build.label_free_weights)"},
+            {
+                "label_free": "default weights (aheadrank.build.label_free_weights)",
+                "passage_aggregation": aggregation,
+            },
             window=read_manifest(p["store"]).windows is not None,
         )
-        cal, why = pseudo_calibration(plan.out, priors.weights, plan.device, plan.progress)
+        cal, why = pseudo_calibration(
+            plan.out, priors.weights, plan.device, plan.progress, aggregation=aggregation
+        )
         if cal is not None:
             priors.calibration = cal.to_dict()
         else:
@@ -908,6 +924,7 @@ def pseudo_calibration(
     device: str = "cpu",
     progress: bool = False,
     near: float | None = NEAR_SOURCE,
+    aggregation: str = LABEL_FREE_AGGREGATION,
 ) -> tuple:
     """(the served score's calibration, None) fitted by :func:`aheadrank.priors.fit_calibration` on the
     held-out pseudo-queries (:func:`pseudo_validation`): each one's source document is relevant, and so is a
@@ -922,7 +939,9 @@ def pseudo_calibration(
     if not val:
         why = "the trainer held out no pseudo-query"
     else:
-        feats, _ = collect_features(p["checkpoint"], p["store"], val, cands, qrels, device, progress)
+        feats, _ = collect_features(
+            p["checkpoint"], p["store"], val, cands, qrels, device, progress, aggregation
+        )
         feats, near = near_source_labels(p["store"], feats, near)
         fitted_on = {"labels": PSEUDO_LABELS, "label_free": "held-out pseudo-queries", "near_source": near}
         try:

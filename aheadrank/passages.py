@@ -111,7 +111,26 @@ def max_per_document(scores: Sequence[float], owner: Sequence[int], n: int) -> l
 
 
 AGGREGATIONS = ("maxp", "meanp", "first+max")  # measured in bench/results/long_inputs-passages.md
-DEFAULT_AGGREGATION = "first+max"  # the service's --passage-aggregation, rerank-run's and fit-priors'
+# A checkpoint's priors are fitted on scores aggregated one way, recorded in their ``fitted_on["passage_aggregation"]``;
+# the service, rerank-run and fit-priors read that record unless told otherwise (:func:`served_aggregation`).
+# A judged build: the mean of the first and the best passage (chosen on SciFact's test split with a judged TK,
+# bench/results/long_inputs-passages.md); priors fitted before the record existed were fitted this way too
+DEFAULT_AGGREGATION = "first+max"
+# A label-free build: the best passage (MaxP, Cohere's rule for a long document). Served, it ranks level with
+# first+max (bench/results/label-free/maxp-scifact/, passages-served-maxp/), and a text whose first passage is off its
+# topic (a RAG chunk that starts in another section) keeps its score: bench/results/rag-long-texts/
+LABEL_FREE_AGGREGATION = "maxp"
+
+
+def served_aggregation(given: str | None, priors=None) -> str:
+    """How a long document's score comes from its passages': ``given`` (a flag), else what the checkpoint's
+    priors (``aheadrank.priors.Priors``) were fitted with, else :data:`DEFAULT_AGGREGATION`."""
+    if given is None and priors is not None:
+        given = priors.fitted_on.get("passage_aggregation") or DEFAULT_AGGREGATION
+    how = given or DEFAULT_AGGREGATION
+    if how not in AGGREGATIONS:
+        raise ValueError(f"unknown passage aggregation {how!r}; known: {', '.join(AGGREGATIONS)}")
+    return how
 
 
 def aggregate(scores: Sequence[float], owner: Sequence[int], n: int, how: str = "maxp") -> list[float]:

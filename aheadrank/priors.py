@@ -147,6 +147,21 @@ def read_priors(checkpoint: str | Path) -> Priors | None:
         raise CheckpointError(f"{path} is not valid priors JSON: {exc}") from exc
 
 
+def recorded_aggregation(given: str | None, checkpoint: str | Path, with_priors: bool = True) -> str:
+    """:func:`aheadrank.passages.served_aggregation` with the priors of ``checkpoint`` (what they were fitted
+    with); a damaged priors.json is an error only where the priors are used (``with_priors``), as the scorer
+    reads them."""
+    from aheadrank.passages import served_aggregation
+
+    try:
+        priors = read_priors(checkpoint) if given is None else None
+    except CheckpointError:
+        if with_priors:
+            raise
+        priors = None
+    return served_aggregation(given, priors)
+
+
 # ---- fitting ---------------------------------------------------------------------------------------------
 @dataclass
 class QueryFeatures:

@@ -504,14 +504,17 @@ def fit_checkpoint_priors(
     device: str = "cpu",
     progress: bool = False,
     verify_store: str = "off",
+    aggregation: str = DEFAULT_AGGREGATION,
 ) -> Priors:
-    """Fit the priors on validation queries through the store and save them into the checkpoint (``verify_store``:
-    as :func:`collect_features`)."""
+    """Fit the priors on validation queries through the store and save them into the checkpoint (``verify_store``,
+    ``aggregation``: as :func:`collect_features`; the aggregation is recorded in ``fitted_on``, and what serves
+    the checkpoint reads it: :func:`aheadrank.passages.served_aggregation`)."""
     from aheadrank.priors import fit_calibration, fit_priors
     from aheadrank.rankers.checkpoint import write_priors
 
+    fitted_on = {**fitted_on, "passage_aggregation": aggregation}
     feats, dense = collect_features(
-        checkpoint, store, queries, candidates, qrels, device, progress, verify_store=verify_store
+        checkpoint, store, queries, candidates, qrels, device, progress, aggregation, verify_store
     )
     if not feats:
         raise AheadrankError(

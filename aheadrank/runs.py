@@ -180,27 +180,25 @@ def rerank_run(
     progress: bool = True,
     pure: bool = False,
     pure_out: dict | None = None,
-    passage_aggregation: str = DEFAULT_AGGREGATION,
+    passage_aggregation: str | None = None,
     verify_store: str = "off",
 ) -> tuple[dict[str, dict[str, float]], RerankStats]:
     """Re-rank every query's candidates through the precomputed path, with the checkpoint's priors unless
     ``pure``; returns (run, stats). ``stats.notices`` says which priors were unavailable. ``pure_out``, when
     given, receives the pure neural run of the same pass (no second scoring). ``verify_store`` ``start``: the
     sha256 of every shard the run reads (the store, its passages and the priors' sub-stores) before the first
-    query, a mismatch refusing the run (store.verify.verify_before_reading)."""
+    query, a mismatch refusing the run (store.verify.verify_before_reading). ``passage_aggregation`` None: what
+    the checkpoint's priors were fitted with (aheadrank.passages.served_aggregation), as the service reads it."""
     from tqdm.auto import tqdm
 
-    from aheadrank.passages import AGGREGATIONS
+    from aheadrank.priors import recorded_aggregation
     from aheadrank.rankers import load_ranker
     from aheadrank.rerank import PriorScorer
     from aheadrank.store import StoreReader
     from aheadrank.store.passages import open_passages
     from aheadrank.store.verify import verify_before_reading
 
-    if passage_aggregation not in AGGREGATIONS:
-        raise ValueError(
-            f"unknown passage aggregation {passage_aggregation!r}; known: {', '.join(AGGREGATIONS)}"
-        )
+    passage_aggregation = recorded_aggregation(passage_aggregation, checkpoint, not pure)
     reader = StoreReader(store)
     ranker = load_ranker(checkpoint, device=device, strategy=reader.spec.strategy)
     ranker.read_queries_up_to(QUERY_PIECES)  # as the service reads them

@@ -39,7 +39,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     from aheadrank.rankers.recipe import training_options
     from benchkit import add_options
 
-    from aheadrank.passages import AGGREGATIONS, DEFAULT_AGGREGATION
+    from aheadrank.passages import AGGREGATIONS, LABEL_FREE_AGGREGATION
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
@@ -81,10 +81,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_build_name_options(ap, steps=False)  # --steps: aheadrank train's, above
     ap.add_argument(
         "--aggregation",
-        default=DEFAULT_AGGREGATION,
+        default=LABEL_FREE_AGGREGATION,
         choices=AGGREGATIONS,
         help="with --passages: how a document's score comes from its passages' in the measured runs "
-        "(default: the service's, aheadrank.passages.DEFAULT_AGGREGATION); the build and its priors are the same",
+        "(default: what a label-free build records for serve, aheadrank.passages.LABEL_FREE_AGGREGATION; "
+        "before it was recorded the default was first+max); the build and its priors are the same",
     )
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     args = ap.parse_args(argv)

@@ -48,13 +48,13 @@ DEPTH = 100  # BM25's depth in every label-free folder, and the bi-encoder's her
 def parse_args(argv=None) -> argparse.Namespace:
     import label_free as lf
 
-    from aheadrank.passages import AGGREGATIONS, DEFAULT_AGGREGATION
+    from aheadrank.passages import AGGREGATIONS, LABEL_FREE_AGGREGATION
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--collections", nargs="+", default=["cranfield"])
     ap.add_argument("--rankers", nargs="+", default=["mores-2ib-s2", "prettr-l5-e128", "tk-6l-base"])
-    ap.add_argument("--aggregation", choices=AGGREGATIONS, default=DEFAULT_AGGREGATION)
+    ap.add_argument("--aggregation", choices=AGGREGATIONS, default=LABEL_FREE_AGGREGATION)
     lf.add_build_name_options(ap)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")

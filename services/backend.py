@@ -254,6 +254,12 @@ class RerankBackend:
                     "Serve the checkpoint that built the store, or rebuild the store with `aheadrank index`."
                 )
             strategy = reader.spec.strategy
+        from aheadrank.priors import recorded_aggregation
+
+        # not given: what the checkpoint's priors were fitted with (a label-free build's maxp), said by /v1/info
+        settings.passage_aggregation = recorded_aggregation(
+            settings.passage_aggregation, ckpt, settings.priors
+        )
         ranker = load_ranker(ckpt, device=device, strategy=strategy)
         ranker.read_queries_up_to(settings.max_query_len)  # longer than trained on, where positions allow
         if settings.cuda_graphs and device.startswith("cuda"):
@@ -739,6 +745,7 @@ class RerankBackend:
             **self.ranker.describe(),
             "query_len": self.ranker._text().max_query_len,  # pieces read (--max-query-len, where allowed)
             "passage_window": self.max_doc_len(),  # longer /rerank texts: passages (--max-chunks-per-doc)
+            "passage_aggregation": self.settings.passage_aggregation,  # their score from the passages'
         }
         store = None
         if self.reader is not None:

@@ -29,11 +29,15 @@ class ApiError(Exception):
         self.status, self.message, self.kind, self.headers = status, message, kind, headers or {}
 
 
+ERROR_KIND_HEADER = "X-Error-Kind"
+
+
 def error_response(
     request_id: str | None, status: int, message: str, kind: str, headers=None
 ) -> JSONResponse:
     body = ErrorResponse(error=message, kind=kind, request_id=request_id, message=message).model_dump()
-    return JSONResponse(body, status_code=status, headers=headers)
+    # the kind in a header too: the access log line names it (services/gate.py), clients may read it
+    return JSONResponse(body, status_code=status, headers={**(headers or {}), ERROR_KIND_HEADER: kind})
 
 
 def log_internal(rid: str | None, path: str, exc: BaseException) -> None:

@@ -12,7 +12,7 @@ import time
 import uuid
 
 from aheadrank.services.auth import PUBLIC, key_refusal
-from aheadrank.services.errors import error_response, log_internal
+from aheadrank.services.errors import ERROR_KIND_HEADER, error_response, log_internal
 from aheadrank.services.jsonguard import shape_problem
 from aheadrank.services.metrics import ServiceMetrics
 from aheadrank.services.shapes import ENDPOINTS, SHAPES
@@ -57,13 +57,15 @@ class Gate:
         given = headers.get("x-request-id", "")
         rid = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
         scope.setdefault("state", {}).update(request_id=rid, arrival=arrival)
-        status, started = [500], [False]
+        status, started, kind = [500], [False], [None]
 
         async def send_with_id(message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
                 started[0] = True
-                MutableHeaders(scope=message)["x-request-id"] = rid
+                answer = MutableHeaders(scope=message)
+                answer["x-request-id"] = rid
+                kind[0] = answer.get(ERROR_KIND_HEADER)
             await send(message)
 
         async def reject(code: int, message: str, kind: str, extra: dict | None = None) -> None:
@@ -132,6 +134,7 @@ class Gate:
                             "method": scope.get("method"),
                             "path": path,
                             "status": status[0],
+                            **({"error": kind[0]} if kind[0] else {}),  # its kind, never the request's text
                             "ms": round(took * 1e3, 2),
                             "client": f"{client[0]}:{client[1]}",
                         }

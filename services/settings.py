@@ -66,10 +66,11 @@ class ServiceSettings(BaseSettings):
     passage_overlap: int | None = Field(
         None, ge=0, description="word pieces consecutive passages share (default: a quarter of the window)"
     )
-    passage_aggregation: Literal["maxp", "meanp", "first+max"] = Field(
-        "first+max",
+    passage_aggregation: Literal["maxp", "meanp", "first+max"] | None = Field(
+        None,
         description="a long text's score from its passages': the best (maxp), their mean (meanp), or the mean of "
-        "the first and the best (first+max); measured in bench/results/long_inputs-passages.md",
+        "the first and the best (first+max); default: what the checkpoint's priors were fitted with (a label-free "
+        "build's maxp, a judged one's first+max; bench/results/rag-long-texts/, long_inputs-passages.md)",
     )
     max_query_len: int = Field(
         QUERY_PIECES,

@@ -32,6 +32,7 @@ from aheadrank.cli import app
 from aheadrank.cli.serve import from_build
 from aheadrank.errors import AheadrankError
 from aheadrank.fsfaults import BuildLockedError, exclusive_lock
+from aheadrank.passages import LABEL_FREE_AGGREGATION
 from aheadrank.priors import read_priors
 
 pytestmark = pytest.mark.slow  # Java (the BM25 stage)
@@ -504,6 +505,8 @@ def test_a_label_free_build_serves_scores_calibrated_on_its_held_out_pseudo_quer
     priors = read_priors(p["checkpoint"])
     cal = priors.calibrated()
     assert cal is not None, "a label-free build served relative scores"
+    # fitted on MaxP passage scores, and served so unless told otherwise (aheadrank.passages.served_aggregation)
+    assert priors.fitted_on["passage_aggregation"] == "maxp" == LABEL_FREE_AGGREGATION
     held_out, cands, qrels = pseudo_validation(out)
     assert cal.fitted_on["labels"] == "pseudo-queries" and cal.fitted_on["queries"] == len(held_out) > 0
     assert cal.fitted_on["near_source"] == NEAR_SOURCE
@@ -535,7 +538,7 @@ def test_a_label_free_build_serves_scores_calibrated_on_its_held_out_pseudo_quer
     try:
         client = httpx.Client(base_url=srv.url, timeout=120)
         info = client.get("/v1/info").json()
-        assert info["relevance_score"] == "calibrated"
+        assert info["relevance_score"] == "calibrated" and info["model"]["passage_aggregation"] == "maxp"
         assert info["priors"]["calibration"]["fitted_on"]["labels"] == "pseudo-queries"
         many = client.post("/v1/rerank", json={"query": query, "documents": texts}).json()
         assert many["meta"]["relevance_score"] == "calibrated"

@@ -592,6 +592,7 @@ def test_index_job_trains_on_judgments_when_the_collection_has_them(tmp_path, ti
         k: v for k, v in stages["queries"].items() if k not in ("seconds", "peak_rss_mb", "peak_anon_mb")
     } == {"judged_split": "train"}
     assert stages["priors"]["fitted_on"]["split"] == "train"
+    assert stages["priors"]["fitted_on"]["passage_aggregation"] == "first+max"  # a judged build's (measured)
 
 
 @pytest.mark.slow
@@ -606,7 +607,12 @@ def test_a_stopped_index_job_stops_its_build_and_keeps_what_is_done(tmp_path, ti
     data = tmp_path / "data"
     env = job_env(data, collection, tiny_base)
     job = subprocess.Popen(
-        ["bash", str(INDEX_JOB)], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ["bash", str(INDEX_JOB)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     lines = []
     try:

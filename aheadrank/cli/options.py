@@ -63,6 +63,26 @@ def _checked_verify_mode(value: str) -> str:
     return value
 
 
+def _checked_aggregation(value: str | None) -> str | None:
+    from aheadrank.passages import AGGREGATIONS
+
+    if value is not None and value not in AGGREGATIONS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(AGGREGATIONS)}")
+    return value
+
+
+def aggregation_opt(default_is: str) -> Any:
+    """``--passage-aggregation`` (``AHEADRANK_PASSAGE_AGGREGATION``, the variable ``serve`` reads too): a long
+    document's score from its passages' (aheadrank.passages.served_aggregation); not given: ``default_is``."""
+    return opt(
+        None,
+        "--passage-aggregation",
+        help=f"a store with passages: a long document's score from its passages' (maxp, meanp or first+max); "
+        f"default: {default_is}",
+        callback=_checked_aggregation,
+    )
+
+
 def verify_store_opt() -> Any:
     """A batch job's ``--verify-store`` (``AHEADRANK_VERIFY_STORE``, the variable ``serve`` reads too, hence its
     values): the shards' sha256 before anything is read (store.verify.verify_before_reading)."""

@@ -10,7 +10,15 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import device_opt, opt, spec_block, user_errors, verify_store_opt, with_options
+from aheadrank.cli.options import (
+    aggregation_opt,
+    device_opt,
+    opt,
+    spec_block,
+    user_errors,
+    verify_store_opt,
+    with_options,
+)
 from aheadrank.cli.rankers import RANKER_OPTIONS, Kind, init_options, ranker_options_block
 from aheadrank.logs import cli_logging
 
@@ -293,11 +301,8 @@ def rerank_run_cmd(
         "--pure/--with-priors",
         help="rank by the neural score alone (default: the served score, neural + the checkpoint's priors)",
     ),
-    passage_aggregation: str = opt(
-        "first+max",
-        "--passage-aggregation",
-        help="a store built with --passages: a long document's score from its passages' (maxp, meanp or "
-        "first+max), as the service's --passage-aggregation",
+    passage_aggregation: str | None = aggregation_opt(
+        "what the checkpoint's priors were fitted with (a label-free build's: maxp; a judged one's: first+max)"
     ),
     verify_store: str = verify_store_opt(),
 ) -> None:
@@ -380,6 +385,10 @@ def fit_priors_cmd(
     device: str = device_opt(),
     progress: bool = opt(True, "--progress/--no-progress"),
     verify_store: str = verify_store_opt(),
+    passage_aggregation: str | None = aggregation_opt(
+        "how the checkpoint's current priors were fitted (a label-free build's: maxp), else first+max; recorded "
+        "in the new priors, which the service and rerank-run then read"
+    ),
 ) -> None:
     """Fit how the neural score is combined with the BM25 and dense priors (weights per available feature
     set, nDCG@10 on validation queries) and save them into the checkpoint as priors.json."""
@@ -407,6 +416,9 @@ def fit_priors_cmd(
                 f"every judged query of --split {split}"
             )
     cands = bm25_candidates(index, queries, depth)
+    from aheadrank.priors import recorded_aggregation
+
+    aggregation = recorded_aggregation(passage_aggregation, checkpoint, with_priors=False)  # it refits them
     priors = fit_checkpoint_priors(
         checkpoint,
         store,
@@ -417,5 +429,6 @@ def fit_priors_cmd(
         device=device,
         progress=progress,
         verify_store=verify_store,
+        aggregation=aggregation,
     )
     typer.echo(json.dumps({"checkpoint": str(checkpoint), **priors.to_dict()}))

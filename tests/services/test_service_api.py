@@ -631,7 +631,11 @@ def test_serve_reads_both_key_variables_lets_its_flags_replace_them_and_never_ec
     old, new = tmp_path / "old.keys", tmp_path / "new.keys"
     old.write_text("old-rotated-key\n")
     new.write_text("new-key\n")
-    assert service_keys([], None, {"AHEADRANK_API_KEY": "k1", "AHEADRANK_API_KEYS": "k2 k3"}) == ["k1", "k2", "k3"]
+    assert service_keys([], None, {"AHEADRANK_API_KEY": "k1", "AHEADRANK_API_KEYS": "k2 k3"}) == [
+        "k1",
+        "k2",
+        "k3",
+    ]
     assert service_keys(["cli"], new, {"AHEADRANK_API_KEYS": "k2"}) == ["cli", "new-key"]
 
     seen = {}
@@ -663,6 +667,24 @@ def test_serve_reads_both_key_variables_lets_its_flags_replace_them_and_never_ec
     )  # fmt: skip
     assert cli.returncode == 2 and "item 2 of 3" in cli.stderr, cli.stderr
     assert "prod-secret" not in cli.stderr + cli.stdout
+
+
+def test_the_access_log_names_an_errors_kind_and_never_the_request(backend, caplog, monkeypatch):
+    """A 4xx/5xx access line carried only the status: to debug it an operator needed the client's request id. It
+    now names the error's kind (also the X-Error-Kind header); the request's text is never logged."""
+    monkeypatch.setattr(backend.settings, "access_log", True)
+    secret = "a confidential query about patient 4711"
+    with TestClient(create_app(backend)) as c, caplog.at_level("INFO", logger="aheadrank.access"):
+        ok = c.post("/v1/rerank", json={"query": secret, "depth": 5})
+        bad = c.post("/v1/rerank", json={"query": secret, "depth": 0})
+        missing = c.get("/v1/nothing-here")
+    assert ok.status_code == 200 and bad.status_code == 422 and missing.status_code == 404
+    assert bad.headers["x-error-kind"] == bad.json()["kind"]
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "aheadrank.access"]
+    by_status = {line["status"]: line for line in lines}
+    assert "error" not in by_status[200]
+    assert by_status[422]["error"] == bad.json()["kind"] and by_status[404]["error"] == missing.json()["kind"]
+    assert all(secret not in r.getMessage() for r in caplog.records)
 
 
 def test_serves_a_codebook_store(service_env, tmp_path):

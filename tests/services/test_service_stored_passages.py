@@ -16,7 +16,7 @@ from aheadrank.services.settings import ServiceSettings
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from aheadrank.errors import StoreError
+from aheadrank.errors import AheadrankError, StoreError
 from aheadrank.passages import aggregate, split_passages
 
 QUERY = "smoking increases the risk of lung cancer"
@@ -177,6 +177,49 @@ def test_the_default_aggregation_is_the_mean_of_the_first_and_the_best_passage(b
     assert r.json()["results"][0]["relevance_score"] == pytest.approx(
         (direct[0] + max(direct)) / 2, abs=1e-4 * scale
     )
+
+
+def test_the_aggregation_the_priors_were_fitted_with_is_served_unless_told(
+    backend, stores, collection, tmp_path
+):
+    """A checkpoint whose priors record MaxP (a label-free build's) serves long texts by MaxP, /v1/info says so,
+    and --passage-aggregation still decides; priors without the record (fitted before it) mean first+max."""
+    from aheadrank.rankers.checkpoint import write_priors
+    from conftest import WORDS
+
+    from aheadrank.passages import served_aggregation
+    from aheadrank.priors import PRIORS_FILE, Priors, recorded_aggregation
+
+    ckpt = shutil.copytree(stores["checkpoint"], tmp_path / "ckpt")
+    priors = Priors(weights={"neural": {"neural": 1.0}}, fitted_on={"passage_aggregation": "maxp"})
+    write_priors(
+        ckpt, priors.to_dict()
+    )  # recorded in the checkpoint's fingerprint.json, as fit-priors writes it
+    assert served_aggregation(None, priors) == "maxp" and served_aggregation("meanp", priors) == "meanp"
+    assert served_aggregation(None, Priors(weights=priors.weights)) == "first+max" == served_aggregation(None)
+    with pytest.raises(ValueError, match="unknown passage aggregation 'best'"):
+        served_aggregation("best")
+    rng = random.Random(9)
+    text = " ".join(rng.choice(WORDS) for _ in range(4 * WINDOW))
+    direct = backend.ranker.score_pairs(QUERY, passages_of(backend, text)).tolist()
+    assert max(direct) != (direct[0] + max(direct)) / 2
+    scale = max(abs(s) for s in direct)
+    for given, expect in ((None, max(direct)), ("first+max", (direct[0] + max(direct)) / 2)):
+        settings = {"passage_aggregation": given} if given else {}
+        served = load({**stores, "checkpoint": ckpt}, priors=False, **settings)
+        try:
+            assert served.settings.passage_aggregation == (given or "maxp")
+            with TestClient(create_app(served)) as c:
+                assert c.get("/v1/info").json()["model"]["passage_aggregation"] == (given or "maxp")
+                r = c.post("/rerank", json={"query": QUERY, "documents": [text], "raw_scores": True})
+            assert r.json()["results"][0]["relevance_score"] == pytest.approx(expect, abs=1e-4 * scale)
+        finally:
+            served.close()
+    # a damaged priors.json: an error where the priors are used, the default where they are not
+    (ckpt / PRIORS_FILE).write_text("{")
+    assert recorded_aggregation(None, ckpt, with_priors=False) == "first+max"
+    with pytest.raises(AheadrankError, match="not valid priors JSON"):
+        recorded_aggregation(None, ckpt)
 
 
 def test_cohere_limits_read_a_stored_document_as_they_read_its_text(backend, collection, monkeypatch):
