@@ -1234,19 +1234,17 @@ def _build_locked(
         else:
             # also between stages: a collection edited while the build runs
             check_same_collection(plan, record, out)
-            try:  # from the stage's first line: an interrupt right after "[stage] ..." is said too
+            # from the stage's first line on: an interrupt right after "[stage] ..." is said too
+            try:
                 echo(f"[{stage}] ...")
-                room = (
-                    store_room(plan, record) if stage == "store" else None
-                )  # refuses a store that cannot fit
+                # refuses a store that cannot fit
+                room = store_room(plan, record) if stage == "store" else None
                 if room:
                     echo(room[0])
                 t0 = time.perf_counter()
                 with StageMemory() as memory:
                     info = runners[stage]()
-            except (
-                KeyboardInterrupt
-            ):  # Ctrl-C, SIGTERM: say where it stopped and how to go on, then stop as asked
+            except KeyboardInterrupt:  # Ctrl-C, SIGTERM: say where it stopped and how to go on, then stop
                 echo(f"[{stage}] interrupted: what is done is kept (shards too); the same command resumes it")
                 raise
             info["seconds"] = round(time.perf_counter() - t0, 1)

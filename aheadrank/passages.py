@@ -126,7 +126,7 @@ def served_aggregation(given: str | None, priors=None) -> str:
     """How a long document's score comes from its passages': ``given`` (a flag), else what the checkpoint's
     priors (``aheadrank.priors.Priors``) were fitted with, else :data:`DEFAULT_AGGREGATION`."""
     if given is None and priors is not None:
-        given = priors.fitted_on.get("passage_aggregation") or DEFAULT_AGGREGATION
+        given = priors.fitted_on.get("passage_aggregation")
     how = given or DEFAULT_AGGREGATION
     if how not in AGGREGATIONS:
         raise ValueError(f"unknown passage aggregation {how!r}; known: {', '.join(AGGREGATIONS)}")

@@ -64,11 +64,12 @@ def _checked_verify_mode(value: str) -> str:
 
 
 def _checked_aggregation(value: str | None) -> str | None:
-    from aheadrank.passages import AGGREGATIONS
+    from aheadrank.passages import served_aggregation
 
-    if value is not None and value not in AGGREGATIONS:
-        raise typer.BadParameter(f"{value!r} is not one of {', '.join(AGGREGATIONS)}")
-    return value
+    try:  # the one rule the service and the batch jobs apply
+        return None if value is None else served_aggregation(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def aggregation_opt(default_is: str) -> Any:

@@ -394,6 +394,7 @@ def fit_priors_cmd(
     set, nDCG@10 on validation queries) and save them into the checkpoint as priors.json."""
     from aheadrank.errors import AheadrankError
     from aheadrank.indexer.topics import read_beir_split
+    from aheadrank.priors import recorded_aggregation
     from aheadrank.rankers import load_config
     from aheadrank.rerank import fit_checkpoint_priors
     from aheadrank.runs import bm25_candidates
@@ -416,8 +417,6 @@ def fit_priors_cmd(
                 f"every judged query of --split {split}"
             )
     cands = bm25_candidates(index, queries, depth)
-    from aheadrank.priors import recorded_aggregation
-
     aggregation = recorded_aggregation(passage_aggregation, checkpoint, with_priors=False)  # it refits them
     priors = fit_checkpoint_priors(
         checkpoint,
