@@ -96,6 +96,15 @@ def split_passages(tokenizer, texts: Sequence[str], opts: PassageOptions) -> lis
     return out
 
 
+def head_texts(tokenizer, texts: Sequence[str], max_pieces: int | None) -> list[str]:
+    """Each text cut to its first ``max_pieces`` word pieces (at a word boundary), as :func:`split_passages`
+    cuts it before splitting; the texts themselves without ``max_pieces``."""
+    if max_pieces is None or not texts:
+        return list(texts)
+    opts = PassageOptions(max_pieces, 0, 1, max_pieces)
+    return [p[0] for p in split_passages(tokenizer, texts, opts)]
+
+
 def flatten(passages: list[list[str]]) -> tuple[list[str], list[int]]:
     """All passages in one list, and the index of the document each came from."""
     flat, owner = [], []

@@ -7,21 +7,25 @@ as ``aheadrank serve DIR`` does) and, for a judged collection's test queries, se
 ``--depth`` documents as texts:
 
 - ``stored``: the texts as the indexer read them, found in the store by their digest: scored from the stored
-  passages (the docid path: the passages' neural scores aggregated, the whole text's dense cosine, then the
-  priors);
-- ``ad-hoc``: the same texts, the store's text lookup turned off: split and encoded online, each passage's
-  calibrated log-odds from its own neural score and dense cosine, then aggregated (what a text the store does
-  not hold gets, i.e. every RAG chunk);
-- ``buried``: each judged-relevant candidate's text with an unrelated passage in front of it (the first ``--filler-words``
-  words of a document that is neither a candidate nor relevant; a chunk that starts in another section), sent
-  ad hoc. Its rank is read against the other candidates' ``ad-hoc`` scores, which is exact where the build has a
-  calibration (each text's score is its own: ``relevance_score`` is "calibrated"); the bench refuses otherwise.
+  passages (the docid path: the passages' neural scores aggregated, the whole text's stored dense cosine, then
+  the priors);
+- ``ad-hoc``: the same texts, the store's text lookup turned off: split and encoded online, then scored the
+  docid's way (the passages' neural scores aggregated, the whole text's dense cosine, then the priors): what a
+  text the store does not hold gets, i.e. every RAG chunk;
+- ``ad-hoc/passage``: what the service did before ``ad-hoc``: each passage's calibrated log-odds from its own
+  neural score and its own dense cosine, then aggregated (computed here from the same passages' neural scores);
+- ``buried`` (and ``buried/passage``): each judged-relevant candidate's text with an unrelated passage in front
+  of it (the first ``--filler-words`` words of a document that is neither a candidate nor relevant; a chunk
+  that starts in another section), sent ad hoc. Its rank is read against the other candidates' ``ad-hoc``
+  (``ad-hoc/passage``) scores, which is exact where the build has a calibration (each text's score is its own:
+  ``relevance_score`` is "calibrated"); the bench refuses otherwise.
 
-Per cell and aggregation (``maxp``, ``first+max``, ``meanp``; every aggregation from the same per-passage scores):
-nDCG@10; the mean ``relevance_score`` (the sigmoid) of the judged-relevant texts and of the others; the Brier
-score of ``relevance_score`` against the judgments (the candidates only); for ``buried``: the median
-``relevance_score`` of a relevant text alone and buried, and the share of relevant texts whose buried score is
-below half their own. The judgments are read to evaluate only; nothing is fitted here.
+Per cell and aggregation (``maxp``, ``first+max``, ``meanp``): nDCG@10, against ``first+max`` in the same cell
+and (``ad-hoc``, ``buried``) against the per-passage way of the same aggregation (paired t-tests); the mean
+``relevance_score`` (the sigmoid) of the judged-relevant texts and of the others; the Brier score of
+``relevance_score`` against the judgments (the candidates only); for ``buried``: the median ``relevance_score``
+of a relevant text alone and buried, and the share of relevant texts whose buried score is below half their
+own. The judgments are read to evaluate only; nothing is fitted here.
 
     .venv/bin/python bench/rag_long_texts.py --build DIR --collection ../shared/data/scifact \\
         --out bench/results/rag-long-texts/scifact.json
@@ -55,14 +59,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-queries", type=int, default=None, help="the first N queries (default: all)")
     p.add_argument("--filler-words", type=int, default=100)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--cache-gib", type=int, default=4, help="the service's ad-hoc text cache (GiB)")
     p.add_argument("--out", type=Path, default=Path("bench/results/rag-long-texts.json"))
     return p.parse_args(argv)
 
 
 class PassageScores:
-    """Records the per-passage scores ``score_texts`` aggregates (services/backend.py calls
-    ``aggregate(scores, owner, n, how)`` for a request with a text longer than the window), so that every
-    aggregation is read from one pass."""
+    """Records the passages' neural scores ``score_texts`` aggregates (services/backend.py calls
+    ``aggregate(scores, owner, n, how)`` for a request with a text longer than the window), for the per-passage
+    way (:meth:`per_passage`)."""
 
     def __init__(self):
         self.last: tuple[list[float], list[int], int] | None = None
@@ -73,15 +78,24 @@ class PassageScores:
         self.last = (list(map(float, scores)), list(owner), n)
         return aggregate(scores, owner, n, how)
 
-    def take(self, whole: list[float]) -> dict[str, list[float]]:
-        """Each aggregation's scores of the last call (``whole``: what it returned, for texts not split)."""
-        from aheadrank.passages import aggregate
+    def per_passage(self, backend, query: str, texts: list[str]) -> dict[str, list[float]]:
+        """Each aggregation of the last call's texts scored the per-passage way: each passage calibrated
+        with its own neural score and dense cosine, then aggregated (what ``ad-hoc`` was before)."""
+        from aheadrank.passages import aggregate, flatten, split_passages
 
-        if self.last is None:  # no text was longer than the window
-            return {a: list(whole) for a in AGGREGATIONS}
-        scores, owner, n = self.last
+        scorer = backend.scorer
+        split = split_passages(backend.ranker._text().tokenizer, texts, backend.passage_options())
+        flat, owner = flatten(split)
+        if self.last is None:  # no text was longer than the window: the service's one pass is the same
+            raise RuntimeError("per_passage after a request without long texts")
+        neural, seen, n = self.last
         self.last = None
-        return {a: aggregate(scores, owner, n, a) for a in AGGREGATIONS}
+        if seen != owner or n != len(texts):
+            raise RuntimeError("the recorded passages are not this request's")
+        features = {"neural": np.array(neural)}
+        features["dense"] = scorer.text_dense(scorer.query_vector(query), flat).astype(np.float64)
+        calibrated = scorer.calibration.logits(features).tolist()
+        return {a: aggregate(calibrated, owner, n, a) for a in AGGREGATIONS}
 
 
 def sigmoid(x: float) -> float:
@@ -107,13 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     built = paths(args.build)  # what `aheadrank serve DIR` serves
     service = {"checkpoint": built["checkpoint"], "store": built["store"], "index": built["lucene"]}
     service.update(device="cpu", access_log=False, threads=args.threads)
+    service.update(
+        text_cache_bytes=args.cache_gib << 30
+    )  # every passage of a query's texts, for each aggregation
     backend = RerankBackend.load(ServiceSettings(**service))
     backend.warmup()
     kind = backend.score_kind()
     if kind != "calibrated":
         raise SystemExit(f"the build's relevance_score is {kind!r}, not calibrated: the buried rank needs it")
     recorder = PassageScores()
-    backend_module.aggregate = recorder  # every aggregation from one pass (see PassageScores)
+    backend_module.aggregate = recorder  # the passages' neural scores, for the per-passage way
 
     queries, qrels = read_beir_split(args.collection, args.split)
     queries = dict(sorted(queries.items()))
@@ -130,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     filler_text: dict[str, str] = {}
 
     def filler(qid: str, avoid: set[str]) -> str:
+        if len(avoid) >= len(order):
+            raise SystemExit(
+                f"query {qid!r}: every document is a candidate or relevant; no filler (lower --depth)"
+            )
         i = zlib.crc32(qid.encode()) % len(order)
         while order[i] in avoid:
             i = (i + 1) % len(order)
@@ -137,11 +158,34 @@ def main(argv: list[str] | None = None) -> int:
             filler_text[order[i]] = next(d.text for d in Collection(args.collection) if d.docid == order[i])
         return " ".join(filler_text[order[i]].split()[: args.filler_words])
 
-    cells = ("stored", "ad-hoc")
+    cells = ("stored", "ad-hoc", "ad-hoc/passage")
     scores: dict[str, dict[str, dict[str, dict[str, float]]]] = {
         c: {a: {} for a in AGGREGATIONS} for c in cells
     }
-    buried: dict[str, dict[str, dict[tuple[str, str], float]]] = {a: {} for a in AGGREGATIONS}
+    buried: dict[str, dict[str, dict[tuple[str, str], float]]] = {
+        c: {a: {} for a in AGGREGATIONS} for c in ("buried", "buried/passage")
+    }
+    served = backend.settings.passage_aggregation
+
+    def each_way(query: str, batch: list[str]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+        """The texts sent ad hoc under each aggregation (the passages encoded once, then from the text
+        cache), and the per-passage way's scores from the same passages' neural scores."""
+        now: dict[str, list[float]] = {}
+        before: dict[str, list[float]] = {}
+        saved_shards, backend.reader.text_shards = backend.reader.text_shards, 0
+        try:
+            for a in AGGREGATIONS:
+                backend.settings.passage_aggregation = a
+                recorder.last = None
+                now[a], _ = backend.score_texts(query, batch)
+                if not before:  # texts all within the window: one passage each, the same either way
+                    before = recorder.per_passage(backend, query, batch) if recorder.last else {}
+                    before = before or {b: list(now[a]) for b in AGGREGATIONS}
+        finally:
+            backend.reader.text_shards = saved_shards
+            backend.settings.passage_aggregation = served
+        return now, before
+
     t0 = time.perf_counter()
     from rich.progress import Progress
 
@@ -154,19 +198,17 @@ def main(argv: list[str] | None = None) -> int:
                 backend.settings.passage_aggregation = a
                 out, _ = backend.score_texts(query, batch)
                 scores["stored"][a][qid] = dict(zip(ids, out, strict=True))
-            saved_shards, backend.reader.text_shards = backend.reader.text_shards, 0
-            out, _ = backend.score_texts(query, batch)
-            backend.reader.text_shards = saved_shards
-            for a, s in recorder.take(out).items():
-                scores["ad-hoc"][a][qid] = dict(zip(ids, s, strict=True))
+            backend.settings.passage_aggregation = served
+            for cell, got in zip(("ad-hoc", "ad-hoc/passage"), each_way(query, batch), strict=True):
+                for a, s in got.items():
+                    scores[cell][a][qid] = dict(zip(ids, s, strict=True))
             relevant = [d for d in ids if qrels.get(qid, {}).get(d, 0) > 0]  # judged relevant candidates
             if relevant:
                 pad = filler(qid, set(ids) | set(relevant))
-                saved_shards, backend.reader.text_shards = backend.reader.text_shards, 0
-                out, _ = backend.score_texts(query, [pad + "\n\n" + texts[d] for d in relevant])
-                backend.reader.text_shards = saved_shards
-                for a, s in recorder.take(out).items():
-                    buried[a].update({(qid, d): v for d, v in zip(relevant, s, strict=True)})
+                got = each_way(query, [pad + "\n\n" + texts[d] for d in relevant])
+                for cell, by_agg in zip(("buried", "buried/passage"), got, strict=True):
+                    for a, s in by_agg.items():
+                        buried[cell][a].update({(qid, d): v for d, v in zip(relevant, s, strict=True)})
             bar.advance(task)
             done = len(scores["ad-hoc"]["maxp"])
             if not console.is_terminal and done % 25 == 0:  # the bar is not drawn in a log
@@ -177,17 +219,18 @@ def main(argv: list[str] | None = None) -> int:
     backend.close()
 
     rows = []
-    for cell in (*cells, "buried"):
+    against = {"buried": "ad-hoc", "buried/passage": "ad-hoc/passage"}  # the others' scores, unburied
+    for cell in (*cells, *against):
         for a in AGGREGATIONS:
             per_query, rel_p, other_p, brier = {}, [], [], []
             alone, moved = [], []
             for qid in queries:
-                got = dict(scores["ad-hoc" if cell == "buried" else cell][a].get(qid, {}))
+                got = dict(scores[against.get(cell, cell)][a].get(qid, {}))
                 judged = qrels.get(qid, {})
-                if cell == "buried":
-                    for d in [d for d, g in judged.items() if g > 0 and (qid, d) in buried[a]]:
+                if cell in against:
+                    for d in [d for d, g in judged.items() if g > 0 and (qid, d) in buried[cell][a]]:
                         alone.append(sigmoid(got[d]))  # the same text alone, ad hoc
-                        got[d] = buried[a][(qid, d)]
+                        got[d] = buried[cell][a][(qid, d)]
                         moved.append(sigmoid(got[d]))
                 if not got:
                     continue
@@ -207,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                 "brier": statistics.fmean(brier) if brier else None,
                 "per_query": per_query,
             }
-            if cell == "buried":
+            if cell in against:
                 row["relevant_median_alone"] = statistics.median(alone) if alone else None
                 row["relevant_median_buried"] = statistics.median(moved) if moved else None
                 row["below_half_of_alone"] = (
@@ -225,28 +268,35 @@ def main(argv: list[str] | None = None) -> int:
         if r["aggregation"] != "first+max":
             cmp = paired_test(base[r["cell"]]["per_query"], r["per_query"])
             r["vs_first_max"] = {"diff": cmp.mean_b - cmp.mean_a, "p": cmp.p}
+    by = {(r["cell"], r["aggregation"]): r for r in rows}
+    for r in rows:  # the docid's way against the per-passage way, the same aggregation
+        if (r["cell"] + "/passage", r["aggregation"]) in by:
+            cmp = paired_test(by[(r["cell"] + "/passage", r["aggregation"])]["per_query"], r["per_query"])
+            r["vs_per_passage"] = {"diff": cmp.mean_b - cmp.mean_a, "p": cmp.p}
 
     table = Table(
         title=f"long texts sent ad hoc: {args.collection.name} {args.split} ({len(queries)} queries)"
     )
-    for col in ("cell", "aggregation", "nDCG@10", "vs first+max (p)", "rel. mean", "other mean", "Brier"):
+    columns = ("cell", "aggregation", "nDCG@10", "vs first+max (p)", "vs per passage (p)")
+    for col in (*columns, "rel. mean", "other mean", "Brier"):
         table.add_column(col, justify="left" if col in ("cell", "aggregation") else "right")
     table.add_column("relevant alone / buried (median)", justify="right")
     table.add_column("buried < half", justify="right")
     for r in rows:
-        vs = r.get("vs_first_max")
+        vs, way = r.get("vs_first_max"), r.get("vs_per_passage")
         table.add_row(
             r["cell"],
             r["aggregation"],
             f"{r['ndcg10']:.4f}",
             f"{vs['diff']:+.4f} ({vs['p']:.2g})" if vs else "",
+            f"{way['diff']:+.4f} ({way['p']:.2g})" if way else "",
             f"{r['relevant_mean_score']:.3f}",
             f"{r['other_mean_score']:.3f}",
             f"{r['brier']:.4f}",
             f"{r['relevant_median_alone']:.3f} / {r['relevant_median_buried']:.3f}"
-            if r["cell"] == "buried"
+            if r["cell"] in against
             else "",
-            f"{r['below_half_of_alone']:.1%}" if r["cell"] == "buried" else "",
+            f"{r['below_half_of_alone']:.1%}" if r["cell"] in against else "",
         )
     console.print(table)
     console.print(f"{seconds:.0f} s for {len(queries)} queries")

@@ -18,11 +18,18 @@ from pathlib import Path
 from aheadrank.services.budget import LatencyModel
 from aheadrank.services.memory import bound_onednn_cache
 from aheadrank.services.settings import ServiceSettings
-from aheadrank.services.texts import TextCache, stored_texts, text_features
+from aheadrank.services.texts import TextCache, stored_texts, text_features, whole_text_cosines
 from aheadrank.services.turns import drive
 
 from aheadrank.errors import AheadrankError, CheckpointError, StoreError
-from aheadrank.passages import PassageOptions, aggregate, effective_overlap, flatten, split_passages
+from aheadrank.passages import (
+    PassageOptions,
+    aggregate,
+    effective_overlap,
+    flatten,
+    head_texts,
+    split_passages,
+)
 
 log = logging.getLogger("aheadrank.service")
 WARMUP_SEARCHES = 300
@@ -663,8 +670,23 @@ class RerankBackend:
         for i, p in zip(todo, parts, strict=True):
             split[i] = p
         flat, owner = flatten(split)
+        whole = [len(p) == 1 for p in split]  # a text read as one passage has its own dense cosine
         # stored texts from the store, the others from the cache or encoded online (services/texts.py)
-        scores, dense, tokens = yield from text_features(self, qs, qvec, flat, clock, work, opts.max_passages)
+        scores, dense, tokens = yield from text_features(
+            self, qs, qvec, flat, clock, work, opts.max_passages, [whole[i] for i in owner]
+        )
+        if len(flat) != len(texts):  # a long text scored as its docid is: the passages' neural scores
+            scores = aggregate(scores, owner, len(texts), self.settings.passage_aggregation)
+            if qvec is not None:  # ... aggregated (--passage-aggregation), then the whole text's cosine
+                at = {}
+                for k, i in enumerate(owner):
+                    at.setdefault(i, k)
+                cosines = [float(dense[at[i]]) for i in range(len(texts))]  # a text read whole: its own
+                long = [i for i, w in enumerate(whole) if not w]
+                heads = head_texts(self.ranker._text().tokenizer, [texts[i] for i in long], opts.max_pieces)
+                for i, c in zip(long, whole_text_cosines(self, qvec, heads, clock), strict=True):
+                    cosines[i] = c
+                dense = np.array(cosines)
         if self.uses_priors(pure):
             t = time.perf_counter()
             if not all(math.isfinite(s) for s in scores):
@@ -677,8 +699,6 @@ class RerankBackend:
             else:  # priors fitted before calibration: standardised over the request's texts
                 scores = self.scorer.priors.combine(features).tolist()
             clock.seconds["priors"] += time.perf_counter() - t
-        if len(flat) != len(texts):  # a long text's score from its passages' (--passage-aggregation)
-            scores = aggregate(scores, owner, len(texts), self.settings.passage_aggregation)
         return scores, tokens
 
     def passage_options(

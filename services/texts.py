@@ -171,15 +171,24 @@ def stored_texts(backend, texts: list[str], max_pieces: int | None = None) -> li
 
 
 def text_features(
-    backend, qs, qvec: np.ndarray | None, texts: list[str], clock, work, max_passages: int | None = None
+    backend,
+    qs,
+    qvec: np.ndarray | None,
+    texts: list[str],
+    clock,
+    work,
+    max_passages: int | None = None,
+    dense_for: list[bool] | None = None,
 ) -> Generator[None, None, tuple[list[float], np.ndarray | None, int]]:
     """Neural scores (and, with a dense query vector, dense cosines) of ``texts`` for one query: stored texts
     from the store (a document stored as passages: by its first ``max_passages``), the others from the cache or
-    encoded online; yields before each chunk (the model thread's turns) and checks ``work`` there. Returns
-    (scores in input order, cosines or None, tokens)."""
+    encoded online; yields before each chunk (the model thread's turns) and checks ``work`` there. ``dense_for``:
+    which texts need a cosine (default all; a passage of a longer text does not: :func:`whole_text_cosines`).
+    Returns (scores in input order, cosines or None (NaN where not asked for), tokens)."""
     settings, ranker, cache = backend.settings, backend.ranker, backend.text_cache
     t = time.perf_counter()
     digests = [_digest(x) for x in texts]
+    wanted = {d for d, on in zip(digests, dense_for or [True] * len(texts), strict=True) if on}
     first: dict[bytes, int] = {}
     for i, d in enumerate(digests):
         first.setdefault(d, i)
@@ -241,11 +250,12 @@ def text_features(
         clock.seconds["score"] += time.perf_counter() - t
         neural.update(zip(chunk, (float(s) for s in out), strict=True))
         tokens.update((d, cached[d].tokens) for d in chunk)
-        if qvec is not None:
-            grown = _dense_of(backend, [cached[d] for d in chunk], [texts[first[d]] for d in chunk], clock)
+        need = [d for d in chunk if d in wanted] if qvec is not None else []
+        if need:
+            grown = _dense_of(backend, [cached[d] for d in need], [texts[first[d]] for d in need], clock)
             for i in grown:  # accounted with their dense vectors now
-                cache.put((chunk[i], fp), cached[chunk[i]])
-            cosine.update((d, float(cached[d].dense @ qvec)) for d in chunk)
+                cache.put((need[i], fp), cached[need[i]])
+            cosine.update((d, float(cached[d].dense @ qvec)) for d in need)
         work.chunks_done += 1
 
     # 3. the rest: encoded online, length-sorted, then cached
@@ -261,16 +271,34 @@ def text_features(
         clock.seconds["score"] += time.perf_counter() - t1
         neural.update(zip(chunk, (float(s) for s in out), strict=True))
         tokens.update((d, e.tokens) for d, e in zip(chunk, entries, strict=True))
-        if qvec is not None:
-            _dense_of(backend, entries, [texts[first[d]] for d in chunk], clock)
-            cosine.update((d, float(e.dense @ qvec)) for d, e in zip(chunk, entries, strict=True))
+        need = [k for k, d in enumerate(chunk) if d in wanted] if qvec is not None else []
+        if need:
+            _dense_of(backend, [entries[k] for k in need], [texts[first[chunk[k]]] for k in need], clock)
+            cosine.update((chunk[k], float(entries[k].dense @ qvec)) for k in need)
         for d, e in zip(chunk, entries, strict=True):
             cache.put((d, fp), e)
         work.chunks_done += 1
 
     scores = [neural[d] for d in digests]
-    dense_out = np.array([cosine[d] for d in digests], dtype=np.float64) if qvec is not None else None
+    dense_out = None
+    if qvec is not None:
+        dense_out = np.array([cosine.get(d, math.nan) for d in digests], dtype=np.float64)
     return scores, dense_out, sum(tokens[d] for d in digests)
+
+
+def whole_text_cosines(backend, qvec: np.ndarray, texts: list[str], clock) -> np.ndarray:
+    """Dense cosines of whole texts longer than the ranker's window, as the store's dense field holds one
+    per document (the dense encoder reads a text's head, up to its own length): kept in the text cache under
+    the dense encoder's fingerprint, so a text sent again is not embedded again."""
+    cache = backend.text_cache
+    fp = "dense:" + backend.scorer.priors.dense["fingerprint"]
+    t = time.perf_counter()
+    keys = [(_digest(x), fp) for x in texts]
+    entries = [cache.get(k) or Encoded({}) for k in keys]
+    clock.seconds["fetch"] += time.perf_counter() - t
+    for i in _dense_of(backend, entries, texts, clock):
+        cache.put(keys[i], entries[i])
+    return np.array([float(e.dense @ qvec) for e in entries], dtype=np.float64)
 
 
 def _dense_of(backend, entries: list[Encoded], texts: list[str], clock) -> list[int]:

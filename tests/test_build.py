@@ -887,3 +887,78 @@ def test_a_stage_whose_output_was_deleted_is_done_again(passages, tmp_path, tiny
     said.clear()
     build(plan(passages, out, tiny_base), echo=said.append)  # whole again: nothing redone
     assert not any("recorded done, but" in x for x in said)
+
+
+@pytest.fixture(scope="module")
+def built_long(tmp_path_factory, tiny_base):
+    """A tiny label-free build of 40 passages, every other one longer than the ranker's window."""
+    rng = random.Random(11)
+    root = tmp_path_factory.mktemp("long")
+    lines = []
+    for i in range(40):
+        sentences = [" ".join(rng.choices(WORDS, k=rng.randint(7, 12))) for _ in range(3 if i % 2 else 24)]
+        lines.append(json.dumps({"id": f"p{i}", "contents": ". ".join(sentences) + "."}))
+    (root / "long.jsonl").write_text("\n".join(lines) + "\n")
+    record = build(plan(root / "long.jsonl", root / "b", tiny_base), echo=lambda _: None)
+    return root / "b", record
+
+
+def test_a_long_text_sent_ad_hoc_scores_as_the_document_the_store_holds(built_long, monkeypatch):
+    """A text longer than the ranker's window is scored the docid's way whether the store holds it or not: its
+    passages' neural scores aggregated, the whole text's dense cosine, then the calibration (not each passage
+    calibrated with its own cosine, then aggregated); the whole text's embedding is cached like its passages';
+    a text cut by max_tokens_per_doc is read as the cut text, its dense prior included."""
+    from aheadrank.services.backend import RerankBackend
+    from aheadrank.services.settings import ServiceSettings
+
+    from aheadrank.passages import aggregate, head_texts, split_passages
+
+    out, record = built_long
+    p = paths(out)
+    backend = RerankBackend.load(
+        ServiceSettings(checkpoint=p["checkpoint"], store=p["store"], device="cpu", access_log=False)
+    )
+    try:
+        text = backend.ranker._text()
+        window = backend.max_doc_len()
+        texts = [json.loads(line)["contents"] for line in open(record.plan["collection"])]
+        lengths = [len(p) for p in text.all_pieces(texts)]
+        long = [t for t, n in zip(texts, lengths, strict=True) if n > window + window // 2][:4]
+        assert len(long) >= 2, (window, max(lengths))
+        query = "supersonic flow over a cone"
+        stats = backend.text_cache.stats
+        stored, _ = backend.score_texts(query, long)
+        assert stats()["texts"]["stored"] == len(long)
+        monkeypatch.setattr(backend.reader, "text_shards", 0)
+        ad_hoc, _ = backend.score_texts(query, long)
+        assert ad_hoc == pytest.approx(stored, abs=5e-3)  # float32 online, float16 stored
+        # the per-passage way would read other cosines: it is not what is served
+        scorer, opts = backend.scorer, backend.passage_options()
+        qvec = scorer.query_vector(query)
+        per_passage = []
+        for t in long:
+            parts = split_passages(text.tokenizer, [t], opts)[0]
+            features = {"neural": backend.ranker.score_pairs(query, parts).detach().numpy().astype(float)}
+            features["dense"] = scorer.text_dense(qvec, parts).astype(float)
+            calibrated = scorer.calibration.logits(features).tolist()
+            per_passage.append(
+                aggregate(calibrated, [0] * len(parts), 1, backend.settings.passage_aggregation)[0]
+            )
+        assert max(abs(a - b) for a, b in zip(per_passage, ad_hoc, strict=True)) > 5e-2
+        # sent again: nothing is embedded again (its passages' fields and its whole text's vector are cached)
+        embedded = []
+        real = scorer.encoder().encode_documents
+        monkeypatch.setattr(
+            scorer.encoder(), "encode_documents", lambda x, *a, **k: embedded.append(x) or real(x, *a, **k)
+        )
+        again, _ = backend.score_texts(query, long)
+        assert again == pytest.approx(ad_hoc, abs=1e-9) and embedded == []
+        # max_tokens_per_doc: the text cut (at a word) and read as that text, whole-text cosine included
+        cut = backend.passage_options(max_tokens=window + window // 4)
+        (as_cut,), _ = backend.score_texts(query, [long[0]], passages=cut)
+        (head,) = head_texts(text.tokenizer, [long[0]], cut.max_pieces)
+        assert len(head) < len(long[0]) and len(split_passages(text.tokenizer, [head], opts)[0]) == 2
+        (of_head,), _ = backend.score_texts(query, [head])
+        assert as_cut == pytest.approx(of_head, abs=1e-6)
+    finally:
+        backend.close()
