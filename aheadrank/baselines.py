@@ -151,9 +151,9 @@ def encode_in_chunks(
     enc, texts: list[str], progress: bool, desc: str = "teacher windows", chunk: int = 1024
 ) -> np.ndarray:
     """``enc.encode_documents(texts)`` [N, n] a chunk at a time, with a progress bar of windows."""
-    from tqdm import tqdm
+    from aheadrank.logs import progress_bar
 
-    bar = tqdm(total=len(texts), unit="window", desc=desc, disable=not progress)
+    bar = progress_bar(total=len(texts), unit="window", desc=desc, disable=not progress)
     vecs = []
     for k in range(0, len(texts), chunk):
         vecs.append(enc.encode_documents(texts[k : k + chunk]))

@@ -422,8 +422,7 @@ def collect_features(
     out when the store has none), and the best windows' where the store has sentence windows (store/windows.py). Returns (QueryFeatures list, the dense encoder's fingerprint and length, or
     None without a dense field). ``verify_store`` ``start``: every shard it reads checked first, as
     rerank-run's (store.verify.verify_before_reading)."""
-    from tqdm.auto import tqdm
-
+    from aheadrank.logs import progress_bar
     from aheadrank.priors import QueryFeatures
     from aheadrank.rankers import load_ranker
     from aheadrank.rankers.dense import base_of, dense_encoder
@@ -452,7 +451,7 @@ def collect_features(
 
         opened = [reader, passages.reader if passages is not None else None, dense_reader]
         verify_before_reading([*opened, windows.reader if windows is not None else None], verify_store)
-        for qid in tqdm(sorted(queries), desc="features", unit="q", disable=not progress):
+        for qid in progress_bar(sorted(queries), desc="features", unit="q", disable=not progress):
             cands = candidates.get(qid, [])
             if not cands or not any(r > 0 for r in qrels.get(qid, {}).values()):
                 continue

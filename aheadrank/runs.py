@@ -189,8 +189,7 @@ def rerank_run(
     sha256 of every shard the run reads (the store, its passages and the priors' sub-stores) before the first
     query, a mismatch refusing the run (store.verify.verify_before_reading). ``passage_aggregation`` None: what
     the checkpoint's priors were fitted with (aheadrank.passages.served_aggregation), as the service reads it."""
-    from tqdm.auto import tqdm
-
+    from aheadrank.logs import progress_bar
     from aheadrank.priors import recorded_aggregation
     from aheadrank.rankers import load_ranker
     from aheadrank.rerank import PriorScorer
@@ -220,7 +219,7 @@ def rerank_run(
                 opened.close()
         raise
     run: dict[str, dict[str, float]] = {}
-    for qid in tqdm(sorted(queries), desc="rerank", unit="q", disable=not progress):
+    for qid in progress_bar(sorted(queries), desc="rerank", unit="q", disable=not progress):
         rows: list = []
         ranked = rerank_with_store(
             ranker,

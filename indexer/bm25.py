@@ -265,9 +265,9 @@ def _check_target(index_dir: Path, collection: Collection, overwrite: bool = Fal
 
 
 def _progress(enabled: bool, **kwargs: object) -> tqdm:
-    from tqdm import tqdm
+    from aheadrank.logs import progress_bar
 
-    return tqdm(disable=not enabled, mininterval=0.5, unit=" docs", dynamic_ncols=True, **kwargs)
+    return progress_bar(disable=not enabled, mininterval=0.5, unit=" docs", **kwargs)
 
 
 def convert_to_json_collection(

@@ -467,9 +467,9 @@ def _build_store_locked(opts: BuildOptions, path: Path) -> BuildSummary:
 
 
 def _progress(enabled: bool, total: int | None = None):
-    from tqdm.auto import tqdm
+    from aheadrank.logs import progress_bar
 
-    return tqdm(desc="index", unit="doc", total=total, disable=not enabled, dynamic_ncols=True)
+    return progress_bar(desc="index", unit="doc", total=total, disable=not enabled)
 
 
 def free_bytes(path: str | Path) -> int:

@@ -510,7 +510,8 @@ class PrettrRanker(Ranker):
         its linear range, ``r = GELU(Pᵀ(u − ū) + c)`` and ``ŝ = LN(P(r − c) + ū)`` with the LayerNorm's γ, β.
         Returns the record (documents, tokens, variance explained), also kept in ``config.extra``."""
         from aheadrank.rankers.text import pad
-        from tqdm.auto import tqdm
+
+        from aheadrank.logs import progress_bar
 
         e = self.config.compress
         if not e:
@@ -523,7 +524,7 @@ class PrettrRanker(Ranker):
         ).double()
         beta = norm.bias.double()
         us = []
-        for i in tqdm(range(0, len(texts), batch), desc="compressor PCA", disable=not progress):
+        for i in progress_bar(range(0, len(texts), batch), desc="compressor PCA", disable=not progress):
             ids, mask = pad(self.tokenize_documents(texts[i : i + batch]), self.device)
             s = self.lower(ids, mask, 1, self.doc_offset)
             us.append((s[mask].double() - beta) / gamma)
@@ -569,14 +570,15 @@ class PrettrRanker(Ranker):
         layers, positions from 0, mean-pooled). ``ridge`` is relative to the mean variance of the inputs.
         Returns the fit's record (documents, R² on them), also kept in ``config.extra["pool_map"]``."""
         from aheadrank.rankers.text import pad
-        from tqdm.auto import tqdm
+
+        from aheadrank.logs import progress_bar
 
         if not self.config.sim:
             raise ValueError("fit_pool_map needs a PreTTR ranker with the similarity residual (sim)")
         was_training = self.training
         self.eval()
         xs, ys = [], []
-        for i in tqdm(range(0, len(texts), batch), desc="pool map", disable=not progress):
+        for i in progress_bar(range(0, len(texts), batch), desc="pool map", disable=not progress):
             toks = self.tokenize_documents(texts[i : i + batch])
             ids, mask = pad(toks, self.device)
             xs.append(

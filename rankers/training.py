@@ -387,7 +387,7 @@ def _train(
     stop_after: int | None,
     record: dict,
 ) -> TrainResult:
-    from tqdm.auto import tqdm
+    from aheadrank.logs import progress_bar
 
     out = Path(out)
     state_path = state_file(out)
@@ -453,7 +453,9 @@ def _train(
             extra={**record, "train": {**asdict(cfg), "best_step": 0, "val_ndcg10": best, "val_qids": val_q}},
         )
     ranker.train()
-    bar = tqdm(total=cfg.steps, initial=step, desc=f"train {ranker.kind}", unit="step", disable=not progress)
+    bar = progress_bar(
+        total=cfg.steps, initial=step, desc=f"train {ranker.kind}", unit="step", disable=not progress
+    )
     start, seen = time.perf_counter(), 0
     limit = cfg.steps if stop_after is None else min(cfg.steps, step + stop_after)
     first, saved, said = step, start, start
@@ -573,7 +575,7 @@ def pretrain_compressor(
 ) -> list[float]:
     """PreTTR: train only the compressor/decompressor on (query, candidate) pairs with the attention-MSE
     loss (eq. 2). Returns the loss per step."""
-    from tqdm.auto import tqdm
+    from aheadrank.logs import progress_bar
 
     if ranker.kind != "prettr" or not ranker.config.compress:
         raise ValueError("pretrain_compressor needs a PreTTR ranker with a compressor (compress > 0)")
@@ -592,7 +594,7 @@ def pretrain_compressor(
     pairs = [(q, d) for q in sorted(data.candidates) if q in data.queries for d in data.candidates[q][:20]]
     ranker.train()
     losses = []
-    for _ in tqdm(range(steps), desc="compressor", disable=not progress):
+    for _ in progress_bar(range(steps), desc="compressor", disable=not progress):
         chosen = [pairs[rng.randrange(len(pairs))] for _ in range(batch)]
         q_ids, q_mask = pad(ranker.tokenize_queries([data.queries[q] for q, _ in chosen]), ranker.device)
         d_ids, d_mask = pad(ranker.tokenize_documents([data.texts[d] for _, d in chosen]), ranker.device)

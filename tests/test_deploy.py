@@ -584,7 +584,8 @@ def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
 def test_index_job_trains_on_judgments_when_the_collection_has_them(tmp_path, tiny_base):
     collection = write_beir(tmp_path / "beir")
     data = tmp_path / "data"
-    result = run_job(job_env(data, collection, tiny_base, AHEADRANK_RANKER="mores-1ib-s2"))
+    env = job_env(data, collection, tiny_base, AHEADRANK_RANKER="mores-1ib-s2", AHEADRANK_PROGRESS="true")
+    result = run_job(env)
     assert result.returncode == 0, job_log(result)
     assert "labels auto" in result.stdout, job_log(result)
     stages = assert_build(compose_build_dir(data), 30)
@@ -593,6 +594,8 @@ def test_index_job_trains_on_judgments_when_the_collection_has_them(tmp_path, ti
     } == {"judged_split": "train"}
     assert stages["priors"]["fitted_on"]["split"] == "train"
     assert stages["priors"]["fitted_on"]["passage_aggregation"] == "first+max"  # a judged build's (measured)
+    # its log (docker compose logs) reads line by line: progress lines, not a bar redrawn with carriage returns
+    assert "\r" not in result.stderr and "index: 100%" in result.stderr, job_log(result)
 
 
 @pytest.mark.slow
