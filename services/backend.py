@@ -18,7 +18,13 @@ from pathlib import Path
 from aheadrank.services.budget import LatencyModel
 from aheadrank.services.memory import bound_onednn_cache
 from aheadrank.services.settings import ServiceSettings
-from aheadrank.services.texts import TextCache, stored_texts, text_features, whole_text_cosines
+from aheadrank.services.texts import (
+    TextCache,
+    stored_texts,
+    text_features,
+    whole_text_cosines,
+    window_cosines_online,
+)
 from aheadrank.services.turns import drive
 
 from aheadrank.errors import AheadrankError, CheckpointError, StoreError
@@ -672,21 +678,30 @@ class RerankBackend:
         flat, owner = flatten(split)
         whole = [len(p) == 1 for p in split]  # a text read as one passage has its own dense cosine
         # stored texts from the store, the others from the cache or encoded online (services/texts.py)
-        scores, dense, tokens = yield from text_features(
+        scores, dense, tokens, best = yield from text_features(
             self, qs, qvec, flat, clock, work, opts.max_passages, [whole[i] for i in owner]
         )
+        read = [p[0] for p in split]  # each text as it is read (a max_tokens_per_doc cut: the cut text)
         if len(flat) != len(texts):  # a long text scored as its docid is: the passages' neural scores
             scores = aggregate(scores, owner, len(texts), self.settings.passage_aggregation)
+            at = {}
+            for k, i in enumerate(owner):
+                at.setdefault(i, k)
+            long = [i for i, w in enumerate(whole) if not w]
+            heads = head_texts(self.ranker._text().tokenizer, [texts[i] for i in long], opts.max_pieces)
+            for i, head in zip(long, heads, strict=True):
+                read[i] = head
             if qvec is not None:  # ... aggregated (--passage-aggregation), then the whole text's cosine
-                at = {}
-                for k, i in enumerate(owner):
-                    at.setdefault(i, k)
                 cosines = [float(dense[at[i]]) for i in range(len(texts))]  # a text read whole: its own
-                long = [i for i, w in enumerate(whole) if not w]
-                heads = head_texts(self.ranker._text().tokenizer, [texts[i] for i in long], opts.max_pieces)
                 for i, c in zip(long, whole_text_cosines(self, qvec, heads, clock), strict=True):
                     cosines[i] = c
                 dense = np.array(cosines)
+                best = np.array([float(best[at[i]]) for i in range(len(texts))]) if best is not None else None
+        if best is not None:  # the best sentence window's cosine, as the docid's (stored ones from the store)
+            online = [i for i in range(len(texts)) if not math.isfinite(best[i])]
+            if online:
+                found = window_cosines_online(self, qvec, [read[i] for i in online], dense[online], clock)
+                best[online] = found
         if self.uses_priors(pure):
             t = time.perf_counter()
             if not all(math.isfinite(s) for s in scores):
@@ -694,6 +709,8 @@ class RerankBackend:
             features = {"neural": np.array(scores)}
             if qvec is not None:
                 features["dense"] = dense
+            if best is not None:
+                features["window"] = best
             if self.scorer.calibration is not None:  # each text's own log-odds of relevance
                 scores = self.scorer.calibration.logits(features).tolist()
             else:  # priors fitted before calibration: standardised over the request's texts

@@ -179,12 +179,14 @@ def text_features(
     work,
     max_passages: int | None = None,
     dense_for: list[bool] | None = None,
-) -> Generator[None, None, tuple[list[float], np.ndarray | None, int]]:
+) -> Generator[None, None, tuple[list[float], np.ndarray | None, int, np.ndarray | None]]:
     """Neural scores (and, with a dense query vector, dense cosines) of ``texts`` for one query: stored texts
     from the store (a document stored as passages: by its first ``max_passages``), the others from the cache or
     encoded online; yields before each chunk (the model thread's turns) and checks ``work`` there. ``dense_for``:
     which texts need a cosine (default all; a passage of a longer text does not: :func:`whole_text_cosines`).
-    Returns (scores in input order, cosines or None (NaN where not asked for), tokens)."""
+    Returns (scores in input order, cosines or None (NaN where not asked for), tokens, the stored texts' best
+    sentence windows' cosines where the priors weigh them, NaN for the others (:func:`window_cosines_online`),
+    or None)."""
     settings, ranker, cache = backend.settings, backend.ranker, backend.text_cache
     t = time.perf_counter()
     digests = [_digest(x) for x in texts]
@@ -217,6 +219,8 @@ def text_features(
     stored_ids = [stored[d][0] for d in unique if d in stored]
     by_docid = {docid: d for d, (docid, _) in stored.items()}
     stored_dense = qvec is not None and backend.stored_dense_on(False)
+    stored_windows = stored_dense and backend.scorer.windows is not None
+    best: dict[bytes, float] = {}
     hits = list(cached)
     work.chunks_total = math.ceil(len(stored_ids) / batch) + math.ceil(len(hits) / batch)
     work.chunks_total += math.ceil(len(missing) / step)
@@ -226,13 +230,15 @@ def text_features(
         yield  # another request's turn (services/turns.py)
         work.check()
         dense: dict[str, float] = {}
+        window: dict[str, float] | None = {} if stored_windows else None
         ids = stored_ids[begin : begin + batch]
         chunk = backend._score_chunk(
-            qs, ids, clock.seconds, qvec if stored_dense else None, dense, max_passages
+            qs, ids, clock.seconds, qvec if stored_dense else None, dense, max_passages, window
         )
         for docid, s in chunk:
             neural[by_docid[docid]] = s
         cosine.update({by_docid[docid]: c for docid, c in dense.items()})
+        best.update({by_docid[docid]: c for docid, c in (window or {}).items()})
         if qvec is not None and not stored_dense:  # a store without its dense field: embedded online
             t = time.perf_counter()
             cos = backend.scorer.text_dense(qvec, [texts[first[by_docid[d]]] for d in ids])
@@ -283,7 +289,47 @@ def text_features(
     dense_out = None
     if qvec is not None:
         dense_out = np.array([cosine.get(d, math.nan) for d in digests], dtype=np.float64)
-    return scores, dense_out, sum(tokens[d] for d in digests)
+    windows_out = None
+    if qvec is not None and backend.scorer.windows is not None:
+        windows_out = np.array([best.get(d, math.nan) for d in digests], dtype=np.float64)
+    return scores, dense_out, sum(tokens[d] for d in digests), windows_out
+
+
+def window_cosines_online(
+    backend, qvec: np.ndarray, texts: list[str], dense: np.ndarray, clock
+) -> np.ndarray:
+    """Each text's best sentence window's cosine with the query: the ``window`` prior of a text the store does not
+    hold, cut as the store's windows are (:func:`~aheadrank.indexer.pseudo_queries.stored_windows`, the store's
+    sentences per window; an ad-hoc text has no title), the largest over them; a text that is one window gets
+    ``dense``, its whole-text cosine (as :func:`aheadrank.rerank.window_cosines`). The windows' embeddings are
+    kept in the text cache (an empty entry for a text of one window), so a text sent again is not cut or
+    embedded again."""
+    from aheadrank.indexer.pseudo_queries import stored_windows
+
+    size = int(backend.scorer.windows.record["sentences"])
+    cache = backend.text_cache
+    fp = f"windows{size}:" + backend.scorer.priors.dense["fingerprint"]
+    keys = [(_digest(x), fp) for x in texts]
+    entries = [cache.get(k) for k in keys]
+    todo = [i for i, e in enumerate(entries) if e is None]
+    if todo:
+        t = time.perf_counter()
+        cut = {i: stored_windows("", texts[i], size) for i in todo}
+        flat = [w for i in todo for w in cut[i]]
+        vectors = backend.scorer.encoder().encode_documents(flat) if flat else None
+        start = 0
+        for i in todo:
+            n = len(cut[i])
+            rows = vectors[start : start + n] if n else np.zeros((0, len(qvec)), dtype=np.float32)
+            entries[i] = Encoded({}, np.array(rows, dtype=np.float32))
+            cache.put(keys[i], entries[i])
+            start += n
+        clock.seconds["encode"] += time.perf_counter() - t
+    out = np.asarray(dense, dtype=np.float64).copy()
+    for i, e in enumerate(entries):
+        if len(e.dense):
+            out[i] = float((e.dense @ qvec).max())
+    return out
 
 
 def whole_text_cosines(backend, qvec: np.ndarray, texts: list[str], clock) -> np.ndarray:

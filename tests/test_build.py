@@ -8,6 +8,7 @@ import random
 import re
 import sys
 
+import numpy as np
 import pytest
 import torch
 from aheadrank.rankers import load_ranker
@@ -932,9 +933,26 @@ def test_a_long_text_sent_ad_hoc_scores_as_the_document_the_store_holds(built_lo
         monkeypatch.setattr(backend.reader, "text_shards", 0)
         ad_hoc, _ = backend.score_texts(query, long)
         assert ad_hoc == pytest.approx(stored, abs=5e-3)  # float32 online, float16 stored
-        # the per-passage way would read other cosines: it is not what is served
+        # the docid's way spelled out: the passages' neural scores aggregated, the whole text's cosine and its
+        # best sentence window's (cut as the store's windows are), then the calibration
+        from aheadrank.indexer.pseudo_queries import stored_windows
+
         scorer, opts = backend.scorer, backend.passage_options()
         qvec = scorer.query_vector(query)
+        assert scorer.windows is not None  # the build stored windows: the priors weigh them
+        size = scorer.windows.record["sentences"]
+        for t, got in zip(long, ad_hoc, strict=True):
+            parts = split_passages(text.tokenizer, [t], opts)[0]
+            neural = backend.ranker.score_pairs(query, parts).detach().numpy().astype(float)
+            features = {
+                "neural": np.array(
+                    aggregate(neural, [0] * len(parts), 1, backend.settings.passage_aggregation)
+                ),
+                "dense": scorer.text_dense(qvec, [t]).astype(float),
+                "window": np.array([scorer.text_dense(qvec, stored_windows("", t, size)).max()], dtype=float),
+            }
+            assert got == pytest.approx(float(scorer.calibration.logits(features)[0]), abs=1e-4)
+        # the per-passage way would read other cosines: it is not what is served
         per_passage = []
         for t in long:
             parts = split_passages(text.tokenizer, [t], opts)[0]
