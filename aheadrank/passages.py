@@ -39,6 +39,13 @@ class PassageOptions:
         if self.max_pieces is not None and self.max_pieces < 1:
             raise ValueError(f"max_pieces must be at least 1, got {self.max_pieces}")
 
+    def head(self) -> PassageOptions | None:
+        """The options that cut a text to its first ``max_pieces`` word pieces (at a word boundary) as these do
+        before splitting, and do not split it: what a long text's dense prior reads; None without a cut."""
+        if self.max_pieces is None:
+            return None
+        return PassageOptions(self.max_pieces, 0, 1, self.max_pieces)
+
     @property
     def stride(self) -> int:
         overlap = self.window // 4 if self.overlap is None else self.overlap
@@ -94,15 +101,6 @@ def split_passages(tokenizer, texts: Sequence[str], opts: PassageOptions) -> lis
             start = nxt if nxt > start else start + opts.stride
         out.append(passages)
     return out
-
-
-def head_texts(tokenizer, texts: Sequence[str], max_pieces: int | None) -> list[str]:
-    """Each text cut to its first ``max_pieces`` word pieces (at a word boundary), as :func:`split_passages`
-    cuts it before splitting; the texts themselves without ``max_pieces``."""
-    if max_pieces is None or not texts:
-        return list(texts)
-    opts = PassageOptions(max_pieces, 0, 1, max_pieces)
-    return [p[0] for p in split_passages(tokenizer, texts, opts)]
 
 
 def flatten(passages: list[list[str]]) -> tuple[list[str], list[int]]:

@@ -33,7 +33,6 @@ from aheadrank.passages import (
     aggregate,
     effective_overlap,
     flatten,
-    head_texts,
     split_passages,
 )
 
@@ -688,7 +687,12 @@ class RerankBackend:
             for k, i in enumerate(owner):
                 at.setdefault(i, k)
             long = [i for i, w in enumerate(whole) if not w]
-            heads = head_texts(self.ranker._text().tokenizer, [texts[i] for i in long], opts.max_pieces)
+            heads = [texts[i] for i in long]
+            if (
+                opts.head() is not None
+            ):  # max_tokens_per_doc: the text as cut (tokenized in turns, as the split)
+                tokenizer = self.ranker._text().tokenizer
+                heads = [p[0] for p in (yield from split_in_turns(tokenizer, heads, opts.head(), work))]
             for i, head in zip(long, heads, strict=True):
                 read[i] = head
             if qvec is not None:  # ... aggregated (--passage-aggregation), then the whole text's cosine

@@ -109,6 +109,13 @@ class ServiceSettings(BaseSettings):
         "prior where the store has sentence windows); "
         "off: the pure neural score (a request can also ask for it with `pure`)",
     )
+    ad_hoc_windows: bool = Field(
+        True,
+        description="a text sent ad hoc (/rerank and the Cohere, Jina, TEI shapes) that the store does not hold "
+        "gets the window prior too, as its docid would, where the priors weigh it: its sentence windows cut and "
+        "embedded online (cached); off: neural and dense only, a cold request about 3x faster on a CPU "
+        "(bench/ad_hoc_windows_cost.py); texts the store holds read their stored windows either way",
+    )
     read_timeout: float = Field(
         10.0, gt=0, description="seconds a client has to send a request's head (and between body chunks)"
     )

@@ -185,8 +185,8 @@ def text_features(
     encoded online; yields before each chunk (the model thread's turns) and checks ``work`` there. ``dense_for``:
     which texts need a cosine (default all; a passage of a longer text does not: :func:`whole_text_cosines`).
     Returns (scores in input order, cosines or None (NaN where not asked for), tokens, the stored texts' best
-    sentence windows' cosines where the priors weigh them, NaN for the others (:func:`window_cosines_online`),
-    or None)."""
+    sentence windows' cosines where the priors weigh them and ``--ad-hoc-windows`` is on, NaN for the others
+    (:func:`window_cosines_online`), or None)."""
     settings, ranker, cache = backend.settings, backend.ranker, backend.text_cache
     t = time.perf_counter()
     digests = [_digest(x) for x in texts]
@@ -219,7 +219,9 @@ def text_features(
     stored_ids = [stored[d][0] for d in unique if d in stored]
     by_docid = {docid: d for d, (docid, _) in stored.items()}
     stored_dense = qvec is not None and backend.stored_dense_on(False)
-    stored_windows = stored_dense and backend.scorer.windows is not None
+    # the window prior for every text or none (--ad-hoc-windows), so a text scores the same in any request
+    windows_on = qvec is not None and backend.scorer.windows is not None and settings.ad_hoc_windows
+    stored_windows = stored_dense and windows_on
     best: dict[bytes, float] = {}
     hits = list(cached)
     work.chunks_total = math.ceil(len(stored_ids) / batch) + math.ceil(len(hits) / batch)
@@ -290,7 +292,7 @@ def text_features(
     if qvec is not None:
         dense_out = np.array([cosine.get(d, math.nan) for d in digests], dtype=np.float64)
     windows_out = None
-    if qvec is not None and backend.scorer.windows is not None:
+    if windows_on:
         windows_out = np.array([best.get(d, math.nan) for d in digests], dtype=np.float64)
     return scores, dense_out, sum(tokens[d] for d in digests), windows_out
 

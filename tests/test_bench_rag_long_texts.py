@@ -1,6 +1,6 @@
 """bench/rag_long_texts.py on a tiny label-free build of a judged collection: every cell and aggregation is
 measured, a long text sent ad hoc scores as the store's, and the per-passage way is computed from the same
-passages' neural scores."""
+passages' neural scores; bench/ad_hoc_windows_cost.py times the same build's cold requests both ways."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
+import ad_hoc_windows_cost  # noqa: E402
 import rag_long_texts  # noqa: E402
 
 from aheadrank.build import BuildPlan, build  # noqa: E402
@@ -76,3 +77,25 @@ def test_the_bench_measures_every_cell_on_a_tiny_build(tmp_path, tiny_base):
         assert rows[("ad-hoc", a)]["per_query"] == pytest.approx(rows[("stored", a)]["per_query"], abs=1e-9)
         assert "vs_per_passage" in rows[("ad-hoc", a)] and "vs_per_passage" in rows[("buried", a)]
         assert "vs_per_passage" not in rows[("stored", a)]
+    # what the window prior costs: both cells timed on texts never sent before
+    cost = tmp_path / "cost.json"
+    args = [
+        "--build",
+        str(out),
+        "--collection",
+        str(coll),
+        "--texts",
+        "5",
+        "--rounds",
+        "2",
+        "--out",
+        str(cost),
+    ]
+    assert ad_hoc_windows_cost.main([*args, "--threads", "1"]) == 0
+    record = json.loads(cost.read_text())
+    assert [r["cell"] for r in record["rows"]] == ["window", "no window"]
+    assert (
+        all(len(r["seconds"]) == 2 and min(r["seconds"]) > 0 for r in record["rows"]) and record["ratio"] > 0
+    )
+    with pytest.raises(SystemExit, match="30 documents, 40 needed"):
+        ad_hoc_windows_cost.main([*args[:4], "--texts", "10", "--rounds", "2", "--out", str(cost)])

@@ -912,7 +912,7 @@ def test_a_long_text_sent_ad_hoc_scores_as_the_document_the_store_holds(built_lo
     from aheadrank.services.backend import RerankBackend
     from aheadrank.services.settings import ServiceSettings
 
-    from aheadrank.passages import aggregate, head_texts, split_passages
+    from aheadrank.passages import aggregate, split_passages
 
     out, record = built_long
     p = paths(out)
@@ -952,6 +952,26 @@ def test_a_long_text_sent_ad_hoc_scores_as_the_document_the_store_holds(built_lo
                 "window": np.array([scorer.text_dense(qvec, stored_windows("", t, size)).max()], dtype=float),
             }
             assert got == pytest.approx(float(scorer.calibration.logits(features)[0]), abs=1e-4)
+        # --no-ad-hoc-windows: no window for any text sent ad hoc, stored or not (a text's score is its own)
+        backend.settings.ad_hoc_windows = False
+        without, _ = backend.score_texts(query, long)
+        for t, got in zip(long, without, strict=True):
+            parts = split_passages(text.tokenizer, [t], opts)[0]
+            neural = backend.ranker.score_pairs(query, parts).detach().numpy().astype(float)
+            features = {
+                "neural": np.array(
+                    aggregate(neural, [0] * len(parts), 1, backend.settings.passage_aggregation)
+                ),
+                "dense": scorer.text_dense(qvec, [t]).astype(float),
+            }
+            assert got == pytest.approx(float(scorer.calibration.logits(features)[0]), abs=1e-4)
+        monkeypatch.undo()  # the store's text lookup back: the stored texts without their windows too
+        stored_without, _ = backend.score_texts(query, long)
+        assert stored_without == pytest.approx(without, abs=5e-3) and stats()["texts"]["stored"] == 2 * len(
+            long
+        )
+        backend.settings.ad_hoc_windows = True
+        monkeypatch.setattr(backend.reader, "text_shards", 0)
         # the per-passage way would read other cosines: it is not what is served
         per_passage = []
         for t in long:
@@ -974,7 +994,7 @@ def test_a_long_text_sent_ad_hoc_scores_as_the_document_the_store_holds(built_lo
         # max_tokens_per_doc: the text cut (at a word) and read as that text, whole-text cosine included
         cut = backend.passage_options(max_tokens=window + window // 4)
         (as_cut,), _ = backend.score_texts(query, [long[0]], passages=cut)
-        (head,) = head_texts(text.tokenizer, [long[0]], cut.max_pieces)
+        ((head,),) = split_passages(text.tokenizer, [long[0]], cut.head())
         assert len(head) < len(long[0]) and len(split_passages(text.tokenizer, [head], opts)[0]) == 2
         (of_head,), _ = backend.score_texts(query, [head])
         assert as_cut == pytest.approx(of_head, abs=1e-6)

@@ -80,3 +80,9 @@ def test_aggregations():
     assert aggregate(scores, owner, 2, "first+max") == pytest.approx([0.5, -1.0])
     with pytest.raises(ValueError, match="unknown passage aggregation"):
         aggregate(scores, owner, 2, "sum")
+
+
+def test_the_head_options_cut_as_the_split_does_and_do_not_split():
+    """What a long text's dense prior reads under max_tokens_per_doc: the cut text, whole."""
+    assert PassageOptions(128).head() is None
+    assert PassageOptions(128, 32, 10, 300).head() == PassageOptions(300, 0, 1, 300)
