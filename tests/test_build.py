@@ -941,30 +941,25 @@ def test_a_long_text_sent_ad_hoc_scores_as_the_document_the_store_holds(built_lo
         qvec = scorer.query_vector(query)
         assert scorer.windows is not None  # the build stored windows: the priors weigh them
         size = scorer.windows.record["sentences"]
-        for t, got in zip(long, ad_hoc, strict=True):
+
+        def docid_way(t: str, windows: bool) -> float:
             parts = split_passages(text.tokenizer, [t], opts)[0]
             neural = backend.ranker.score_pairs(query, parts).detach().numpy().astype(float)
+            how = backend.settings.passage_aggregation
             features = {
-                "neural": np.array(
-                    aggregate(neural, [0] * len(parts), 1, backend.settings.passage_aggregation)
-                ),
+                "neural": np.array(aggregate(neural, [0] * len(parts), 1, how)),
                 "dense": scorer.text_dense(qvec, [t]).astype(float),
-                "window": np.array([scorer.text_dense(qvec, stored_windows("", t, size)).max()], dtype=float),
             }
-            assert got == pytest.approx(float(scorer.calibration.logits(features)[0]), abs=1e-4)
+            if windows:
+                best = scorer.text_dense(qvec, stored_windows("", t, size)).max()
+                features["window"] = np.array([best], dtype=float)
+            return float(scorer.calibration.logits(features)[0])
+
+        assert ad_hoc == pytest.approx([docid_way(t, True) for t in long], abs=1e-4)
         # --no-ad-hoc-windows: no window for any text sent ad hoc, stored or not (a text's score is its own)
         backend.settings.ad_hoc_windows = False
         without, _ = backend.score_texts(query, long)
-        for t, got in zip(long, without, strict=True):
-            parts = split_passages(text.tokenizer, [t], opts)[0]
-            neural = backend.ranker.score_pairs(query, parts).detach().numpy().astype(float)
-            features = {
-                "neural": np.array(
-                    aggregate(neural, [0] * len(parts), 1, backend.settings.passage_aggregation)
-                ),
-                "dense": scorer.text_dense(qvec, [t]).astype(float),
-            }
-            assert got == pytest.approx(float(scorer.calibration.logits(features)[0]), abs=1e-4)
+        assert without == pytest.approx([docid_way(t, False) for t in long], abs=1e-4)
         monkeypatch.undo()  # the store's text lookup back: the stored texts without their windows too
         stored_without, _ = backend.score_texts(query, long)
         assert stored_without == pytest.approx(without, abs=5e-3) and stats()["texts"]["stored"] == 2 * len(
