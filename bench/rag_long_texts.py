@@ -59,6 +59,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-queries", type=int, default=None, help="the first N queries (default: all)")
     p.add_argument("--filler-words", type=int, default=100)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--ad-hoc-windows",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the service's --ad-hoc-windows (the window prior for texts sent ad hoc)",
+    )
     p.add_argument("--cache-gib", type=int, default=4, help="the service's ad-hoc text cache (GiB)")
     p.add_argument("--out", type=Path, default=Path("bench/results/rag-long-texts.json"))
     return p.parse_args(argv)
@@ -121,9 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     built = paths(args.build)  # what `aheadrank serve DIR` serves
     service = {"checkpoint": built["checkpoint"], "store": built["store"], "index": built["lucene"]}
     service.update(device="cpu", access_log=False, threads=args.threads)
-    service.update(
-        text_cache_bytes=args.cache_gib << 30
-    )  # every passage of a query's texts, for each aggregation
+    # the cache: every passage of a query's texts, for each aggregation
+    service.update(text_cache_bytes=args.cache_gib << 30, ad_hoc_windows=args.ad_hoc_windows)
     backend = RerankBackend.load(ServiceSettings(**service))
     backend.warmup()
     kind = backend.score_kind()
@@ -312,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         depth=args.depth,
         queries=len(queries),
         filler_words=args.filler_words,
+        ad_hoc_windows=args.ad_hoc_windows,
         seconds=seconds,
         rows=rows,
     )
