@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    t_start = time.time()
+    t_start = time.perf_counter()
     import torch
 
     torch.set_num_threads(args.threads)

@@ -110,7 +110,7 @@ def sigmoid(x: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    t_start = time.time()
+    t_start = time.perf_counter()
     import torch
 
     torch.set_num_threads(args.threads)
