@@ -62,8 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--ad-hoc-windows",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="the service's --ad-hoc-windows (the window prior for texts sent ad hoc)",
+        default=False,
+        help="the service's --ad-hoc-windows (the window prior for texts sent ad hoc; off, as served by default)",
     )
     p.add_argument("--cache-gib", type=int, default=4, help="the service's ad-hoc text cache (GiB)")
     p.add_argument("--out", type=Path, default=Path("bench/results/rag-long-texts.json"))

@@ -110,11 +110,12 @@ class ServiceSettings(BaseSettings):
         "off: the pure neural score (a request can also ask for it with `pure`)",
     )
     ad_hoc_windows: bool = Field(
-        True,
-        description="a text sent ad hoc (/rerank and the Cohere, Jina, TEI shapes) that the store does not hold "
-        "gets the window prior too, as its docid would, where the priors weigh it: its sentence windows cut and "
-        "embedded online (cached); off: neural and dense only, a cold request about 3x faster on a CPU "
-        "(bench/ad_hoc_windows_cost.py); texts the store holds read their stored windows either way",
+        False,
+        description="texts sent ad hoc (/rerank and the Cohere, Jina, TEI shapes) get the window prior too, where "
+        "the priors weigh it: a text the store holds its stored windows, another its sentence windows cut and "
+        "embedded online (cached); a relevant text behind an off-topic passage keeps more of its rank "
+        "(bench/results/rag-long-texts/), a cold request costs more (bench/ad_hoc_windows_cost.py); off: "
+        "neural and dense for every text",
     )
     read_timeout: float = Field(
         10.0, gt=0, description="seconds a client has to send a request's head (and between body chunks)"

@@ -916,9 +916,9 @@ def test_a_long_text_sent_ad_hoc_scores_as_the_document_the_store_holds(built_lo
 
     out, record = built_long
     p = paths(out)
-    backend = RerankBackend.load(
-        ServiceSettings(checkpoint=p["checkpoint"], store=p["store"], device="cpu", access_log=False)
-    )
+    given = {"checkpoint": p["checkpoint"], "store": p["store"], "device": "cpu", "access_log": False}
+    assert ServiceSettings(**given).ad_hoc_windows is False  # off by default (the cost: services/README.md)
+    backend = RerankBackend.load(ServiceSettings(**given, ad_hoc_windows=True))
     try:
         text = backend.ranker._text()
         window = backend.max_doc_len()
