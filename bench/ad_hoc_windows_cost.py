@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         device="cpu",
         access_log=False,
         threads=args.threads,
+        text_cache_bytes=4 << 30,  # nothing evicted: each text's window entry is counted in the record
     )
     backend = RerankBackend.load(settings)
     backend.warmup()
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.collection}: {len(texts)} documents, {need} needed (lower --rounds or --texts)"
         )
     windows = backend.scorer.windows
+    cached = backend.text_cache._items  # the texts whose windows were cut and embedded: their cache entries
     query = "what is the effect of the shape of a body on the flow around it"
     times: dict[str, list[float]] = {"window": [], "no window": []}
     encode: dict[str, list[float]] = {"window": [], "no window": []}
@@ -80,13 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         for cell in ("window", "no window") if r % 2 == 0 else ("no window", "window"):
             batch = texts[at : at + args.texts]  # never sent before: no cache entry
             at += args.texts
-            backend.scorer.windows = windows if cell == "window" else None
+            backend.settings.ad_hoc_windows = cell == "window"  # the service's --ad-hoc-windows
             clock = StageClock()
             t = time.perf_counter()
             backend.score_texts(query, batch, clock)
             times[cell].append(time.perf_counter() - t)
             encode[cell].append(clock.seconds["encode"])
-    backend.scorer.windows = windows
+    window_entries = sum(key[1].startswith("windows") for key in cached)
     backend.close()
 
     rows = []
@@ -124,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         texts=args.texts,
         rounds=args.rounds,
         window_sentences=windows.record["sentences"],
+        window_entries=window_entries,
         rows=rows,
         ratio=ratio,
     )

@@ -94,6 +94,7 @@ def test_the_bench_measures_every_cell_on_a_tiny_build(tmp_path, tiny_base):
     assert ad_hoc_windows_cost.main([*args, "--threads", "1"]) == 0
     record = json.loads(cost.read_text())
     assert [r["cell"] for r in record["rows"]] == ["window", "no window"]
+    assert record["window_entries"] == 2 * 5  # the window cell's texts, each cut and embedded once
     assert (
         all(len(r["seconds"]) == 2 and min(r["seconds"]) > 0 for r in record["rows"]) and record["ratio"] > 0
     )
