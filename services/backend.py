@@ -683,19 +683,18 @@ class RerankBackend:
         read = [p[0] for p in split]  # each text as it is read (a max_tokens_per_doc cut: the cut text)
         if len(flat) != len(texts):  # a long text scored as its docid is: the passages' neural scores
             scores = aggregate(scores, owner, len(texts), self.settings.passage_aggregation)
-            at = {}
-            for k, i in enumerate(owner):
-                at.setdefault(i, k)
-            long = [i for i, w in enumerate(whole) if not w]
-            heads = [texts[i] for i in long]
-            if (
-                opts.head() is not None
-            ):  # max_tokens_per_doc: the text as cut (tokenized in turns, as the split)
-                tokenizer = self.ranker._text().tokenizer
-                heads = [p[0] for p in (yield from split_in_turns(tokenizer, heads, opts.head(), work))]
-            for i, head in zip(long, heads, strict=True):
-                read[i] = head
             if qvec is not None:  # ... aggregated (--passage-aggregation), then the whole text's cosine
+                at = {}
+                for k, i in enumerate(owner):
+                    at.setdefault(i, k)
+                long = [i for i, w in enumerate(whole) if not w]
+                heads = [texts[i] for i in long]
+                cut = opts.head()
+                if cut is not None:  # max_tokens_per_doc: the text as cut (tokenized in turns, as the split)
+                    tokenizer = self.ranker._text().tokenizer
+                    heads = [p[0] for p in (yield from split_in_turns(tokenizer, heads, cut, work))]
+                for i, head in zip(long, heads, strict=True):
+                    read[i] = head
                 cosines = [float(dense[at[i]]) for i in range(len(texts))]  # a text read whole: its own
                 for i, c in zip(long, whole_text_cosines(self, qvec, heads, clock), strict=True):
                     cosines[i] = c
