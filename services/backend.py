@@ -696,14 +696,17 @@ class RerankBackend:
                 for i, head in zip(long, heads, strict=True):
                     read[i] = head
                 cosines = [float(dense[at[i]]) for i in range(len(texts))]  # a text read whole: its own
-                for i, c in zip(long, whole_text_cosines(self, qvec, heads, clock), strict=True):
+                found = yield from whole_text_cosines(self, qvec, heads, clock, work)
+                for i, c in zip(long, found, strict=True):
                     cosines[i] = c
                 dense = np.array(cosines)
                 best = np.array([float(best[at[i]]) for i in range(len(texts))]) if best is not None else None
         if best is not None:  # the best sentence window's cosine, as the docid's (stored ones from the store)
             online = [i for i in range(len(texts)) if not math.isfinite(best[i])]
             if online:
-                found = window_cosines_online(self, qvec, [read[i] for i in online], dense[online], clock)
+                found = yield from window_cosines_online(
+                    self, qvec, [read[i] for i in online], dense[online], clock, work
+                )
                 best[online] = found
         if self.uses_priors(pure):
             t = time.perf_counter()

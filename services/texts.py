@@ -29,6 +29,9 @@ import numpy as np
 from aheadrank.store.texts import text_digest
 
 SOURCES = ("stored", "cached", "encoded")
+# sentence windows embedded per turn, in --doc-batch-size units: a window of 2 sentences is ~60 word pieces, about
+# a quarter of the 256 a whole text is read with (the --ad-hoc-windows prior: window_cosines_online)
+WINDOWS_PER_DOC_BATCH = 4
 
 
 @dataclass
@@ -298,14 +301,15 @@ def text_features(
 
 
 def window_cosines_online(
-    backend, qvec: np.ndarray, texts: list[str], dense: np.ndarray, clock
-) -> np.ndarray:
+    backend, qvec: np.ndarray, texts: list[str], dense: np.ndarray, clock, work
+) -> Generator[None, None, np.ndarray]:
     """Each text's best sentence window's cosine with the query: the ``window`` prior of a text the store does not
     hold, cut as the store's windows are (:func:`~aheadrank.indexer.pseudo_queries.stored_windows`, the store's
     sentences per window; an ad-hoc text has no title), the largest over them; a text that is one window gets
-    ``dense``, its whole-text cosine (as :func:`aheadrank.rerank.window_cosines`). The windows' embeddings are
-    kept in the text cache (an empty entry for a text of one window), so a text sent again is not cut or
-    embedded again."""
+    ``dense``, its whole-text cosine (as :func:`aheadrank.rerank.window_cosines`). The windows are embedded
+    ``WINDOWS_PER_DOC_BATCH`` × ``--doc-batch-size`` at a time, yielding before each chunk (the model thread's
+    turns) and checking ``work`` there. Their embeddings are kept in the text cache (an empty entry for a text of
+    one window), so a text sent again is not cut or embedded again."""
     from aheadrank.indexer.pseudo_queries import stored_windows
 
     size = int(backend.scorer.windows.record["sentences"])
@@ -318,7 +322,8 @@ def window_cosines_online(
         t = time.perf_counter()
         cut = {i: stored_windows("", texts[i], size) for i in todo}
         flat = [w for i in todo for w in cut[i]]
-        vectors = backend.scorer.encoder().encode_documents(flat) if flat else None
+        clock.seconds["encode"] += time.perf_counter() - t
+        vectors = yield from _embed_in_turns(backend, flat, WINDOWS_PER_DOC_BATCH, clock, work)
         start = 0
         for i in todo:
             n = len(cut[i])
@@ -326,7 +331,6 @@ def window_cosines_online(
             entries[i] = Encoded({}, np.array(rows, dtype=np.float32))
             cache.put(keys[i], entries[i])
             start += n
-        clock.seconds["encode"] += time.perf_counter() - t
     out = np.asarray(dense, dtype=np.float64).copy()
     for i, e in enumerate(entries):
         if len(e.dense):
@@ -334,19 +338,43 @@ def window_cosines_online(
     return out
 
 
-def whole_text_cosines(backend, qvec: np.ndarray, texts: list[str], clock) -> np.ndarray:
+def whole_text_cosines(
+    backend, qvec: np.ndarray, texts: list[str], clock, work
+) -> Generator[None, None, np.ndarray]:
     """Dense cosines of whole texts longer than the ranker's window, as the store's dense field holds one
-    per document (the dense encoder reads a text's head, up to its own length): kept in the text cache under
-    the dense encoder's fingerprint, so a text sent again is not embedded again."""
+    per document (the dense encoder reads a text's head, up to its own length): embedded ``--doc-batch-size`` at a
+    time, yielding before each chunk (the model thread's turns) and checking ``work`` there; kept in the text
+    cache under the dense encoder's fingerprint, so a text sent again is not embedded again."""
     cache = backend.text_cache
     fp = "dense:" + backend.scorer.priors.dense["fingerprint"]
     t = time.perf_counter()
     keys = [(_digest(x), fp) for x in texts]
     entries = [cache.get(k) or Encoded({}) for k in keys]
+    todo = [i for i, e in enumerate(entries) if e.dense is None]
     clock.seconds["fetch"] += time.perf_counter() - t
-    for i in _dense_of(backend, entries, texts, clock):
+    vectors = yield from _embed_in_turns(backend, [texts[i] for i in todo], 1, clock, work)
+    for i, v in zip(todo, vectors, strict=True):
+        entries[i].dense = np.array(v, dtype=np.float32)
         cache.put(keys[i], entries[i])
     return np.array([float(e.dense @ qvec) for e in entries], dtype=np.float64)
+
+
+def _embed_in_turns(
+    backend, texts: list[str], per_doc_batch: int, clock, work
+) -> Generator[None, None, np.ndarray]:
+    """The dense encoder's unit vectors of ``texts``, ``per_doc_batch`` × ``--doc-batch-size`` texts per chunk:
+    a turn for the other requests (and a check of ``work``) before each, as the ranker's own chunks have."""
+    step = backend.settings.doc_batch_size * per_doc_batch
+    out = []
+    work.chunks_total += math.ceil(len(texts) / step)
+    for begin in range(0, len(texts), step):
+        yield  # another request's turn (services/turns.py)
+        work.check()
+        t = time.perf_counter()
+        out.append(backend.scorer.encoder().encode_documents(texts[begin : begin + step]))
+        clock.seconds["encode"] += time.perf_counter() - t
+        work.chunks_done += 1
+    return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
 
 
 def _dense_of(backend, entries: list[Encoded], texts: list[str], clock) -> list[int]:

@@ -995,3 +995,63 @@ def test_a_long_text_sent_ad_hoc_scores_as_the_document_the_store_holds(built_lo
         assert as_cut == pytest.approx(of_head, abs=1e-6)
     finally:
         backend.close()
+
+
+def test_a_long_texts_dense_priors_are_embedded_in_turns_and_stop_when_the_client_goes(
+    built_long, monkeypatch
+):
+    """The whole-text cosines and the sentence windows (--ad-hoc-windows) of long texts sent ad hoc are embedded a
+    chunk at a time with a turn for other requests before each, as the ranker's own chunks are; a request whose
+    client went away stops at the next turn (before: all of them in one go on the model thread)."""
+    from aheadrank.services.backend import Cancelled, RerankBackend, StageClock, Work
+    from aheadrank.services.settings import ServiceSettings
+    from aheadrank.services.texts import WINDOWS_PER_DOC_BATCH, TextCache
+
+    out, record = built_long
+    p = paths(out)
+    given = {"checkpoint": p["checkpoint"], "store": p["store"], "device": "cpu", "access_log": False}
+    backend = RerankBackend.load(ServiceSettings(**given, ad_hoc_windows=True, doc_batch_size=2))
+    try:
+        monkeypatch.setattr(backend.reader, "text_shards", 0)  # every text unknown to the store
+        window = backend.max_doc_len()
+        lines = [json.loads(line)["contents"] for line in open(record.plan["collection"])]
+        pieces = backend.ranker._text().all_pieces(lines)
+        long = [t for t, n in zip(lines, pieces, strict=True) if len(n) > window]
+        assert len(long) >= 10
+        log: list = []
+        encoder = backend.scorer.encoder()
+        real = encoder.encode_documents
+        monkeypatch.setattr(
+            encoder, "encode_documents", lambda x, *a, **k: log.append(len(x)) or real(x, *a, **k)
+        )
+
+        def drive(work: Work, stop_after: int | None = None) -> list[float]:
+            steps = backend.score_texts_steps("supersonic flow over a cone", long, StageClock(), work)
+            while True:
+                try:
+                    next(steps)
+                    log.append("turn")
+                    if stop_after is not None and sum(isinstance(x, int) for x in log) >= stop_after:
+                        work.cancel("client")
+                except StopIteration as stop:
+                    return stop.value[0]
+
+        work = Work()
+        scores = drive(work)
+        embeds = [x for x in log if isinstance(x, int)]
+        # every whole text (2 a chunk) and every window (8 a chunk) embedded once, a turn before each chunk
+        assert len(scores) == len(long) and sum(embeds) > len(long)
+        assert max(embeds) <= 2 * WINDOWS_PER_DOC_BATCH and embeds[: len(long) // 2] == [2] * (len(long) // 2)
+        assert all(a == "turn" for a, b in zip(log, log[1:], strict=False) if isinstance(b, int))
+        assert work.chunks_done == work.chunks_total
+        # another request of other long texts: its client goes after the first embedding, the second never runs
+        log.clear()
+        cache = backend.text_cache
+        backend.text_cache = TextCache(
+            cache.max_entries, cache.max_bytes
+        )  # nothing of the first request kept
+        with pytest.raises(Cancelled):
+            drive(Work(), stop_after=1)
+        assert sum(isinstance(x, int) for x in log) == 1
+    finally:
+        backend.close()
