@@ -16,8 +16,9 @@
 #   AHEADRANK_COLLECTION   collection to build from [the bundled SciFact sample]: a BEIR folder, or one JSONL or
 #                          TSV file (plain, .gz or .zst)
 #   AHEADRANK_DATA         output folder [/data]: the build goes to $AHEADRANK_DATA/build
-#   AHEADRANK_RANKER       tk | mores | prettr | bert, or a variant (tk-2l, mores-2ib-s2, prettr-l5-e128) [tk]; tk
-#                          is tk-2l with judgments and tk-6l-base without (aheadrank build --help)
+#   AHEADRANK_RANKER       mores | prettr | tk | bert, or a variant (mores-2ib-s2, prettr-l5-e128, tk-2l) [mores,
+#                          `aheadrank build`'s default: MORES 2xIB S2]; tk is tk-2l with judgments and tk-6l-base
+#                          without (aheadrank build --help)
 #   AHEADRANK_TRAIN_STEPS  training steps, 1 or more [the recipe's: 360 on CPU with judgments, none without]
 #   AHEADRANK_LABELS       auto: the collection's qrels/train.tsv when it has one, else label-free; none: label-free
 #                          even with judgments; or another qrels split name [auto]
@@ -35,7 +36,7 @@ die() {
 
 DATA="${AHEADRANK_DATA:-/data}"
 OUT="$DATA/build"
-RANKER="${AHEADRANK_RANKER:-tk}"
+RANKER="${AHEADRANK_RANKER:-mores}"
 STEPS="${AHEADRANK_TRAIN_STEPS:-}"
 COLLECTION="${AHEADRANK_COLLECTION:-}"
 if [[ -z "$COLLECTION" ]]; then

@@ -482,6 +482,19 @@ def assert_build(build: Path, n_docs: int) -> dict:
     return record.stages
 
 
+def test_the_index_job_builds_the_ranker_aheadrank_build_builds_by_default():
+    """Compose serves the score the README promises: the job's default ranker is `aheadrank build`'s (it was tk,
+    whose label-free build serves below the fusion on Vaswani, while the README's numbers are MORES's)."""
+    import inspect
+
+    from aheadrank.cli.build import build_cmd
+
+    default = inspect.signature(build_cmd).parameters["ranker"].default.default
+    compose = re.findall(r"AHEADRANK_RANKER: \$\{AHEADRANK_RANKER:-([^}]*)\}", COMPOSE.read_text())
+    job = re.findall(r'RANKER="\$\{AHEADRANK_RANKER:-([^}]*)\}"', INDEX_JOB.read_text())
+    assert compose == [default] and job == [default], (compose, job, default)
+
+
 def test_index_job_is_executable_bash():
     assert os.access(INDEX_JOB, os.X_OK)
     text = INDEX_JOB.read_text()
@@ -501,7 +514,7 @@ def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
     collection = write_passages(tmp_path / "passages.jsonl")
     data = tmp_path / "data"
     build = compose_build_dir(data)
-    env = job_env(data, collection, tiny_base)
+    env = job_env(data, collection, tiny_base, AHEADRANK_RANKER="tk")
 
     # a job cut off after the queries stage (the same build, stopped there)
     cut = subprocess.run(
