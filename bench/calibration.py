@@ -39,6 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aheadrank.evaluation import paired_test
+from aheadrank.passages import served_aggregation
 from aheadrank.priors import (
     QueryFeatures,
     expected_calibration_error,
@@ -49,7 +50,15 @@ from aheadrank.priors import (
 
 REPO = Path(__file__).resolve().parents[1]
 console = Console(width=None if sys.stdout.isatty() else 160)
-FEATURE_SETS = ("neural", "neural+dense", "neural+bm25+dense")  # ad-hoc texts have the first two
+# ad-hoc texts have neural(+dense)(+window: --ad-hoc-windows), stored candidates all of theirs; each set measured
+# where the checkpoint's calibration has it (the window where the priors weigh it) and the store has its features
+FEATURE_SETS = (
+    "neural",
+    "neural+dense",
+    "neural+dense+window",
+    "neural+bm25+dense",
+    "neural+bm25+dense+window",
+)
 
 
 def features(args, split: str, qids: list[str] | None) -> list[QueryFeatures]:
@@ -62,7 +71,9 @@ def features(args, split: str, qids: list[str] | None) -> list[QueryFeatures]:
     if qids is not None:
         queries = {q: queries[q] for q in qids if q in queries}
     cands = bm25_candidates(args.index, queries, args.depth)
-    feats, _ = collect_features(args.checkpoint, args.store, queries, cands, qrels, args.device)
+    feats, _ = collect_features(
+        args.checkpoint, args.store, queries, cands, qrels, args.device, aggregation=args.aggregation
+    )
     return feats
 
 
@@ -73,7 +84,9 @@ def pseudo_features(args, near: float | None) -> tuple[list[QueryFeatures], list
     from aheadrank.rerank import collect_features
 
     val, cands, qrels = pseudo_validation(args.build)
-    source_only = collect_features(args.checkpoint, args.store, val, cands, qrels, args.device)[0]
+    source_only = collect_features(
+        args.checkpoint, args.store, val, cands, qrels, args.device, aggregation=args.aggregation
+    )[0]
     return near_source_labels(args.store, source_only, near)[0], source_only
 
 
@@ -133,6 +146,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
     priors = read_priors(args.checkpoint)
+    # a long document scored by its passages as served: what the priors were fitted with
+    args.aggregation = served_aggregation(None, priors)
     cal = priors.calibrated() if priors is not None else None
     if cal is None:
         sys.exit(f"{args.checkpoint} has no calibrated priors: run `aheadrank fit-priors` first")
@@ -243,6 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
             "relevant": int(labels.sum()),
         },
         depth=args.depth,
+        passage_aggregation=args.aggregation,
         bins=args.bins,
         calibration={"method": cal.method, "weights": cal.weights, "platt": cal.platt, "stats": cal.stats},
         relative_weights=priors.weights,
@@ -292,7 +308,8 @@ def write_markdown(path: Path, record: dict, plot_name: str) -> None:
         )
     lines = [
         f"# Calibration of relevance_score: {record['collection']} test ({t['queries']} queries, BM25 "
-        f"top-{record['depth']}, {t['candidates']:,} pairs, {t['relevant']} relevant)",
+        f"top-{record['depth']}, {t['candidates']:,} pairs, {t['relevant']} relevant; a document stored as passages "
+        f"scored by `{record.get('passage_aggregation', 'first+max')}` of theirs)",
         "",
         f"Checkpoint `{record['checkpoint']}`; {fitted}. Command: `{record['command']}`. ECE: {record['bins']} "
         "equal-width bins; 'top 10': the 10 best of each query by that score. Plot: ["

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -29,6 +30,54 @@ WORDS = (
 
 def random_text(rng: random.Random, lo: int = 1, hi: int = 60) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
+
+
+AERO_WORDS = (
+    "wing lift drag shock flow boundary layer heat plate cone pressure supersonic laminar nozzle jet".split()
+)
+
+
+def write_judged_collection(
+    root: Path, rng: random.Random, docs: int, sentences: tuple[int, int], queries: dict[str, list[str]]
+) -> Path:
+    """A tiny BEIR folder: ``docs`` documents of 10-word sentences (``sentences``: how many in the even and the odd
+    ones, so that every other one can be longer than a ranker's window), a 4-word query per qid and, per split
+    name in ``queries``, a qrels file judging two documents relevant to each of its qids (the k-th qid of all:
+    d{2k} and d{2k+1})."""
+    (root / "qrels").mkdir(parents=True)
+    lines = []
+    for i in range(docs):
+        body = [" ".join(rng.choices(AERO_WORDS, k=10)) for _ in range(sentences[i % 2])]
+        lines.append(json.dumps({"_id": f"d{i}", "title": "", "text": ". ".join(body) + "."}) + "\n")
+    (root / "corpus.jsonl").write_text("".join(lines))
+    qids = [q for split in queries.values() for q in split]
+    (root / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": " ".join(rng.choices(AERO_WORDS, k=4))}) + "\n" for q in qids)
+    )
+    for split, these in queries.items():
+        judged = [(q, f"d{(2 * qids.index(q) + j) % docs}") for q in these for j in (0, 1)]
+        (root / "qrels" / f"{split}.tsv").write_text(
+            "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in judged)
+        )
+    return root
+
+
+def build_tiny_label_free(collection: Path, out: Path, base: Path, max_queries: int) -> Path:
+    """``aheadrank build --labels none`` of ``collection`` with a 1-layer TK and 2 training steps, into ``out``."""
+    from aheadrank.build import BuildPlan, build
+
+    plan = BuildPlan(
+        str(collection),
+        str(out),
+        ranker="tk-1l",
+        steps=2,
+        max_queries=max_queries,
+        base=str(base),
+        progress=False,
+        labels="none",
+    )
+    build(plan, echo=lambda _: None)
+    return out
 
 
 def _has_avx512f() -> bool:

@@ -10,50 +10,23 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import build_tiny_label_free, write_judged_collection
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import ad_hoc_windows_cost  # noqa: E402
 import rag_long_texts  # noqa: E402
 
-from aheadrank.build import BuildPlan, build  # noqa: E402
-
 pytestmark = pytest.mark.slow  # Java (the BM25 stage)
-
-WORDS = (
-    "wing lift drag shock flow boundary layer heat plate cone pressure supersonic laminar nozzle jet".split()
-)
 
 
 def test_the_bench_measures_every_cell_on_a_tiny_build(tmp_path, tiny_base):
-    rng = random.Random(3)
-    coll = tmp_path / "coll"
-    (coll / "qrels").mkdir(parents=True)
-    docs = []
-    for i in range(30):  # every other document longer than the window (128 pieces)
-        sentences = [" ".join(rng.choices(WORDS, k=10)) for _ in range(3 if i % 2 else 20)]
-        docs.append({"_id": f"d{i}", "title": "", "text": ". ".join(sentences) + "."})
-    (coll / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
-    queries = {f"q{i}": " ".join(rng.choices(WORDS, k=4)) for i in range(3)}
-    (coll / "queries.jsonl").write_text(
-        "".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items())
+    coll = write_judged_collection(
+        tmp_path / "coll", random.Random(3), 30, (20, 3), {"test": ["q0", "q1", "q2"]}
     )
-    judged = [(q, f"d{2 * k + j}") for k, q in enumerate(queries) for j in (0, 1)]
-    (coll / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in judged)
-    )
+    judged = [(f"q{k}", f"d{2 * k + j}") for k in range(3) for j in (0, 1)]
     out = tmp_path / "b"
-    plan = BuildPlan(
-        str(coll),
-        str(out),
-        ranker="tk-1l",
-        steps=2,
-        max_queries=20,
-        base=str(tiny_base),
-        progress=False,
-        labels="none",
-    )
-    build(plan, echo=lambda _: None)
+    build_tiny_label_free(coll, out, tiny_base, max_queries=20)
     result = tmp_path / "r.json"
     args = [
         "--build",
