@@ -7,8 +7,9 @@ gets that prior as its docid does: its sentence windows are cut and embedded onl
 documents of the collection that no request has sent before (nothing from the store, nothing from the
 cache), with the window prior and without it (the store's windows unset for that request: neural + whole-text
 dense), interleaved request by request (``--rounds`` of each), so that both read the same kind of texts
-under the same load. Reported: the median seconds per request and per text for each, their ratio, and the
-encode stage's share.
+under the same load. Reported: the median seconds per request and per text for each, their ratio, the
+encode stage's share, and the longest stretch a request held the model thread between two turns (the median over
+requests; services/README.md, "Turns stay short").
 
     .venv/bin/python bench/ad_hoc_windows_cost.py --build DIR --collection ../shared/data/cranfield \\
         --out bench/results/ad-hoc-windows-cost/cranfield.json
@@ -38,6 +39,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("bench/results/ad-hoc-windows-cost.json"))
     return p.parse_args(argv)
+
+
+def longest_turn(steps, clock=time.perf_counter) -> float:
+    """Drive a backend's ``*_steps`` generator to its end as the model thread does (services/turns.py), without
+    other requests: the longest stretch it ran between two turns (seconds), i.e. how long it held the thread."""
+    longest, t = 0.0, clock()
+    for _ in steps:
+        now = clock()
+        longest, t = max(longest, now - t), now
+    return max(longest, clock() - t)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     query = "what is the effect of the shape of a body on the flow around it"
     times: dict[str, list[float]] = {"window": [], "no window": []}
     encode: dict[str, list[float]] = {"window": [], "no window": []}
+    longest: dict[str, list[float]] = {"window": [], "no window": []}
     at = 0
     for r in range(args.rounds):
         for cell in ("window", "no window") if r % 2 == 0 else ("no window", "window"):
@@ -85,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             backend.settings.ad_hoc_windows = cell == "window"  # the service's --ad-hoc-windows
             clock = StageClock()
             t = time.perf_counter()
-            backend.score_texts(query, batch, clock)
+            longest[cell].append(longest_turn(backend.score_texts_steps(query, batch, clock)))
             times[cell].append(time.perf_counter() - t)
             encode[cell].append(clock.seconds["encode"])
     window_entries = sum(key[1].startswith("windows") for key in cached)
@@ -102,16 +114,22 @@ def main(argv: list[str] | None = None) -> int:
                 "encode_share": statistics.median(
                     e / s for e, s in zip(encode[cell], times[cell], strict=True)
                 ),
+                "longest_turn_s": statistics.median(longest[cell]),
                 "seconds": times[cell],
+                "longest_turns": longest[cell],
             }
         )
     ratio = rows[0]["median_s"] / rows[1]["median_s"]
     table = Table(title=f"{args.texts} unknown texts a request, {args.collection.name}, {args.rounds} rounds")
-    for col in ("cell", "median s", "ms / text", "encode share"):
+    for col in ("cell", "median s", "ms / text", "encode share", "longest turn s"):
         table.add_column(col, justify="left" if col == "cell" else "right")
     for r in rows:
         table.add_row(
-            r["cell"], f"{r['median_s']:.2f}", f"{r['per_text_ms']:.1f}", f"{r['encode_share']:.0%}"
+            r["cell"],
+            f"{r['median_s']:.2f}",
+            f"{r['per_text_ms']:.1f}",
+            f"{r['encode_share']:.0%}",
+            f"{r['longest_turn_s']:.3f}",
         )
     console.print(table)
     console.print(f"window / no window: {ratio:.2f}")

@@ -71,5 +71,24 @@ def test_the_bench_measures_every_cell_on_a_tiny_build(tmp_path, tiny_base):
     assert (
         all(len(r["seconds"]) == 2 and min(r["seconds"]) > 0 for r in record["rows"]) and record["ratio"] > 0
     )
+    for r in record["rows"]:  # a request held the thread at most its whole time at once
+        assert len(r["longest_turns"]) == 2
+        assert all(0 < turn <= whole for turn, whole in zip(r["longest_turns"], r["seconds"], strict=True))
+
     with pytest.raises(SystemExit, match="30 documents, 40 needed"):
         ad_hoc_windows_cost.main([*args[:4], "--texts", "10", "--rounds", "2", "--out", str(cost)])
+
+
+def test_the_longest_turn_is_the_longest_stretch_between_two_yields():
+    now = [0.0]
+
+    def steps(stretches):  # each stretch of work advances the clock, then a turn
+        for stretch in stretches:
+            now[0] += stretch
+            yield
+
+    def clock():
+        return now[0]
+
+    assert ad_hoc_windows_cost.longest_turn(steps([1.0, 5.0, 2.0]), clock) == 5.0
+    assert ad_hoc_windows_cost.longest_turn(steps([]), clock) == 0.0
