@@ -29,9 +29,10 @@ import numpy as np
 from aheadrank.store.texts import text_digest
 
 SOURCES = ("stored", "cached", "encoded")
-# sentence windows embedded per turn, in --doc-batch-size units: a window of 2 sentences is ~60 word pieces, about
-# a quarter of the 256 a whole text is read with (the --ad-hoc-windows prior: window_cosines_online)
-WINDOWS_PER_DOC_BATCH = 4
+# sentence windows embedded per turn, in --doc-batch-size units (the --ad-hoc-windows prior: window_cosines_online):
+# a chunk of the longest windows then takes about as long as one of the ranker's chunks (measured by
+# bench/ad_hoc_windows_cost.py: 4 made turns of 1.0 s against the ranker's 0.42 s on Cranfield)
+WINDOWS_PER_DOC_BATCH = 2
 
 
 @dataclass
@@ -362,19 +363,24 @@ def whole_text_cosines(
 def _embed_in_turns(
     backend, texts: list[str], per_doc_batch: int, clock, work
 ) -> Generator[None, None, np.ndarray]:
-    """The dense encoder's unit vectors of ``texts``, ``per_doc_batch`` × ``--doc-batch-size`` texts per chunk:
-    a turn for the other requests (and a check of ``work``) before each, as the ranker's own chunks have."""
+    """The dense encoder's unit vectors of ``texts`` (in their order), ``per_doc_batch`` × ``--doc-batch-size``
+    texts per chunk, longest first: a turn for the other requests (and a check of ``work``) before each, as the
+    ranker's own chunks have."""
     step = backend.settings.doc_batch_size * per_doc_batch
-    out = []
+    # longest first, as the encoder orders one batch: texts of like length share a chunk (less padding)
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    out: list[np.ndarray] = [None] * len(texts)  # type: ignore[list-item]
     work.chunks_total += math.ceil(len(texts) / step)
     for begin in range(0, len(texts), step):
         yield  # another request's turn (services/turns.py)
         work.check()
         t = time.perf_counter()
-        out.append(backend.scorer.encoder().encode_documents(texts[begin : begin + step]))
+        idx = order[begin : begin + step]
+        for i, v in zip(idx, backend.scorer.encoder().encode_documents([texts[i] for i in idx]), strict=True):
+            out[i] = v
         clock.seconds["encode"] += time.perf_counter() - t
         work.chunks_done += 1
-    return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
+    return np.stack(out) if out else np.zeros((0, 0), dtype=np.float32)
 
 
 def _dense_of(backend, entries: list[Encoded], texts: list[str], clock) -> list[int]:
