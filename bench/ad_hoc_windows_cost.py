@@ -41,14 +41,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def longest_turn(steps, clock=time.perf_counter) -> float:
-    """Drive a backend's ``*_steps`` generator to its end as the model thread does (services/turns.py), without
-    other requests: the longest stretch it ran between two turns (seconds), i.e. how long it held the thread."""
-    longest, t = 0.0, clock()
-    for _ in steps:
-        now = clock()
-        longest, t = max(longest, now - t), now
-    return max(longest, clock() - t)
+def longest_turn(steps) -> float:
+    """Drive a backend's ``*_steps`` generator to its end as the model thread does (services/turns.py ``drive``),
+    without other requests: its longest turn (seconds), i.e. how long it held the thread at once."""
+    from aheadrank.services.turns import drive
+
+    turns: list[float] = []
+    drive(steps, turns.append)
+    return max(turns)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,13 +32,19 @@ class _Job:
         self.gen: Generator | None = None
 
 
-def drive(steps: Generator[Any, None, Any]) -> Any:
-    """Run a step generator to its end in the caller's thread; returns its return value."""
+def drive(steps: Generator[Any, None, Any], on_turn: Callable[[float], None] | None = None) -> Any:
+    """Run a step generator to its end in the caller's thread; returns its return value. ``on_turn``: called with
+    each step's seconds, as :class:`TurnExecutor`'s (the last step, which returns, included)."""
     while True:
+        t = time.perf_counter()
         try:
             next(steps)
         except StopIteration as stop:
+            if on_turn is not None:
+                on_turn(time.perf_counter() - t)
             return stop.value
+        if on_turn is not None:
+            on_turn(time.perf_counter() - t)
 
 
 class TurnExecutor(Executor):

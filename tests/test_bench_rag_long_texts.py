@@ -79,16 +79,18 @@ def test_the_bench_measures_every_cell_on_a_tiny_build(tmp_path, tiny_base):
         ad_hoc_windows_cost.main([*args[:4], "--texts", "10", "--rounds", "2", "--out", str(cost)])
 
 
-def test_the_longest_turn_is_the_longest_stretch_between_two_yields():
+def test_the_longest_turn_is_the_longest_stretch_between_two_yields(monkeypatch):
+    from types import SimpleNamespace
+
+    from aheadrank.services import turns
+
     now = [0.0]
+    monkeypatch.setattr(turns, "time", SimpleNamespace(perf_counter=lambda: now[0]))  # the turns' clock only
 
     def steps(stretches):  # each stretch of work advances the clock, then a turn
         for stretch in stretches:
             now[0] += stretch
             yield
 
-    def clock():
-        return now[0]
-
-    assert ad_hoc_windows_cost.longest_turn(steps([1.0, 5.0, 2.0]), clock) == 5.0
-    assert ad_hoc_windows_cost.longest_turn(steps([]), clock) == 0.0
+    assert ad_hoc_windows_cost.longest_turn(steps([1.0, 5.0, 2.0])) == 5.0
+    assert ad_hoc_windows_cost.longest_turn(steps([])) == 0.0

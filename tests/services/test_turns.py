@@ -54,3 +54,9 @@ def test_errors_reach_the_caller_and_shutdown_finishes_the_line():
     with pytest.raises(RuntimeError):
         ex.submit(lambda: None)
     assert drive(_steps("d", 2, [])) == "d done"
+
+
+def test_drive_reports_each_step_as_the_executor_does():
+    got: list[float] = []
+    assert drive(_steps("d", 3, []), got.append) == "d done"
+    assert len(got) == 4 and all(s >= 0 for s in got)  # three steps that yield, the one that returns
