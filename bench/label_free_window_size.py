@@ -114,7 +114,6 @@ def collection_rows(args, name: str, probe: WindowProbe = SIZE_PROBE) -> dict:
     from label_free_prf import served_weights
 
     from aheadrank.build import MULTI_WINDOW
-    from aheadrank.evaluation import evaluate
 
     variants = [v for _, v in args.neural]
     runs, gates, windows = {}, {}, {}
@@ -132,22 +131,40 @@ def collection_rows(args, name: str, probe: WindowProbe = SIZE_PROBE) -> dict:
         for folder, variant in args.neural:
             scored = with_neural(base, c.neural(args.runs_of.get(name, folder), variant))
             runs[(variant, option)] = runs_from(scored, served_weights(variant, gates[option]))
-    ndcg = {k: evaluate(r, qrels, ("nDCG@10",))["nDCG@10"] for k, r in {**base_runs}.items()}
+    return probe_rows(qrels, base_runs, runs, variants, probe.options, gates, windows)
+
+
+def probe_rows(
+    qrels, base_runs: dict, runs: dict, variants: list[str], options, gates: dict, windows: dict
+) -> dict:
+    """A collection's rows for :func:`main`: the baselines' and each (variant, option)'s served nDCG@10 and each
+    option's mean over the variants."""
+    from aheadrank.evaluation import evaluate
+
+    ndcg = {k: evaluate(r, qrels, ("nDCG@10",))["nDCG@10"] for k, r in base_runs.items()}
     served = {k: evaluate(r, qrels, ("nDCG@10",))["nDCG@10"] for k, r in runs.items()}
-    mean = {o: float(np.mean([served[(v, o)] for v in variants])) for o in probe.options}
     return {
         "qrels": qrels,
         "baselines": base_runs,
         "baseline_ndcg": ndcg,
         "runs": runs,
         "served": served,
-        "mean": mean,
+        "mean": {o: float(np.mean([served[(v, o)] for v in variants])) for o in options},
         "gates": gates,
         "windows": windows,
     }
 
 
-def main(argv=None, probe: WindowProbe = SIZE_PROBE, doc: str | None = None, out: str = "window-size") -> int:
+def main(
+    argv=None,
+    probe: WindowProbe = SIZE_PROBE,
+    doc: str | None = None,
+    out: str = "window-size",
+    rows_of: Callable = collection_rows,
+    extra: Callable | None = None,
+) -> int:
+    """Run ``probe``: ``rows_of(args, name, probe)`` gives a collection's rows (as :func:`collection_rows`);
+    ``extra(args, rows)``, when given, returns more (table lines, JSON fields) to write beside the choice."""
     from label_free import comparison, diff_p, write_zst_run
     from label_free_prf import write_probe
 
@@ -160,7 +177,7 @@ def main(argv=None, probe: WindowProbe = SIZE_PROBE, doc: str | None = None, out
     current = probe.current
     rows = {}
     for name in args.collections:
-        rows[name] = collection_rows(args, name, probe)
+        rows[name] = rows_of(args, name, probe)
         log.info(
             "%s: mean served by %s %s",
             name,
@@ -235,6 +252,10 @@ def main(argv=None, probe: WindowProbe = SIZE_PROBE, doc: str | None = None, out
         "veto": veto,
         "adopted": adopt,
     }
+    if extra is not None:
+        more_lines, more_fields = extra(args, rows)
+        lines += ["", *more_lines]
+        fields |= more_fields
     write_probe(args.out, probe.name, lines, argv, t0, fields)
     return 0
 
