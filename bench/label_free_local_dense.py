@@ -26,10 +26,11 @@ The rule, fixed in the commit that added this file before any of it was run (``l
 - the product changes the dense prior only if the same choice over all collections picks another option and no
   collection serves worse (mean over the three rankers) with its held-out option than with ``whole``.
 
-Beside the choice, and deciding nothing, the ``buried`` check of the dense feature alone: each judged-relevant
-candidate's text with the first 100 words of an unrelated document in front of it (as ``bench/rag_long_texts.py``
-buries it), ranked by the bi-encoder's feature of each option against the other candidates' unburied features
-(nDCG@10 of the bi-encoder alone, buried and not).
+Beside the choice, and deciding nothing: the baselines of a user who chunks long documents (the bi-encoder alone,
+RRF and the equal-weight fusion with each passage option's feature) against the build's served score; and the
+``buried`` check of the dense feature alone: each judged-relevant candidate's text with the first 100 words of an
+unrelated document in front of it (as ``bench/rag_long_texts.py`` buries it), ranked by the bi-encoder's feature of
+each option against the other candidates' unburied features (nDCG@10 of the bi-encoder alone, buried and not).
 
 Nothing is built or trained; the passages are cut from the collection and embedded by the bi-encoder (cached in
 ``--workdir``), the neural scores come from committed label-free builds' pure runs.
@@ -64,6 +65,8 @@ log = logging.getLogger("bench.label_free_local_dense")
 OPTIONS = ("whole", "maxp", "maxp256")
 CURRENT = "whole"
 WINDOWS = {"maxp": (128, 32), "maxp256": (256, 64)}  # word pieces per passage, overlap
+# the head's and the passages' cosines mixed into one feature (bench/label_free_local_dense_mix.py)
+MIXES = {"max(whole,maxp)": np.maximum, "mean(whole,maxp)": lambda a, b: (a + b) / 2}
 FILLER_WORDS = 100  # bench/rag_long_texts.py's --filler-words default
 
 DENSE_PROBE = WindowProbe(
@@ -130,8 +133,24 @@ class PassageVectors:
         return vectors, owner
 
 
+def feature_of(option: str, per: dict[str, np.ndarray]) -> np.ndarray:
+    """An option's dense feature from the head's and the passages' cosines (``per``: {"whole", "maxp", ...})."""
+    if option in per:
+        return per[option]
+    if option not in MIXES:
+        raise ValueError(f"unknown dense option {option!r}; known: {(*OPTIONS, *MIXES)}")
+    return MIXES[option](per[CURRENT], per["maxp"])
+
+
+def option_features(local: dict, option: str) -> dict[str, np.ndarray]:
+    """{qid: ``option``'s feature in candidate order} from :func:`local_features`."""
+    queries = local[CURRENT]
+    return {q: feature_of(option, {f: local[f][q] for f in local}) for q in queries}
+
+
 def local_features(c, texts: dict[str, str], vectors: PassageVectors) -> dict[str, dict[str, np.ndarray]]:
-    """{option: {qid: the dense feature in candidate order}} over :class:`label_free_passages.Candidates` ``c``."""
+    """{whole / maxp / maxp256: {qid: that cosine in candidate order}} over
+    :class:`label_free_passages.Candidates` ``c``."""
     docids = sorted({d for q in c.qids for d in c.docids(q)})
     row = {d: i for i, d in enumerate(docids)}
     out = {CURRENT: {q: np.array([c.docs[d] @ c.qv[q] for d in c.docids(q)]) for q in c.qids}}
@@ -168,7 +187,9 @@ def filler_of(qid: str, order: list[str], avoid: set[str]) -> str:
     return order[i]
 
 
-def buried_check(c, texts: dict[str, str], order: list[str], vectors: PassageVectors, local: dict) -> dict:
+def buried_check(
+    c, texts: dict[str, str], order: list[str], vectors: PassageVectors, local: dict, options=OPTIONS
+) -> dict:
     """The bi-encoder alone (nDCG@10) with each option's feature, unburied and with every judged-relevant candidate
     buried behind :data:`FILLER_WORDS` words of an unrelated document."""
     from aheadrank.indexer.collections import Collection, join_title_text
@@ -193,21 +214,23 @@ def buried_check(c, texts: dict[str, str], order: list[str], vectors: PassageVec
                 where.append((q, i))
     out = {"buried_texts": len(buried)}
     name = f"{c.collection.name}-buried"
-    for option in OPTIONS:
-        if option == CURRENT:
+    bur = {}  # each cosine with every relevant candidate buried
+    for feature in local:
+        if feature == CURRENT:
             bv, owner = vectors.enc.encode_documents(buried), np.arange(len(buried))
         else:
-            bv, owner = vectors(name, buried, option)
-        feats = {q: f.copy() for q, f in local[option].items()}
+            bv, owner = vectors(name, buried, feature)
+        bur[feature] = {q: f.copy() for q, f in local[feature].items()}
         for k, (q, i) in enumerate(where):
-            feats[q][i] = float(np.max(bv[owner == k] @ c.qv[q]))
+            bur[feature][q][i] = float(np.max(bv[owner == k] @ c.qv[q]))
+
+    def mean_ndcg(feats: dict) -> float:
+        return round(float(np.mean([ndcg10(feats[q], c.docids(q), c.qrels.get(q, {})) for q in c.qids])), 4)
+
+    for option in options:
         out[option] = {
-            "unburied": round(
-                float(np.mean([ndcg10(local[option][q], c.docids(q), c.qrels.get(q, {})) for q in c.qids])), 4
-            ),
-            "buried": round(
-                float(np.mean([ndcg10(feats[q], c.docids(q), c.qrels.get(q, {})) for q in c.qids])), 4
-            ),
+            "unburied": mean_ndcg(option_features(local, option)),
+            "buried": mean_ndcg(option_features(bur, option)),
         }
     return out
 
@@ -235,16 +258,16 @@ def collection_rows(args, name: str, probe: WindowProbe = DENSE_PROBE) -> dict:
     )
     vectors = PassageVectors(args.base, args.workdir, args.progress)
     local = local_features(c, texts, vectors)
-    _CHECKS[name] = buried_check(c, texts, order, vectors, local)
+    _CHECKS[name] = buried_check(c, texts, order, vectors, local, probe.options)
     variants = [v for _, v in args.neural]
     runs = {}
     for option in probe.options:
-        feats = [
-            (q, QueryFeatures(f.docids, {**f.features, "dense": local[option][q]}, f.qrels)) for q, f in base
-        ]
+        dense = option_features(local, option)
+        feats = [(q, QueryFeatures(f.docids, {**f.features, "dense": dense[q]}, f.qrels)) for q, f in base]
         for folder, variant in args.neural:
             scored = with_neural(feats, c.neural(args.runs_of.get(name, folder), variant))
             runs[(variant, option)] = runs_from(scored, served_weights(variant, gate))
+    _CHECKS[name]["chunked_baselines"] = chunked_baselines(base, local, runs, c.qrels, variants)
     log.info("%s: buried check %s", name, _CHECKS[name])
     windows = dict.fromkeys(probe.options, len(c.owner))
     return probe_rows(
@@ -252,19 +275,62 @@ def collection_rows(args, name: str, probe: WindowProbe = DENSE_PROBE) -> dict:
     )
 
 
-def buried_table(args, rows: dict) -> tuple[list[str], dict]:
+def chunked_baselines(base: list, local: dict, runs: dict, qrels: dict, variants: list[str]) -> dict:
+    """What a user who chunks long documents would pick instead: the label-free baselines with each passage
+    option's bi-encoder feature, and each variant's served score (the build's, ``whole``) against the better of
+    that RRF and equal-weight fusion (deciding nothing)."""
+    from label_free import comparison, label_free_baselines
+
+    from aheadrank.evaluation import compare, evaluate
+    from aheadrank.priors import QueryFeatures
+
+    out = {}
+    for option in WINDOWS:
+        feats = [
+            (q, QueryFeatures(f.docids, {**f.features, "dense": local[option][q]}, f.qrels)) for q, f in base
+        ]
+        b = label_free_baselines(feats)
+        ndcg = {k: round(evaluate(r, qrels, ("nDCG@10",))["nDCG@10"], 4) for k, r in b.items()}
+        best = max(("rrf", "fusion-equal"), key=lambda k: ndcg[k])
+        served = {v: comparison(compare, b[best], runs[(v, CURRENT)], qrels) for v in variants}
+        out[option] = {"baselines": ndcg, "better_fusion": best, "served_vs_better_fusion": served}
+    return out
+
+
+def buried_table(args, rows: dict, probe: WindowProbe = DENSE_PROBE) -> tuple[list[str], dict]:
     """The buried check's table and JSON field (deciding nothing)."""
+    options = probe.options
     lines = [
         "The bi-encoder alone (nDCG@10), each judged-relevant candidate unburied / buried behind "
         f"{FILLER_WORDS} words of an unrelated document (deciding nothing):",
         "",
-        "| collection | buried texts | " + " | ".join(OPTIONS) + " |",
-        "|---|---:|" + "---|" * len(OPTIONS),
+        "| collection | buried texts | " + " | ".join(options) + " |",
+        "|---|---:|" + "---|" * len(options),
     ]
     for name in rows:
         x = _CHECKS[name]
-        cells = " | ".join(f"{x[o]['unburied']:.4f} / {x[o]['buried']:.4f}" for o in OPTIONS)
+        cells = " | ".join(f"{x[o]['unburied']:.4f} / {x[o]['buried']:.4f}" for o in options)
         lines.append(f"| {name} | {x['buried_texts']} | {cells} |")
+    lines += [
+        "",
+        "The baselines of a user who chunks long documents: the bi-encoder's feature as each passage option computes"
+        " it (nDCG@10), and the build's served score (dense whole) against the better of that RRF and equal-weight"
+        " fusion (diff, p; deciding nothing):",
+        "",
+        "| collection | dense | bi-encoder | rrf | fusion-equal | "
+        + " | ".join(v for _, v in args.neural)
+        + " |",
+        "|---|---|---:|---:|---:|" + "---|" * len(args.neural),
+    ]
+    from label_free import diff_p
+
+    for name in rows:
+        for option, x in _CHECKS[name]["chunked_baselines"].items():
+            b = x["baselines"]
+            cells = " | ".join(diff_p(x["served_vs_better_fusion"][v]) for _, v in args.neural)
+            lines.append(
+                f"| {name} | {option} | {b['bi-encoder']:.4f} | {b['rrf']:.4f} | {b['fusion-equal']:.4f} | {cells} |"
+            )
     return lines, {"buried_check": {n: _CHECKS[n] for n in rows}, "filler_words": FILLER_WORDS}
 
 

@@ -49,3 +49,23 @@ def test_a_long_text_is_cut_as_the_ranker_cuts_it_and_a_short_one_is_one_passage
     assert (owner == 1).sum() >= 3  # 400 words are far more than one 128-piece window
     flat256, owner256 = vectors.split([short, long], "maxp256")
     assert (owner256 == 1).sum() < (owner == 1).sum()
+
+
+def test_a_mix_reads_the_head_and_the_passages_and_an_unknown_option_is_refused():
+    per = {"whole": np.array([0.2, 0.6]), "maxp": np.array([0.5, 0.4])}
+    assert ld.feature_of("whole", per) is per["whole"]
+    assert ld.feature_of("max(whole,maxp)", per) == pytest.approx([0.5, 0.6])
+    assert ld.feature_of("mean(whole,maxp)", per) == pytest.approx([0.35, 0.5])
+    with pytest.raises(ValueError, match="unknown dense option"):
+        ld.feature_of("min(whole,maxp)", per)
+    local = {"whole": {"q": per["whole"]}, "maxp": {"q": per["maxp"]}}
+    assert ld.option_features(local, "max(whole,maxp)")["q"] == pytest.approx([0.5, 0.6])
+
+
+def test_the_mix_probe_chooses_among_the_head_and_its_mixes():
+    import label_free_local_dense_mix as mix
+
+    probe = mix.MIX_PROBE
+    assert probe.current == "whole" and set(probe.options) == {"whole", *ld.MIXES}
+    served = {"a": {"whole": 0.40, "max(whole,maxp)": 0.42, "mean(whole,maxp)": 0.41}}
+    assert ws.choose(served, ["a"], probe) == "max(whole,maxp)"
