@@ -235,11 +235,9 @@ def buried_check(
     return out
 
 
-_CHECKS: dict[str, dict] = {}
-
-
 def collection_rows(args, name: str, probe: WindowProbe = DENSE_PROBE) -> dict:
-    """A collection's baselines and, for each option, each variant's served run, its nDCG@10 and the gate."""
+    """A collection's baselines and, for each option, each variant's served run, its nDCG@10 and the gate; under
+    ``checks`` the buried check and the chunked baselines (deciding nothing)."""
     from label_free import label_free_baselines, runs_from
     from label_free_passages import candidates, multi_window, with_neural
     from label_free_prf import served_weights
@@ -258,7 +256,7 @@ def collection_rows(args, name: str, probe: WindowProbe = DENSE_PROBE) -> dict:
     )
     vectors = PassageVectors(args.base, args.workdir, args.progress)
     local = local_features(c, texts, vectors)
-    _CHECKS[name] = buried_check(c, texts, order, vectors, local, probe.options)
+    checks = buried_check(c, texts, order, vectors, local, probe.options)
     variants = [v for _, v in args.neural]
     runs = {}
     for option in probe.options:
@@ -267,12 +265,13 @@ def collection_rows(args, name: str, probe: WindowProbe = DENSE_PROBE) -> dict:
         for folder, variant in args.neural:
             scored = with_neural(feats, c.neural(args.runs_of.get(name, folder), variant))
             runs[(variant, option)] = runs_from(scored, served_weights(variant, gate))
-    _CHECKS[name]["chunked_baselines"] = chunked_baselines(base, local, runs, c.qrels, variants)
-    log.info("%s: buried check %s", name, _CHECKS[name])
+    checks["chunked_baselines"] = chunked_baselines(base, local, runs, c.qrels, variants)
+    log.info("%s: buried check %s", name, checks)
     windows = dict.fromkeys(probe.options, len(c.owner))
-    return probe_rows(
+    rows = probe_rows(
         c.qrels, base_runs, runs, variants, probe.options, dict.fromkeys(probe.options, gate), windows
     )
+    return rows | {"checks": checks}
 
 
 def chunked_baselines(base: list, local: dict, runs: dict, qrels: dict, variants: list[str]) -> dict:
@@ -308,7 +307,7 @@ def buried_table(args, rows: dict, probe: WindowProbe = DENSE_PROBE) -> tuple[li
         "|---|---:|" + "---|" * len(options),
     ]
     for name in rows:
-        x = _CHECKS[name]
+        x = rows[name]["checks"]
         cells = " | ".join(f"{x[o]['unburied']:.4f} / {x[o]['buried']:.4f}" for o in options)
         lines.append(f"| {name} | {x['buried_texts']} | {cells} |")
     lines += [
@@ -325,13 +324,13 @@ def buried_table(args, rows: dict, probe: WindowProbe = DENSE_PROBE) -> tuple[li
     from label_free import diff_p
 
     for name in rows:
-        for option, x in _CHECKS[name]["chunked_baselines"].items():
+        for option, x in rows[name]["checks"]["chunked_baselines"].items():
             b = x["baselines"]
             cells = " | ".join(diff_p(x["served_vs_better_fusion"][v]) for _, v in args.neural)
             lines.append(
                 f"| {name} | {option} | {b['bi-encoder']:.4f} | {b['rrf']:.4f} | {b['fusion-equal']:.4f} | {cells} |"
             )
-    return lines, {"buried_check": {n: _CHECKS[n] for n in rows}, "filler_words": FILLER_WORDS}
+    return lines, {"buried_check": {n: r["checks"] for n, r in rows.items()}, "filler_words": FILLER_WORDS}
 
 
 def main(argv=None) -> int:
