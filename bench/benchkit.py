@@ -240,6 +240,20 @@ class Bm25Hits:
         return found
 
 
+def filler_docid(qid: str, order: list[str], avoid: set[str], hint: str = "") -> str:
+    """The document whose first words bury ``qid``'s relevant texts (``bench/rag_long_texts.py``,
+    ``bench/label_free_local_dense.py``): a fixed draw by the query id from ``order`` (every docid, collection order),
+    never one in ``avoid`` (the query's candidates and relevant documents); ``hint`` ends the error where none is left."""
+    import zlib
+
+    if len(avoid) >= len(order):
+        raise SystemExit(f"query {qid!r}: every document is a candidate or relevant; no filler{hint}")
+    i = zlib.crc32(qid.encode()) % len(order)
+    while order[i] in avoid:
+        i = (i + 1) % len(order)
+    return order[i]
+
+
 def eval_topics(collection: Path, split: str, max_queries: int | None) -> tuple[dict, dict]:
     """The split's queries (the first ``max_queries`` by qid order when given) and their qrels."""
     from aheadrank.indexer.topics import read_beir_split

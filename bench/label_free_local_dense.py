@@ -50,7 +50,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -165,7 +164,7 @@ def local_features(c, texts: dict[str, str], vectors: PassageVectors) -> dict[st
 
 def collection_texts(collection: Path, wanted: set[str]) -> tuple[dict[str, str], list[str]]:
     """The one text of each wanted document (title and body joined, as the build embeds it), and every docid in
-    collection order (the fillers' pool)."""
+    collection order (the fillers' pool, :func:`benchkit.filler_docid`)."""
     from aheadrank.indexer.collections import Collection, join_title_text
 
     texts, order = {}, []
@@ -176,29 +175,19 @@ def collection_texts(collection: Path, wanted: set[str]) -> tuple[dict[str, str]
     return texts, order
 
 
-def filler_of(qid: str, order: list[str], avoid: set[str]) -> str:
-    """The document whose first words bury ``qid``'s relevant candidates: a fixed draw by the query id, never one
-    of its candidates or relevant documents (``bench/rag_long_texts.py``'s rule)."""
-    if len(avoid) >= len(order):
-        raise SystemExit(f"query {qid!r}: every document is a candidate or relevant; no filler")
-    i = zlib.crc32(qid.encode()) % len(order)
-    while order[i] in avoid:
-        i = (i + 1) % len(order)
-    return order[i]
-
-
 def buried_check(
     c, texts: dict[str, str], order: list[str], vectors: PassageVectors, local: dict, options=OPTIONS
 ) -> dict:
     """The bi-encoder alone (nDCG@10) with each option's feature, unburied and with every judged-relevant candidate
     buried behind :data:`FILLER_WORDS` words of an unrelated document."""
     from aheadrank.indexer.collections import Collection, join_title_text
+    from benchkit import filler_docid
 
     from aheadrank.priors import ndcg10
 
     fillers = {}
     for q in c.qids:
-        fillers[q] = filler_of(q, order, set(c.docids(q)) | set(c.qrels.get(q, {})))
+        fillers[q] = filler_docid(q, order, set(c.docids(q)) | set(c.qrels.get(q, {})))
     need = set(fillers.values()) - set(texts)
     filler_text = dict(texts)
     if need:

@@ -38,11 +38,10 @@ import math
 import statistics
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
-from benchkit import machine_info, write_record
+from benchkit import filler_docid, machine_info, write_record
 from rich.console import Console
 from rich.table import Table
 
@@ -152,16 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     filler_text: dict[str, str] = {}
 
     def filler(qid: str, avoid: set[str]) -> str:
-        if len(avoid) >= len(order):
-            raise SystemExit(
-                f"query {qid!r}: every document is a candidate or relevant; no filler (lower --depth)"
-            )
-        i = zlib.crc32(qid.encode()) % len(order)
-        while order[i] in avoid:
-            i = (i + 1) % len(order)
-        if order[i] not in filler_text:
-            filler_text[order[i]] = next(d.text for d in Collection(args.collection) if d.docid == order[i])
-        return " ".join(filler_text[order[i]].split()[: args.filler_words])
+        d = filler_docid(qid, order, avoid, " (lower --depth)")
+        if d not in filler_text:
+            filler_text[d] = next(doc.text for doc in Collection(args.collection) if doc.docid == d)
+        return " ".join(filler_text[d].split()[: args.filler_words])
 
     cells = ("stored", "ad-hoc", "ad-hoc/passage")
     scores: dict[str, dict[str, dict[str, dict[str, float]]]] = {

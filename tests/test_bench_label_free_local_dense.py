@@ -32,12 +32,16 @@ def test_the_probe_keeps_the_head_on_ties_and_chooses_on_the_others():
 
 
 def test_a_filler_is_never_a_candidate_or_relevant_and_is_fixed_by_the_query():
+    from benchkit import filler_docid  # the draw bench/rag_long_texts.py buries with
+
     order = [f"d{i}" for i in range(10)]
     avoid = {f"d{i}" for i in range(9)}
-    assert ld.filler_of("q1", order, avoid) == "d9"
-    assert ld.filler_of("q7", order, set()) == ld.filler_of("q7", order, set())
+    assert filler_docid("q1", order, avoid) == "d9"
+    assert filler_docid("q7", order, set()) == filler_docid("q7", order, set())
     with pytest.raises(SystemExit, match="no filler"):
-        ld.filler_of("q1", order, set(order))
+        filler_docid("q1", order, set(order))
+    with pytest.raises(SystemExit, match=r"no filler \(lower --depth\)"):
+        filler_docid("q1", order, set(order), " (lower --depth)")
 
 
 def test_a_long_text_is_cut_as_the_ranker_cuts_it_and_a_short_one_is_one_passage():
