@@ -504,10 +504,12 @@ def fit_checkpoint_priors(
     progress: bool = False,
     verify_store: str = "off",
     aggregation: str = DEFAULT_AGGREGATION,
+    keep: dict | None = None,
 ) -> Priors:
     """Fit the priors on validation queries through the store and save them into the checkpoint (``verify_store``,
     ``aggregation``: as :func:`collect_features`; the aggregation is recorded in ``fitted_on``, and what serves
-    the checkpoint reads it: :func:`aheadrank.passages.served_aggregation`)."""
+    the checkpoint reads it: :func:`aheadrank.passages.served_aggregation`). ``keep``: weights per feature set
+    that fitted ones replace only where they serve better out of sample (:func:`aheadrank.priors.fit_priors`)."""
     from aheadrank.priors import fit_calibration, fit_priors
     from aheadrank.rankers.checkpoint import write_priors
 
@@ -520,7 +522,7 @@ def fit_checkpoint_priors(
             f"none of the {len(queries):,} validation queries has a judged-relevant document among its BM25 "
             "candidates: nothing to fit the priors on (another split, --all-queries, or a deeper --depth?)"
         )
-    priors = fit_priors(feats, dense, fitted_on)
+    priors = fit_priors(feats, dense, fitted_on, keep=keep)
     # the absolute score: "neural" and "neural+dense" are what ad-hoc texts have (no BM25 outside the index)
     priors.calibration = fit_calibration(feats, fitted_on).to_dict()
     write_priors(checkpoint, priors.to_dict())

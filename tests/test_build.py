@@ -835,6 +835,41 @@ def test_a_label_free_builds_priors_refit_on_judged_queries_says_to_use_all_of_t
     )
 
 
+def test_judged_queries_refit_a_label_free_builds_weights_only_where_they_serve_better_out_of_sample(
+    built, passages, tmp_path
+):
+    """`fit-priors --all-queries` on a label-free build keeps its default weights unless cross-validation on the
+    judged queries shows the fitted ones better (one judged query cannot), records the defaults so that a later
+    refit guards against them too, and fits the calibration either way; --replace-weights takes the plain fit."""
+    import shutil
+
+    from aheadrank.priors import read_priors
+
+    out = tmp_path / "b"
+    shutil.copytree(built[0], out)
+    defaults = read_priors(out / "checkpoint")
+    assert defaults.fitted_on["label_free"].startswith("default weights")
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    first = json.loads(passages.read_text().splitlines()[0])
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": first["contents"].split(".")[0]}) + "\n")
+    (beir / "qrels" / "mine.tsv").write_text(f"query-id\tcorpus-id\tscore\nq1\t{first['id']}\t1\n")
+    args = ["fit-priors", "--checkpoint", str(out / "checkpoint"), "--store", str(out / "store"),
+            "--collection", str(beir), "--index", str(out / "lucene"), "--no-progress", "--split", "mine",
+            "--all-queries"]  # fmt: skip
+    for _ in range(2):  # the second refit reads the defaults from the first one's record
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        got = read_priors(out / "checkpoint")
+        assert got.weights == defaults.weights and got.fitted_on["defaults"] == defaults.weights
+        guard = got.fitted_on["guard"][max(got.weights, key=len)]
+        assert not guard["fitted"] and guard["why"] == "fewer than 2 queries"
+        assert got.fitted_on["split"] == "mine" and got.calibration is not None
+    result = CliRunner().invoke(app, [*args, "--replace-weights"])
+    assert result.exit_code == 0, result.output
+    assert "guard" not in read_priors(out / "checkpoint").fitted_on
+
+
 def test_a_build_refuses_an_out_of_other_files_and_the_test_split(passages, tmp_path, tiny_base):
     """--out a folder holding a checkpoint/ of its own and no build.json is refused before anything is written (the
     train stage replaced it before); --labels test is refused."""

@@ -12,10 +12,14 @@ import pytest
 
 from aheadrank.errors import CheckpointError, StoreError
 from aheadrank.priors import (
+    FEATURES,
     Priors,
     QueryFeatures,
+    cross_validated,
     fit_priors,
     fit_weights,
+    grid_ndcg10,
+    mean_ndcg10,
     ndcg10,
     rrf,
     simplex_grid,
@@ -75,6 +79,58 @@ def test_fit_prefers_the_informative_feature_and_can_drop_the_neural_score():
     for f in ("neural", "bm25", "dense"):  # the features these queries have
         alone = np.mean([ndcg10(q.features[f], q.docids, q.qrels) for q in queries])
         assert priors.fitted_on["val_ndcg10"]["neural+bm25+dense"] >= alone - 1e-12
+
+
+def test_the_grid_is_scored_at_once_exactly_as_point_by_point_ties_included():
+    """grid_ndcg10 scores every simplex point of a query at once; its means are mean_ndcg10's to the last bit, with
+    features full of ties (integer scores, rounded ones), queries with no relevant or a single candidate."""
+    rng = np.random.default_rng(5)
+    queries = []
+    for i in range(40):
+        n = int(rng.integers(1, 30))
+        docids = [f"d{rng.integers(0, 50)}x{j}" for j in range(n)]
+        feats = {
+            "neural": rng.integers(0, 3, size=n).astype(float),
+            "bm25": rng.normal(size=n),
+            "dense": np.round(rng.normal(size=n), 1),
+            "window": rng.integers(0, 2, size=n).astype(float),
+        }
+        qrels = {} if i % 7 == 0 else {d: int(rng.integers(0, 3)) for d in docids if rng.random() < 0.3}
+        queries.append(QueryFeatures(docids, feats, qrels))
+    names = list(FEATURES)
+    z = [{f: zscore(q.features[f]) for f in names} for q in queries]
+    grid = simplex_grid(len(names), 0.1)
+    at_once = np.zeros(len(grid))
+    for q, zq in zip(queries, z, strict=True):
+        at_once += grid_ndcg10(np.array(grid), [zq[f] for f in names], q.docids, q.qrels)
+    at_once /= len(queries)
+    one_by_one = [mean_ndcg10(queries, z, dict(zip(names, w, strict=True))) for w in grid]
+    assert at_once.tolist() == one_by_one
+    w, m = fit_weights(queries, names, 0.1)
+    assert m == max(one_by_one) and one_by_one.index(m) == grid.index(tuple(w[f] for f in names))
+
+
+def test_fitted_weights_replace_kept_ones_only_where_they_serve_better_out_of_sample():
+    """A feature that carries relevance and that the kept weights miss: cross-validation finds it and fit_priors
+    takes the fit; where the kept weights are already right (or the queries too few) they stay, and fitted_on
+    records the decision and the weights guarded against."""
+    good = synthetic_queries(40, 1, {"neural": 100.0, "bm25": 0.3, "dense": 100.0})
+    blind = {"neural": 0.5, "bm25": 0.0, "dense": 0.5}
+    cv = cross_validated(good, ["neural", "bm25", "dense"], blind)
+    assert cv["fitted"] and cv["diff"] > 0.3 and cv["p"] < 0.01 and cv["folds"] == 5
+    keep = {"neural+bm25+dense": blind, "neural": {"neural": 1.0}}
+    priors = fit_priors(good, None, {}, keep=keep)
+    assert priors.weights["neural+bm25+dense"]["bm25"] > 0.5
+    assert priors.fitted_on["guard"]["neural+bm25+dense"]["fitted"]
+    assert priors.fitted_on["defaults"] == keep
+    assert priors.weights["neural"] == {"neural": 1.0}  # one grid point: the fit is the kept weights
+    right = {"neural": 0.0, "bm25": 1.0, "dense": 0.0}  # nothing a fit can add to BM25 alone here
+    priors = fit_priors(good, None, {}, keep={"neural+bm25+dense": right})
+    assert priors.weights["neural+bm25+dense"] == right
+    assert not priors.fitted_on["guard"]["neural+bm25+dense"]["fitted"]
+    few = cross_validated(good[:1], ["neural", "bm25", "dense"], blind)
+    assert not few["fitted"] and few["why"] == "fewer than 2 queries"
+    assert "guard" not in fit_priors(good, None, {}).fitted_on  # nothing kept: the plain fit
 
 
 def test_combine_uses_the_weights_of_the_available_features():

@@ -389,12 +389,20 @@ def fit_priors_cmd(
         "how the checkpoint's current priors were fitted (a label-free build's: maxp), else first+max; recorded "
         "in the new priors, which the service and rerank-run then read"
     ),
+    replace_weights: bool = opt(
+        False,
+        "--replace-weights",
+        help="a label-free build: take the weights fitted on the judged queries even where 5-fold cross-validation "
+        "on them does not show them better than the build's default weights (which are otherwise kept; the "
+        "calibration is fitted either way)",
+    ),
 ) -> None:
     """Fit how the neural score is combined with the BM25 and dense priors (weights per available feature
-    set, nDCG@10 on validation queries) and save them into the checkpoint as priors.json."""
+    set, nDCG@10 on validation queries) and save them into the checkpoint as priors.json. On a label-free
+    build the default weights stay unless the fitted ones beat them out of sample (--replace-weights: not)."""
     from aheadrank.errors import AheadrankError
     from aheadrank.indexer.topics import read_beir_split
-    from aheadrank.priors import recorded_aggregation
+    from aheadrank.priors import read_priors, recorded_aggregation
     from aheadrank.rankers import load_config
     from aheadrank.rerank import fit_checkpoint_priors
     from aheadrank.runs import bm25_candidates
@@ -418,6 +426,14 @@ def fit_priors_cmd(
             )
     cands = bm25_candidates(index, queries, depth)
     aggregation = recorded_aggregation(passage_aggregation, checkpoint, with_priors=False)  # it refits them
+    current = read_priors(checkpoint)
+    defaults = None  # a label-free build's default weights, or those a refit of them kept a record of
+    if current is not None:
+        if str(current.fitted_on.get("label_free", "")).startswith("default weights"):
+            defaults = current.weights
+        else:
+            defaults = current.fitted_on.get("defaults")
+    keep = None if replace_weights else defaults
     priors = fit_checkpoint_priors(
         checkpoint,
         store,
@@ -429,5 +445,6 @@ def fit_priors_cmd(
         progress=progress,
         verify_store=verify_store,
         aggregation=aggregation,
+        keep=keep,
     )
     typer.echo(json.dumps({"checkpoint": str(checkpoint), **priors.to_dict()}))
