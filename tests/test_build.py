@@ -852,7 +852,9 @@ def test_judged_queries_refit_a_label_free_builds_weights_only_where_they_serve_
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)
     first = json.loads(passages.read_text().splitlines()[0])
-    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": first["contents"].split(".")[0]}) + "\n")
+    (beir / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": first["contents"].split(".")[0]}) + "\n"
+    )
     (beir / "qrels" / "mine.tsv").write_text(f"query-id\tcorpus-id\tscore\nq1\t{first['id']}\t1\n")
     args = ["fit-priors", "--checkpoint", str(out / "checkpoint"), "--store", str(out / "store"),
             "--collection", str(beir), "--index", str(out / "lucene"), "--no-progress", "--split", "mine",
