@@ -139,7 +139,8 @@ def table(results: list[dict]) -> str:
     ]
     for r in results:
         x, g = r["runs"], r["guard"]
-        said = f"fitted {g.get('fitted_ndcg10')} vs equal {g.get('kept_ndcg10')}, p {g.get('p')}: " + (
+        p = "n/a" if g.get("p") is None else f"{g['p']:.2g}"
+        said = f"fitted {g.get('fitted_ndcg10')} vs equal {g.get('kept_ndcg10')}, p {p}: " + (
             "fitted" if g["fitted"] else "equal"
         )
         lines.append(
