@@ -1,7 +1,7 @@
 """A judged build's served weights against equal weights: does the fit on the queries its trainer held out pay?
 
 ``aheadrank build --labels S`` trains the ranker on judged queries and fits the served weights (the neural score,
-BM25, the bi-encoder) on the ones its trainer held out (at most 50: ``rankers.training.TrainConfig.val_queries``).
+BM25, the bi-encoder) on the ones its trainer held out (the recipe's ``val_queries``, ``rankers/recipe.py``: 100 on SciFact).
 ``bench/few_judgments.py`` found that on label-free builds weights fitted on 5 to 809 judged queries never served
 above equal z-score weights; this bench asks the same of a judged build, on the test split (nDCG@10):
 
