@@ -890,12 +890,13 @@ def stage_priors(plan: BuildPlan, search: Search | None = None) -> dict:
                 priors.fitted_on["calibration"] = f"none: {why}"
             write_priors(ckpt, priors.to_dict())
     else:
+        from aheadrank.priors import LABEL_FREE_DEFAULTS
         from aheadrank.store import read_manifest
 
         priors = label_free_priors(
             ckpt,
             {
-                "label_free": "default weights (aheadrank.build.label_free_weights)",
+                "label_free": LABEL_FREE_DEFAULTS,
                 "passage_aggregation": aggregation,
             },
             window=read_manifest(p["store"]).windows is not None,

@@ -33,6 +33,8 @@ FEATURES = ("neural", "bm25", "dense", "window")
 # more: the dense field's row), so it is never served without the dense feature
 NEEDS = {"window": "dense"}
 PRIORS_FILE = "priors.json"
+# fitted_on["label_free"] of a label-free build's default weights (aheadrank.build): what fit-priors guards
+LABEL_FREE_DEFAULTS = "default weights (aheadrank.build.label_free_weights)"
 PRIORS_FORMAT = 1
 GRID_STEP = 0.05
 RRF_K = 60
@@ -101,6 +103,13 @@ class Priors:
             if w.get(name, 0.0):
                 out += w[name] * zscore(values)
         return out
+
+    def defaults(self) -> dict[str, dict[str, float]] | None:
+        """The weights a refit keeps unless fitted ones serve better out of sample (:func:`fit_priors`' ``keep``): a
+        label-free build's default weights, or those an earlier guarded refit recorded; None for any other priors."""
+        if self.fitted_on.get("label_free") == LABEL_FREE_DEFAULTS:
+            return self.weights
+        return self.fitted_on.get("defaults")
 
     def to_dict(self) -> dict:
         return asdict(self)

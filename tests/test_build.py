@@ -843,12 +843,12 @@ def test_judged_queries_refit_a_label_free_builds_weights_only_where_they_serve_
     refit guards against them too, and fits the calibration either way; --replace-weights takes the plain fit."""
     import shutil
 
-    from aheadrank.priors import read_priors
+    from aheadrank.priors import LABEL_FREE_DEFAULTS, read_priors
 
     out = tmp_path / "b"
     shutil.copytree(built[0], out)
     defaults = read_priors(out / "checkpoint")
-    assert defaults.fitted_on["label_free"].startswith("default weights")
+    assert defaults.fitted_on["label_free"] == LABEL_FREE_DEFAULTS and defaults.defaults() == defaults.weights
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)
     first = json.loads(passages.read_text().splitlines()[0])
@@ -863,13 +863,14 @@ def test_judged_queries_refit_a_label_free_builds_weights_only_where_they_serve_
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
         got = read_priors(out / "checkpoint")
-        assert got.weights == defaults.weights and got.fitted_on["defaults"] == defaults.weights
+        assert got.weights == defaults.weights and got.defaults() == defaults.weights
         guard = got.fitted_on["guard"][max(got.weights, key=len)]
         assert not guard["fitted"] and guard["why"] == "fewer than 2 queries"
         assert got.fitted_on["split"] == "mine" and got.calibration is not None
     result = CliRunner().invoke(app, [*args, "--replace-weights"])
     assert result.exit_code == 0, result.output
-    assert "guard" not in read_priors(out / "checkpoint").fitted_on
+    replaced = read_priors(out / "checkpoint")
+    assert "guard" not in replaced.fitted_on and replaced.defaults() is None  # later refits are plain fits
 
 
 def test_a_build_refuses_an_out_of_other_files_and_the_test_split(passages, tmp_path, tiny_base):

@@ -427,13 +427,7 @@ def fit_priors_cmd(
     cands = bm25_candidates(index, queries, depth)
     aggregation = recorded_aggregation(passage_aggregation, checkpoint, with_priors=False)  # it refits them
     current = read_priors(checkpoint)
-    defaults = None  # a label-free build's default weights, or those a refit of them kept a record of
-    if current is not None:
-        if str(current.fitted_on.get("label_free", "")).startswith("default weights"):
-            defaults = current.weights
-        else:
-            defaults = current.fitted_on.get("defaults")
-    keep = None if replace_weights else defaults
+    keep = None if replace_weights or current is None else current.defaults()
     priors = fit_checkpoint_priors(
         checkpoint,
         store,
