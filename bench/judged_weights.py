@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from fractions import Fraction
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,15 +49,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def equal_weights(names: list[str]) -> dict[str, float]:
-    """``names``' weights at the neural share 1/3, BM25 and the bi-encoder the rest in equal parts (the window prior,
-    where present, at the bi-encoder's): a label-free build's weights for a MORES ranker."""
-    from aheadrank.build import share_weights
-    from aheadrank.priors import subset_key
-
-    return share_weights(Fraction(1, 3), window="window" in names)[subset_key(names)]
-
-
 def bench_collection(args, name: str) -> dict:
     import label_free as lf
     from aheadrank.rankers import load_config
@@ -78,35 +68,30 @@ def bench_collection(args, name: str) -> dict:
         raise SystemExit(f"{build} is a label-free build: bench/few_judgments.py measures those")
     fitted = priors.widest()
     names = list(fitted)
-    equal = equal_weights(names)
+    equal = lf.third_share_weights(names)
     collection = args.data / name
     aggregation = recorded_aggregation(None, p["checkpoint"])
     hits = Bm25Hits(collection, args.workdir, False)
     test_q, test_qrels = eval_topics(collection, "test", None)
-    test = lf.neural_features(
-        p["checkpoint"],
-        p["store"],
-        test_q,
-        hits.hits(test_q, lf.DEPTH),
-        test_qrels,
-        args.device,
-        True,
-        aggregation,
-    )
+
+    def scored(queries: dict, qrels: dict) -> list:
+        return lf.neural_features(
+            p["checkpoint"],
+            p["store"],
+            queries,
+            hits.hits(queries, lf.DEPTH),
+            qrels,
+            args.device,
+            True,
+            aggregation,
+        )
+
+    test = scored(test_q, test_qrels)
     split = priors.fitted_on.get("split", "train")
     held = load_config(p["checkpoint"]).extra.get("train", {}).get("val_qids") or []
     train_q, train_qrels = eval_topics(collection, split, None)
     val_q = {q: train_q[q] for q in held if q in train_q}
-    val = lf.neural_features(
-        p["checkpoint"],
-        p["store"],
-        val_q,
-        hits.hits(val_q, lf.DEPTH),
-        train_qrels,
-        args.device,
-        True,
-        aggregation,
-    )
+    val = scored(val_q, train_qrels)
     cv = cross_validated([f for _, f in val], names, equal)
     guarded = equal if not cv["fitted"] else fitted  # the guard's choice between the two
     runs = {k: lf.runs_from(test, w) for k, w in (("fitted", fitted), ("equal", equal), ("guarded", guarded))}

@@ -298,14 +298,23 @@ def equal_share_weights(served: dict[str, float]) -> dict[str, float] | None:
     ``aheadrank.build.LABEL_FREE_NEURAL_SHARE`` (PreTTR, TK: 1/6) got its share from a rule over the test judgments
     of SciFact, Cranfield and Vaswani (``bench/results/label-free/loo/``), so its ``+priors`` row saw this
     collection's judgments; its ``+share1/3`` row saw none."""
+    w = third_share_weights(list(served))
+    if w is None:
+        return None
+    return None if all(abs(w[f] - served[f]) < 1e-9 for f in w) else w
+
+
+def third_share_weights(names: list[str]) -> dict[str, float] | None:
+    """``names``' weights at the neural share 1/3, BM25 and the bi-encoder the rest in equal parts (the window prior,
+    where present, at the bi-encoder's): a label-free MORES build's (``aheadrank.build.share_weights``); None for a
+    feature set it has no weights for."""
     from fractions import Fraction
 
     from aheadrank.build import share_weights
 
-    for names, w in share_weights(Fraction(1, 3), window="window" in served).items():
-        if set(names.split("+")) == set(served):
-            same = all(abs(w[f] - served[f]) < 1e-9 for f in w)
-            return None if same else w
+    for key, w in share_weights(Fraction(1, 3), window="window" in names).items():
+        if set(key.split("+")) == set(names):
+            return w
     return None
 
 
