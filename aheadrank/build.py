@@ -1076,33 +1076,81 @@ def estimate(
     )
 
 
-def _link_shared(plan: BuildPlan, record: BuildRecord) -> None:
-    """Take the shared stages a ``reuse`` build has finished: symbolic links to its outputs."""
+# what each shared stage's output depends on: a --reuse build links a stage only where these are the same
+_REUSE_PINS = {
+    "collection": ("labels",),  # a judged build's fingerprint holds its queries and qrels too
+    "bm25": ("language",),
+    "queries": ("labels", "max_queries", "seed", "language"),
+    "dense": ("base",),
+}
+
+
+def _link_shared(plan: BuildPlan, record: BuildRecord, echo: Callable[[str], object] = print) -> None:
+    """Take the shared stages a ``reuse`` build has finished: symbolic links to its outputs. A stage whose
+    settings differ (:data:`_REUSE_PINS`: a judged build reusing a label-free one makes its own queries) is done
+    here, saying why; a build of another collection, or of another version of it, is refused."""
     other = read_record(plan.reuse)
     if other is None:
         raise AheadrankError(f"--reuse {plan.reuse}: not a build directory ({BUILD_FILE} missing)")
     defaults = _plan_defaults()
-    for k in _SHARED_PINS:
-        if str(other.plan.get(k, defaults[k])) != str(getattr(plan, k)):
-            raise AheadrankError(
-                f"--reuse {plan.reuse} was built with {k}={other.plan.get(k)!r}, not {getattr(plan, k)!r}"
-            )
+    theirs_plan = {k: other.plan.get(k, defaults[k]) for k in defaults}
+    mine_plan = asdict(plan)
+    # the judgments each trains on, as resolved ("auto" is "train" or "none"): what the queries stage made
+    queries = other.stages.get("queries")
+    if queries is not None:
+        theirs_plan["labels"] = queries.get("judged_split") or "none"
+    else:
+        with contextlib.suppress(AheadrankError):
+            theirs_plan["labels"] = judged_split(plan.collection, str(theirs_plan["labels"])) or "none"
+    mine_plan["labels"] = judged_split(plan.collection, plan.labels) or "none"
+
+    def differs(keys: tuple[str, ...]) -> list[str]:
+        return [k for k in keys if str(theirs_plan[k]) != str(mine_plan[k])]
+
+    def said(k: str) -> str:
+        return f"{k}={theirs_plan[k]!r}, not {mine_plan[k]!r}"
+
+    if differs(("collection",)):
+        raise AheadrankError(f"--reuse {plan.reuse} was built with {said('collection')}")
     read = other.stages.get("collection", {}).get("fingerprint")
+    # its documents as they are now (the judgments are the queries stage's, not lent where they differ)
     if read is not None:
-        said = collection_changes(plan, read)[1]
-        if said:
+        now = collection_fingerprint(plan.collection, None, read)
+        said_now = changes({k: read.get(k) for k in now}, now)
+        if said_now:
             raise AheadrankError(
-                f"--reuse {plan.reuse} was built from another version of {plan.collection} ({'; '.join(said)}): "
+                f"--reuse {plan.reuse} was built from another version of {plan.collection} ({'; '.join(said_now)}): "
                 "give --reuse a build of the collection as it is now, or none"
             )
+    lendable = [s for s in SHARED_STAGES if s in other.stages and s not in record.stages]
     mine, theirs = paths(plan.out), paths(plan.reuse)
-    for stage in SHARED_STAGES:
-        if stage in record.stages or stage not in other.stages:
+
+    def link(key: str) -> None:
+        if theirs[key].exists() and not mine[key].exists():
+            mine[key].symlink_to(theirs[key].resolve())
+
+    for stage in lendable:
+        if differs(_REUSE_PINS[stage]):
+            echo(f"[{stage}] not reused: {plan.reuse} was built with {said(differs(_REUSE_PINS[stage])[0])}")
             continue
-        for key in {"bm25": ["lucene"], "dense": ["dense", "windows"], "queries": ["queries"]}.get(stage, []):
-            if theirs[key].exists() and not mine[key].exists():
-                mine[key].symlink_to(theirs[key].resolve())
-        record.stages[stage] = {**other.stages[stage], "reused": str(plan.reuse)}
+        info = {**other.stages[stage], "reused": str(plan.reuse)}
+        if stage == "bm25":
+            link("lucene")
+        elif stage == "queries":
+            link("queries")
+        elif stage == "dense":
+            link("dense")
+            multi = other.stages.get("collection", {}).get("multi_window")
+            if not stores_windows(plan, multi):
+                info.pop(
+                    "windows", None
+                )  # this build serves no window prior: the other's windows are not its
+            elif "windows" in info and theirs["windows"].exists():
+                link("windows")
+            else:  # the stage runs: it finds the field linked complete and embeds only the windows
+                echo(f"[dense] its field reused from {plan.reuse}; the sentence windows are embedded here")
+                continue
+        record.stages[stage] = info
 
 
 def drop_train_state(out: Path, echo=print) -> int:
@@ -1203,7 +1251,7 @@ def _build_locked(
     check_same_collection(plan, record, out)
     record.plan = asdict(plan)
     if plan.reuse:
-        _link_shared(plan, record)
+        _link_shared(plan, record, echo)
     # a stage whose output was deleted is done again, with the stages after it
     for i, stage in enumerate(STAGES):
         gone = missing_output(stage, out, record.stages[stage]) if stage in record.stages else None

@@ -25,6 +25,7 @@ from aheadrank.build import (
     dense_timed,
     label_free_weights,
     paths,
+    read_queries,
     read_record,
     workload,
 )
@@ -438,6 +439,57 @@ def test_judgments_added_to_a_label_free_build_are_a_change(passages, tmp_path, 
     build(plan(folder, tmp_path / "none", tiny_base, labels="none"), until="collection", echo=lambda _: None)
 
 
+def test_a_judged_build_reuses_a_label_free_builds_index_and_dense_field_and_makes_its_own_queries(
+    passages, tmp_path, tiny_base
+):
+    """A user who built label-free and then judged some queries builds again with --labels train --reuse: the
+    BM25 index and the dense field are the same and are linked; the collection stage (whose fingerprint now holds
+    the qrels) and the queries stage are its own, each saying why. The other way round a label-free build links
+    the judged build's dense field and embeds the sentence windows the judged build did not store."""
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    rows = [json.loads(line) for line in passages.read_text().splitlines()]
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": r["id"], "text": r["contents"]}) + "\n" for r in rows)
+    )
+    (folder / "queries.jsonl").write_text(
+        '{"_id": "q1", "text": "wing lift"}\n{"_id": "q2", "text": "heat"}\n'
+    )
+    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tp0\t1\nq2\tp3\t1\n")
+    free, judged, again = tmp_path / "free", tmp_path / "judged", tmp_path / "again"
+    build(plan(folder, free, tiny_base, labels="none", windows=True), until="dense", echo=lambda _: None)
+    said: list[str] = []
+    build(plan(folder, judged, tiny_base, labels="auto", reuse=str(free)), until="dense", echo=said.append)
+    stages = read_record(judged).stages
+    assert [s for s in stages if "reused" in stages[s]] == ["bm25", "dense"]
+    assert (
+        stages["queries"] == {**stages["queries"], "judged_split": "train"}
+        and "windows" not in stages["dense"]
+    )
+    assert stages["collection"]["fingerprint"]["qrels/train.tsv"] is not None
+    assert any("[collection] not reused" in line and "labels='none', not 'train'" in line for line in said)
+    assert any("[queries] not reused" in line for line in said)
+    mine, theirs = paths(judged), paths(free)
+    assert mine["lucene"].is_symlink() and mine["lucene"].resolve() == theirs["lucene"].resolve()
+    assert mine["dense"].is_symlink() and not mine["windows"].exists() and not mine["queries"].exists()
+    # a label-free build reusing the judged one: its field linked, its windows embedded here, its own queries
+    said.clear()
+    build(
+        plan(folder, again, tiny_base, labels="none", windows=True, reuse=str(judged)),
+        until="dense",
+        echo=said.append,
+    )
+    stages = read_record(again).stages
+    assert [s for s in stages if "reused" in stages[s]] == ["bm25"]
+    assert paths(again)["dense"].is_symlink() and paths(again)["windows"].is_dir()
+    assert not paths(again)["windows"].is_symlink() and stages["dense"]["windows"]["windows"] > 0
+    assert any("the sentence windows are embedded here" in line for line in said)
+    assert read_queries(again)["queries"] and stages["queries"]["pseudo_queries"] > 0
+    # another collection: refused
+    with pytest.raises(AheadrankError, match="was built with collection="):
+        build(plan(passages, tmp_path / "c", tiny_base, reuse=str(free)), echo=lambda _: None)
+
+
 def test_a_collection_that_cannot_be_used_is_one_error_line(tmp_path):
     """One error line, and no empty --out left behind by the build that made it; an --out that was there stays."""
     unusable = tmp_path / "unusable.jsonl"
@@ -608,8 +660,6 @@ def test_a_build_starts_from_a_trained_checkpoint_and_refuses_another_variant(
     a, b = load_ranker(source), load_ranker(paths(out)["checkpoint"])
     assert b.config.extra["init"]["fingerprint"] == a.fingerprint
     # the queries held out for the priors are this build's own pseudo-queries, none trained on
-    from aheadrank.build import read_queries
-
     held_out = b.config.extra["train"]["val_qids"]
     assert held_out and set(held_out) <= set(read_queries(out)["queries"])
     assert b.config.extra["init"]["train"]["steps"] == a.config.extra["train"]["steps"]
