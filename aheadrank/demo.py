@@ -14,12 +14,12 @@ left unused: pseudo-queries cut from the sample's abstracts are held out to chec
 ``--steps N``), and the served score gives the neural score its kind's label-free share
 (:func:`aheadrank.build.label_free_weights`: 1/3 for MORES, 1/6 for TK and PreTTR), BM25 and the bi-encoder the
 rest in equal parts. The test judgments are only read to score the result, which is then an honest held-out
-measurement of a build that saw no judgment at all. ``--labels auto`` shows the labelled journey instead (trains
+measurement of a build that saw no judgment at all. ``--labels train`` shows the labelled journey instead (trains
 on the sample's train queries, fits the weights on the fifth the trainer held out): with so few queries the fit
 can give the ranker no weight at all (it did: neural 0.00, bm25 0.05, dense 0.95 before this demo used
 ``aheadrank build``).
 
-    .venv/bin/python -m aheadrank.demo [--ranker mores-2ib-s2] [--steps N] [--labels none|auto] [--workdir .demo]
+    .venv/bin/python -m aheadrank.demo [--ranker mores-2ib-s2] [--steps N] [--labels none|train|auto] [--workdir .demo]
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ def main() -> None:
     ap.add_argument(
         "--labels",
         default="none",
-        help="none: label-free (the default: pseudo-queries from the sample's texts); auto: the sample's "
-        "qrels/train.tsv",
+        help="none: label-free (the default: pseudo-queries from the sample's texts); train: the sample's "
+        "qrels/train.tsv (150 judged queries); auto: as aheadrank build (label-free here: fewer than 400 judged)",
     )
     ap.add_argument("--workdir", type=Path, default=Path(".demo"))
     ap.add_argument("--show", type=int, default=3, help="queries to print side by side")

@@ -9,8 +9,8 @@
 # (TK's kernel weights and PreTTR's compressor fitted to the collection), is checked on pseudo-queries cut from its
 # own texts against the BM25 + bi-encoder fusion (fine-tuned on them only with AHEADRANK_TRAIN_STEPS), and is served
 # with BM25 and the bi-encoder (the label-free weights: a share of 1/3 for MORES, 1/6 for TK and PreTTR; the
-# bi-encoder's best sentence window too where the texts have them). A BEIR folder with qrels/train.tsv trains on its
-# judged queries (AHEADRANK_LABELS=none: not).
+# bi-encoder's best sentence window too where the texts have them). A BEIR folder whose qrels/train.tsv judges 400
+# queries or more trains on them (AHEADRANK_LABELS=none: not; =train: on however few; the build says which).
 #
 # Environment (defaults in brackets):
 #   AHEADRANK_COLLECTION   collection to build from [the bundled SciFact sample]: a BEIR folder, or one JSONL or
@@ -20,8 +20,9 @@
 #                          `aheadrank build`'s default: MORES 2xIB S2]; tk is tk-2l with judgments and tk-6l-base
 #                          without (aheadrank build --help)
 #   AHEADRANK_TRAIN_STEPS  training steps, 1 or more [the recipe's: 360 on CPU with judgments, none without]
-#   AHEADRANK_LABELS       auto: the collection's qrels/train.tsv when it has one, else label-free; none: label-free
-#                          even with judgments; or another qrels split name [auto]
+#   AHEADRANK_LABELS       auto: the collection's qrels/train.tsv where it judges 400 queries or more
+#                          (AHEADRANK_MIN_JUDGED_QUERIES), else label-free; none: label-free even with judgments;
+#                          train or another qrels split name: its judgments, however few [auto]
 #   AHEADRANK_LANGUAGE     BM25's analyzer: auto (the collection's language where it is French, German, Spanish,
 #                          Italian, Portuguese or Dutch, else English) or en, fr, de, es, it, pt, nl [auto]
 #   any other AHEADRANK_*  read by `aheadrank build` itself (AHEADRANK_BASE, AHEADRANK_DEVICE, AHEADRANK_MAX_QUERIES,

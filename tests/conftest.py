@@ -18,6 +18,10 @@ torch.set_num_threads(1)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the tests' collections judge a handful of queries: --labels auto trains on them, as it does on a collection that
+# judges MIN_JUDGED_QUERIES (tests/test_build.py::test_auto_labels_build_label_free_where_too_few_queries_are_judged
+# tests the minimum itself)
+os.environ["AHEADRANK_MIN_JUDGED_QUERIES"] = "1"
 
 WORDS = (
     "protein cell cancer tumour gene expression patient clinical trial risk therapy dose mouse model "

@@ -7,6 +7,7 @@ import os
 import random
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -439,6 +440,22 @@ def test_judgments_added_to_a_label_free_build_are_a_change(passages, tmp_path, 
     build(plan(folder, tmp_path / "none", tiny_base, labels="none"), until="collection", echo=lambda _: None)
 
 
+def judged_beir(
+    passages: Path, folder: Path, queries: dict[str, str], train: str, documents: int = 80
+) -> Path:
+    """A BEIR folder of the first ``documents`` passages, ``queries`` and ``train`` as its qrels/train.tsv rows."""
+    (folder / "qrels").mkdir(parents=True)
+    rows = [json.loads(line) for line in passages.read_text().splitlines()][:documents]
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": r["id"], "text": r["contents"]}) + "\n" for r in rows)
+    )
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items())
+    )
+    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + train)
+    return folder
+
+
 def test_a_judged_build_reuses_a_label_free_builds_index_and_dense_field_and_makes_its_own_queries(
     passages, tmp_path, tiny_base
 ):
@@ -446,20 +463,12 @@ def test_a_judged_build_reuses_a_label_free_builds_index_and_dense_field_and_mak
     BM25 index and the dense field are the same and are linked; the collection stage (whose fingerprint now holds
     the qrels) and the queries stage are its own, each saying why. The other way round a label-free build links
     the judged build's dense field and embeds the sentence windows the judged build did not store."""
-    folder = tmp_path / "beir"
-    (folder / "qrels").mkdir(parents=True)
-    rows = [json.loads(line) for line in passages.read_text().splitlines()]
-    (folder / "corpus.jsonl").write_text(
-        "".join(json.dumps({"_id": r["id"], "text": r["contents"]}) + "\n" for r in rows)
-    )
-    (folder / "queries.jsonl").write_text(
-        '{"_id": "q1", "text": "wing lift"}\n{"_id": "q2", "text": "heat"}\n'
-    )
-    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tp0\t1\nq2\tp3\t1\n")
+    queries = {"q1": "wing lift", "q2": "heat"}
+    folder = judged_beir(passages, tmp_path / "beir", queries, "q1\tp0\t1\nq2\tp3\t1\n")
     free, judged, again = tmp_path / "free", tmp_path / "judged", tmp_path / "again"
     build(plan(folder, free, tiny_base, labels="none", windows=True), until="dense", echo=lambda _: None)
     said: list[str] = []
-    build(plan(folder, judged, tiny_base, labels="auto", reuse=str(free)), until="dense", echo=said.append)
+    build(plan(folder, judged, tiny_base, labels="train", reuse=str(free)), until="dense", echo=said.append)
     stages = read_record(judged).stages
     assert [s for s in stages if "reused" in stages[s]] == ["bm25", "dense"]
     assert (
@@ -488,6 +497,52 @@ def test_a_judged_build_reuses_a_label_free_builds_index_and_dense_field_and_mak
     # another collection: refused
     with pytest.raises(AheadrankError, match="was built with collection="):
         build(plan(passages, tmp_path / "c", tiny_base, reuse=str(free)), echo=lambda _: None)
+
+
+def test_auto_labels_build_label_free_where_too_few_queries_are_judged(
+    passages, tmp_path, tiny_base, monkeypatch
+):
+    """A ranker trained on a few judged queries served far below the label-free build (bench/results/
+    few-judged-training/): --labels auto trains on judgments only where qrels/train.tsv judges MIN_JUDGED_QUERIES
+    queries with a relevant document, and says why it does not; --labels train trains on any number. A build begun
+    under the other meaning of auto is refused on resume, not finished with the other recipe."""
+    from aheadrank.build import MIN_JUDGED_QUERIES, auto_labels_note, judged_split
+
+    monkeypatch.delenv("AHEADRANK_MIN_JUDGED_QUERIES")
+    queries = {f"q{i}": f"wing lift {i}" for i in range(3)}
+    train = "q0\tp0\t1\nq1\tp3\t2\nq2\tp5\t0\n"  # q2: no relevant document
+    folder = judged_beir(passages, tmp_path / "beir", queries, train)
+    assert MIN_JUDGED_QUERIES > 2 and judged_split(folder, "auto") is None
+    assert judged_split(folder, "train") == "train" and auto_labels_note(folder, "train") is None
+    note = auto_labels_note(folder, "auto")
+    assert f"judges 2 queries, fewer than the {MIN_JUDGED_QUERIES}" in note and "--labels train" in note
+    monkeypatch.setenv("AHEADRANK_MIN_JUDGED_QUERIES", "2")
+    assert judged_split(folder, "auto") == "train" and auto_labels_note(folder, "auto") is None
+    for bad in ("0", "many"):
+        monkeypatch.setenv("AHEADRANK_MIN_JUDGED_QUERIES", bad)
+        with pytest.raises(AheadrankError, match="AHEADRANK_MIN_JUDGED_QUERIES"):
+            judged_split(folder, "auto")
+    monkeypatch.delenv("AHEADRANK_MIN_JUDGED_QUERIES")
+    out, said = tmp_path / "auto", []
+    build(plan(folder, out, tiny_base, labels="auto"), until="queries", echo=said.append)
+    assert any(line.startswith("[labels] qrels/train.tsv judges 2 queries") for line in said)
+    assert read_record(out).stages["queries"]["pseudo_queries"] > 0
+    # the same command where auto now means the judged recipe: refused, naming how to go on
+    monkeypatch.setenv("AHEADRANK_MIN_JUDGED_QUERIES", "1")
+    with pytest.raises(AheadrankError, match="was built label-free; --labels auto now builds on qrels/train"):
+        build(plan(folder, out, tiny_base, labels="auto"), echo=lambda _: None)
+    judged = tmp_path / "judged"
+    build(plan(folder, judged, tiny_base, labels="train"), until="queries", echo=lambda _: None)
+    assert read_record(judged).stages["queries"]["judged_split"] == "train"
+    # a collection with too little text for pseudo-queries: the error says its judgments can train it
+    monkeypatch.delenv("AHEADRANK_MIN_JUDGED_QUERIES")
+    small = judged_beir(passages, tmp_path / "small", queries, train, documents=8)
+    with pytest.raises(AheadrankError, match="its 2 judged queries can: --labels train"):
+        build(
+            plan(small, tmp_path / "small-build", tiny_base, labels="auto"),
+            until="queries",
+            echo=lambda _: None,
+        )
 
 
 def test_a_collection_that_cannot_be_used_is_one_error_line(tmp_path):

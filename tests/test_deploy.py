@@ -597,10 +597,19 @@ def test_index_job_builds_label_free_resumes_and_is_served(tmp_path, tiny_base):
 def test_index_job_trains_on_judgments_when_the_collection_has_them(tmp_path, tiny_base):
     collection = write_beir(tmp_path / "beir")
     data = tmp_path / "data"
-    env = job_env(data, collection, tiny_base, AHEADRANK_RANKER="mores-1ib-s2", AHEADRANK_PROGRESS="true")
+    # the collection judges 6 queries: under the default minimum (200) auto would build it label-free; the job passes
+    # AHEADRANK_MIN_JUDGED_QUERIES through to the build, as every AHEADRANK_* variable
+    env = job_env(
+        data,
+        collection,
+        tiny_base,
+        AHEADRANK_RANKER="mores-1ib-s2",
+        AHEADRANK_PROGRESS="true",
+        AHEADRANK_MIN_JUDGED_QUERIES="6",
+    )
     result = run_job(env)
     assert result.returncode == 0, job_log(result)
-    assert "labels auto" in result.stdout, job_log(result)
+    assert "labels auto" in result.stdout and "[labels]" not in result.stdout, job_log(result)
     stages = assert_build(compose_build_dir(data), 30)
     assert {
         k: v for k, v in stages["queries"].items() if k not in ("seconds", "peak_rss_mb", "peak_anon_mb")

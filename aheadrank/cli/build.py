@@ -27,8 +27,9 @@ def build_cmd(
     labels: str = opt(
         "auto",
         "--labels",
-        help="auto: train on the collection's qrels/train.tsv when it has one, else label-free; none: label-free "
-        "(pseudo-queries cut from the collection); or another qrels split name",
+        help="auto: train on the collection's qrels/train.tsv where it judges at least 400 queries "
+        "(AHEADRANK_MIN_JUDGED_QUERIES), else label-free; none: label-free (pseudo-queries cut from the collection); "
+        "train, or another qrels split name: train on its judgments, however few",
     ),
     device: str = device_opt("cpu, cuda or cuda:N (the gpu recipe)"),
     recipe: str = opt(

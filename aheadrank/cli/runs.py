@@ -42,8 +42,9 @@ def train_cmd(
     split: str | None = opt(
         None,
         "--split",
-        help="the qrels split to train on (default: train, or label-free where the collection has no qrels/train.tsv; "
-        "a split given must exist; never test)",
+        help="the qrels split to train on (default: train where qrels/train.tsv judges at least 400 queries "
+        "(AHEADRANK_MIN_JUDGED_QUERIES), else label-free; a split given must exist and is trained on however few "
+        "it judges; never test)",
     ),
     init: Path | None = opt(None, "--init", help="start from this checkpoint"),
     base: Path | None = opt(None, "--base"),
@@ -85,7 +86,7 @@ def train_cmd(
     (`aheadrank build` does this and everything around it in one command)."""
     from dataclasses import asdict
 
-    from aheadrank.build import judged_split
+    from aheadrank.build import auto_labels_note, judged_split
     from aheadrank.errors import AheadrankError
     from aheadrank.rankers import init_ranker, load_config, load_ranker
     from aheadrank.rankers.checkpoint import check_replaceable
@@ -102,6 +103,8 @@ def train_cmd(
         collection, split or "auto", "--split"
     )  # as build's --labels: never test, nor a typo
     label_free = judged is None
+    if label_free and split is None and (note := auto_labels_note(collection, "auto", "--split")) is not None:
+        logging.getLogger("aheadrank.train").warning("%s", note)
     split = judged or "train"
     seed = TrainConfig.seed if training["seed"] is None else training["seed"]
     if init is not None:

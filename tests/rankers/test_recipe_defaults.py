@@ -155,7 +155,7 @@ def captured_train(monkeypatch, tmp_path, tiny_base, *flags: str) -> dict:
     monkeypatch.setattr(aheadrank.runs, "build_training_data", lambda *a, **k: data)
     monkeypatch.setattr(aheadrank.baselines, "fusion_teacher", lambda *a, **k: ({}, {}))
     (tmp_path / "qrels").mkdir(exist_ok=True)
-    (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n")
+    (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
     args = [
         "train",
         "--collection",
