@@ -639,9 +639,8 @@ def stage_queries(plan: BuildPlan, search: Search | None = None) -> dict:
         data, hits, pq = build_label_free_training_data(
             plan.collection, p["lucene"], max_queries=plan.max_queries, seed=plan.seed, search=search
         )
-    except (
-        AheadrankError
-    ) as exc:  # too little text for pseudo-queries: where it has judgments, say they can serve
+    except AheadrankError as exc:
+        # too little text for pseudo-queries: where auto set judgments aside, say they can train it
         if auto_labels_note(plan.collection, plan.labels) is None:
             raise
         n = relevant_queries(plan.collection, "train")
@@ -1214,9 +1213,8 @@ def _link_shared(plan: BuildPlan, record: BuildRecord, echo: Callable[[str], obj
             link("dense")
             multi = other.stages.get("collection", {}).get("multi_window")
             if not stores_windows(plan, multi):
-                info.pop(
-                    "windows", None
-                )  # this build serves no window prior: the other's windows are not its
+                # this build serves no window prior: the other's windows are not its
+                info.pop("windows", None)
             elif "windows" in info and theirs["windows"].exists():
                 link("windows")
             else:  # the stage runs: it finds the field linked complete and embeds only the windows
@@ -1328,10 +1326,12 @@ def _build_locked(
         was = (
             f"on the judgments of qrels/{made['judged_split']}" if made.get("judged_split") else "label-free"
         )
+        n = relevant_queries(plan.collection, "train")
+        least = 1 if made.get("judged_split") else n + 1  # auto trained on any number before the minimum
         raise AheadrankError(
             f"{out} was built {was}; --labels {plan.labels} now builds "
-            f"{'label-free' if split is None else 'on qrels/' + split}: resume it with --labels "
-            f"{made.get('judged_split') or 'none'}, or build into another --out"
+            f"{'label-free' if split is None else 'on qrels/' + split}: resume it with "
+            f"{MIN_JUDGED_VARIABLE}={least}, or build into another --out"
         )
     note = auto_labels_note(plan.collection, plan.labels)
     if note is not None and made is None:

@@ -529,8 +529,14 @@ def test_auto_labels_build_label_free_where_too_few_queries_are_judged(
     assert read_record(out).stages["queries"]["pseudo_queries"] > 0
     # the same command where auto now means the judged recipe: refused, naming how to go on
     monkeypatch.setenv("AHEADRANK_MIN_JUDGED_QUERIES", "1")
-    with pytest.raises(AheadrankError, match="was built label-free; --labels auto now builds on qrels/train"):
+    with pytest.raises(
+        AheadrankError,
+        match="was built label-free; --labels auto now builds on qrels/train: resume it with "
+        "AHEADRANK_MIN_JUDGED_QUERIES=3",
+    ):
         build(plan(folder, out, tiny_base, labels="auto"), echo=lambda _: None)
+    monkeypatch.setenv("AHEADRANK_MIN_JUDGED_QUERIES", "3")  # as it says: the build goes on label-free
+    build(plan(folder, out, tiny_base, labels="auto"), until="queries", echo=lambda _: None)
     judged = tmp_path / "judged"
     build(plan(folder, judged, tiny_base, labels="train"), until="queries", echo=lambda _: None)
     assert read_record(judged).stages["queries"]["judged_split"] == "train"
