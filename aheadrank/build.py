@@ -429,9 +429,10 @@ def relevant_queries(collection: str | Path, split: str) -> int:
 
 @functools.lru_cache(maxsize=8)
 def _relevant_queries(path: str, size: int, mtime_ns: int) -> int:  # keyed by the file's size and time
+    from aheadrank.evaluation import evaluated_qids
     from aheadrank.indexer.topics import read_qrels
 
-    return sum(1 for judged in read_qrels(path).values() if any(g > 0 for g in judged.values()))
+    return len(evaluated_qids(read_qrels(path)))
 
 
 def auto_labels_note(collection: str | Path, labels: str, flag: str = "--labels") -> str | None:

@@ -288,7 +288,8 @@ def _measures(metrics: str | Sequence[str]) -> dict[str, Measure]:
     return {name: parse_metric(name) for name in names}
 
 
-def _evaluated_qids(qrels: Mapping[str, Mapping[str, int]]) -> list[str]:
+def evaluated_qids(qrels: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """The qrels queries with a relevant document (grade 1 or more): the ones every mean is taken over."""
     return sorted((q for q, judged in qrels.items() if any(g >= 1 for g in judged.values())), key=_qid_order)
 
 
@@ -307,7 +308,7 @@ class Coverage:
 
 
 def coverage(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]]) -> Coverage:
-    evaluated = _evaluated_qids(qrels)
+    evaluated = evaluated_qids(qrels)
     tops = {q: ranking(run[q])[:10] for q in evaluated if run.get(q)}
     shown = sum(map(len, tops.values()))
     judged = sum(d in qrels[q] for q, top in tops.items() for d in top)
@@ -329,7 +330,7 @@ def per_query(
     """``{metric: {qid: value}}`` for every qrels query with a relevant document (0 where the run lacks
     it); keys are the metric names as given."""
     measures = _measures(metrics)
-    qids = _evaluated_qids(qrels)
+    qids = evaluated_qids(qrels)
     if not qids:
         raise EvaluationError("nothing to evaluate: no query in the qrels has a relevant document")
     values: dict[str, dict[str, float]] = {name: {} for name in measures}

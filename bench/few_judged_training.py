@@ -18,7 +18,7 @@ candidates (BM25, the equal-weight fusion of BM25 and the bi-encoder):
   split: by default the committed ``bench/results/label-free/maxp-scifact/`` run of today's default build), compared
   query by query with ``served`` (paired t-test).
 
-    .venv/bin/python bench/few_judged_training.py --collection scifact --sizes 50 200
+    .venv/bin/python bench/few_judged_training.py --collection scifact --sizes 50 200 400
 
 Writes ``--out`` (``bench/results/few-judged-training``): ``few_judged_training.{json,md}``.
 """
@@ -47,7 +47,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--collection", default="scifact")
     ap.add_argument("--ranker", default="mores-2ib-s2")
-    ap.add_argument("--sizes", nargs="+", type=int, default=[50, 200], help="judged train queries per build")
+    ap.add_argument(
+        "--sizes", nargs="+", type=int, default=[50, 200, 400], help="judged train queries per build"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--label-free-run", type=Path, default=LABEL_FREE_RUN, help="the label-free served run")
     ap.add_argument("--device", default="cpu")
@@ -64,7 +66,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def drawn(qrels: dict, size: int, seed: int) -> list[str]:
     """``size`` of the judged queries with a relevant document, drawn without replacement; the same for the same
     arguments, and every smaller draw of one seed is not a subset of a larger (each size its own draw)."""
-    qids = sorted(q for q, judged in qrels.items() if any(g > 0 for g in judged.values()))
+    from aheadrank.evaluation import evaluated_qids
+
+    qids = sorted(evaluated_qids(qrels))  # in string order: the draws measured were made from it
     if size > len(qids):
         raise SystemExit(f"--sizes {size}: the collection has only {len(qids)} judged train queries")
     rng = np.random.default_rng([seed, size])
@@ -108,6 +112,8 @@ def bench_collection(args, name: str) -> list[dict]:
     source = args.data / name
     train_qrels = read_qrels(source, "train")
     label_free = read_run(args.label_free_run)
+    queries, qrels = eval_topics(source, "test", None)  # every build is evaluated on the same candidates
+    cands = Bm25Hits(source, args.workdir, False).hits(queries, lf.DEPTH)
     results = []
     for size in args.sizes:
         qids = drawn(train_qrels, size, args.seed)
@@ -127,8 +133,6 @@ def bench_collection(args, name: str) -> list[dict]:
         p = paths(out)
         priors = read_priors(p["checkpoint"])
         aggregation = recorded_aggregation(None, p["checkpoint"])
-        queries, qrels = eval_topics(source, "test", None)
-        cands = Bm25Hits(source, args.workdir, False).hits(queries, lf.DEPTH)
         test = lf.neural_features(
             p["checkpoint"], p["store"], queries, cands, qrels, args.device, args.progress, aggregation
         )
