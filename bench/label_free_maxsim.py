@@ -105,7 +105,8 @@ def maxsim_run(collection: Path, queries: dict, cands: dict, cache: Path) -> dic
         if saved["key"] == key:
             return saved["run"]
     docs = sorted({d for ds in cands.values() for d in ds})
-    texts = {d.docid: d.text for d in Collection(collection) if d.docid in set(docs)}
+    wanted = set(docs)
+    texts = {d.docid: d.text for d in Collection(collection) if d.docid in wanted}
     t0 = time.perf_counter()
     dt = dict(zip(docs, token_states([texts[d] for d in docs], False), strict=True))
     qids = sorted(cands)
