@@ -1,0 +1,208 @@
+"""TK's mix of embedding and context, label-free: ``t̂ = α·t + (1−α)·context(t)`` at other starting α.
+
+A ``tk-6l-base`` ranker starts from the base model: ``t`` its embedding, ``context`` its six layers, α (the
+``mixer``, a trained parameter) 0.5. A label-free build does not fine-tune (``LABEL_FREE_STEPS``), so α stays at
+its start, and the term vectors are half the base's embedding. The base's own last-layer token states matched by
+MaxSim score far above TK's pure score (``bench/results/label-free/maxsim/``: Vaswani 0.5362 against 0.4466), which
+asks whether the embedding half or the kernel pooling holds TK back. Here each collection is built again with every
+default of ``aheadrank build --labels none`` but α's start (TK's kernel weights fitted to the teacher as always, its
+store and priors its own), by ``bench/label_free.py`` in folders named ``tk-6l-base...-mixer<α>`` beside its
+shared stages; the α = 0.5 rows are the committed default builds (``maxp-scifact/``, ``maxp-cranfield-vaswani/``).
+
+Each collection's α is chosen on the other two, before its own judgments are read: the α with the largest mean
+served nDCG@10 over the other two collections, 0.5 (the default) unless another beats it (``window-size/``'s
+rule). The default changes only if every collection's held-out choice is the same α and none serves worse at it.
+
+    .venv/bin/python bench/label_free_tk_mixer.py --collections vaswani cranfield scifact --mixers 0 0.25
+
+Writes ``--out`` (``bench/results/label-free/tk-mixer``): ``label_free_tk_mixer.{json,md}`` and, per α,
+``mixer<α>/`` (``bench/label_free.py``'s own JSON, table and runs of that build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from unittest import mock
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+log = logging.getLogger("bench.label_free_tk_mixer")
+
+LF = ROOT / "bench" / "results" / "label-free"
+TK = "tk-6l-base"
+DEFAULT = 0.5
+# the committed default builds (α = 0.5, MaxP passages): {collection: results folder}
+COMMITTED = {"scifact": LF / "maxp-scifact", "cranfield": LF / "maxp-cranfield-vaswani", "vaswani": LF / "maxp-cranfield-vaswani"}  # fmt: skip
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--collections", nargs="+", default=list(COMMITTED), choices=list(COMMITTED))
+    ap.add_argument("--mixers", nargs="+", type=float, default=[0.0, 0.25], help="α's starts besides 0.5")
+    ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
+    ap.add_argument("--out", type=Path, default=LF / "tk-mixer")
+    ap.add_argument("--no-progress", dest="progress", action="store_false")
+    return ap.parse_args(argv)
+
+
+def mixer_name(alpha: float) -> str:
+    return f"mixer{alpha:g}"
+
+
+def build_at(args, name: str, alpha: float) -> Path:
+    """``bench/label_free.py`` for ``name`` × ``tk-6l-base`` with α started at ``alpha``; its results folder."""
+    import label_free as lf
+
+    out = args.out / mixer_name(alpha) / name
+    if (out / "label_free.json").is_file():
+        return out
+    argv = ["--data", str(args.data), "--collections", name, "--rankers", TK]
+    argv += ["--workdir", str(args.workdir), "--out", str(out)]
+    argv += [] if args.progress else ["--no-progress"]
+    with started_at(alpha):
+        lf.main(argv)
+        checkpoint_alpha(args.workdir / name / lf.build_name(recipe_args(), name, TK), alpha)
+    return out
+
+
+@contextmanager
+def started_at(alpha: float):
+    """Within: every new TK ranker starts with α = ``alpha`` (a loaded checkpoint then overwrites it with what it
+    saved), and ``bench/label_free.py`` names its build folders ``...-mixer<α>``."""
+    import label_free as lf
+    from aheadrank.rankers.tk import TkRanker
+
+    first_init, first_name = TkRanker.__init__, lf.build_name
+
+    def init(self, *a, **k):
+        first_init(self, *a, **k)
+        self.mixer.data.fill_(alpha)
+
+    def build_name(*a, **k):
+        return f"{first_name(*a, **k)}-{mixer_name(alpha)}"
+
+    with mock.patch.object(TkRanker, "__init__", init), mock.patch.object(lf, "build_name", build_name):
+        yield
+
+
+def recipe_args() -> argparse.Namespace:
+    """The settings ``label_free.build_name`` reads, as ``bench/label_free.py``'s defaults make them."""
+    import label_free as lf
+
+    return lf.parse_args(["--rankers", TK])
+
+
+def checkpoint_alpha(build: Path, alpha: float) -> None:
+    """Refuse a build whose checkpoint does not hold α = ``alpha``."""
+    from safetensors.torch import load_file
+
+    from aheadrank.build import paths
+
+    got = float(load_file(str(paths(build)["checkpoint"] / "model.safetensors"))["mixer"])
+    if abs(got - alpha) > 1e-6:
+        raise SystemExit(f"{build}: the checkpoint's mixer is {got}, not {alpha}")
+    log.info("%s: mixer %.2f as asked", build.name, got)
+
+
+def rows_of(folder: Path, name: str) -> dict:
+    """(pure, served) nDCG@10 and the served run's path of ``tk-6l-base`` in ``bench/label_free.py``'s output."""
+    result = next(
+        r for r in json.loads((folder / "label_free.json").read_text())["results"] if r["collection"] == name
+    )
+    runs = result["variants"][TK]["runs"]
+    return {
+        "pure": runs[TK]["ndcg10"],
+        "served": runs[f"{TK}+priors"]["ndcg10"],
+        "weights": result["variants"][TK]["weights"],
+        "runs": folder / name / "runs",
+        "baselines": result["baselines"],
+    }
+
+
+def chosen(served: dict[str, dict[float, float]], held_out: str) -> float:
+    """The α with the largest mean served nDCG@10 over the collections other than ``held_out``; the default unless
+    another beats it."""
+    others = [c for c in served if c != held_out]
+    alphas = sorted(next(iter(served.values())))
+    mean = {a: sum(served[c][a] for c in others) / len(others) for a in alphas}
+    best = max(alphas, key=lambda a: (mean[a], a == DEFAULT))
+    return best if mean[best] > mean[DEFAULT] else DEFAULT
+
+
+def bench(args) -> dict:
+    import label_free as lf
+    from benchkit import eval_topics
+
+    from aheadrank.evaluation import compare, read_run
+
+    table: dict[str, dict[float, dict]] = {}
+    for name in args.collections:
+        table[name] = {DEFAULT: rows_of(COMMITTED[name], name)}
+        for alpha in args.mixers:
+            table[name][alpha] = rows_of(build_at(args, name, alpha), name)
+    served = {c: {a: r["served"] for a, r in rows.items()} for c, rows in table.items()}
+    out: dict = {"collections": {}}
+    for name, rows in table.items():
+        _, qrels = eval_topics(args.data / name, "test", None)
+        # the baselines' runs of this run (the committed SciFact MaxP folder holds none); the same as committed
+        fresh = next(r for a, r in rows.items() if a != DEFAULT)
+        for k, v in fresh["baselines"].items():
+            if abs(v - rows[DEFAULT]["baselines"][k]) > 5e-4:
+                raise SystemExit(
+                    f"{name}: {k} gives {v:.4f} here, {rows[DEFAULT]['baselines'][k]:.4f} committed"
+                )
+        fusion = read_run(fresh["runs"] / "fusion-equal.trec.zst")
+        default = read_run(rows[DEFAULT]["runs"] / f"{TK}+priors.trec.zst")
+        entry = {"alphas": {}, "chosen": chosen(served, name) if len(table) > 1 else None}
+        for alpha, r in sorted(rows.items()):
+            run = read_run(r["runs"] / f"{TK}+priors.trec.zst")
+            entry["alphas"][f"{alpha:g}"] = {
+                "pure": r["pure"],
+                "served": r["served"],
+                "weights": r["weights"],
+                "vs_default": lf.comparison(compare, default, run, qrels),
+                "vs_fusion": lf.comparison(compare, fusion, run, qrels),
+            }
+        entry["fusion_equal"] = rows[DEFAULT]["baselines"]["fusion-equal"]
+        out["collections"][name] = entry
+    return out
+
+
+def table_of(result: dict) -> str:
+    import label_free as lf
+
+    lines = [
+        "| collection | α | pure | served | vs α = 0.5 (diff, p) | vs fusion-equal (diff, p) | chosen on the others |"
+    ]
+    lines.append("|---|---:|---:|---:|---|---|---|")
+    for name, entry in result["collections"].items():
+        for alpha, r in entry["alphas"].items():
+            mark = "**chosen**" if entry["chosen"] is not None and f"{entry['chosen']:g}" == alpha else ""
+            lines.append(
+                f"| {name} | {alpha} | {r['pure']:.4f} | {r['served']:.4f} | {lf.diff_p(r['vs_default'])} | "
+                f"{lf.diff_p(r['vs_fusion'])} | {mark} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import label_free as lf
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    result = bench(args)
+    lf.write_outputs(args.out, "label_free_tk_mixer", table_of(result), argv, result, t0)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
