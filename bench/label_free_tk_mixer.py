@@ -13,7 +13,11 @@ Each collection's α is chosen on the other two, before its own judgments are re
 served nDCG@10 over the other two collections, 0.5 (the default) unless another beats it (``window-size/``'s
 rule). The default changes only if every collection's held-out choice is the same α and none serves worse at it.
 
-    .venv/bin/python bench/label_free_tk_mixer.py --collections vaswani cranfield scifact --mixers 0 0.25
+``--maxsim`` adds a row that chooses nothing: the α = 0 build's stored vectors scored by MaxSim in the kernels' place
+(the same store, passages and aggregation), pure and served at that build's weights, to tell the kernels' part from
+the vectors'.
+
+    .venv/bin/python bench/label_free_tk_mixer.py --collections vaswani cranfield scifact --mixers 0 0.25 [--maxsim]
 
 Writes ``--out`` (``bench/results/label-free/tk-mixer``): ``label_free_tk_mixer.{json,md}`` and, per α,
 ``mixer<α>/<collection>/`` (``bench/label_free.py``'s own JSON, table and runs of that build; the baselines' runs,
@@ -30,6 +34,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
+
+from torch import Tensor
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -50,6 +56,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--mixers", nargs="+", type=float, default=[0.0, 0.25], help="α's starts besides 0.5")
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
     ap.add_argument("--out", type=Path, default=LF / "tk-mixer")
+    ap.add_argument(
+        "--maxsim",
+        action="store_true",
+        help="also score the α = 0 builds' stored term vectors by MaxSim instead of TK's kernels (chooses nothing)",
+    )
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     return ap.parse_args(argv)
 
@@ -128,6 +139,46 @@ def rows_of(folder: Path, name: str) -> dict:
     }
 
 
+def maxsim_score(q: Tensor, q_mask: Tensor, d: Tensor, d_mask: Tensor) -> Tensor:
+    """MaxSim in ``TkRanker.kernel_score``'s place: q [1 or B, Tq, n], d [B, Td, n] (unit rows) -> [B], the mean over
+    the query's terms of each one's best cosine with the document's."""
+    import torch
+
+    if not isinstance(d, torch.Tensor):
+        raise SystemExit("MaxSim reads a float store only")
+    m = torch.matmul(q, d.to(q.dtype).transpose(1, 2)).masked_fill(~d_mask.bool()[:, None, :], float("-inf"))
+    qm = q_mask.to(q.dtype)
+    return (m.max(-1).values.nan_to_num(0.0, neginf=0.0) * qm).sum(1) / qm.sum(1).clamp(min=1.0)
+
+
+def maxsim_rows(args, name: str, weights: dict) -> dict:
+    """Pure and served runs of the α = 0 build of ``name`` with MaxSim over its stored vectors as its score."""
+    import label_free as lf
+    from aheadrank.rankers.tk import TkRanker
+    from benchkit import Bm25Hits, eval_topics
+
+    from aheadrank.build import paths
+
+    build = args.workdir / name / f"{lf.build_name(recipe_args(), name, TK)}-{mixer_name(0.0)}"
+    checkpoint_alpha(build, 0.0)
+    queries, qrels = eval_topics(args.data / name, "test", None)
+    cands = Bm25Hits(args.data / name, args.workdir, args.progress).hits(queries, lf.DEPTH)
+    calls = []
+
+    def score(self, q, q_mask, d, d_mask):
+        calls.append(1)
+        return maxsim_score(q, q_mask, d, d_mask)
+
+    p, aggregation = paths(build), recipe_args().aggregation
+    with mock.patch.object(TkRanker, "kernel_score", score):
+        vf = lf.neural_features(
+            p["checkpoint"], p["store"], queries, cands, qrels, "cpu", args.progress, aggregation
+        )
+    if not calls:
+        raise SystemExit(f"{name}: the store was not scored through TkRanker.kernel_score")
+    return {"pure": lf.runs_from(vf, {"neural": 1.0}), "served": lf.runs_from(vf, weights)}
+
+
 def chosen(served: dict[str, dict[float, float]], held_out: str) -> float:
     """The α with the largest mean served nDCG@10 over the collections other than ``held_out``; the default unless
     another beats it."""
@@ -176,6 +227,17 @@ def bench(args) -> dict:
                 "vs_fusion": lf.comparison(compare, fusion, run, qrels),
             }
         entry["best_fusion"] = {"run": best, "ndcg10": fresh["baselines"][best]}
+        if args.maxsim and 0.0 in rows:
+            from aheadrank.evaluation import evaluate
+
+            ms = maxsim_rows(args, name, rows[0.0]["weights"])
+            entry["maxsim_alpha0"] = {
+                "pure": evaluate(ms["pure"], qrels, ("nDCG@10",))["nDCG@10"],
+                "served": evaluate(ms["served"], qrels, ("nDCG@10",))["nDCG@10"],
+                "weights": rows[0.0]["weights"],
+                "vs_default": lf.comparison(compare, default, ms["served"], qrels),
+                "vs_fusion": lf.comparison(compare, fusion, ms["served"], qrels),
+            }
         out["collections"][name] = entry
     return out
 
@@ -188,7 +250,10 @@ def table_of(result: dict) -> str:
     ]
     lines.append("|---|---:|---:|---:|---|---|---|")
     for name, entry in result["collections"].items():
-        for alpha, r in entry["alphas"].items():
+        alphas = dict(entry["alphas"])
+        if "maxsim_alpha0" in entry:
+            alphas["0, MaxSim for the kernels"] = entry["maxsim_alpha0"]
+        for alpha, r in alphas.items():
             mark = "**chosen**" if entry["chosen"] is not None and f"{entry['chosen']:g}" == alpha else ""
             lines.append(
                 f"| {name} | {alpha} | {r['pure']:.4f} | {r['served']:.4f} | {lf.diff_p(r['vs_default'])} | "

@@ -50,3 +50,20 @@ def test_each_collections_alpha_is_chosen_on_the_others():
         tm.chosen({"a": {0.5: 0.5, 0.0: 0.5}, "b": {0.5: 0.5, 0.0: 0.5}, "c": {0.5: 0.0, 0.0: 1.0}}, "c")
         == 0.5
     )
+
+
+def test_maxsim_in_the_kernels_place_is_the_mean_best_cosine_and_ignores_padding():
+    import label_free_maxsim as lm
+    import numpy as np
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.nn.functional.normalize(torch.randn(1, 3, 8, generator=g), dim=-1)
+    d = torch.nn.functional.normalize(torch.randn(2, 5, 8, generator=g), dim=-1)
+    q_mask = torch.tensor([[1, 1, 0]])
+    d_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
+    got = tm.maxsim_score(q, q_mask, d.half(), d_mask)
+    want = [
+        lm.maxsim(q[0, :2].numpy(), d[b, : int(d_mask[b].sum())].half().float().numpy()) for b in range(2)
+    ]
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)
