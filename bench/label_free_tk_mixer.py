@@ -45,6 +45,7 @@ log = logging.getLogger("bench.label_free_tk_mixer")
 LF = ROOT / "bench" / "results" / "label-free"
 TK = "tk-6l-base"
 DEFAULT = 0.5
+DEFAULT_LABEL = "0.5"  # the default setting's row: α = 0.5, the text without [CLS] and [SEP]
 # the committed default builds (α = 0.5, MaxP passages): {collection: results folder}
 COMMITTED = {"scifact": LF / "maxp-scifact", "cranfield": LF / "maxp-cranfield-vaswani", "vaswani": LF / "maxp-cranfield-vaswani"}  # fmt: skip
 
@@ -61,34 +62,48 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="also score the α = 0 builds' stored term vectors by MaxSim instead of TK's kernels (chooses nothing)",
     )
+    ap.add_argument(
+        "--specials",
+        action="store_true",
+        help="also build α = 0.5 with each text encoded between [CLS] and [SEP] (as the base was trained; their "
+        "own vectors left out of the match), a setting like the others",
+    )
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     return ap.parse_args(argv)
 
 
-def mixer_name(alpha: float) -> str:
-    return f"mixer{alpha:g}"
+def mixer_name(alpha: float, specials: bool = False) -> str:
+    """The folders of a setting (its results, the suffix of its build)."""
+    return f"mixer{alpha:g}" + ("-specials" if specials else "")
 
 
-def build_at(args, name: str, alpha: float) -> Path:
-    """``bench/label_free.py`` for ``name`` × ``tk-6l-base`` with α started at ``alpha``; its results folder."""
+def label(alpha: float, specials: bool = False) -> str:
+    """A setting's row."""
+    return f"{alpha:g}" + ("+specials" if specials else "")
+
+
+def build_at(args, name: str, alpha: float, specials: bool = False) -> Path:
+    """``bench/label_free.py`` for ``name`` × ``tk-6l-base`` with α started at ``alpha`` (and with ``specials``, each
+    text encoded between [CLS] and [SEP]); its results folder."""
     import label_free as lf
 
-    out = args.out / mixer_name(alpha) / name
+    out = args.out / mixer_name(alpha, specials) / name
     if (out / "label_free.json").is_file():
         return out
     argv = ["--data", str(args.data), "--collections", name, "--rankers", TK]
     argv += ["--workdir", str(args.workdir), "--out", str(out)]
     argv += [] if args.progress else ["--no-progress"]
-    with started_at(alpha):
+    with started_at(alpha, specials):
         lf.main(argv)
         checkpoint_alpha(args.workdir / name / lf.build_name(recipe_args(), name, TK), alpha)
     return out
 
 
 @contextmanager
-def started_at(alpha: float):
+def started_at(alpha: float, specials: bool = False):
     """Within: every new TK ranker starts with α = ``alpha`` (a loaded checkpoint then overwrites it with what it
-    saved), and ``bench/label_free.py`` names its build folders ``...-mixer<α>``."""
+    saved), with ``specials`` every ``tk_base`` TK encodes a text between [CLS] and [SEP] (:func:`with_specials`),
+    and ``bench/label_free.py`` names its build folders ``...-mixer<α>[-specials]``."""
     import label_free as lf
     from aheadrank.rankers.tk import TkRanker
 
@@ -99,10 +114,41 @@ def started_at(alpha: float):
         self.mixer.data.fill_(alpha)
 
     def build_name(*a, **k):
-        return f"{first_name(*a, **k)}-{mixer_name(alpha)}"
+        return f"{first_name(*a, **k)}-{mixer_name(alpha, specials)}"
 
-    with mock.patch.object(TkRanker, "__init__", init), mock.patch.object(lf, "build_name", build_name):
+    context = with_specials(TkRanker.contextualize) if specials else TkRanker.contextualize
+    with (
+        mock.patch.object(TkRanker, "__init__", init),
+        mock.patch.object(lf, "build_name", build_name),
+        mock.patch.object(TkRanker, "contextualize", context),
+    ):
         yield
+
+
+def with_specials(first):
+    """``TkRanker.contextualize`` with a ``tk_base`` ranker's text encoded as the base was trained: [CLS] in front
+    (position 0) and [SEP] after the last piece; the vectors of the text's own pieces come back, in its layout."""
+    import torch
+    import torch.nn.functional as F
+    from aheadrank.rankers.blocks import key_mask, run_layers
+    from aheadrank.rankers.text import positions
+
+    def contextualize(self, ids: Tensor, mask: Tensor) -> Tensor:
+        if not self.config.tk_base:
+            return first(self, ids, mask)
+        b, t = ids.shape
+        lens = mask.long().sum(1)
+        wide = ids.new_full((b, t + 2), self._text().pad)
+        wide[:, 0] = self._text().cls
+        wide[:, 1 : t + 1] = ids
+        wide[torch.arange(b, device=ids.device), lens + 1] = self._text().sep
+        wide_mask = torch.arange(t + 2, device=ids.device)[None] < (lens + 2)[:, None]
+        e = self.embeddings(wide, 0, positions(wide_mask))
+        x = run_layers(self.layers, e, key_mask(wide_mask))
+        h = (self.mixer * e + (1 - self.mixer) * x)[:, 1 : t + 1]
+        return F.normalize(h, dim=-1) * mask[..., None].to(h.dtype)
+
+    return contextualize
 
 
 def recipe_args() -> argparse.Namespace:
@@ -185,8 +231,8 @@ def chosen(served: dict[str, dict[float, float]], held_out: str) -> float:
     others = [c for c in served if c != held_out]
     alphas = sorted(next(iter(served.values())))
     mean = {a: sum(served[c][a] for c in others) / len(others) for a in alphas}
-    best = max(alphas, key=lambda a: (mean[a], a == DEFAULT))
-    return best if mean[best] > mean[DEFAULT] else DEFAULT
+    best = max(alphas, key=lambda a: (mean[a], a == DEFAULT_LABEL))
+    return best if mean[best] > mean[DEFAULT_LABEL] else DEFAULT_LABEL
 
 
 def bench(args) -> dict:
@@ -197,29 +243,30 @@ def bench(args) -> dict:
 
     table: dict[str, dict[float, dict]] = {}
     for name in args.collections:
-        table[name] = {DEFAULT: rows_of(COMMITTED[name], name)}
-        for alpha in args.mixers:
-            table[name][alpha] = rows_of(build_at(args, name, alpha), name)
+        table[name] = {DEFAULT_LABEL: rows_of(COMMITTED[name], name)}
+        settings = [(alpha, False) for alpha in args.mixers] + ([(DEFAULT, True)] if args.specials else [])
+        for alpha, specials in settings:
+            table[name][label(alpha, specials)] = rows_of(build_at(args, name, alpha, specials), name)
     served = {c: {a: r["served"] for a, r in rows.items()} for c, rows in table.items()}
     out: dict = {"collections": {}}
     for name, rows in table.items():
         _, qrels = eval_topics(args.data / name, "test", None)
         # the baselines' runs of this run (the committed SciFact MaxP folder holds none); the same as committed
-        fresh = next(r for a, r in rows.items() if a != DEFAULT)
+        fresh = next(r for a, r in rows.items() if a != DEFAULT_LABEL)
         for k, v in fresh["baselines"].items():
-            if abs(v - rows[DEFAULT]["baselines"][k]) > 5e-4:
+            if abs(v - rows[DEFAULT_LABEL]["baselines"][k]) > 5e-4:
                 raise SystemExit(
-                    f"{name}: {k} gives {v:.4f} here, {rows[DEFAULT]['baselines'][k]:.4f} committed"
+                    f"{name}: {k} gives {v:.4f} here, {rows[DEFAULT_LABEL]['baselines'][k]:.4f} committed"
                 )
         best = max(
             ("rrf", "fusion-equal"), key=lambda k: fresh["baselines"][k]
         )  # the better label-free fusion
         fusion = read_run(fresh["runs"] / f"{best}.trec.zst")
-        default = read_run(rows[DEFAULT]["runs"] / f"{TK}+priors.trec.zst")
+        default = read_run(rows[DEFAULT_LABEL]["runs"] / f"{TK}+priors.trec.zst")
         entry = {"alphas": {}, "chosen": chosen(served, name) if len(table) > 1 else None}
-        for alpha, r in sorted(rows.items()):
+        for setting, r in sorted(rows.items()):
             run = read_run(r["runs"] / f"{TK}+priors.trec.zst")
-            entry["alphas"][f"{alpha:g}"] = {
+            entry["alphas"][setting] = {
                 "pure": r["pure"],
                 "served": r["served"],
                 "weights": r["weights"],
@@ -227,14 +274,14 @@ def bench(args) -> dict:
                 "vs_fusion": lf.comparison(compare, fusion, run, qrels),
             }
         entry["best_fusion"] = {"run": best, "ndcg10": fresh["baselines"][best]}
-        if args.maxsim and 0.0 in rows:
+        if args.maxsim and "0" in rows:
             from aheadrank.evaluation import evaluate
 
-            ms = maxsim_rows(args, name, rows[0.0]["weights"])
+            ms = maxsim_rows(args, name, rows["0"]["weights"])
             entry["maxsim_alpha0"] = {
                 "pure": evaluate(ms["pure"], qrels, ("nDCG@10",))["nDCG@10"],
                 "served": evaluate(ms["served"], qrels, ("nDCG@10",))["nDCG@10"],
-                "weights": rows[0.0]["weights"],
+                "weights": rows["0"]["weights"],
                 "vs_default": lf.comparison(compare, default, ms["served"], qrels),
                 "vs_fusion": lf.comparison(compare, fusion, ms["served"], qrels),
             }
@@ -254,7 +301,7 @@ def table_of(result: dict) -> str:
         if "maxsim_alpha0" in entry:
             alphas["0, MaxSim for the kernels"] = entry["maxsim_alpha0"]
         for alpha, r in alphas.items():
-            mark = "**chosen**" if entry["chosen"] is not None and f"{entry['chosen']:g}" == alpha else ""
+            mark = "**chosen**" if entry["chosen"] == alpha else ""
             lines.append(
                 f"| {name} | {alpha} | {r['pure']:.4f} | {r['served']:.4f} | {lf.diff_p(r['vs_default'])} | "
                 f"{lf.diff_p(r['vs_fusion'])} vs {entry['best_fusion']['run']} | {mark} |"

@@ -39,17 +39,40 @@ def test_a_ranker_made_within_starts_at_alpha_and_its_checkpoint_keeps_it(tiny_b
 
 def test_each_collections_alpha_is_chosen_on_the_others():
     served = {
-        "a": {0.5: 0.50, 0.0: 0.60, 0.25: 0.55},
-        "b": {0.5: 0.50, 0.0: 0.44, 0.25: 0.52},
-        "c": {0.5: 0.10, 0.0: 0.90, 0.25: 0.10},
+        "a": {"0.5": 0.50, "0": 0.60, "0.25": 0.55},
+        "b": {"0.5": 0.50, "0": 0.44, "0.25": 0.52},
+        "c": {"0.5": 0.10, "0": 0.90, "0.25": 0.10},
     }
-    assert tm.chosen(served, "c") == 0.25  # a, b: 0.5 -> 0.50, 0 -> 0.52, 0.25 -> 0.535
-    assert tm.chosen(served, "a") == 0.0  # b, c: 0.5 -> 0.30, 0 -> 0.67
+    assert tm.chosen(served, "c") == "0.25"  # a, b: 0.5 -> 0.50, 0 -> 0.52, 0.25 -> 0.535
+    assert tm.chosen(served, "a") == "0"  # b, c: 0.5 -> 0.30, 0 -> 0.67
     # a tie with the default keeps the default; its own collection's numbers never count
-    assert (
-        tm.chosen({"a": {0.5: 0.5, 0.0: 0.5}, "b": {0.5: 0.5, 0.0: 0.5}, "c": {0.5: 0.0, 0.0: 1.0}}, "c")
-        == 0.5
-    )
+    tie = {"a": {"0.5": 0.5, "0": 0.5}, "b": {"0.5": 0.5, "0": 0.5}, "c": {"0.5": 0.0, "0": 1.0}}
+    assert tm.chosen(tie, "c") == "0.5"
+    assert tm.label(0.5, True) == "0.5+specials" and tm.mixer_name(0.5, True) == "mixer0.5-specials"
+
+
+def test_with_specials_encodes_a_text_between_cls_and_sep_and_returns_its_own_pieces(tiny_base):
+    import torch
+    from aheadrank.rankers.text import pad
+
+    r = init_ranker("tk", base=tiny_base, tk_layers=2, tk_base=True)
+    text = r._text()
+    seqs = [[2000, 2001, 2002, 2003], [2004, 2005]]
+    ids, mask = pad(seqs, "cpu", text.pad)
+    plain = r.contextualize(ids, mask)
+    with tm.started_at(0.5, specials=True):
+        got = r.contextualize(ids, mask)
+        assert (
+            init_ranker("tk", base=tiny_base, tk_heads=4).contextualize(ids, mask).shape == plain.shape
+        )  # scratch TK
+    assert got.shape == plain.shape and not torch.allclose(got, plain)
+    assert torch.all(got[1, 2:] == 0)  # padding stays zero
+    for row, seq in enumerate(
+        seqs
+    ):  # each row as the plain pass over [CLS] + text + [SEP], those two cut off
+        wide, wide_mask = pad([[text.cls, *seq, text.sep]], "cpu", text.pad)
+        want = r.contextualize(wide, wide_mask)[0, 1:-1]
+        torch.testing.assert_close(got[row, : len(seq)], want, rtol=1e-5, atol=1e-6)
 
 
 def test_maxsim_in_the_kernels_place_is_the_mean_best_cosine_and_ignores_padding():
