@@ -13,6 +13,8 @@ Each collection's α is chosen on the other two, before its own judgments are re
 served nDCG@10 over the other two collections, 0.5 (the default) unless another beats it (``window-size/``'s
 rule). The default changes only if every collection's held-out choice is the same α and none serves worse at it.
 
+``--specials`` adds the setting ``0.5+specials``: α at 0.5, each text encoded between [CLS] and [SEP] as the base was
+trained (TK reads a text without them), their own vectors left out of the match (:func:`with_specials`).
 ``--maxsim`` adds a row that chooses nothing: the α = 0 build's stored vectors scored by MaxSim in the kernels' place
 (the same store, passages and aggregation), pure and served at that build's weights, to tell the kernels' part from
 the vectors'.
