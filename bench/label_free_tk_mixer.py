@@ -19,11 +19,11 @@ trained (TK reads a text without them), their own vectors left out of the match 
 (the same store, passages and aggregation), pure and served at that build's weights, to tell the kernels' part from
 the vectors'.
 
-    .venv/bin/python bench/label_free_tk_mixer.py --collections vaswani cranfield scifact --mixers 0 0.25 [--maxsim]
+    .venv/bin/python bench/label_free_tk_mixer.py --collections vaswani cranfield scifact --mixers 0 0.25 [--maxsim] [--specials]
 
-Writes ``--out`` (``bench/results/label-free/tk-mixer``): ``label_free_tk_mixer.{json,md}`` and, per α,
-``mixer<α>/<collection>/`` (``bench/label_free.py``'s own JSON, table and runs of that build; the baselines' runs,
-the same for every α, kept under the first α's folder only).
+Writes ``--out`` (``bench/results/label-free/tk-mixer``): ``label_free_tk_mixer.{json,md}`` and, per setting,
+``mixer<α>[-specials]/<collection>/`` (``bench/label_free.py``'s own JSON, table and runs of that build; the baselines' runs,
+the same for every setting, kept under the first one's folder only).
 """
 
 from __future__ import annotations
