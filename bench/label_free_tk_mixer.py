@@ -13,13 +13,13 @@ Each collection's α is chosen on the other two, before its own judgments are re
 served nDCG@10 over the other two collections, 0.5 (the default) unless another beats it (``window-size/``'s
 rule). The default changes only if every collection's held-out choice is the same α and none serves worse at it.
 
-``--specials`` adds the setting ``0.5+specials``: α at 0.5, each text encoded between [CLS] and [SEP] as the base was
+``--specials [ALPHA ...]`` adds the settings ``<α>+specials`` (α 0.5 unless given): each text encoded between [CLS] and [SEP] as the base was
 trained (TK reads a text without them), their own vectors left out of the match (:func:`with_specials`).
-``--maxsim`` adds a row that chooses nothing: the α = 0 build's stored vectors scored by MaxSim in the kernels' place
+``--maxsim`` adds rows that choose nothing: the α = 0 builds' stored vectors (with ``0+specials``, those too) scored by MaxSim in the kernels' place
 (the same store, passages and aggregation), pure and served at that build's weights, to tell the kernels' part from
 the vectors'.
 
-    .venv/bin/python bench/label_free_tk_mixer.py --collections vaswani cranfield scifact --mixers 0 0.25 [--maxsim] [--specials]
+    .venv/bin/python bench/label_free_tk_mixer.py --collections vaswani cranfield scifact --mixers 0 0.25 [--maxsim] [--specials [ALPHA ...]]
 
 Writes ``--out`` (``bench/results/label-free/tk-mixer``): ``label_free_tk_mixer.{json,md}`` and, per setting,
 ``mixer<α>[-specials]/<collection>/`` (``bench/label_free.py``'s own JSON, table and runs of that build; the baselines' runs,
@@ -66,9 +66,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--specials",
-        action="store_true",
-        help="also build α = 0.5 with each text encoded between [CLS] and [SEP] (as the base was trained; their "
-        "own vectors left out of the match), a setting like the others",
+        nargs="*",
+        type=float,
+        default=None,
+        metavar="ALPHA",
+        help="also build at each ALPHA (none given: 0.5) with each text encoded between [CLS] and [SEP] (as the base "
+        "was trained; their own vectors left out of the match), settings like the others",
     )
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     return ap.parse_args(argv)
@@ -199,15 +202,16 @@ def maxsim_score(q: Tensor, q_mask: Tensor, d: Tensor, d_mask: Tensor) -> Tensor
     return (m.max(-1).values.nan_to_num(0.0, neginf=0.0) * qm).sum(1) / qm.sum(1).clamp(min=1.0)
 
 
-def maxsim_rows(args, name: str, weights: dict) -> dict:
-    """Pure and served runs of the α = 0 build of ``name`` with MaxSim over its stored vectors as its score."""
+def maxsim_rows(args, name: str, weights: dict, specials: bool = False) -> dict:
+    """Pure and served runs of the α = 0 build of ``name`` (with ``specials``: its ``0+specials`` build, queries encoded
+    as it encodes them) with MaxSim over its stored vectors as its score."""
     import label_free as lf
     from aheadrank.rankers.tk import TkRanker
     from benchkit import Bm25Hits, eval_topics
 
     from aheadrank.build import paths
 
-    build = args.workdir / name / f"{lf.build_name(recipe_args(), name, TK)}-{mixer_name(0.0)}"
+    build = args.workdir / name / f"{lf.build_name(recipe_args(), name, TK)}-{mixer_name(0.0, specials)}"
     checkpoint_alpha(build, 0.0)
     queries, qrels = eval_topics(args.data / name, "test", None)
     cands = Bm25Hits(args.data / name, args.workdir, args.progress).hits(queries, lf.DEPTH)
@@ -218,7 +222,7 @@ def maxsim_rows(args, name: str, weights: dict) -> dict:
         return maxsim_score(q, q_mask, d, d_mask)
 
     p, aggregation = paths(build), recipe_args().aggregation
-    with mock.patch.object(TkRanker, "kernel_score", score):
+    with started_at(0.0, specials), mock.patch.object(TkRanker, "kernel_score", score):
         vf = lf.neural_features(
             p["checkpoint"], p["store"], queries, cands, qrels, "cpu", args.progress, aggregation
         )
@@ -246,9 +250,10 @@ def bench(args) -> dict:
     table: dict[str, dict[float, dict]] = {}
     for name in args.collections:
         table[name] = {DEFAULT_LABEL: rows_of(COMMITTED[name], name)}
-        settings = [(alpha, False) for alpha in args.mixers] + ([(DEFAULT, True)] if args.specials else [])
-        for alpha, specials in settings:
-            table[name][label(alpha, specials)] = rows_of(build_at(args, name, alpha, specials), name)
+        specials = (args.specials or [DEFAULT]) if args.specials is not None else []
+        settings = [(alpha, False) for alpha in args.mixers] + [(alpha, True) for alpha in specials]
+        for alpha, special in settings:
+            table[name][label(alpha, special)] = rows_of(build_at(args, name, alpha, special), name)
     served = {c: {a: r["served"] for a, r in rows.items()} for c, rows in table.items()}
     out: dict = {"collections": {}}
     for name, rows in table.items():
@@ -276,14 +281,16 @@ def bench(args) -> dict:
                 "vs_fusion": lf.comparison(compare, fusion, run, qrels),
             }
         entry["best_fusion"] = {"run": best, "ndcg10": fresh["baselines"][best]}
-        if args.maxsim and "0" in rows:
+        for setting, key in (("0", "maxsim_alpha0"), ("0+specials", "maxsim_alpha0_specials")):
+            if not (args.maxsim and setting in rows):
+                continue
             from aheadrank.evaluation import evaluate
 
-            ms = maxsim_rows(args, name, rows["0"]["weights"])
-            entry["maxsim_alpha0"] = {
+            ms = maxsim_rows(args, name, rows[setting]["weights"], specials=setting.endswith("+specials"))
+            entry[key] = {
                 "pure": evaluate(ms["pure"], qrels, ("nDCG@10",))["nDCG@10"],
                 "served": evaluate(ms["served"], qrels, ("nDCG@10",))["nDCG@10"],
-                "weights": rows["0"]["weights"],
+                "weights": rows[setting]["weights"],
                 "vs_default": lf.comparison(compare, default, ms["served"], qrels),
                 "vs_fusion": lf.comparison(compare, fusion, ms["served"], qrels),
             }
@@ -300,8 +307,9 @@ def table_of(result: dict) -> str:
     lines.append("|---|---:|---:|---:|---|---|---|")
     for name, entry in result["collections"].items():
         alphas = dict(entry["alphas"])
-        if "maxsim_alpha0" in entry:
-            alphas["0, MaxSim for the kernels"] = entry["maxsim_alpha0"]
+        for setting, key in (("0", "maxsim_alpha0"), ("0+specials", "maxsim_alpha0_specials")):
+            if key in entry:
+                alphas[f"{setting}, MaxSim for the kernels"] = entry[key]
         for alpha, r in alphas.items():
             mark = "**chosen**" if entry["chosen"] == alpha else ""
             lines.append(
