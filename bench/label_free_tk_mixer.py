@@ -48,6 +48,8 @@ LF = ROOT / "bench" / "results" / "label-free"
 TK = "tk-6l-base"
 DEFAULT = 0.5
 DEFAULT_LABEL = "0.5"  # the default setting's row: α = 0.5, the text without [CLS] and [SEP]
+# the builds whose stored vectors --maxsim scores: (setting, its key in the results)
+MAXSIM_ROWS = (("0", "maxsim_alpha0"), ("0+specials", "maxsim_alpha0_specials"))
 # the committed default builds (α = 0.5, MaxP passages): {collection: results folder}
 COMMITTED = {"scifact": LF / "maxp-scifact", "cranfield": LF / "maxp-cranfield-vaswani", "vaswani": LF / "maxp-cranfield-vaswani"}  # fmt: skip
 
@@ -134,9 +136,6 @@ def with_specials(first):
     """``TkRanker.contextualize`` with a ``tk_base`` ranker's text encoded as the base was trained: [CLS] in front
     (position 0) and [SEP] after the last piece; the vectors of the text's own pieces come back, in its layout."""
     import torch
-    import torch.nn.functional as F
-    from aheadrank.rankers.blocks import key_mask, run_layers
-    from aheadrank.rankers.text import positions
 
     def contextualize(self, ids: Tensor, mask: Tensor) -> Tensor:
         if not self.config.tk_base:
@@ -147,11 +146,11 @@ def with_specials(first):
         wide[:, 0] = self._text().cls
         wide[:, 1 : t + 1] = ids
         wide[torch.arange(b, device=ids.device), lens + 1] = self._text().sep
-        wide_mask = torch.arange(t + 2, device=ids.device)[None] < (lens + 2)[:, None]
-        e = self.embeddings(wide, 0, positions(wide_mask))
-        x = run_layers(self.layers, e, key_mask(wide_mask))
-        h = (self.mixer * e + (1 - self.mixer) * x)[:, 1 : t + 1]
-        return F.normalize(h, dim=-1) * mask[..., None].to(h.dtype)
+        wide_mask = (torch.arange(t + 2, device=ids.device)[None] < (lens + 2)[:, None]).to(mask.dtype)
+        h = first(self, wide, wide_mask)[
+            :, 1 : t + 1
+        ]  # the plain pass over the wider text, [CLS] and [SEP] cut off
+        return h * mask[..., None].to(h.dtype)
 
     return contextualize
 
@@ -231,8 +230,8 @@ def maxsim_rows(args, name: str, weights: dict, specials: bool = False) -> dict:
     return {"pure": lf.runs_from(vf, {"neural": 1.0}), "served": lf.runs_from(vf, weights)}
 
 
-def chosen(served: dict[str, dict[float, float]], held_out: str) -> float:
-    """The α with the largest mean served nDCG@10 over the collections other than ``held_out``; the default unless
+def chosen(served: dict[str, dict[str, float]], held_out: str) -> str:
+    """The setting with the largest mean served nDCG@10 over the collections other than ``held_out``; the default unless
     another beats it."""
     others = [c for c in served if c != held_out]
     alphas = sorted(next(iter(served.values())))
@@ -245,13 +244,13 @@ def bench(args) -> dict:
     import label_free as lf
     from benchkit import eval_topics
 
-    from aheadrank.evaluation import compare, read_run
+    from aheadrank.evaluation import compare, evaluate, read_run
 
-    table: dict[str, dict[float, dict]] = {}
+    specials = (args.specials or [DEFAULT]) if args.specials is not None else []
+    settings = [(alpha, False) for alpha in args.mixers] + [(alpha, True) for alpha in specials]
+    table: dict[str, dict[str, dict]] = {}
     for name in args.collections:
         table[name] = {DEFAULT_LABEL: rows_of(COMMITTED[name], name)}
-        specials = (args.specials or [DEFAULT]) if args.specials is not None else []
-        settings = [(alpha, False) for alpha in args.mixers] + [(alpha, True) for alpha in specials]
         for alpha, special in settings:
             table[name][label(alpha, special)] = rows_of(build_at(args, name, alpha, special), name)
     served = {c: {a: r["served"] for a, r in rows.items()} for c, rows in table.items()}
@@ -281,11 +280,9 @@ def bench(args) -> dict:
                 "vs_fusion": lf.comparison(compare, fusion, run, qrels),
             }
         entry["best_fusion"] = {"run": best, "ndcg10": fresh["baselines"][best]}
-        for setting, key in (("0", "maxsim_alpha0"), ("0+specials", "maxsim_alpha0_specials")):
+        for setting, key in MAXSIM_ROWS:
             if not (args.maxsim and setting in rows):
                 continue
-            from aheadrank.evaluation import evaluate
-
             ms = maxsim_rows(args, name, rows[setting]["weights"], specials=setting.endswith("+specials"))
             entry[key] = {
                 "pure": evaluate(ms["pure"], qrels, ("nDCG@10",))["nDCG@10"],
@@ -307,7 +304,7 @@ def table_of(result: dict) -> str:
     lines.append("|---|---:|---:|---:|---|---|---|")
     for name, entry in result["collections"].items():
         alphas = dict(entry["alphas"])
-        for setting, key in (("0", "maxsim_alpha0"), ("0+specials", "maxsim_alpha0_specials")):
+        for setting, key in MAXSIM_ROWS:
             if key in entry:
                 alphas[f"{setting}, MaxSim for the kernels"] = entry[key]
         for alpha, r in alphas.items():
