@@ -87,6 +87,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "(default: what a label-free build records for serve, aheadrank.passages.LABEL_FREE_AGGREGATION; "
         "before it was recorded the default was first+max); the build and its priors are the same",
     )
+    ap.add_argument(
+        "--no-baseline-runs",
+        dest="baseline_runs",
+        action="store_false",
+        help="leave the baselines' runs unwritten (their numbers stay in the JSON): for a setting's run beside "
+        "another folder that holds them",
+    )
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     args = ap.parse_args(argv)
     args.sources = parse_sources(args.sources, args.collections)
@@ -497,7 +504,8 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
     }
     for run_name, run in baselines.items():
         result["baselines"][run_name] = evaluate(run, qrels, ("nDCG@10",))["nDCG@10"]
-        write_zst_run(out_runs / f"{run_name}.trec.zst", run, run_name)
+        if args.baseline_runs:
+            write_zst_run(out_runs / f"{run_name}.trec.zst", run, run_name)
     best = max(("rrf", "fusion-equal"), key=lambda k: result["baselines"][k])
     result["best_label_free_baseline"] = best
     shared_record = read_record(shared)

@@ -14,7 +14,7 @@ served nDCG@10 over the other two collections, 0.5 (the default) unless another 
 rule). The default changes only if every collection's held-out choice is the same α and none serves worse at it.
 
 ``--specials [ALPHA ...]`` adds the settings ``<α>+specials`` (α 0.5 unless given): each text encoded between [CLS] and [SEP] as the base was
-trained (TK reads a text without them), their own vectors left out of the match (:func:`with_specials`).
+trained (TK reads a text without them), their own vectors left out of the match (TK's ``tk_specials``, ``--tk-specials``).
 ``--maxsim`` adds rows that choose nothing: the α = 0 builds' stored vectors (with ``0+specials``, those too) scored by MaxSim in the kernels' place
 (the same store, passages and aggregation), pure and served at that build's weights, to tell the kernels' part from
 the vectors'.
@@ -89,9 +89,10 @@ def label(alpha: float, specials: bool = False) -> str:
     return f"{alpha:g}" + ("+specials" if specials else "")
 
 
-def build_at(args, name: str, alpha: float, specials: bool = False) -> Path:
+def build_at(args, name: str, alpha: float, specials: bool = False, baseline_runs: bool = True) -> Path:
     """``bench/label_free.py`` for ``name`` × ``tk-6l-base`` with α started at ``alpha`` (and with ``specials``, each
-    text encoded between [CLS] and [SEP]); its results folder."""
+    text encoded between [CLS] and [SEP]); its results folder (the baselines' runs in it only with
+    ``baseline_runs``)."""
     import label_free as lf
 
     out = args.out / mixer_name(alpha, specials) / name
@@ -100,16 +101,17 @@ def build_at(args, name: str, alpha: float, specials: bool = False) -> Path:
     argv = ["--data", str(args.data), "--collections", name, "--rankers", TK]
     argv += ["--workdir", str(args.workdir), "--out", str(out)]
     argv += [] if args.progress else ["--no-progress"]
+    argv += [] if baseline_runs else ["--no-baseline-runs"]
     with started_at(alpha, specials):
         lf.main(argv)
-        checkpoint_alpha(args.workdir / name / lf.build_name(recipe_args(), name, TK), alpha)
+        checkpoint_alpha(args.workdir / name / lf.build_name(recipe_args(), name, TK), alpha, specials)
     return out
 
 
 @contextmanager
 def started_at(alpha: float, specials: bool = False):
     """Within: every new TK ranker starts with α = ``alpha`` (a loaded checkpoint then overwrites it with what it
-    saved), with ``specials`` every ``tk_base`` TK encodes a text between [CLS] and [SEP] (:func:`with_specials`),
+    saved), with ``specials`` every ``tk_base`` TK reads a text between [CLS] and [SEP] (its ``tk_specials`` option),
     and ``bench/label_free.py`` names its build folders ``...-mixer<α>[-specials]``."""
     import label_free as lf
     from aheadrank.rankers.tk import TkRanker
@@ -119,40 +121,14 @@ def started_at(alpha: float, specials: bool = False):
     def init(self, *a, **k):
         first_init(self, *a, **k)
         self.mixer.data.fill_(alpha)
+        if specials and self.config.tk_base:
+            self.config.tk_specials = True
 
     def build_name(*a, **k):
         return f"{first_name(*a, **k)}-{mixer_name(alpha, specials)}"
 
-    context = with_specials(TkRanker.contextualize) if specials else TkRanker.contextualize
-    with (
-        mock.patch.object(TkRanker, "__init__", init),
-        mock.patch.object(lf, "build_name", build_name),
-        mock.patch.object(TkRanker, "contextualize", context),
-    ):
+    with mock.patch.object(TkRanker, "__init__", init), mock.patch.object(lf, "build_name", build_name):
         yield
-
-
-def with_specials(first):
-    """``TkRanker.contextualize`` with a ``tk_base`` ranker's text encoded as the base was trained: [CLS] in front
-    (position 0) and [SEP] after the last piece; the vectors of the text's own pieces come back, in its layout."""
-    import torch
-
-    def contextualize(self, ids: Tensor, mask: Tensor) -> Tensor:
-        if not self.config.tk_base:
-            return first(self, ids, mask)
-        b, t = ids.shape
-        lens = mask.long().sum(1)
-        wide = ids.new_full((b, t + 2), self._text().pad)
-        wide[:, 0] = self._text().cls
-        wide[:, 1 : t + 1] = ids
-        wide[torch.arange(b, device=ids.device), lens + 1] = self._text().sep
-        wide_mask = (torch.arange(t + 2, device=ids.device)[None] < (lens + 2)[:, None]).to(mask.dtype)
-        h = first(self, wide, wide_mask)[
-            :, 1 : t + 1
-        ]  # the plain pass over the wider text, [CLS] and [SEP] cut off
-        return h * mask[..., None].to(h.dtype)
-
-    return contextualize
 
 
 def recipe_args() -> argparse.Namespace:
@@ -162,16 +138,20 @@ def recipe_args() -> argparse.Namespace:
     return lf.parse_args(["--rankers", TK])
 
 
-def checkpoint_alpha(build: Path, alpha: float) -> None:
-    """Refuse a build whose checkpoint does not hold α = ``alpha``."""
+def checkpoint_alpha(build: Path, alpha: float, specials: bool = False) -> None:
+    """Refuse a build whose checkpoint does not hold α = ``alpha`` and TK's ``tk_specials`` as ``specials``."""
+    from aheadrank.rankers.checkpoint import load_config
     from safetensors.torch import load_file
 
     from aheadrank.build import paths
 
-    got = float(load_file(str(paths(build)["checkpoint"] / "model.safetensors"))["mixer"])
+    checkpoint = paths(build)["checkpoint"]
+    got = float(load_file(str(checkpoint / "model.safetensors"))["mixer"])
     if abs(got - alpha) > 1e-6:
         raise SystemExit(f"{build}: the checkpoint's mixer is {got}, not {alpha}")
-    log.info("%s: mixer %.2f as asked", build.name, got)
+    if bool(load_config(checkpoint).tk_specials) != specials:
+        raise SystemExit(f"{build}: the checkpoint's tk_specials is not {specials}")
+    log.info("%s: mixer %.2f as asked, tk_specials %s", build.name, got, specials)
 
 
 def rows_of(folder: Path, name: str) -> dict:
@@ -252,7 +232,9 @@ def bench(args) -> dict:
     for name in args.collections:
         table[name] = {DEFAULT_LABEL: rows_of(COMMITTED[name], name)}
         for alpha, special in settings:
-            table[name][label(alpha, special)] = rows_of(build_at(args, name, alpha, special), name)
+            # the baselines' runs, the same for every setting, written into the first setting's folder only
+            first = (alpha, special) == settings[0]
+            table[name][label(alpha, special)] = rows_of(build_at(args, name, alpha, special, first), name)
     served = {c: {a: r["served"] for a, r in rows.items()} for c, rows in table.items()}
     out: dict = {"collections": {}}
     for name, rows in table.items():

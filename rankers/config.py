@@ -53,6 +53,10 @@ class RankerConfig:
     # TK's contextualisation starts from the base's first tk_layers layers and its embedding (word + learned
     # positions, LayerNorm) instead of small random layers over word embeddings + sinusoids (None/False: the latter)
     tk_base: bool | None = None
+    # with tk_base, each text is read between [CLS] and [SEP], as the base was trained, and only its own pieces are
+    # matched (None/False: the text alone, as every checkpoint written before it existed; left out of config.json
+    # unless on, so those are unchanged)
+    tk_specials: bool | None = None
     # the options of a kind whose own options are not fields above (a kind registered after these; read as
     # attributes, ``config.width``); left out of config.json when empty, so older checkpoints are unchanged
     options: dict[str, Any] = field(default_factory=dict)
@@ -135,12 +139,16 @@ class RankerConfig:
                     )
                 if (self.tk_heads, self.tk_ffn) != shape:
                     raise bad(f"tk_base takes the base's layers: tk_heads and tk_ffn must be {shape}")
+            elif self.tk_specials:
+                raise bad("tk_specials reads a text as the base was trained: it needs tk_base")
         return self
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
         if not data["options"]:
             del data["options"]
+        if not data["tk_specials"]:
+            del data["tk_specials"]
         return json.dumps(data, indent=2, sort_keys=True)
 
     @classmethod

@@ -140,6 +140,18 @@ def cosines(q: Tensor, d: Tensor, out: Tensor | None = None, packed_q: Tensor | 
     return out.transpose(1, 2)
 
 
+def between_specials(ids: Tensor, mask: Tensor, cls: int, sep: int, pad: int) -> tuple[Tensor, Tensor]:
+    """``[CLS] text [SEP]`` of each row of ``ids`` [B, T] (right-padded with ``pad``) and its mask, [B, T + 2]."""
+    b, t = ids.shape
+    lens = mask.long().sum(1)
+    wide = ids.new_full((b, t + 2), pad)
+    wide[:, 0] = cls
+    wide[:, 1 : t + 1] = ids
+    wide[torch.arange(b, device=ids.device), lens + 1] = sep
+    wide_mask = (torch.arange(t + 2, device=ids.device)[None] < (lens + 2)[:, None]).to(mask.dtype)
+    return wide, wide_mask
+
+
 class TkRanker(Ranker):
     kind = "tk"
     derived_caches = ("_q_pack",)  # a weak reference and an opaque oneDNN tensor: neither pickles
@@ -191,6 +203,16 @@ class TkRanker(Ranker):
         return list(pieces)
 
     def contextualize(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """The unit term vectors of a text [B, T] (zero where ``mask`` is); with ``tk_specials`` the text is read
+        between [CLS] and [SEP] and their two vectors are cut off."""
+        if not self.config.tk_specials:
+            return self.mixed(ids, mask)
+        wide, wide_mask = between_specials(ids, mask, self._text().cls, self._text().sep, self._text().pad)
+        h = self.mixed(wide, wide_mask)[:, 1:-1]
+        return h * mask[..., None].to(h.dtype)
+
+    def mixed(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """``normalize(α·t + (1−α)·context(t))`` over exactly the pieces given."""
         if self.config.tk_base:  # t = LayerNorm(word + learned position + type 0): what base layer 1 reads
             t = self.embeddings(ids, 0, positions(mask))
             x = t
@@ -306,6 +328,12 @@ class TkOptions:
         "the contextualisation starts from the base's embedding and first --layers layers, or from small random "
         "layers over its word embeddings",
         flag="--tk-base/--tk-scratch",
+    )
+    tk_specials: bool | None = option(
+        None,
+        "with --tk-base: each text read between [CLS] and [SEP], as the base was trained, only its own pieces "
+        "matched (default: the text alone)",
+        flag="--tk-specials/--tk-no-specials",
     )
 
 

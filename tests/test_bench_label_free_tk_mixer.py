@@ -24,17 +24,29 @@ def test_a_ranker_made_within_starts_at_alpha_and_its_checkpoint_keeps_it(tiny_b
         r = init_ranker("tk", base=tiny_base, tk_heads=4)
         assert lf.build_name(args, "vaswani", tm.TK) == "tk-6l-base-positive-teacher-passages-mixer0.25"
     assert r.mixer.item() == pytest.approx(0.25)
-    assert (
-        lf.build_name(args, "vaswani", tm.TK) == "tk-6l-base-positive-teacher-passages"
-    )  # undone on leaving
+    # undone on leaving
+    assert lf.build_name(args, "vaswani", tm.TK) == "tk-6l-base-positive-teacher-passages"
     build = tmp_path / "build"
     save_checkpoint(r, build / "checkpoint")
-    assert load_ranker(build / "checkpoint").mixer.item() == pytest.approx(
-        0.25
-    )  # loaded outside: what it saved
+    # loaded outside: what it saved
+    assert load_ranker(build / "checkpoint").mixer.item() == pytest.approx(0.25)
     tm.checkpoint_alpha(build, 0.25)
     with pytest.raises(SystemExit, match="mixer is 0.25, not 0"):
         tm.checkpoint_alpha(build, 0.0)
+    with pytest.raises(SystemExit, match="tk_specials is not True"):
+        tm.checkpoint_alpha(build, 0.25, specials=True)
+
+
+def test_only_the_first_settings_build_writes_the_baselines_runs(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(lf, "main", lambda argv: seen.append(argv))
+    monkeypatch.setattr(tm, "checkpoint_alpha", lambda *a: None)
+    args = tm.parse_args(["--out", str(tmp_path), "--workdir", str(tmp_path / "w"), "--specials"])
+    tm.build_at(args, "vaswani", 0.0, False, True)
+    tm.build_at(args, "vaswani", 0.5, True, False)
+    assert "--no-baseline-runs" not in seen[0] and "--no-baseline-runs" in seen[1]
+    assert lf.parse_args(["--no-baseline-runs"]).baseline_runs is False
+    assert lf.parse_args([]).baseline_runs is True
 
 
 def test_each_collections_alpha_is_chosen_on_the_others():
@@ -51,28 +63,13 @@ def test_each_collections_alpha_is_chosen_on_the_others():
     assert tm.label(0.5, True) == "0.5+specials" and tm.mixer_name(0.5, True) == "mixer0.5-specials"
 
 
-def test_with_specials_encodes_a_text_between_cls_and_sep_and_returns_its_own_pieces(tiny_base):
-    import torch
-    from aheadrank.rankers.text import pad
-
-    r = init_ranker("tk", base=tiny_base, tk_layers=2, tk_base=True)
-    text = r._text()
-    seqs = [[2000, 2001, 2002, 2003], [2004, 2005]]
-    ids, mask = pad(seqs, "cpu", text.pad)
-    plain = r.contextualize(ids, mask)
+def test_specials_within_turn_tks_option_on_for_rankers_from_the_base_only(tiny_base):
+    # the math of the option is TK's own (tests/rankers/test_init_and_math.py); the bench only turns it on
     with tm.started_at(0.5, specials=True):
-        got = r.contextualize(ids, mask)
-        assert (
-            init_ranker("tk", base=tiny_base, tk_heads=4).contextualize(ids, mask).shape == plain.shape
-        )  # scratch TK
-    assert got.shape == plain.shape and not torch.allclose(got, plain)
-    assert torch.all(got[1, 2:] == 0)  # padding stays zero
-    for row, seq in enumerate(
-        seqs
-    ):  # each row as the plain pass over [CLS] + text + [SEP], those two cut off
-        wide, wide_mask = pad([[text.cls, *seq, text.sep]], "cpu", text.pad)
-        want = r.contextualize(wide, wide_mask)[0, 1:-1]
-        torch.testing.assert_close(got[row, : len(seq)], want, rtol=1e-5, atol=1e-6)
+        assert init_ranker("tk", base=tiny_base, tk_layers=2, tk_base=True).config.tk_specials
+        assert not init_ranker("tk", base=tiny_base, tk_heads=4).config.tk_specials  # scratch TK
+    with tm.started_at(0.5):
+        assert not init_ranker("tk", base=tiny_base, tk_layers=2, tk_base=True).config.tk_specials
 
 
 def test_maxsim_in_the_kernels_place_is_the_mean_best_cosine_and_ignores_padding():

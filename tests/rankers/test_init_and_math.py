@@ -437,3 +437,35 @@ def test_cross_attention_from_states_folds_the_projections_exactly(broadcast, mo
         atol=1e-5,
     )
     assert [r.start for r in seen] == [0, 2, 4]  # never the five documents widened at once
+
+
+def test_tk_specials_reads_a_text_between_cls_and_sep_and_keeps_its_own_pieces(tiny_base, tmp_path):
+    from aheadrank.rankers.checkpoint import load_ranker, save_checkpoint
+    from aheadrank.rankers.text import pad
+
+    plain = init_ranker("tk", base=tiny_base, tk_layers=2, tk_base=True)
+    wrapped = init_ranker("tk", base=tiny_base, tk_layers=2, tk_base=True, tk_specials=True)
+    wrapped.load_state_dict(plain.state_dict())
+    text = plain._text()
+    seqs = [[2000, 2001, 2002, 2003], [2004, 2005]]
+    ids, mask = pad(seqs, "cpu", text.pad)
+    got = wrapped.contextualize(ids, mask)
+    assert got.shape == ids.shape + (plain.config.hidden,)
+    assert not torch.allclose(got, plain.contextualize(ids, mask))
+    assert torch.all(got[1, 2:] == 0)  # padding stays zero
+    for row, seq in enumerate(seqs):
+        # each row is the plain pass over [CLS] text [SEP], those two cut off
+        wide, wide_mask = pad([[text.cls, *seq, text.sep]], "cpu", text.pad)
+        want = plain.contextualize(wide, wide_mask)[0, 1:-1]
+        torch.testing.assert_close(got[row, : len(seq)], want, rtol=1e-5, atol=1e-6)
+    # the option travels with the checkpoint; off, config.json is what it was before the option existed
+    save_checkpoint(wrapped, tmp_path / "on")
+    save_checkpoint(plain, tmp_path / "off")
+    assert json.loads((tmp_path / "on" / "config.json").read_text())["tk_specials"] is True
+    assert "tk_specials" not in json.loads((tmp_path / "off" / "config.json").read_text())
+    loaded = load_ranker(tmp_path / "on")
+    assert loaded.config.tk_specials
+    torch.testing.assert_close(loaded.contextualize(ids, mask), got)
+    assert not load_ranker(tmp_path / "off").config.tk_specials
+    with pytest.raises(CheckpointError, match="tk_specials reads .* it needs tk_base"):
+        init_ranker("tk", base=tiny_base, tk_heads=4, tk_specials=True)
