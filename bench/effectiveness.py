@@ -11,7 +11,7 @@ top-``--depth`` of the ``--split`` queries is re-ranked through the stored repre
 (``aheadrank.runs.rerank_run``: query encoder + fetch + interaction, the serving path) and evaluated.
 
 Variant names: ``bert``; ``mores-<K>ib-s1`` / ``-s2`` (Reuse-S1 / S2: one checkpoint, two stores),
-``mores-<K>ib-mean`` (EARL AvePool), ``mores-<K>ib-tied`` (EARL Tied); ``prettr-l<l>-e<e>``; ``tk-<n>l`` (``-base`` / ``-scratch``: TK's contextualisation from the base's layers or from scratch).
+``mores-<K>ib-mean`` (EARL AvePool), ``mores-<K>ib-tied`` (EARL Tied); ``prettr-l<l>-e<e>``; ``tk-<n>l`` (``-base`` / ``-scratch``: TK's contextualisation from the base's layers or from scratch; ``-base-specials``: the text read between [CLS] and [SEP]).
 
 Reported per variant: nDCG@10, MRR@10, R@100, MAP; ratio to ``bert`` per metric; the two-sided paired
 t-test against ``bert`` and the MORES paper's non-inferiority verdicts at 2% and 5% margins

@@ -10,6 +10,8 @@ tokens). ``M = q̂·d̂ᵀ`` (one GEMM over all candidates' terms); kernel k: ``
 With ``tk_base`` (variant ``tk-<n>l-base``) the contextualisation starts from the base instead of from scratch:
 ``t`` = the base's embedding (word + learned position, LayerNorm) and the layers are its first n, so the
 term vectors start as the base's own layer-n token states mixed with its embedding (``rankers/config.py``).
+With ``tk_specials`` too (``tk-<n>l-base-specials``) a text is read as the base was trained, ``[CLS] text [SEP]``,
+and the vectors of those two are cut off: the store keeps the text's own pieces either way.
 """
 
 from __future__ import annotations
@@ -339,10 +341,12 @@ class TkOptions:
 
 def parse_tk(name: str) -> Variant | None:
     """``tk-<n>l`` (``-base`` / ``-scratch``: the contextualisation from the base's layers or from small random
-    ones; neither: the default, written out so that the two never share a cache key)."""
-    if m := re.fullmatch(r"tk-(\d+)l(-base|-scratch)?", name):
+    ones; neither: the default, written out so that the two never share a cache key; ``-specials`` after
+    ``-base``: ``tk_specials``)."""
+    if m := re.fullmatch(r"tk-(\d+)l(-base|-scratch)?(-specials)?", name):
         base = m.group(2) == "-base" if m.group(2) else TkOptions.tk_base
-        return Variant(name, name, "tk", {"tk_layers": int(m.group(1)), "tk_base": base})
+        options = {"tk_layers": int(m.group(1)), "tk_base": base}
+        return Variant(name, name, "tk", options | ({"tk_specials": True} if m.group(3) else {}))
     return None
 
 
@@ -353,5 +357,5 @@ SPEC = RankerSpec(
     variants=("tk-1l", "tk-2l"),
     parse=parse_tk,
     default_variant="tk-2l",
-    grammar="tk-<n>l[-base|-scratch]",
+    grammar="tk-<n>l[-base|-scratch][-specials]",
 )

@@ -2,7 +2,7 @@
 (:mod:`rankers.registry`) declares its variant names (``variants``) and how one parses (``parse``).
 
 Names: ``bert``; ``mores-<K>ib-s1`` / ``-s2`` (MORES, ClsPool, Reuse-S1 / S2: one checkpoint, two stores),
-``mores-<K>ib-mean`` (EARL AvePool), ``mores-<K>ib-tied`` (EARL Tied); ``prettr-l<l>-e<e>``; ``tk-<n>l`` (``-base`` / ``-scratch``: TK's contextualisation from the base's layers or from scratch).
+``mores-<K>ib-mean`` (EARL AvePool), ``mores-<K>ib-tied`` (EARL Tied); ``prettr-l<l>-e<e>``; ``tk-<n>l`` (``-base`` / ``-scratch``: TK's contextualisation from the base's layers or from scratch; ``-base-specials``: the text read between [CLS] and [SEP]).
 A variant's options are its kind's own (the spec's options dataclass); the rest are the kind's defaults, and
 the spec's ``default_variant`` names the variant those defaults make.
 """

@@ -36,6 +36,8 @@ def test_label_free_tk_is_contextualised_by_every_layer_of_the_base(tmp_path, ti
     assert made(judged, "tk").name == "tk-2l"
     assert made(plain, "tk-2l").name == "tk-2l"
     assert made(plain, "tk-1l-base").name == "tk-1l-base"
+    specials = made(plain, "tk-1l-base-specials")
+    assert specials.options == {"tk_layers": 1, "tk_base": True, "tk_specials": True}
     # the other kinds keep their defaults either way
     assert made(plain, "mores").name == made(judged, "mores").name == "mores-2ib-s2"
     # an unknown ranker and a missing labels split fail with one error, as before
