@@ -1,7 +1,8 @@
 #!/bin/bash
-# The served score of a checkpoint bench/train_eval.sh made: a store with the dense field (WORK/NAME/store-served; the
-# field copied from WORK/dense, the bi-encoder's, not encoded again), the priors are fitted on the queries the trainer held out (never test), as
-# `aheadrank build` fits a judged build's, and SciFact test's BM25 top-100 are re-ranked by the served score.
+# The served score of a checkpoint bench/train_eval.sh made: a store with the dense field (WORK/NAME/store-served;
+# the field copied from WORK/dense, the bi-encoder's, not encoded again), the priors fitted on the queries the
+# trainer held out (never test), as `aheadrank build` fits a judged build's, and SciFact test's BM25 top-100
+# re-ranked by the served score.
 #
 #   bench/train_eval_served.sh NAME        (after bench/train_eval.sh NAME ...; same WORK and COLLECTION)
 #

@@ -139,6 +139,10 @@ class RankerConfig:
                     )
                 if (self.tk_heads, self.tk_ffn) != shape:
                     raise bad(f"tk_base takes the base's layers: tk_heads and tk_ffn must be {shape}")
+                if self.tk_specials and self.max_doc_len + 2 > positions:
+                    raise bad(
+                        f"[CLS] d [SEP] needs {self.max_doc_len + 2} positions, the base has {positions}"
+                    )
             elif self.tk_specials:
                 raise bad("tk_specials reads a text as the base was trained: it needs tk_base")
         return self

@@ -469,3 +469,8 @@ def test_tk_specials_reads_a_text_between_cls_and_sep_and_keeps_its_own_pieces(t
     assert not load_ranker(tmp_path / "off").config.tk_specials
     with pytest.raises(CheckpointError, match="tk_specials reads .* it needs tk_base"):
         init_ranker("tk", base=tiny_base, tk_heads=4, tk_specials=True)
+    # a document of the base's every position leaves no room for [CLS] and [SEP]
+    positions = plain.config.bert["max_position_embeddings"]
+    init_ranker("tk", base=tiny_base, tk_layers=2, tk_base=True, max_doc_len=positions)
+    with pytest.raises(CheckpointError, match=r"\[CLS\] d \[SEP\] needs"):
+        init_ranker("tk", base=tiny_base, tk_layers=2, tk_base=True, tk_specials=True, max_doc_len=positions)
