@@ -797,6 +797,11 @@ def test_a_build_trains_at_the_learning_rate_it_is_given_and_pins_it(passages, t
     assert load_ranker(paths(out)["checkpoint"]).config.extra["train"]["lr"] == 1e-5
     with pytest.raises(AheadrankError, match="lr: built with 1e-05"):
         build(plan(passages, out, tiny_base, lr=2e-5), echo=lambda _: None)
+    out = tmp_path / "fresh-lr"
+    build(plan(passages, out, tiny_base, fresh_lr=1e-3), echo=lambda _: None)
+    assert load_ranker(paths(out)["checkpoint"]).config.extra["train"]["fresh_lr"] == 1e-3
+    with pytest.raises(AheadrankError, match="fresh_lr: built with 0.001, now not given"):
+        build(plan(passages, out, tiny_base), echo=lambda _: None)
 
 
 def test_a_finished_train_stage_removes_its_resumable_state(passages, tiny_base, tmp_path):

@@ -60,6 +60,13 @@ def build_cmd(
     lr: float | None = opt(
         None, "--lr", min=0.0, help="learning rate (default: the recipe's for the ranker's kind)"
     ),
+    fresh_lr: float | None = opt(
+        None,
+        "--fresh-lr",
+        min=0.0,
+        help="learning rate of the parameters that start from scratch (TK's kernel weights and mix, a score head; "
+        "default: the recipe's, else --lr)",
+    ),
     fit_head: bool | None = opt(
         None,
         "--fit-head/--no-fit-head",
@@ -158,6 +165,7 @@ def build_cmd(
         priors=priors,
         ce_weight=ce_weight,
         lr=lr,
+        fresh_lr=fresh_lr,
         fit_head=fit_head,
         seed=seed,
         base=str(base) if base else None,
