@@ -191,7 +191,7 @@ def maxsim_rows(args, name: str, weights: dict, specials: bool = False) -> dict:
     from aheadrank.build import paths
 
     build = args.workdir / name / f"{lf.build_name(recipe_args(), name, TK)}-{mixer_name(0.0, specials)}"
-    checkpoint_alpha(build, 0.0)
+    checkpoint_alpha(build, 0.0, specials)
     queries, qrels = eval_topics(args.data / name, "test", None)
     cands = Bm25Hits(args.data / name, args.workdir, args.progress).hits(queries, lf.DEPTH)
     calls = []
@@ -201,7 +201,8 @@ def maxsim_rows(args, name: str, weights: dict, specials: bool = False) -> dict:
         return maxsim_score(q, q_mask, d, d_mask)
 
     p, aggregation = paths(build), recipe_args().aggregation
-    with started_at(0.0, specials), mock.patch.object(TkRanker, "kernel_score", score):
+    # the checkpoint holds α and tk_specials: the queries are encoded as the build encoded its documents
+    with mock.patch.object(TkRanker, "kernel_score", score):
         vf = lf.neural_features(
             p["checkpoint"], p["store"], queries, cands, qrels, "cpu", args.progress, aggregation
         )
@@ -246,9 +247,8 @@ def bench(args) -> dict:
                 raise SystemExit(
                     f"{name}: {k} gives {v:.4f} here, {rows[DEFAULT_LABEL]['baselines'][k]:.4f} committed"
                 )
-        best = max(
-            ("rrf", "fusion-equal"), key=lambda k: fresh["baselines"][k]
-        )  # the better label-free fusion
+        # the better label-free fusion
+        best = max(("rrf", "fusion-equal"), key=lambda k: fresh["baselines"][k])
         fusion = read_run(fresh["runs"] / f"{best}.trec.zst")
         default = read_run(rows[DEFAULT_LABEL]["runs"] / f"{TK}+priors.trec.zst")
         entry = {"alphas": {}, "chosen": chosen(served, name) if len(table) > 1 else None}

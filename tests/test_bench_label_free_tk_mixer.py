@@ -35,6 +35,11 @@ def test_a_ranker_made_within_starts_at_alpha_and_its_checkpoint_keeps_it(tiny_b
         tm.checkpoint_alpha(build, 0.0)
     with pytest.raises(SystemExit, match="tk_specials is not True"):
         tm.checkpoint_alpha(build, 0.25, specials=True)
+    # a build made with specials passes the check that asks for them (the MaxSim rows of 0+specials)
+    with tm.started_at(0.0, specials=True):
+        r = init_ranker("tk", base=tiny_base, tk_layers=2, tk_base=True)
+    save_checkpoint(r, tmp_path / "sp" / "checkpoint")
+    tm.checkpoint_alpha(tmp_path / "sp", 0.0, specials=True)
 
 
 def test_only_the_first_settings_build_writes_the_baselines_runs(tmp_path, monkeypatch):
