@@ -151,9 +151,8 @@ class BuildPlan:
     priors: str = "default"  # label-free priors: default weights or fitted on held-out pseudo-queries
     ce_weight: float | None = None  # the cross-entropy on each query's source (None: 1, TrainConfig's)
     lr: float | None = None  # the learning rate (None: the recipe's for the ranker's kind)
-    fresh_lr: float | None = (
-        None  # the rate of what starts from scratch (None: the recipe's; TK's kernels, a head)
-    )
+    # the rate of what starts from scratch: TK's kernel weights and mix, a score head (None: the recipe's)
+    fresh_lr: float | None = None
     # the score head (bert, MORES, PreTTR) ridge-fitted to the teacher before training (rankers/fit.py); None: off
     fit_head: bool | None = None
     seed: int = 0
@@ -315,19 +314,8 @@ def _write_record(out: Path, record: BuildRecord) -> None:
 _SHARED_PINS = ("collection", "labels", "max_queries", "seed", "base", "language")
 _MODEL_PINS = (
     *_SHARED_PINS,
-    *(
-        "ranker",
-        "recipe",
-        "steps",
-        "ce_weight",
-        "lr",
-        "fresh_lr",
-        "init",
-        "positive",
-        "fit_head",
-        "teacher",
-        "dtype",
-    ),
+    *("ranker", "recipe", "steps", "ce_weight", "lr", "fresh_lr", "init", "positive", "fit_head"),
+    *("teacher", "dtype"),
 )
 
 
