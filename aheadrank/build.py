@@ -125,9 +125,13 @@ DEFAULT_RANKER = "mores-2ib-s2"
 # not the kind's default. TK contextualised by the base's embedding and all its layers (``tk-6l-base`` for the
 # packaged 6-layer base), its kernel weights ridge-fitted to the label-free teacher, served above the label-free
 # fusion on SciFact and Cranfield where the default ``tk-2l`` (two small layers trained from scratch) served below
-# it on Cranfield and Vaswani (bench/results/label-free/tk-base/); with judgments ``tk`` stays ``tk-2l``, the
-# labelled recipe's measured ranker
+# it on Cranfield and Vaswani (bench/results/label-free/tk-base/)
 LABEL_FREE_VARIANTS = {"tk": "tk-{layers}l-base"}
+# the same for a build with judgments: TK from the base reading each text between [CLS] and [SEP], trained at the
+# recipe's rates for TK from the base (rankers.recipe.Recipe.lr_tk_base): judged SciFact pure 0.7299, served 0.7635,
+# where the kind's default ``tk-2l`` gave 0.5018 and 0.7362, the label-free fusion's with a fitted neural weight of
+# 0 (bench/results/tk-specials/)
+JUDGED_VARIANTS = {"tk": "tk-{layers}l-base-specials"}
 PSEUDO_LABELS = "pseudo-queries"  # a calibration's fitted_on["labels"] where no judgment was read
 # calibrating on pseudo-queries: a candidate whose bi-encoder embedding has a cosine >= NEAR_SOURCE with the source
 # document's counts relevant too (a pseudo-query has one known relevant document, a real query often several).
@@ -204,9 +208,11 @@ def _variant(name: str):
 
 def plan_variant(plan: BuildPlan):
     """The ranker variant a build makes: ``plan.ranker`` (a variant, or a kind: its default variant), except that a
-    kind in :data:`LABEL_FREE_VARIANTS` given to a label-free build is that entry's variant (for the plan's base)."""
-    pattern = LABEL_FREE_VARIANTS.get(plan.ranker)
-    if pattern is not None and judged_split(plan.collection, plan.labels) is None:
+    kind in :data:`LABEL_FREE_VARIANTS` (a label-free build) or :data:`JUDGED_VARIANTS` (a build with judgments) is
+    that entry's variant (for the plan's base)."""
+    judged = judged_split(plan.collection, plan.labels) is not None
+    pattern = (JUDGED_VARIANTS if judged else LABEL_FREE_VARIANTS).get(plan.ranker)
+    if pattern is not None:
         from aheadrank.rankers.base_model import base_config
 
         return _variant(pattern.format(layers=base_config(plan.base)["num_hidden_layers"]))
@@ -1337,6 +1343,14 @@ def _build_locked(
             f"{out} was built {was}; --labels {plan.labels} now builds "
             f"{'label-free' if split is None else 'on qrels/' + split}: resume it with "
             f"{MIN_JUDGED_VARIABLE}={least}, or build into another --out"
+        )
+    # a kind means the variant of its day (LABEL_FREE_VARIANTS, JUDGED_VARIANTS): a build trained as another
+    # variant is refused before a later stage stores or serves under the new one
+    trained = record.stages.get("train", {}).get("variant")
+    if trained is not None and trained != (now := plan_variant(plan).name):
+        raise AheadrankError(
+            f"{out} trained {trained}; --ranker {plan.ranker} now builds {now}: build into another --out "
+            f"(--reuse {out} keeps its shared stages), with --ranker {trained} for the same ranker"
         )
     note = auto_labels_note(plan.collection, plan.labels)
     if note is not None and made is None:

@@ -17,8 +17,8 @@
 #                          TSV file (plain, .gz or .zst)
 #   AHEADRANK_DATA         output folder [/data]: the build goes to $AHEADRANK_DATA/build
 #   AHEADRANK_RANKER       mores | prettr | tk | bert, or a variant (mores-2ib-s2, prettr-l5-e128, tk-2l) [mores,
-#                          `aheadrank build`'s default: MORES 2xIB S2]; tk is tk-2l with judgments and tk-6l-base
-#                          without (aheadrank build --help)
+#                          `aheadrank build`'s default: MORES 2xIB S2]; tk is tk-6l-base-specials with judgments
+#                          and tk-6l-base without (aheadrank build --help)
 #   AHEADRANK_TRAIN_STEPS  training steps, 1 or more [the recipe's: 360 on CPU with judgments, none without]
 #   AHEADRANK_LABELS       auto: the collection's qrels/train.tsv where it judges 400 queries or more
 #                          (AHEADRANK_MIN_JUDGED_QUERIES), else label-free; none: label-free even with judgments;

@@ -804,6 +804,25 @@ def test_a_build_trains_at_the_learning_rate_it_is_given_and_pins_it(passages, t
         build(plan(passages, out, tiny_base), echo=lambda _: None)
 
 
+def test_a_build_trained_as_another_variant_of_its_kind_is_refused(
+    passages, tiny_base, tmp_path, monkeypatch
+):
+    """A kind means the variant of its day (``tk`` with judgments was ``tk-2l`` until JUDGED_VARIANTS): a build
+    whose train stage made another variant is refused with what it trained, never stored or served as the new one."""
+    import aheadrank.build as build_module
+
+    out = tmp_path / "kind"
+    build(plan(passages, out, tiny_base, ranker="tk"), until="train", echo=lambda _: None)
+    trained = read_record(out).stages["train"]["variant"]
+    assert trained.endswith("l-base")
+    # the same plan again: it resumes
+    build(plan(passages, out, tiny_base, ranker="tk"), until="train", echo=lambda _: None)
+    monkeypatch.setitem(build_module.LABEL_FREE_VARIANTS, "tk", "tk-1l")
+    with pytest.raises(AheadrankError, match=f"trained {trained}; --ranker tk now builds tk-1l"):
+        build(plan(passages, out, tiny_base, ranker="tk"), echo=lambda _: None)
+    assert "store" not in read_record(out).stages
+
+
 def test_a_finished_train_stage_removes_its_resumable_state(passages, tiny_base, tmp_path):
     """The train stage's resumable state (the model and its optimizer's moments) is never read once build.json marks
     the stage done: the build removes it and says so; a rerun removes one an older build left behind, and keeps the

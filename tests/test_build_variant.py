@@ -1,5 +1,6 @@
-"""Which ranker variant ``aheadrank build`` makes: a kind given to a label-free build may mean another variant than
-the kind's default (``aheadrank.build.LABEL_FREE_VARIANTS``); with judgments, or named as a variant, it never does."""
+"""Which ranker variant ``aheadrank build`` makes: a kind may mean another variant than the kind's default, one
+for a label-free build (``aheadrank.build.LABEL_FREE_VARIANTS``), one for a build with judgments
+(``JUDGED_VARIANTS``); named as a variant, it is that variant."""
 
 from __future__ import annotations
 
@@ -32,8 +33,12 @@ def test_label_free_tk_is_contextualised_by_every_layer_of_the_base(tmp_path, ti
     assert (tk.name, tk.kind) == (f"tk-{layers}l-base", "tk")
     assert tk.options == {"tk_layers": layers, "tk_base": True}
     assert made(judged, "tk", labels="none").name == f"tk-{layers}l-base"
-    # with judgments the kind keeps its default (the labelled recipe's), and a named variant is what it says
-    assert made(judged, "tk").name == "tk-2l"
+    # with judgments the kind is TK from the base reading each text between [CLS] and [SEP]; a named variant is
+    # what it says
+    judged_tk = made(judged, "tk")
+    assert judged_tk.name == f"tk-{layers}l-base-specials"
+    assert judged_tk.options == {"tk_layers": layers, "tk_base": True, "tk_specials": True}
+    assert made(judged, "tk-2l").name == "tk-2l"
     assert made(plain, "tk-2l").name == "tk-2l"
     assert made(plain, "tk-1l-base").name == "tk-1l-base"
     specials = made(plain, "tk-1l-base-specials")
@@ -48,5 +53,7 @@ def test_label_free_tk_is_contextualised_by_every_layer_of_the_base(tmp_path, ti
 
 
 def test_the_packaged_base_gives_tk_6l_base(tmp_path):
-    """The README's and docs' name for the label-free TK: the packaged all-MiniLM-L6-v2 has 6 layers."""
+    """The README's and docs' names for TK: the packaged all-MiniLM-L6-v2 has 6 layers."""
     assert plan_variant(BuildPlan(str(collection(tmp_path, False)), "o", ranker="tk")).name == "tk-6l-base"
+    judged = plan_variant(BuildPlan(str(collection(tmp_path, True)), "o", ranker="tk"))
+    assert judged.name == "tk-6l-base-specials"

@@ -100,7 +100,10 @@ def test_a_label_free_plan_estimates_what_the_build_will_run(tmp_path):
     )
     judged = workload(BuildPlan(str(tmp_path / "beir"), str(tmp_path / "o"), ranker="tk"), info)
     assert judged.steps == RECIPES["cpu"].steps and judged.queries == 2 and not judged.passages
-    assert judged.cost == "tk" and judged.window == RECIPES["cpu"].max_doc_len
+    # with judgments tk is tk-6l-base-specials (aheadrank.build.JUDGED_VARIANTS): the base's layers' cost
+    assert judged.cost == "tk-base" and judged.window == RECIPES["cpu"].max_doc_len
+    tk2 = workload(BuildPlan(str(tmp_path / "beir"), str(tmp_path / "o"), ranker="tk-2l"), info)
+    assert tk2.cost == "tk" and tk2.steps == RECIPES["cpu"].steps
     # the step's precision as the collection stage found the CPU (a record from before it: the reference's bfloat16)
     assert not judged.float32_steps
     avx2 = workload(

@@ -22,7 +22,8 @@ def build_cmd(
         "mores",
         "--ranker",
         help="mores | prettr | tk | bert, or a variant (mores-2ib-s2, prettr-l5-e128, tk-2l, ...); tk without "
-        "judgments is tk-<L>l-base (contextualised by all L layers of the base: tk-6l-base), with them tk-2l",
+        "judgments is tk-<L>l-base (contextualised by all L layers of the base: tk-6l-base), with them "
+        "tk-<L>l-base-specials (the same, each text read between [CLS] and [SEP])",
     ),
     labels: str = opt(
         "auto",
@@ -58,14 +59,17 @@ def build_cmd(
         "the fusion (default 1)",
     ),
     lr: float | None = opt(
-        None, "--lr", min=0.0, help="learning rate (default: the recipe's for the ranker's kind)"
+        None,
+        "--lr",
+        min=0.0,
+        help="learning rate (default: the recipe's for the ranker: 2e-5 for TK from the base)",
     ),
     fresh_lr: float | None = opt(
         None,
         "--fresh-lr",
         min=0.0,
         help="learning rate of the parameters that start from scratch (TK's kernel weights and mix, a score head; "
-        "default: the recipe's, else --lr)",
+        "default: the recipe's, 1e-3 for TK from the base, else --lr)",
     ),
     fit_head: bool | None = opt(
         None,

@@ -55,6 +55,9 @@ RECIPE = {
     },
 }  # fmt: skip
 TK_LR = 5e-4
+# TK contextualised by the base's layers (tk_base), since the tables were captured: those layers at a small rate,
+# its kernel weights and mix at a large one (ablation rows 18-19)
+TK_BASE_RATES = {"lr": 2e-5, "fresh_lr": 1e-3}
 MAX_DOC_LEN = {"cpu": 128, "gpu": 256}
 # (recipe, kind, its options) -> (compressor_steps, compressor_init, pseudo_steps, fit_kernels)
 STAGES = {
@@ -71,8 +74,9 @@ STAGES = {
 }
 
 
-def expected(recipe: str, kind: str, label_free: bool = False, **given) -> dict:
-    lr = {"lr": TK_LR} if kind == "tk" else {}
+def expected(recipe: str, kind: str, label_free: bool = False, options=(), **given) -> dict:
+    """The TrainConfig a recipe gives a ranker of ``kind`` with ``options`` (pairs or a dict), ``given`` winning."""
+    lr = (TK_BASE_RATES if dict(options).get("tk_base") else {"lr": TK_LR}) if kind == "tk" else {}
     # without judgments a build does not fine-tune unless told to (LABEL_FREE_STEPS)
     negatives = {"negatives": "spread", "steps": 0} if label_free else {}
     return {**TRAINER, **RECIPE[recipe], **lr, **negatives, **given}
@@ -82,7 +86,7 @@ def expected(recipe: str, kind: str, label_free: bool = False, **given) -> dict:
 @pytest.mark.parametrize("label_free", [False, True])
 def test_the_recipe_resolves_what_the_old_merges_gave(recipe, kind, options, label_free):
     r = resolve_training(RECIPES[recipe], kind, {}, ranker=dict(options), label_free=label_free)
-    assert asdict(r.train) == expected(recipe, kind, label_free)
+    assert asdict(r.train) == expected(recipe, kind, label_free, options)
     assert (r.compressor_steps, r.compressor_init, r.pseudo_steps, r.fit_kernels) == STAGES[
         recipe, kind, options
     ]
@@ -133,6 +137,20 @@ def test_given_options_win_and_bad_ones_are_refused():
     ):
         with pytest.raises(AheadrankError, match=said):
             resolve_training(RECIPES["cpu"], "bert", bad)
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_tk_from_the_base_trains_its_layers_slowly_and_its_kernels_fast(recipe):
+    """The base's layers at lr_tk_base, the kernels and mix at fresh_lr_tk_base; TK's layers from scratch keep
+    lr_tk for all; a rate given wins."""
+    rec = RECIPES[recipe]
+    base = resolve_training(rec, "tk", {}, ranker={"tk_base": True, "tk_layers": 6}).train
+    scratch = resolve_training(rec, "tk", {}, ranker={"tk_layers": 2}).train
+    assert (base.lr, base.fresh_lr) == (rec.lr_tk_base, rec.fresh_lr_tk_base) == (2e-5, 1e-3)
+    assert (scratch.lr, scratch.fresh_lr) == (rec.lr_tk, None)
+    given = resolve_training(rec, "tk", {"lr": 1e-5, "fresh_lr": 5e-3}, ranker={"tk_base": True}).train
+    assert (given.lr, given.fresh_lr) == (1e-5, 5e-3)
+    assert resolve_training(rec, "mores", {}, ranker={"tk_base": True}).train.fresh_lr is None
 
 
 def captured_train(monkeypatch, tmp_path, tiny_base, *flags: str) -> dict:
@@ -193,7 +211,7 @@ def test_train_cli_trains_with_the_resolved_options(
         minilm_dir if recipe == "gpu" else tiny_base
     )  # the gpu recipe's 256 pieces need MiniLM's 512 positions
     seen = captured_train(monkeypatch, tmp_path, base, "--ranker", kind, "--recipe", recipe, *flags)
-    assert seen["train"] == expected(recipe, kind)
+    assert seen["train"] == expected(recipe, kind, options=options)
     stages = (seen["compressor_steps"], seen["compressor_init"], seen["pseudo_steps"], seen["fit_kernels"])
     assert stages == STAGES[recipe, kind, options]
     assert seen["max_doc_len"] == MAX_DOC_LEN[recipe]  # the recipe's document length for a new ranker
@@ -204,7 +222,9 @@ def test_a_train_flag_overrides_the_recipe(monkeypatch, tmp_path, tiny_base):
     seen = captured_train(
         monkeypatch, tmp_path, tiny_base, "--ranker", "tk", "--tk-base", "--layers", "1", *flags
     )
-    assert seen["train"] == expected("cpu", "tk", lr=1e-5, cpu_amp=False, doc_len=64, warmup=0.2)
+    assert seen["train"] == expected(
+        "cpu", "tk", options={"tk_base": True}, lr=1e-5, cpu_amp=False, doc_len=64, warmup=0.2
+    )
     assert seen["fit_kernels"] is False
     monkeypatch.setenv("AHEADRANK_STEPS", "9")  # every flag mirrored by its environment variable
     seen = captured_train(monkeypatch, tmp_path, tiny_base, "--ranker", "bert", "--max-doc-len", "32")
@@ -253,7 +273,7 @@ def test_bench_effectiveness_trains_with_the_resolved_options(device, variant, o
     args = effectiveness.parse_args(["--device", device])
     r = effectiveness.resolved_training(args, effectiveness.parse_variant(variant))
     kind = variant.split("-")[0]
-    assert asdict(r.train) == expected(recipe, kind)
+    assert asdict(r.train) == expected(recipe, kind, options=options)
     assert (r.compressor_steps, r.compressor_init, r.pseudo_steps, r.fit_kernels) == STAGES[
         recipe, kind, options
     ]
@@ -272,7 +292,9 @@ def test_bench_effectiveness_trains_with_the_resolved_options(device, variant, o
         "val_depth": 50,
     }
     distill = {"distill_weight": 0.0 if kind == "bert" else 0.5}
-    assert asdict(q.train) == expected(recipe, kind, listwise_weight=0.0, cpu_amp=False, **small, **distill)
+    assert asdict(q.train) == expected(
+        recipe, kind, options=options, listwise_weight=0.0, cpu_amp=False, **small, **distill
+    )
     assert quick.max_doc_len == 128 and quick.max_queries == 20
     lr = effectiveness.parse_args(
         ["--device", device, "--lr", "1e-5", "--lr-tk", "2e-5", "--fresh-lr-mores", "1e-3"]
