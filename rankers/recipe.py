@@ -176,7 +176,6 @@ RECIPE_FIELDS = {
     "listwise_weight": "listwise_weight",
     "cpu_amp": "cpu_amp",
     "doc_len": "train_doc_len",
-    "fresh_lr": "fresh_lr",
 }
 
 
