@@ -143,30 +143,24 @@ def query_vectors(ranker, texts: list[str]):
     return np.stack(out_s), np.stack(out_v)
 
 
-def collection_rows(args, name: str, ranker) -> dict:
+def encoded_passages(args, collection: Path, ranker, docids: list[str]):
+    """(mean states, mean values, owner) of ``docids``' passages as the build splits them (the ranker's window, a
+    quarter overlap), encoded by ``ranker`` and cached in ``args.workdir``."""
     from aheadrank.indexer.collections import Collection
-    from benchkit import digest, eval_topics
-    from label_free import label_free_baselines, runs_from
-    from label_free_passages import candidates, multi_window, with_neural
-    from label_free_prf import served_weights
+    from benchkit import digest
 
-    from aheadrank.build import MULTI_WINDOW
-    from aheadrank.evaluation import evaluate, read_run
-    from aheadrank.passages import PassageOptions, aggregate, effective_overlap, split_passages
+    from aheadrank.passages import PassageOptions, effective_overlap, split_passages
 
-    c = candidates(args, name)
-    queries, _ = eval_topics(c.collection, "test", None)
-    gate = multi_window(c.collection, args.sentences) >= MULTI_WINDOW
-    docids = sorted(c.row_of)
-    cache = args.workdir / f"sim-space-{name}-{digest([docids, VARIANT, str(args.base)])}.npz"
+    name = collection.name
     window = int(ranker._text().max_doc_len)
     opts = PassageOptions(window, effective_overlap(window, None))
+    cache = args.workdir / f"sim-space-{name}-{digest([docids, VARIANT, str(args.base)])}.npz"
     if cache.exists():
         z = np.load(cache)
         d_states, d_values, owner = z["states"], z["values"], z["owner"]
     else:
         want = set(docids)
-        texts = {d.docid: d.text for d in Collection(c.collection) if d.docid in want}
+        texts = {d.docid: d.text for d in Collection(collection) if d.docid in want}
         t0 = time.perf_counter()
         parts = []
         for s in range(0, len(docids), 256):
@@ -186,6 +180,24 @@ def collection_rows(args, name: str, ranker) -> dict:
         tmp = cache.with_suffix(".tmp.npz")
         np.savez(tmp, states=d_states, values=d_values, owner=owner)
         tmp.replace(cache)
+    return d_states, d_values, owner
+
+
+def collection_rows(args, name: str, ranker) -> dict:
+    from benchkit import eval_topics
+    from label_free import label_free_baselines, runs_from
+    from label_free_passages import candidates, multi_window, with_neural
+    from label_free_prf import served_weights
+
+    from aheadrank.build import MULTI_WINDOW
+    from aheadrank.evaluation import evaluate, read_run
+    from aheadrank.passages import aggregate
+
+    c = candidates(args, name)
+    queries, _ = eval_topics(c.collection, "test", None)
+    gate = multi_window(c.collection, args.sentences) >= MULTI_WINDOW
+    docids = sorted(c.row_of)
+    d_states, d_values, owner = encoded_passages(args, c.collection, ranker, docids)
     q_states, q_values = query_vectors(ranker, [queries[q] for q in c.qids])
     index = {d: i for i, d in enumerate(docids)}
     rows_of: list[list[int]] = [[] for _ in docids]

@@ -1,0 +1,322 @@
+"""The label-free served score with its cosines taken about the corpus mean (mean-centring).
+
+The cosines a label-free MORES 2×IB S2 build serves — its start's similarity residual ``cos(q̄, d̄)`` in the last
+block's value space, the bi-encoder's cosine and its best 2-sentence window's — are taken between vectors that
+share a large common component: the value map's bias and its near-singular weights (condition number about 3,000,
+``label_free_sim_space.py``), the bi-encoder's anisotropy. Centring removes it: ``cos(q - mu, d - mu)`` with ``mu``
+the mean of the collection's document vectors, a statistic of the corpus that needs no query and no judgment
+(BERT-whitening's first step, Su et al. 2021, without the rotation). The options:
+
+- ``none``: the build as it serves today (``maxp-scifact/``, ``maxp-cranfield-vaswani/``);
+- ``neural``: the residual centred, ``mu`` the mean of the value vectors of every passage of every document of
+  the collection (the build's passages: 128 word pieces, a quarter overlap); the pure MORES score changes;
+- ``all``: that, and the bi-encoder's cosine and its window's centred on the mean of every document's bi-encoder
+  vector (title and text, as the dense field embeds it).
+
+Served with the build's label-free weights (``aheadrank.build.label_free_weights``, the window prior where at least
+half the documents are two or more windows), over each test query's BM25 top 100, long documents by MaxP
+(``--aggregation``, the build's ``maxp``). The baselines (BM25, the bi-encoder, RRF k = 60, the equal-weight fusion)
+are a user's, uncentred; ``bi-encoder-centred`` is printed beside them and chooses nothing.
+
+The rule, fixed in the commit that added this file before any of it was run:
+
+- for a target collection T, the option with the best mean served nDCG@10 over the other collections, ``none``
+  unless another beats it by more than ``TIE`` (``label_free_window_size.choose_option``); T's served and pure
+  scores at its held-out option are compared (paired t-test) with T's better fusion, with BM25 (pure) and with
+  ``none``;
+- the product centres only if the same choice over all collections picks an option other than ``none`` and no
+  collection serves worse at its held-out option than at ``none`` (the veto of ``label_free_sim_space.py``).
+  Adopting it means a per-store mean (of the stored values and of the dense field) recorded at store time;
+- ``none`` must give the committed build's pure and served nDCG@10 (``--check C=DIR``: the runs
+  ``DIR/C/runs/mores-2ib-s2{,+priors}.trec.zst``, within 0.002), or the probe's scores are not the build's.
+
+Nothing is built or trained: every passage is encoded by the untrained start itself (float32, not the store's
+float16), the BM25, bi-encoder and window features come from ``bench/label_free_passages.py``'s cache.
+
+    .venv/bin/python bench/label_free_center.py --collections cranfield vaswani scifact \\
+        --check scifact=bench/results/label-free/maxp-scifact \\
+                cranfield=bench/results/label-free/maxp-cranfield-vaswani \\
+                vaswani=bench/results/label-free/maxp-cranfield-vaswani \\
+        --out bench/results/label-free/center
+
+Writes ``--out``: ``label_free_center.{json,md}`` and ``<collection>/runs/mores-2ib-s2-<option>{,+priors}.trec.zst``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+log = logging.getLogger("bench.label_free_center")
+OPTIONS = ("none", "neural", "all")
+VARIANT = "mores-2ib-s2"
+RUN_OF = {"none": "none", "neural": "neural", "all": "neural"}  # which pure score each option serves
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from aheadrank.passages import AGGREGATIONS
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--collections", nargs="+", default=["cranfield", "vaswani", "scifact"])
+    ap.add_argument("--aggregation", choices=AGGREGATIONS, default="maxp")
+    ap.add_argument(
+        "--check",
+        nargs="*",
+        default=[],
+        metavar="C=DIR",
+        help="committed label-free build runs to match, per collection",
+    )
+    ap.add_argument("--base", default=None)
+    ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free" / "center")
+    ap.add_argument("--progress", action="store_true")
+    args = ap.parse_args(argv)
+    if len(args.collections) < 2:
+        ap.error("--collections: at least two (each is chosen on the others)")
+    try:
+        args.check = {c: Path(d) for c, d in (x.split("=", 1) for x in args.check)}
+    except ValueError:
+        ap.error("--check: COLLECTION=DIR")
+    args.sentences = 2  # the window prior's windows (aheadrank.build.WINDOW_SENTENCES)
+    return args
+
+
+def centred(v: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """``v - mu`` (rows or one vector), float64."""
+    return np.asarray(v, dtype=np.float64) - mu
+
+
+def corpus_docids(collection: Path) -> list[str]:
+    from aheadrank.indexer.collections import Collection
+
+    return sorted(d.docid for d in Collection(collection))
+
+
+def bi_encoder_mean(args, c, docids: list[str]) -> np.ndarray:
+    """The mean of every document's bi-encoder vector (title and text), the candidates' from ``c``, the rest
+    embedded here and cached."""
+    from aheadrank.indexer.collections import Collection, join_title_text
+    from aheadrank.rankers.dense import dense_encoder
+    from benchkit import digest
+
+    enc = dense_encoder(args.base)
+    rest = [d for d in docids if d not in c.docs]
+    path = args.workdir / f"center-dense-{c.collection.name}-{digest([rest, enc.fingerprint])}.npz"
+    if path.exists():
+        vecs = np.load(path)["docs"]
+    elif rest:
+        want = set(rest)
+        texts = {d: join_title_text(t, b) for d, t, b in Collection(c.collection).titled() if d in want}
+        t0 = time.perf_counter()
+        vecs = enc.encode_documents([texts[d] for d in rest])
+        log.info(
+            "%s: %d more documents embedded in %.0f s", c.collection.name, len(rest), time.perf_counter() - t0
+        )
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, docs=vecs)
+        tmp.replace(path)
+    else:
+        vecs = np.zeros((0, len(next(iter(c.docs.values())))), dtype=np.float32)
+    total = np.sum(np.asarray(vecs, dtype=np.float64), axis=0) + np.sum(
+        np.asarray(list(c.docs.values()), dtype=np.float64), axis=0
+    )
+    return total / len(docids)
+
+
+def centred_bi_encoder(c, q: str, mu: np.ndarray, window: bool) -> dict[str, np.ndarray]:
+    """Query ``q``'s dense and window features with every bi-encoder vector centred on ``mu``."""
+    from label_free_sim_space import cosines
+
+    ds = c.docids(q)
+    qv = centred(c.qv[q], mu)
+    out = {"dense": cosines(qv, centred(np.stack([c.docs[d] for d in ds]), mu))}
+    if window:
+        sims = cosines(qv, centred(c.passages, mu))
+        out["window"] = np.array([np.max(sims[c.rows_of[c.row_of[d]]]) for d in ds], dtype=np.float64)
+    return out
+
+
+def collection_rows(args, name: str, ranker) -> dict:
+    from benchkit import eval_topics
+    from label_free import label_free_baselines, runs_from
+    from label_free_passages import candidates, multi_window, with_neural
+    from label_free_prf import served_weights
+    from label_free_sim_space import cosines, encoded_passages, query_vectors
+
+    from aheadrank.build import MULTI_WINDOW
+    from aheadrank.evaluation import evaluate, read_run
+    from aheadrank.passages import aggregate
+    from aheadrank.priors import QueryFeatures
+
+    c = candidates(args, name)
+    queries, _ = eval_topics(c.collection, "test", None)
+    gate = multi_window(c.collection, args.sentences) >= MULTI_WINDOW
+    docids = corpus_docids(c.collection)
+    _, d_values, owner = encoded_passages(args, c.collection, ranker, docids)
+    mu_values = np.mean(np.asarray(d_values, dtype=np.float64), axis=0)
+    mu_dense = bi_encoder_mean(args, c, docids)
+    _, q_values = query_vectors(ranker, [queries[q] for q in c.qids])
+    index = {d: i for i, d in enumerate(docids)}
+    rows_of: list[list[int]] = [[] for _ in docids]
+    for p, i in enumerate(owner.tolist()):
+        rows_of[i].append(p)
+    base = c.base()
+    neural: dict[str, dict[str, np.ndarray]] = {"none": {}, "neural": {}}
+    for k, (q, f) in enumerate(base):
+        rows = [r for d in f.docids for r in rows_of[index[d]]]
+        own = [j for j, d in enumerate(f.docids) for _ in rows_of[index[d]]]
+        dv = np.asarray(d_values[rows], dtype=np.float64)
+        for option, mu in (("none", 0.0), ("neural", mu_values)):
+            sims = cosines(centred(q_values[k], mu), centred(dv, mu))
+            per = aggregate(sims.tolist(), own, len(f.docids), args.aggregation)
+            neural[option][q] = np.asarray(per, dtype=np.float64)
+    bi_centred = [
+        (q, QueryFeatures(f.docids, {**f.features, **centred_bi_encoder(c, q, mu_dense, gate)}, f.qrels))
+        for q, f in base
+    ]
+    runs = label_free_baselines(base)
+    runs["bi-encoder-centred"] = runs_from(bi_centred, {"dense": 1.0})
+    w = served_weights(VARIANT, gate)
+    for option in OPTIONS:
+        feats = bi_centred if option == "all" else base
+        scored = with_neural(feats, neural[RUN_OF[option]])
+        if option != "all":
+            runs[f"{VARIANT}-{option}"] = runs_from(scored, {"neural": 1.0})
+        runs[f"{VARIANT}-{option}+priors"] = runs_from(scored, w)
+    ndcg = {k: evaluate(r, c.qrels, ("nDCG@10",))["nDCG@10"] for k, r in runs.items()}
+    check = None
+    if name in args.check:
+        check = {}
+        for suffix in ("", "+priors"):
+            source = args.check[name] / name / "runs" / f"{VARIANT}{suffix}.trec.zst"
+            committed = evaluate(read_run(source), c.qrels, ("nDCG@10",))["nDCG@10"]
+            got = ndcg[f"{VARIANT}-none{suffix}"]
+            check[suffix or "pure"] = {
+                "run": str(source),
+                "ndcg10": round(committed, 4),
+                "none": round(got, 4),
+            }
+            if abs(committed - got) > 0.002:
+                raise SystemExit(
+                    f"{name}: the option none gives {got:.4f}, the committed build {committed:.4f} ({source}): "
+                    "the probe's scores are not the build's"
+                )
+    served = {o: ndcg[f"{VARIANT}-{o}+priors"] for o in OPTIONS}
+    return {
+        "qrels": c.qrels,
+        "runs": runs,
+        "ndcg": ndcg,
+        "served": served,
+        "gate": gate,
+        "check": check,
+        "documents": len(docids),
+        "passages": len(owner),
+    }
+
+
+def main(argv=None) -> int:
+    from label_free import comparison, diff_p, write_zst_run
+    from label_free_prf import write_probe
+    from label_free_sim_space import start_ranker
+    from label_free_window_size import choose_option
+
+    from aheadrank.evaluation import compare
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    ranker, _ = start_ranker(args.base)
+    rows = {}
+    for name in args.collections:
+        rows[name] = collection_rows(args, name, ranker)
+        log.info("%s: %s", name, {k: round(v, 4) for k, v in rows[name]["ndcg"].items()})
+    served = {c: r["served"] for c, r in rows.items()}
+    results = {}
+    lines = [
+        "| collection | run | nDCG@10 | vs better fusion (diff, p) | vs BM25 (diff, p) | vs `none` (diff, p) |",
+        "|---|---|---:|---|---|---|",
+    ]
+    for c, r in rows.items():
+        others = [o for o in args.collections if o != c]
+        option = choose_option(served, others, OPTIONS, "none")
+        ndcg, runs, qrels = r["ndcg"], r["runs"], r["qrels"]
+        best = max(("rrf", "fusion-equal"), key=lambda k: ndcg[k])
+        out = {
+            "chosen_on": others,
+            "option": option,
+            "window_prior": r["gate"],
+            "check": r["check"],
+            "documents": r["documents"],
+            "passages": r["passages"],
+            "better_fusion": best,
+            "ndcg10": {k: round(v, 4) for k, v in ndcg.items()},
+            "held_out": {},
+        }
+        for k in ("bm25", "bi-encoder", "bi-encoder-centred", "rrf", "fusion-equal"):
+            x = comparison(compare, runs[best], runs[k], qrels) if k != best else None
+            lines.append(f"| {c} | {k} | {ndcg[k]:.4f} | {diff_p(x) if x else '(better)'} | | |")
+        out_runs = args.out / c / "runs"
+        out_runs.mkdir(parents=True, exist_ok=True)
+        for o in OPTIONS:
+            for suffix in ("", "+priors"):
+                name = f"{VARIANT}-{o}{suffix}"
+                if name not in runs:
+                    continue
+                mark = " (held out)" if o == option or (not suffix and RUN_OF[option] == o) else ""
+                vs_f = comparison(compare, runs[best], runs[name], qrels)
+                vs_b = comparison(compare, runs["bm25"], runs[name], qrels)
+                vs_n = (
+                    comparison(compare, runs[f"{VARIANT}-none{suffix}"], runs[name], qrels)
+                    if o != "none"
+                    else None
+                )
+                lines.append(
+                    f"| {c} | {name}{mark} | {ndcg[name]:.4f} | {diff_p(vs_f)} | {diff_p(vs_b)} | "
+                    f"{diff_p(vs_n) if vs_n else ''} |"
+                )
+                if mark:
+                    out["held_out"][suffix or "pure"] = {
+                        "run": name,
+                        "vs_fusion": vs_f,
+                        "vs_bm25": vs_b,
+                        "vs_none": vs_n,
+                    }
+                write_zst_run(out_runs / f"{name}.trec.zst", runs[name], name.replace("+", "_"))
+        results[c] = out
+    default = choose_option(served, list(args.collections), OPTIONS, "none")
+    veto = {c: served[c][results[c]["option"]] >= served[c]["none"] for c in args.collections}
+    adopt = default != "none" and all(veto.values())
+    lines += [
+        "",
+        "Served nDCG@10 ("
+        + " / ".join(OPTIONS)
+        + "): "
+        + "; ".join(f"{c} " + " / ".join(f"{served[c][o]:.4f}" for o in OPTIONS) for c in args.collections),
+        "",
+        "Held out: "
+        + ", ".join(f"{c} {results[c]['option']}" for c in args.collections)
+        + f"; over all collections: {default}; no held-out option serves worse than none: {veto}; "
+        f"adopted: {default if adopt else 'none'}",
+    ]
+    fields = {
+        "aggregation": args.aggregation,
+        "results": results,
+        "default": default,
+        "veto": veto,
+        "adopted": default if adopt else "none",
+    }
+    write_probe(args.out, "label_free_center", lines, argv, t0, fields)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

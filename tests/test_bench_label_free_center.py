@@ -1,0 +1,81 @@
+"""bench/label_free_center.py: centring on a zero mean gives the build's features back, centring on the corpus
+mean takes the common component out of every cosine, and the corpus mean counts every document once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import label_free_center as lc  # noqa: E402
+from label_free_passages import Candidates  # noqa: E402
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def fake_candidates(tmp_path: Path) -> Candidates:
+    rng = np.random.default_rng(0)
+    docs = {d: unit(rng.normal(size=6)).astype(np.float32) for d in ("a", "b", "c")}
+    passages = unit(rng.normal(size=(5, 6))).astype(np.float32)
+    owner = np.array([0, 0, 1, 2, 2])
+    rows_of = [[0, 1], [2], [3, 4]]
+    return Candidates(
+        collection=tmp_path / "toy",
+        qrels={"q": {"a": 1}},
+        cands={"q": [("b", 3.0), ("a", 2.0), ("c", 1.0)]},
+        qids=["q"],
+        docs=docs,
+        passages=passages,
+        owner=owner,
+        row_of={"a": 0, "b": 1, "c": 2},
+        rows_of=rows_of,
+        qv={"q": unit(rng.normal(size=6)).astype(np.float32)},
+    )
+
+
+def test_a_zero_mean_gives_the_build_s_dense_and_window_features(tmp_path):
+    c = fake_candidates(tmp_path)
+    got = lc.centred_bi_encoder(c, "q", np.zeros(6), window=True)
+    want = c.features("q")
+    assert got["dense"] == pytest.approx(want["dense"], abs=1e-6)
+    assert got["window"] == pytest.approx(want["window"], abs=1e-6)
+    assert "window" not in lc.centred_bi_encoder(c, "q", np.zeros(6), window=False)
+
+
+def test_centring_takes_the_common_component_out():
+    # two documents that differ only along one axis, beside a large shared offset: uncentred they look alike to
+    # any query; centred on their mean they point in opposite directions
+    mu = np.array([10.0, 0.0, 0.0])
+    d = np.array([[10.0, 1.0, 0.0], [10.0, -1.0, 0.0]])
+    q = np.array([10.0, 1.0, 0.0])
+    from label_free_sim_space import cosines
+
+    raw = cosines(q, d)
+    assert raw[0] - raw[1] < 0.03
+    cen = cosines(lc.centred(q, mu), lc.centred(d, mu))
+    assert cen == pytest.approx([1.0, -1.0])
+
+
+def test_the_bi_encoder_mean_counts_every_document_once(tmp_path, monkeypatch):
+    c = fake_candidates(tmp_path)
+    # every corpus document is a candidate: nothing more is embedded, the mean is the candidates'
+    args = SimpleNamespace(base=None, workdir=tmp_path / "work")
+
+    class Enc:
+        fingerprint = "toy"
+
+        def encode_documents(self, texts):
+            raise AssertionError("nothing to embed")
+
+    import aheadrank.rankers.dense as dense
+
+    monkeypatch.setattr(dense, "dense_encoder", lambda base: Enc())
+    got = lc.bi_encoder_mean(args, c, ["a", "b", "c"])
+    assert got == pytest.approx(np.mean(np.stack(list(c.docs.values())).astype(np.float64), axis=0))
