@@ -11,12 +11,16 @@ the mean of the collection's document vectors, a statistic of the corpus that ne
 - ``neural``: the residual centred, ``mu`` the mean of the value vectors of every passage of every document of
   the collection (the build's passages: 128 word pieces, a quarter overlap); the pure MORES score changes;
 - ``all``: that, and the bi-encoder's cosine and its window's centred on the mean of every document's bi-encoder
-  vector (title and text, as the dense field embeds it).
+  vector (title and text, as the dense field embeds it);
+- ``neural-whiten``, ``all-whiten``: the same vectors whitened instead of centred, ``(v - mu) W`` with ``W =
+  C^(-1/2)`` (ZCA, every dimension kept) and ``C`` the covariance of the same document vectors. Whitened, the value
+  space and the states' space are the same up to a rotation (the value map is linear), so this also settles which
+  space the residual should be in without choosing one.
 
 Served with the build's label-free weights (``aheadrank.build.label_free_weights``, the window prior where at least
 half the documents are two or more windows), over each test query's BM25 top 100, long documents by MaxP
 (``--aggregation``, the build's ``maxp``). The baselines (BM25, the bi-encoder, RRF k = 60, the equal-weight fusion)
-are a user's, uncentred; ``bi-encoder-centred`` is printed beside them and chooses nothing.
+are a user's, uncentred; ``bi-encoder-centre`` and ``bi-encoder-whiten`` are printed beside them and choose nothing.
 
 The rule, fixed in the commit that added this file before any of it was run:
 
@@ -55,9 +59,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 log = logging.getLogger("bench.label_free_center")
-OPTIONS = ("none", "neural", "all")
 VARIANT = "mores-2ib-s2"
-RUN_OF = {"none": "none", "neural": "neural", "all": "neural"}  # which pure score each option serves
+# option: (how the residual's vectors are mapped, how the bi-encoder's are)
+OPTIONS = {
+    "none": (None, None),
+    "neural": ("centre", None),
+    "all": ("centre", "centre"),
+    "neural-whiten": ("whiten", None),
+    "all-whiten": ("whiten", "whiten"),
+}
+# which pure score each option serves: the one of the option that maps the residual alone
+RUN_OF = {
+    o: next(p for p, (n, b) in OPTIONS.items() if n == how[0] and b is None) for o, how in OPTIONS.items()
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -94,15 +108,36 @@ def centred(v: np.ndarray, mu: np.ndarray) -> np.ndarray:
     return np.asarray(v, dtype=np.float64) - mu
 
 
+def vector_map(how: str | None, mu: np.ndarray, cov: np.ndarray):
+    """The map of an option's vectors: none, ``v - mu`` or ``(v - mu) C^(-1/2)`` (ZCA; eigenvalues floored at
+    1e-12 of the largest, so a rank-deficient covariance stays finite)."""
+    if how is None:
+        return lambda v: np.asarray(v, dtype=np.float64)
+    if how == "centre":
+        return lambda v: centred(v, mu)
+    if how != "whiten":
+        raise ValueError(f"unknown map {how!r}")
+    lam, u = np.linalg.eigh(cov)
+    lam = np.maximum(lam, lam.max() * 1e-12)
+    w = (u / np.sqrt(lam)) @ u.T
+    return lambda v: centred(v, mu) @ w
+
+
+def moments(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and covariance of the rows, float64."""
+    x = np.asarray(vectors, dtype=np.float64)
+    return x.mean(axis=0), np.cov(x, rowvar=False)
+
+
 def corpus_docids(collection: Path) -> list[str]:
     from aheadrank.indexer.collections import Collection
 
     return sorted(d.docid for d in Collection(collection))
 
 
-def bi_encoder_mean(args, c, docids: list[str]) -> np.ndarray:
-    """The mean of every document's bi-encoder vector (title and text), the candidates' from ``c``, the rest
-    embedded here and cached."""
+def bi_encoder_vectors(args, c, docids: list[str]) -> np.ndarray:
+    """Every document's bi-encoder vector (title and text, as the dense field embeds it): the candidates' from
+    ``c``, the rest embedded here and cached."""
     from aheadrank.indexer.collections import Collection, join_title_text
     from aheadrank.rankers.dense import dense_encoder
     from benchkit import digest
@@ -126,21 +161,18 @@ def bi_encoder_mean(args, c, docids: list[str]) -> np.ndarray:
         tmp.replace(path)
     else:
         vecs = np.zeros((0, len(next(iter(c.docs.values())))), dtype=np.float32)
-    total = np.sum(np.asarray(vecs, dtype=np.float64), axis=0) + np.sum(
-        np.asarray(list(c.docs.values()), dtype=np.float64), axis=0
-    )
-    return total / len(docids)
+    return np.concatenate([np.asarray(list(c.docs.values())), np.asarray(vecs)]).astype(np.float64)
 
 
-def centred_bi_encoder(c, q: str, mu: np.ndarray, window: bool) -> dict[str, np.ndarray]:
-    """Query ``q``'s dense and window features with every bi-encoder vector centred on ``mu``."""
+def mapped_bi_encoder(c, q: str, vmap, window: bool) -> dict[str, np.ndarray]:
+    """Query ``q``'s dense and window features with every bi-encoder vector mapped by ``vmap``."""
     from label_free_sim_space import cosines
 
     ds = c.docids(q)
-    qv = centred(c.qv[q], mu)
-    out = {"dense": cosines(qv, centred(np.stack([c.docs[d] for d in ds]), mu))}
+    qv = vmap(c.qv[q])
+    out = {"dense": cosines(qv, vmap(np.stack([c.docs[d] for d in ds])))}
     if window:
-        sims = cosines(qv, centred(c.passages, mu))
+        sims = cosines(qv, vmap(c.passages))
         out["window"] = np.array([np.max(sims[c.rows_of[c.row_of[d]]]) for d in ds], dtype=np.float64)
     return out
 
@@ -162,34 +194,37 @@ def collection_rows(args, name: str, ranker) -> dict:
     gate = multi_window(c.collection, args.sentences) >= MULTI_WINDOW
     docids = corpus_docids(c.collection)
     _, d_values, owner = encoded_passages(args, c.collection, ranker, docids)
-    mu_values = np.mean(np.asarray(d_values, dtype=np.float64), axis=0)
-    mu_dense = bi_encoder_mean(args, c, docids)
+    neural_moments = moments(d_values)
+    dense_moments = moments(bi_encoder_vectors(args, c, docids))
     _, q_values = query_vectors(ranker, [queries[q] for q in c.qids])
     index = {d: i for i, d in enumerate(docids)}
     rows_of: list[list[int]] = [[] for _ in docids]
     for p, i in enumerate(owner.tolist()):
         rows_of[i].append(p)
     base = c.base()
-    neural: dict[str, dict[str, np.ndarray]] = {"none": {}, "neural": {}}
+    pure = sorted(set(RUN_OF.values()))
+    maps = {o: vector_map(OPTIONS[o][0], *neural_moments) for o in pure}
+    neural: dict[str, dict[str, np.ndarray]] = {o: {} for o in pure}
     for k, (q, f) in enumerate(base):
         rows = [r for d in f.docids for r in rows_of[index[d]]]
         own = [j for j, d in enumerate(f.docids) for _ in rows_of[index[d]]]
-        dv = np.asarray(d_values[rows], dtype=np.float64)
-        for option, mu in (("none", 0.0), ("neural", mu_values)):
-            sims = cosines(centred(q_values[k], mu), centred(dv, mu))
-            per = aggregate(sims.tolist(), own, len(f.docids), args.aggregation)
-            neural[option][q] = np.asarray(per, dtype=np.float64)
-    bi_centred = [
-        (q, QueryFeatures(f.docids, {**f.features, **centred_bi_encoder(c, q, mu_dense, gate)}, f.qrels))
-        for q, f in base
-    ]
+        for o in pure:
+            sims = cosines(maps[o](q_values[k]), maps[o](d_values[rows]))
+            neural[o][q] = np.asarray(aggregate(sims.tolist(), own, len(f.docids), args.aggregation))
+    feats = {None: base}
+    for how in sorted({b for _, b in OPTIONS.values() if b}):
+        vmap = vector_map(how, *dense_moments)
+        feats[how] = [
+            (q, QueryFeatures(f.docids, {**f.features, **mapped_bi_encoder(c, q, vmap, gate)}, f.qrels))
+            for q, f in base
+        ]
     runs = label_free_baselines(base)
-    runs["bi-encoder-centred"] = runs_from(bi_centred, {"dense": 1.0})
+    for how in sorted(h for h in feats if h):
+        runs[f"bi-encoder-{how}"] = runs_from(feats[how], {"dense": 1.0})
     w = served_weights(VARIANT, gate)
-    for option in OPTIONS:
-        feats = bi_centred if option == "all" else base
-        scored = with_neural(feats, neural[RUN_OF[option]])
-        if option != "all":
+    for option, (_, bi) in OPTIONS.items():
+        scored = with_neural(feats[bi], neural[RUN_OF[option]])
+        if RUN_OF[option] == option:
             runs[f"{VARIANT}-{option}"] = runs_from(scored, {"neural": 1.0})
         runs[f"{VARIANT}-{option}+priors"] = runs_from(scored, w)
     ndcg = {k: evaluate(r, c.qrels, ("nDCG@10",))["nDCG@10"] for k, r in runs.items()}
@@ -247,7 +282,7 @@ def main(argv=None) -> int:
     ]
     for c, r in rows.items():
         others = [o for o in args.collections if o != c]
-        option = choose_option(served, others, OPTIONS, "none")
+        option = choose_option(served, others, tuple(OPTIONS), "none")
         ndcg, runs, qrels = r["ndcg"], r["runs"], r["qrels"]
         best = max(("rrf", "fusion-equal"), key=lambda k: ndcg[k])
         out = {
@@ -261,7 +296,7 @@ def main(argv=None) -> int:
             "ndcg10": {k: round(v, 4) for k, v in ndcg.items()},
             "held_out": {},
         }
-        for k in ("bm25", "bi-encoder", "bi-encoder-centred", "rrf", "fusion-equal"):
+        for k in ("bm25", "bi-encoder", "bi-encoder-centre", "bi-encoder-whiten", "rrf", "fusion-equal"):
             x = comparison(compare, runs[best], runs[k], qrels) if k != best else None
             lines.append(f"| {c} | {k} | {ndcg[k]:.4f} | {diff_p(x) if x else '(better)'} | | |")
         out_runs = args.out / c / "runs"
@@ -292,7 +327,7 @@ def main(argv=None) -> int:
                     }
                 write_zst_run(out_runs / f"{name}.trec.zst", runs[name], name.replace("+", "_"))
         results[c] = out
-    default = choose_option(served, list(args.collections), OPTIONS, "none")
+    default = choose_option(served, list(args.collections), tuple(OPTIONS), "none")
     veto = {c: served[c][results[c]["option"]] >= served[c]["none"] for c in args.collections}
     adopt = default != "none" and all(veto.values())
     lines += [

@@ -1,5 +1,6 @@
 """bench/label_free_center.py: centring on a zero mean gives the build's features back, centring on the corpus
-mean takes the common component out of every cosine, and the corpus mean counts every document once."""
+mean takes the common component out of every cosine, whitening makes the value space the states' space, and the
+corpus statistics count every document once."""
 
 from __future__ import annotations
 
@@ -42,11 +43,13 @@ def fake_candidates(tmp_path: Path) -> Candidates:
 
 def test_a_zero_mean_gives_the_build_s_dense_and_window_features(tmp_path):
     c = fake_candidates(tmp_path)
-    got = lc.centred_bi_encoder(c, "q", np.zeros(6), window=True)
+    got = lc.mapped_bi_encoder(c, "q", lc.vector_map("centre", np.zeros(6), np.eye(6)), window=True)
     want = c.features("q")
     assert got["dense"] == pytest.approx(want["dense"], abs=1e-6)
     assert got["window"] == pytest.approx(want["window"], abs=1e-6)
-    assert "window" not in lc.centred_bi_encoder(c, "q", np.zeros(6), window=False)
+    assert "window" not in lc.mapped_bi_encoder(
+        c, "q", lc.vector_map(None, np.zeros(6), np.eye(6)), window=False
+    )
 
 
 def test_centring_takes_the_common_component_out():
@@ -63,7 +66,36 @@ def test_centring_takes_the_common_component_out():
     assert cen == pytest.approx([1.0, -1.0])
 
 
-def test_the_bi_encoder_mean_counts_every_document_once(tmp_path, monkeypatch):
+def test_whitened_the_value_space_is_the_states_space():
+    from label_free_sim_space import cosines
+
+    rng = np.random.default_rng(1)
+    x = (
+        rng.normal(size=(200, 5)) * np.array([5.0, 1.0, 0.5, 0.1, 0.01]) + 3.0
+    )  # states: anisotropic, off-centre
+    v = rng.normal(size=(5, 5)) + np.diag([0.0, 0.0, 0.0, 0.0, 1e-3])  # a value map, near singular
+    b = rng.normal(size=5)
+    y = x @ v.T + b
+    wx, wy = lc.vector_map("whiten", *lc.moments(x)), lc.vector_map("whiten", *lc.moments(y))
+    assert np.cov(wx(x), rowvar=False) == pytest.approx(np.eye(5), abs=1e-8)
+    q = rng.normal(size=5)
+    assert cosines(wy(q @ v.T + b), wy(y)) == pytest.approx(cosines(wx(q), wx(x)), abs=1e-6)
+    assert not np.allclose(cosines(q @ v.T + b, y), cosines(q, x), atol=1e-3)
+
+
+def test_each_option_serves_the_pure_score_of_its_residual_map():
+    assert lc.RUN_OF == {
+        "none": "none",
+        "neural": "neural",
+        "all": "neural",
+        "neural-whiten": "neural-whiten",
+        "all-whiten": "neural-whiten",
+    }
+    with pytest.raises(ValueError, match="unknown map"):
+        lc.vector_map("rotate", np.zeros(2), np.eye(2))
+
+
+def test_the_bi_encoder_vectors_are_every_document_s_once(tmp_path, monkeypatch):
     c = fake_candidates(tmp_path)
     # every corpus document is a candidate: nothing more is embedded, the mean is the candidates'
     args = SimpleNamespace(base=None, workdir=tmp_path / "work")
@@ -77,5 +109,6 @@ def test_the_bi_encoder_mean_counts_every_document_once(tmp_path, monkeypatch):
     import aheadrank.rankers.dense as dense
 
     monkeypatch.setattr(dense, "dense_encoder", lambda base: Enc())
-    got = lc.bi_encoder_mean(args, c, ["a", "b", "c"])
-    assert got == pytest.approx(np.mean(np.stack(list(c.docs.values())).astype(np.float64), axis=0))
+    got = lc.bi_encoder_vectors(args, c, ["a", "b", "c"])
+    assert got.shape == (3, 6)
+    assert got.mean(axis=0) == pytest.approx(np.mean(np.stack(list(c.docs.values())), axis=0), abs=1e-7)
