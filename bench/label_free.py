@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--recipe", default="auto")
     ap.add_argument("--max-queries", type=int, default=3000)
     # aheadrank train's
-    add_options(ap, [o for o in training_options() if o.name in ("steps", "ce_weight", "lr")])
+    add_options(ap, [o for o in training_options() if o.name in ("steps", "ce_weight", "lr", "fresh_lr")])
     ap.add_argument(
         "--fit-head",
         action="store_true",
@@ -190,6 +190,7 @@ def plan_for(args, collection: Path, ranker: str, out: Path, reuse: Path | None 
         init=str(init) if init else None,
         ce_weight=args.ce_weight,
         lr=args.lr,
+        fresh_lr=args.fresh_lr,
         fit_head=args.fit_head or None,
         positive=args.positive,
         teacher=args.teacher,
@@ -218,6 +219,8 @@ def build_name(args, collection: str, variant: str, transfer: bool = False) -> s
         name += f"-teacher-{args.teacher}"
     if args.lr is not None:
         name += f"-lr{args.lr:g}"
+    if args.fresh_lr is not None:
+        name += f"-fresh-lr{args.fresh_lr:g}"
     if args.fit_head:
         name += "-fit-head"
     if args.passages:  # the same ranker, another store
@@ -257,7 +260,7 @@ def recipe_settings(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with the settings :func:`build_name` reads that a reading script does not take: the recipe's."""
     from aheadrank.build import BuildPlan
 
-    args.ce_weight = args.lr = None
+    args.ce_weight = args.lr = args.fresh_lr = None
     args.fit_head = False
     args.sources, args.transfer_steps = {}, 0
     args.passages = getattr(args, "passages", True)

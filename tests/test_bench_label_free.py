@@ -59,9 +59,15 @@ def test_each_setting_that_changes_the_ranker_builds_in_a_folder_of_its_own():
         label_free.plan_for(label_free.parse_args(["--fit-head"]), Path("c"), "m", Path("o")).fit_head is True
     )
     assert label_free.plan_for(label_free.parse_args([]), Path("c"), "m", Path("o")).fit_head is None
+    # the rate of what starts from scratch (TK's kernel weights and mix) reaches the build plan
+    assert name("--fresh-lr", "1e-3") == "mores-2ib-s2-positive-teacher-fresh-lr0.001-passages"
+    fresh = label_free.plan_for(label_free.parse_args(["--fresh-lr", "1e-3"]), Path("c"), "m", Path("o"))
+    assert fresh.fresh_lr == 1e-3
+    assert label_free.plan_for(label_free.parse_args([]), Path("c"), "m", Path("o")).fresh_lr is None
     settings = [
         (),
         ("--lr", "1e-4"),
+        ("--fresh-lr", "1e-4"),
         ("--positive", "source"),
         ("--steps", "120"),
         ("--ce-weight", "0"),
