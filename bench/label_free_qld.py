@@ -32,6 +32,8 @@ Writes ``--out`` (``bench/results/label-free/qld``): ``label_free_qld.{json,md}`
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -52,10 +54,10 @@ QLD_PROBE = WindowProbe(
 )
 
 
-def with_qld(weights: dict[str, float]) -> dict[str, float]:
-    """The served weights with query likelihood taking half of BM25's weight."""
+def with_qld(weights: dict[str, float], feature: str = "qld") -> dict[str, float]:
+    """The served weights with the second lexical prior (query likelihood) taking half of BM25's weight."""
     half = weights["bm25"] / 2
-    return {**weights, "bm25": half, "qld": half}
+    return {**weights, "bm25": half, feature: half}
 
 
 def candidate_scores(hits: list[tuple[str, float]], docids: list[str]) -> np.ndarray:
@@ -80,9 +82,22 @@ def qld_scores(collection: Path, workdir: Path, queries: dict[str, str], progres
         searcher.close()
 
 
-def collection_rows(args, name: str, probe: WindowProbe = QLD_PROBE) -> dict:
-    """A collection's baselines and, for each option, each variant's served run; under ``checks`` query likelihood
-    alone and BM25 alone (deciding nothing)."""
+@dataclass(frozen=True)
+class LexicalPrior:
+    """A second lexical prior: its feature (and option) name, what the tables call it, and its scorer
+    ``scores(collection, workdir, {qid: query}, progress) -> {qid: [(docid, score)], best first}``."""
+
+    feature: str
+    label: str
+    scores: Callable[[Path, Path, dict[str, str], bool], dict[str, list]]
+
+
+QLD = LexicalPrior("qld", "query likelihood", qld_scores)
+
+
+def collection_rows(args, name: str, probe: WindowProbe = QLD_PROBE, prior: LexicalPrior = QLD) -> dict:
+    """A collection's baselines and, for each option (``none``, the prior's), each variant's served run; under
+    ``checks`` the prior alone and BM25 alone (deciding nothing)."""
     from benchkit import eval_topics
     from label_free import label_free_baselines, runs_from
     from label_free_passages import candidates, multi_window, with_neural
@@ -96,11 +111,12 @@ def collection_rows(args, name: str, probe: WindowProbe = QLD_PROBE) -> dict:
     c = candidates(args, name)
     gate = multi_window(c.collection, args.sentences) >= MULTI_WINDOW
     queries, _ = eval_topics(c.collection, "test", None)
-    ql = qld_scores(c.collection, args.workdir, {q: queries[q] for q in c.qids}, args.progress)
+    ql = prior.scores(c.collection, args.workdir, {q: queries[q] for q in c.qids}, args.progress)
+    key = prior.feature
     base = c.base()
     base_runs = label_free_baselines(base)
     with_ql = [
-        (q, QueryFeatures(f.docids, {**f.features, "qld": candidate_scores(ql[q], f.docids)}, f.qrels))
+        (q, QueryFeatures(f.docids, {**f.features, key: candidate_scores(ql[q], f.docids)}, f.qrels))
         for q, f in base
     ]
     variants = [v for _, v in args.neural]
@@ -109,8 +125,8 @@ def collection_rows(args, name: str, probe: WindowProbe = QLD_PROBE) -> dict:
         neural = c.neural(args.runs_of.get(name, folder), variant)
         w = served_weights(variant, gate)
         runs[(variant, "none")] = runs_from(with_neural(base, neural), w)
-        runs[(variant, "qld")] = runs_from(with_neural(with_ql, neural), with_qld(w))
-    alone = {k: runs_from(with_ql, {k: 1.0}) for k in ("bm25", "qld")}
+        runs[(variant, key)] = runs_from(with_neural(with_ql, neural), with_qld(w, key))
+    alone = {k: runs_from(with_ql, {k: 1.0}) for k in ("bm25", key)}
     checks = {k: round(evaluate(r, c.qrels, ("nDCG@10",))["nDCG@10"], 4) for k, r in alone.items()}
     gates = dict.fromkeys(probe.options, gate)
     rows = probe_rows(
@@ -119,15 +135,20 @@ def collection_rows(args, name: str, probe: WindowProbe = QLD_PROBE) -> dict:
     return rows | {"checks": checks}
 
 
-def alone_table(args, rows: dict) -> tuple[list[str], dict]:
-    lines = [
+def alone_lines(rows: dict, prior: LexicalPrior = QLD) -> list[str]:
+    """The table line of BM25 and the prior each alone over BM25's top 100."""
+    return [
         "Over BM25's top 100, each alone (nDCG@10; deciding nothing): "
         + "; ".join(
-            f"{n} BM25 {r['checks']['bm25']:.4f}, query likelihood {r['checks']['qld']:.4f}"
+            f"{n} BM25 {r['checks']['bm25']:.4f}, {prior.label} {r['checks'][prior.feature]:.4f}"
             for n, r in rows.items()
         )
     ]
-    return lines, {"alone": {n: r["checks"] for n, r in rows.items()}, "mu": MU, "qld_depth": DEPTH}
+
+
+def alone_table(args, rows: dict) -> tuple[list[str], dict]:
+    fields = {"alone": {n: r["checks"] for n, r in rows.items()}, "mu": MU, "qld_depth": DEPTH}
+    return alone_lines(rows), fields
 
 
 def main(argv=None) -> int:
