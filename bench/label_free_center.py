@@ -253,104 +253,25 @@ def collection_rows(args, name: str, ranker) -> dict:
         "served": served,
         "gate": gate,
         "check": check,
-        "documents": len(docids),
-        "passages": len(owner),
+        "extra": {"documents": len(docids), "passages": len(owner)},
     }
 
 
 def main(argv=None) -> int:
-    from label_free import comparison, diff_p, write_zst_run
-    from label_free_prf import write_probe
-    from label_free_sim_space import start_ranker
-    from label_free_window_size import choose_option
-
-    from aheadrank.evaluation import compare
+    from label_free_sim_space import held_out_probe, start_ranker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parse_args(argv)
-    t0 = time.perf_counter()
+    args.started = time.perf_counter()
     ranker, _ = start_ranker(args.base)
     rows = {}
     for name in args.collections:
         rows[name] = collection_rows(args, name, ranker)
         log.info("%s: %s", name, {k: round(v, 4) for k, v in rows[name]["ndcg"].items()})
-    served = {c: r["served"] for c, r in rows.items()}
-    results = {}
-    lines = [
-        "| collection | run | nDCG@10 | vs better fusion (diff, p) | vs BM25 (diff, p) | vs `none` (diff, p) |",
-        "|---|---|---:|---|---|---|",
-    ]
-    for c, r in rows.items():
-        others = [o for o in args.collections if o != c]
-        option = choose_option(served, others, tuple(OPTIONS), "none")
-        ndcg, runs, qrels = r["ndcg"], r["runs"], r["qrels"]
-        best = max(("rrf", "fusion-equal"), key=lambda k: ndcg[k])
-        out = {
-            "chosen_on": others,
-            "option": option,
-            "window_prior": r["gate"],
-            "check": r["check"],
-            "documents": r["documents"],
-            "passages": r["passages"],
-            "better_fusion": best,
-            "ndcg10": {k: round(v, 4) for k, v in ndcg.items()},
-            "held_out": {},
-        }
-        for k in ("bm25", "bi-encoder", "bi-encoder-centre", "bi-encoder-whiten", "rrf", "fusion-equal"):
-            x = comparison(compare, runs[best], runs[k], qrels) if k != best else None
-            lines.append(f"| {c} | {k} | {ndcg[k]:.4f} | {diff_p(x) if x else '(better)'} | | |")
-        out_runs = args.out / c / "runs"
-        out_runs.mkdir(parents=True, exist_ok=True)
-        for o in OPTIONS:
-            for suffix in ("", "+priors"):
-                name = f"{VARIANT}-{o}{suffix}"
-                if name not in runs:
-                    continue
-                mark = " (held out)" if o == option or (not suffix and RUN_OF[option] == o) else ""
-                vs_f = comparison(compare, runs[best], runs[name], qrels)
-                vs_b = comparison(compare, runs["bm25"], runs[name], qrels)
-                vs_n = (
-                    comparison(compare, runs[f"{VARIANT}-none{suffix}"], runs[name], qrels)
-                    if o != "none"
-                    else None
-                )
-                lines.append(
-                    f"| {c} | {name}{mark} | {ndcg[name]:.4f} | {diff_p(vs_f)} | {diff_p(vs_b)} | "
-                    f"{diff_p(vs_n) if vs_n else ''} |"
-                )
-                if mark:
-                    out["held_out"][suffix or "pure"] = {
-                        "run": name,
-                        "vs_fusion": vs_f,
-                        "vs_bm25": vs_b,
-                        "vs_none": vs_n,
-                    }
-                write_zst_run(out_runs / f"{name}.trec.zst", runs[name], name.replace("+", "_"))
-        results[c] = out
-    default = choose_option(served, list(args.collections), tuple(OPTIONS), "none")
-    veto = {c: served[c][results[c]["option"]] >= served[c]["none"] for c in args.collections}
-    adopt = default != "none" and all(veto.values())
-    lines += [
-        "",
-        "Served nDCG@10 ("
-        + " / ".join(OPTIONS)
-        + "): "
-        + "; ".join(f"{c} " + " / ".join(f"{served[c][o]:.4f}" for o in OPTIONS) for c in args.collections),
-        "",
-        "Held out: "
-        + ", ".join(f"{c} {results[c]['option']}" for c in args.collections)
-        + f"; over all collections: {default}; no held-out option serves worse than none: {veto}; "
-        f"adopted: {default if adopt else 'none'}",
-    ]
-    fields = {
-        "aggregation": args.aggregation,
-        "results": results,
-        "default": default,
-        "veto": veto,
-        "adopted": default if adopt else "none",
-    }
-    write_probe(args.out, "label_free_center", lines, argv, t0, fields)
-    return 0
+    baselines = ("bm25", "bi-encoder", "bi-encoder-centre", "bi-encoder-whiten", "rrf", "fusion-equal")
+    return held_out_probe(
+        args, argv, rows, tuple(OPTIONS), "none", "label_free_center", baselines=baselines, pure_of=RUN_OF
+    )
 
 
 if __name__ == "__main__":

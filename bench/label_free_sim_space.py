@@ -235,90 +235,122 @@ def collection_rows(args, name: str, ranker) -> dict:
     return {"qrels": c.qrels, "runs": runs, "ndcg": ndcg, "served": served, "gate": gate, "check": check}
 
 
-def main(argv=None) -> int:
+def held_out_probe(
+    args,
+    argv,
+    rows: dict,
+    options: tuple,
+    current: str,
+    bench: str,
+    *,
+    key: str = "option",
+    baselines: tuple = ("bm25", "bi-encoder", "rrf", "fusion-equal"),
+    pure_of: dict | None = None,
+    fields: dict | None = None,
+) -> int:
+    """Choose each collection's option on the other collections' served scores (``choose_option``: ``current``
+    unless another beats it by more than ``TIE``), print and write the table, the JSON (``bench``.{md,json}) and
+    each collection's runs. ``rows[c]``: ``qrels``, ``runs`` and ``ndcg`` (the baselines, ``VARIANT-<option>`` pure
+    where ``pure_of`` maps an option to itself, ``VARIANT-<option>+priors`` served), ``served`` ({option: nDCG@10}),
+    ``gate``, ``check`` and any more fields for the JSON under ``extra``. The product takes the choice over all
+    collections only if it is not ``current`` and no collection serves worse at its held-out option than at
+    ``current``."""
     from label_free import comparison, diff_p, write_zst_run
     from label_free_prf import write_probe
+    from label_free_window_size import choose_option
 
     from aheadrank.evaluation import compare
 
+    t0 = args.started
+    pure_of = pure_of or {o: o for o in options}
+    served = {c: r["served"] for c, r in rows.items()}
+    results = {}
+    lines = [
+        "| collection | run | nDCG@10 | vs better fusion (diff, p) | vs BM25 (diff, p) | "
+        f"vs `{current}` (diff, p) |",
+        "|---|---|---:|---|---|---|",
+    ]
+    for c, r in rows.items():
+        others = [o for o in args.collections if o != c]
+        option = choose_option(served, others, options, current)
+        ndcg, runs, qrels = r["ndcg"], r["runs"], r["qrels"]
+        best = max(("rrf", "fusion-equal"), key=lambda k: ndcg[k])
+        out = {
+            "chosen_on": others,
+            key: option,
+            "window_prior": r["gate"],
+            "check": r["check"],
+            **r.get("extra", {}),
+            "better_fusion": best,
+            "ndcg10": {k: round(v, 4) for k, v in ndcg.items()},
+            "held_out": {},
+        }
+        for k in baselines:
+            x = comparison(compare, runs[best], runs[k], qrels) if k != best else None
+            lines.append(f"| {c} | {k} | {ndcg[k]:.4f} | {diff_p(x) if x else '(better)'} | | |")
+        out_runs = args.out / c / "runs"
+        out_runs.mkdir(parents=True, exist_ok=True)
+        for o in options:
+            for suffix in ("", "+priors"):
+                name = f"{VARIANT}-{o}{suffix}"
+                if suffix == "" and pure_of[o] != o:
+                    continue  # serves another option's pure score
+                mark = " (held out)" if o == (option if suffix else pure_of[option]) else ""
+                vs_f = comparison(compare, runs[best], runs[name], qrels)
+                vs_b = comparison(compare, runs["bm25"], runs[name], qrels)
+                vs_c = (
+                    comparison(compare, runs[f"{VARIANT}-{current}{suffix}"], runs[name], qrels)
+                    if o != current
+                    else None
+                )
+                lines.append(
+                    f"| {c} | {name}{mark} | {ndcg[name]:.4f} | {diff_p(vs_f)} | {diff_p(vs_b)} | "
+                    f"{diff_p(vs_c) if vs_c else ''} |"
+                )
+                if mark:
+                    out["held_out"][suffix or "pure"] = {
+                        "run": name,
+                        "vs_fusion": vs_f,
+                        "vs_bm25": vs_b,
+                        f"vs_{current}": vs_c,
+                    }
+                write_zst_run(out_runs / f"{name}.trec.zst", runs[name], name.replace("+", "_"))
+        results[c] = out
+    default = choose_option(served, list(args.collections), options, current)
+    veto = {c: served[c][results[c][key]] >= served[c][current] for c in args.collections}
+    adopted = default if default != current and all(veto.values()) else current
+    lines += [
+        "",
+        f"Served nDCG@10 ({' / '.join(options)}): "
+        + "; ".join(f"{c} " + " / ".join(f"{served[c][o]:.4f}" for o in options) for c in args.collections),
+        "",
+        "Held out: "
+        + ", ".join(f"{c} {results[c][key]}" for c in args.collections)
+        + f"; over all collections: {default}; no held-out {key} serves worse than {current}: {veto}; "
+        f"adopted: {adopted}",
+    ]
+    fields = {
+        "aggregation": args.aggregation,
+        **(fields or {}),
+        "results": results,
+        "default": default,
+        "veto": veto,
+        "adopted": adopted,
+    }
+    write_probe(args.out, bench, lines, argv, t0, fields)
+    return 0
+
+
+def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parse_args(argv)
-    t0 = time.perf_counter()
+    args.started = time.perf_counter()
     ranker, _ = start_ranker(args.base)
     rows = {}
     for name in args.collections:
         rows[name] = collection_rows(args, name, ranker)
         log.info("%s: %s", name, {k: round(v, 4) for k, v in rows[name]["ndcg"].items()})
-    served = {c: r["served"] for c, r in rows.items()}
-    results = {}
-    lines = [
-        "| collection | run | nDCG@10 | vs better fusion (diff, p) | vs BM25 (diff, p) | vs the value space (diff, p) |",
-        "|---|---|---:|---|---|---|",
-    ]
-    for c, r in rows.items():
-        others = [o for o in args.collections if o != c]
-        space = choose(served, others)
-        ndcg, runs, qrels = r["ndcg"], r["runs"], r["qrels"]
-        best = max(("rrf", "fusion-equal"), key=lambda k: ndcg[k])
-        out = {
-            "chosen_on": others,
-            "space": space,
-            "window_prior": r["gate"],
-            "check": r["check"],
-            "better_fusion": best,
-            "ndcg10": {k: round(v, 4) for k, v in ndcg.items()},
-            "held_out": {},
-        }
-        for k in ("bm25", "bi-encoder", "rrf", "fusion-equal"):
-            x = comparison(compare, runs[best], runs[k], qrels) if k != best else None
-            lines.append(f"| {c} | {k} | {ndcg[k]:.4f} | {diff_p(x) if x else '(better)'} | | |")
-        out_runs = args.out / c / "runs"
-        out_runs.mkdir(parents=True, exist_ok=True)
-        for s in SPACES:
-            for suffix in ("", "+priors"):
-                name = f"{VARIANT}-{s}{suffix}"
-                mark = " (held out)" if s == space else ""
-                vs_f = comparison(compare, runs[best], runs[name], qrels)
-                vs_b = comparison(compare, runs["bm25"], runs[name], qrels)
-                vs_v = (
-                    comparison(compare, runs[f"{VARIANT}-values{suffix}"], runs[name], qrels)
-                    if s != "values"
-                    else None
-                )
-                lines.append(
-                    f"| {c} | {name}{mark} | {ndcg[name]:.4f} | {diff_p(vs_f)} | {diff_p(vs_b)} | "
-                    f"{diff_p(vs_v) if vs_v else ''} |"
-                )
-                if s == space:
-                    out["held_out"][suffix or "pure"] = {
-                        "vs_fusion": vs_f,
-                        "vs_bm25": vs_b,
-                        "vs_values": vs_v,
-                    }
-                write_zst_run(out_runs / f"{name}.trec.zst", runs[name], name.replace("+", "_"))
-        results[c] = out
-    default = choose(served, list(args.collections))
-    veto = {c: served[c][results[c]["space"]] >= served[c]["values"] for c in args.collections}
-    adopt = default == "states" and all(veto.values())
-    lines += [
-        "",
-        "Served nDCG@10 (values / states): "
-        + "; ".join(f"{c} {served[c]['values']:.4f} / {served[c]['states']:.4f}" for c in args.collections),
-        "",
-        "Held out: "
-        + ", ".join(f"{c} {results[c]['space']}" for c in args.collections)
-        + f"; over all collections: {default}; no held-out space serves worse than the value space: {veto}; "
-        f"adopted: {'states' if adopt else 'values'}",
-    ]
-    fields = {
-        "aggregation": args.aggregation,
-        "results": results,
-        "default": default,
-        "veto": veto,
-        "adopted": adopt,
-    }
-    write_probe(args.out, "label_free_sim_space", lines, argv, t0, fields)
-    return 0
+    return held_out_probe(args, argv, rows, SPACES, "values", "label_free_sim_space", key="space")
 
 
 if __name__ == "__main__":

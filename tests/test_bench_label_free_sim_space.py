@@ -52,3 +52,34 @@ def test_the_probe_scores_the_label_free_start_a_build_makes():
     alpha = float(ranker.sim.scale)
     assert alpha * ss.cosines(q_values[0], d_values) == pytest.approx(want, rel=1e-4, abs=1e-4)
     assert not np.allclose(ss.cosines(q_states[0], d_states), ss.cosines(q_values[0], d_values))
+
+
+def test_the_held_out_probe_chooses_on_the_others_and_vetoes_a_loss(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"a": 1}}
+    good = {q: {"a": 2.0 if q != "q2" else 0.0, "b": 1.0} for q in qrels}
+    bad = {q: {"a": 0.0 if q != "q2" else 2.0, "b": 1.0} for q in qrels}
+
+    def rows(served: dict) -> dict:
+        runs = {k: good for k in ("bm25", "bi-encoder", "rrf", "fusion-equal")}
+        for o in ("values", "states"):
+            runs[f"mores-2ib-s2-{o}"] = runs[f"mores-2ib-s2-{o}+priors"] = good if o == "values" else bad
+        ndcg = dict.fromkeys(runs, 0.5)
+        return {"qrels": qrels, "runs": runs, "ndcg": ndcg, "served": served, "gate": False, "check": None}
+
+    args = SimpleNamespace(collections=["a", "b", "c"], out=tmp_path, aggregation="maxp", started=0.0)
+    by = {
+        "a": rows({"values": 0.40, "states": 0.45}),
+        "b": rows({"values": 0.50, "states": 0.52}),
+        "c": rows({"values": 0.60, "states": 0.55}),  # chosen states on a and b, and serves worse with it
+    }
+    assert ss.held_out_probe(args, [], by, ss.SPACES, "values", "probe", key="space") == 0
+    got = json.loads((tmp_path / "probe.json").read_text())
+    assert {c: got["results"][c]["space"] for c in "abc"} == {"a": "values", "b": "values", "c": "states"}
+    # means a+b+c: values 0.5, states 0.5067: the choice over all is states, vetoed by c
+    assert got["default"] == "states" and got["veto"] == {"a": True, "b": True, "c": False}
+    assert got["adopted"] == "values"
+    assert got["results"]["c"]["held_out"]["+priors"]["run"] == "mores-2ib-s2-states+priors"
+    assert (tmp_path / "c" / "runs" / "mores-2ib-s2-states+priors.trec.zst").exists()
