@@ -52,6 +52,7 @@ import argparse
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -60,24 +61,50 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 log = logging.getLogger("bench.label_free_center")
 VARIANT = "mores-2ib-s2"
-# option: (how the residual's vectors are mapped, how the bi-encoder's are)
+
+
+@dataclass(frozen=True)
+class Option:
+    """How an option scores: the map of the residual's vectors and of the bi-encoder's (None, ``centre``,
+    ``whiten``), the residual's query (``blocks``: through the blocks' own layers, the build's; ``encoder``: the
+    query encoder's states, the documents' depth) and its space (``values``, the build's, or ``states``)."""
+
+    neural: str | None = None
+    bi: str | None = None
+    query: str = "blocks"
+    space: str = "values"
+
+    def pure(self) -> tuple:
+        """What decides the pure score: everything but the bi-encoder's map."""
+        return (self.neural, self.query, self.space)
+
+
 OPTIONS = {
-    "none": (None, None),
-    "neural": ("centre", None),
-    "all": ("centre", "centre"),
-    "neural-whiten": ("whiten", None),
-    "all-whiten": ("whiten", "whiten"),
-}
-# which pure score each option serves: the one of the option that maps the residual alone
-RUN_OF = {
-    o: next(p for p, (n, b) in OPTIONS.items() if n == how[0] and b is None) for o, how in OPTIONS.items()
+    "none": Option(),
+    "neural": Option("centre"),
+    "all": Option("centre", "centre"),
+    "neural-whiten": Option("whiten"),
+    "all-whiten": Option("whiten", "whiten"),
 }
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def pure_of(options: dict[str, Option]) -> dict[str, str]:
+    """Which pure score each option serves: that of the option with the same residual and no bi-encoder map."""
+    return {
+        o: next(p for p, x in options.items() if x.pure() == how.pure() and x.bi is None)
+        for o, how in options.items()
+    }
+
+
+RUN_OF = pure_of(OPTIONS)
+
+
+def parse_args(argv=None, doc: str | None = None, out: Path | None = None) -> argparse.Namespace:
     from aheadrank.passages import AGGREGATIONS
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=doc or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--collections", nargs="+", default=["cranfield", "vaswani", "scifact"])
     ap.add_argument("--aggregation", choices=AGGREGATIONS, default="maxp")
@@ -90,7 +117,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     ap.add_argument("--base", default=None)
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free" / "center")
+    ap.add_argument("--out", type=Path, default=out or ROOT / "bench" / "results" / "label-free" / "center")
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args(argv)
     if len(args.collections) < 2:
@@ -177,7 +204,11 @@ def mapped_bi_encoder(c, q: str, vmap, window: bool) -> dict[str, np.ndarray]:
     return out
 
 
-def collection_rows(args, name: str, ranker) -> dict:
+def collection_rows(
+    args, name: str, ranker, options: dict[str, Option] = OPTIONS, current: str = "none"
+) -> dict:
+    """A collection's baselines and, for each option, the pure run (where the option is its own ``pure_of``) and the
+    served one; ``current`` (the build's) checked against ``args.check``."""
     from benchkit import eval_topics
     from label_free import label_free_baselines, runs_from
     from label_free_passages import candidates, multi_window, with_neural
@@ -193,26 +224,33 @@ def collection_rows(args, name: str, ranker) -> dict:
     queries, _ = eval_topics(c.collection, "test", None)
     gate = multi_window(c.collection, args.sentences) >= MULTI_WINDOW
     docids = corpus_docids(c.collection)
-    _, d_values, owner = encoded_passages(args, c.collection, ranker, docids)
-    neural_moments = moments(d_values)
-    dense_moments = moments(bi_encoder_vectors(args, c, docids))
-    _, q_values = query_vectors(ranker, [queries[q] for q in c.qids])
+    d_states, d_values, owner = encoded_passages(args, c.collection, ranker, docids)
+    docs = {"values": d_values, "states": d_states}
+    texts = [queries[q] for q in c.qids]
+    qvec = {}  # (query, space) -> [Q, n]
+    for how in sorted({x.query for x in options.values()}):
+        q_states, q_values = query_vectors(ranker, texts, through_blocks=how == "blocks")
+        qvec[how, "values"], qvec[how, "states"] = q_values, q_states
+    run_of = pure_of(options)
     index = {d: i for i, d in enumerate(docids)}
     rows_of: list[list[int]] = [[] for _ in docids]
     for p, i in enumerate(owner.tolist()):
         rows_of[i].append(p)
     base = c.base()
-    pure = sorted(set(RUN_OF.values()))
-    maps = {o: vector_map(OPTIONS[o][0], *neural_moments) for o in pure}
+    pure = sorted(set(run_of.values()))
+    maps = {o: vector_map(options[o].neural, *moments(docs[options[o].space])) for o in pure}
     neural: dict[str, dict[str, np.ndarray]] = {o: {} for o in pure}
     for k, (q, f) in enumerate(base):
         rows = [r for d in f.docids for r in rows_of[index[d]]]
         own = [j for j, d in enumerate(f.docids) for _ in rows_of[index[d]]]
         for o in pure:
-            sims = cosines(maps[o](q_values[k]), maps[o](d_values[rows]))
+            x = options[o]
+            sims = cosines(maps[o](qvec[x.query, x.space][k]), maps[o](docs[x.space][rows]))
             neural[o][q] = np.asarray(aggregate(sims.tolist(), own, len(f.docids), args.aggregation))
     feats = {None: base}
-    for how in sorted({b for _, b in OPTIONS.values() if b}):
+    bi_maps = sorted({x.bi for x in options.values() if x.bi})
+    dense_moments = moments(bi_encoder_vectors(args, c, docids)) if bi_maps else None
+    for how in bi_maps:
         vmap = vector_map(how, *dense_moments)
         feats[how] = [
             (q, QueryFeatures(f.docids, {**f.features, **mapped_bi_encoder(c, q, vmap, gate)}, f.qrels))
@@ -222,9 +260,9 @@ def collection_rows(args, name: str, ranker) -> dict:
     for how in sorted(h for h in feats if h):
         runs[f"bi-encoder-{how}"] = runs_from(feats[how], {"dense": 1.0})
     w = served_weights(VARIANT, gate)
-    for option, (_, bi) in OPTIONS.items():
-        scored = with_neural(feats[bi], neural[RUN_OF[option]])
-        if RUN_OF[option] == option:
+    for option, x in options.items():
+        scored = with_neural(feats[x.bi], neural[run_of[option]])
+        if run_of[option] == option:
             runs[f"{VARIANT}-{option}"] = runs_from(scored, {"neural": 1.0})
         runs[f"{VARIANT}-{option}+priors"] = runs_from(scored, w)
     ndcg = {k: evaluate(r, c.qrels, ("nDCG@10",))["nDCG@10"] for k, r in runs.items()}
@@ -234,18 +272,18 @@ def collection_rows(args, name: str, ranker) -> dict:
         for suffix in ("", "+priors"):
             source = args.check[name] / name / "runs" / f"{VARIANT}{suffix}.trec.zst"
             committed = evaluate(read_run(source), c.qrels, ("nDCG@10",))["nDCG@10"]
-            got = ndcg[f"{VARIANT}-none{suffix}"]
+            got = ndcg[f"{VARIANT}-{current}{suffix}"]
             check[suffix or "pure"] = {
                 "run": str(source),
                 "ndcg10": round(committed, 4),
-                "none": round(got, 4),
+                current: round(got, 4),
             }
             if abs(committed - got) > 0.002:
                 raise SystemExit(
-                    f"{name}: the option none gives {got:.4f}, the committed build {committed:.4f} ({source}): "
+                    f"{name}: the option {current} gives {got:.4f}, the committed build {committed:.4f} ({source}): "
                     "the probe's scores are not the build's"
                 )
-    served = {o: ndcg[f"{VARIANT}-{o}+priors"] for o in OPTIONS}
+    served = {o: ndcg[f"{VARIANT}-{o}+priors"] for o in options}
     return {
         "qrels": c.qrels,
         "runs": runs,

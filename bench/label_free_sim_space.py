@@ -122,8 +122,9 @@ def passage_vectors(ranker, texts: list[str], progress: bool):
     return np.concatenate(states), np.concatenate(values)
 
 
-def query_vectors(ranker, texts: list[str]):
-    """Per query: the mean of its states through the blocks' own layers, and that mean through the value map."""
+def query_vectors(ranker, texts: list[str], through_blocks: bool = True):
+    """Per query: the mean of its states through the blocks' own layers (``through_blocks``; else the query
+    encoder's states, at the depth of the document states), and that mean through the value map."""
     import torch
     from aheadrank.rankers.base import masked_mean
     from aheadrank.rankers.blocks import key_mask
@@ -135,7 +136,7 @@ def query_vectors(ranker, texts: list[str]):
         for t in texts:
             ids, mask = pad(ranker.tokenize_queries([t]), ranker.device, ranker._text().pad)
             x = ranker.query_states(ids, mask)
-            for ib in ranker.ibs:
+            for ib in ranker.ibs if through_blocks else ():
                 x = ib.layer(x, key_mask(mask))
             m = masked_mean(x, mask)
             out_s.append(m[0].numpy())

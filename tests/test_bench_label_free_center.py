@@ -112,3 +112,29 @@ def test_the_bi_encoder_vectors_are_every_document_s_once(tmp_path, monkeypatch)
     got = lc.bi_encoder_vectors(args, c, ["a", "b", "c"])
     assert got.shape == (3, 6)
     assert got.mean(axis=0) == pytest.approx(np.mean(np.stack(list(c.docs.values())), axis=0), abs=1e-7)
+
+
+def test_the_query_at_the_documents_depth_is_the_query_encoder_s_mean():
+    import torch
+    from aheadrank.rankers.base import masked_mean
+    from aheadrank.rankers.text import pad
+    from label_free_sim_space import query_vectors, start_ranker
+
+    ranker, _ = start_ranker(None)
+    text = "cell growth in mice"
+    with torch.inference_mode():
+        ids, mask = pad(ranker.tokenize_queries([text]), ranker.device, ranker._text().pad)
+        want = masked_mean(ranker.query_states(ids, mask), mask)[0].numpy()
+        value = ranker.ibs[-1].cross.self.value(torch.tensor(want)[None])[0].numpy()
+    states, values = query_vectors(ranker, [text], through_blocks=False)
+    assert states[0] == pytest.approx(want, abs=1e-5)
+    assert values[0] == pytest.approx(value, abs=1e-5)
+    blocks, _ = query_vectors(ranker, [text])
+    assert not np.allclose(blocks[0], want, atol=1e-3)  # the build's query is read two layers deeper
+
+
+def test_the_query_options_serve_their_own_pure_scores():
+    import label_free_sim_query as sq
+
+    assert lc.pure_of(sq.OPTIONS) == {o: o for o in sq.OPTIONS}
+    assert sq.OPTIONS["blocks"] == lc.OPTIONS["none"]  # the build's residual
