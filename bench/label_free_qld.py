@@ -54,10 +54,11 @@ QLD_PROBE = WindowProbe(
 )
 
 
-def with_qld(weights: dict[str, float], feature: str = "qld") -> dict[str, float]:
-    """The served weights with the second lexical prior (query likelihood) taking half of BM25's weight."""
-    half = weights["bm25"] / 2
-    return {**weights, "bm25": half, feature: half}
+def with_qld(weights: dict[str, float], feature: str = "qld", share: float = 0.5) -> dict[str, float]:
+    """The served weights with the second lexical prior (query likelihood) taking ``share`` of BM25's weight (half;
+    all of it puts the prior in BM25's place)."""
+    moved = weights["bm25"] * share
+    return {**weights, "bm25": weights["bm25"] - moved, feature: moved}
 
 
 def candidate_scores(hits: list[tuple[str, float]], docids: list[str]) -> np.ndarray:
@@ -84,12 +85,19 @@ def qld_scores(collection: Path, workdir: Path, queries: dict[str, str], progres
 
 @dataclass(frozen=True)
 class LexicalPrior:
-    """A second lexical prior: its feature (and option) name, what the tables call it, and its scorer
-    ``scores(collection, workdir, {qid: query}, progress) -> {qid: [(docid, score)], best first}``."""
+    """A second lexical prior: its feature name, what the tables call it, its scorer ``scores(collection, workdir,
+    {qid: query}, progress) -> {qid: [(docid, score)], best first}``, the share of BM25's weight it takes and the
+    probe's name for the option (default: the feature's)."""
 
     feature: str
     label: str
     scores: Callable[[Path, Path, dict[str, str], bool], dict[str, list]]
+    share: float = 0.5
+    option: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.option or self.feature
 
 
 QLD = LexicalPrior("qld", "query likelihood", qld_scores)
@@ -125,7 +133,7 @@ def collection_rows(args, name: str, probe: WindowProbe = QLD_PROBE, prior: Lexi
         neural = c.neural(args.runs_of.get(name, folder), variant)
         w = served_weights(variant, gate)
         runs[(variant, "none")] = runs_from(with_neural(base, neural), w)
-        runs[(variant, key)] = runs_from(with_neural(with_ql, neural), with_qld(w, key))
+        runs[(variant, prior.name)] = runs_from(with_neural(with_ql, neural), with_qld(w, key, prior.share))
     alone = {k: runs_from(with_ql, {k: 1.0}) for k in ("bm25", key)}
     checks = {k: round(evaluate(r, c.qrels, ("nDCG@10",))["nDCG@10"], 4) for k, r in alone.items()}
     gates = dict.fromkeys(probe.options, gate)

@@ -54,3 +54,21 @@ def test_words_that_stand_together_score_above_the_same_words_apart(tmp_path):
     with Bm25Searcher(Bm25Hits(collection, tmp_path / "work", False).index) as searcher:
         bm25 = dict(searcher.search("heat transfer", 10))
     assert bm25["near"] == pytest.approx(bm25["apart"])
+
+
+def test_in_place_sdm_takes_all_of_bm25s_weight():
+    import label_free_qld as qld
+    import label_free_sdm_in_place as ip
+
+    assert (
+        ip.IN_PLACE.feature == "sdm" and ip.IN_PLACE.name == "sdm-in-place" and ip.PROBE.options == ip.OPTIONS
+    )
+    w = {"neural": 0.25, "bm25": 0.25, "dense": 0.25, "window": 0.25}
+    assert qld.with_qld(w, "sdm", ip.IN_PLACE.share) == {
+        "neural": 0.25,
+        "bm25": 0.0,
+        "dense": 0.25,
+        "window": 0.25,
+        "sdm": 0.25,
+    }
+    assert sdm.SDM.name == "sdm" and sdm.SDM.share == 0.5
