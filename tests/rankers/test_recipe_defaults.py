@@ -302,3 +302,24 @@ def test_bench_effectiveness_trains_with_the_resolved_options(device, variant, o
     assert effectiveness.resolved_training(lr, "tk").train.lr == 2e-5
     assert effectiveness.resolved_training(lr, "mores").train.fresh_lr == 1e-3
     assert effectiveness.resolved_training(lr, "bert").train.lr == 1e-5
+
+
+def test_the_build_help_quotes_the_recipe_s_rates_for_tk_from_the_base():
+    """``aheadrank build --help`` names the two rates as literals (deriving them would import torch into the CLI):
+    they must be the recipe's."""
+    import re
+
+    import typer.main
+    from aheadrank.rankers.recipe import recipe_for
+
+    from aheadrank.cli import app
+
+    build = typer.main.get_command(app).commands["build"]
+    helps = {p.name: p.help for p in build.params if p.name in ("lr", "fresh_lr")}
+    quoted = {
+        name: float(re.search(r"([0-9.]+e-?[0-9]+) for TK from the base", text).group(1))
+        for name, text in helps.items()
+    }
+    for name in ("cpu", "gpu"):
+        rec = recipe_for(name)
+        assert quoted == {"lr": rec.lr_tk_base, "fresh_lr": rec.fresh_lr_tk_base}
