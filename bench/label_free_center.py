@@ -296,16 +296,9 @@ def collection_rows(
 
 
 def main(argv=None) -> int:
-    from label_free_sim_space import held_out_probe, start_ranker
+    from label_free_sim_space import held_out_probe, start_probe
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args = parse_args(argv)
-    args.started = time.perf_counter()
-    ranker, _ = start_ranker(args.base)
-    rows = {}
-    for name in args.collections:
-        rows[name] = collection_rows(args, name, ranker)
-        log.info("%s: %s", name, {k: round(v, 4) for k, v in rows[name]["ndcg"].items()})
+    args, rows = start_probe(argv, parse_args, collection_rows)
     baselines = ("bm25", "bi-encoder", "bi-encoder-centre", "bi-encoder-whiten", "rrf", "fusion-equal")
     return held_out_probe(
         args, argv, rows, tuple(OPTIONS), "none", "label_free_center", baselines=baselines, pure_of=RUN_OF

@@ -34,9 +34,7 @@ Writes ``--out``: ``label_free_sim_query.{json,md}`` and ``<collection>/runs/mor
 
 from __future__ import annotations
 
-import logging
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +42,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from label_free_center import Option  # noqa: E402
 
-log = logging.getLogger("bench.label_free_sim_query")
 OPTIONS = {
     "blocks": Option(),
     "encoder": Option(query="encoder"),
@@ -54,16 +51,14 @@ OPTIONS = {
 
 def main(argv=None) -> int:
     from label_free_center import collection_rows, parse_args, pure_of
-    from label_free_sim_space import held_out_probe, start_ranker
+    from label_free_sim_space import held_out_probe, start_probe
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args = parse_args(argv, __doc__, ROOT / "bench" / "results" / "label-free" / "sim-query")
-    args.started = time.perf_counter()
-    ranker, _ = start_ranker(args.base)
-    rows = {}
-    for name in args.collections:
-        rows[name] = collection_rows(args, name, ranker, OPTIONS, current="blocks")
-        log.info("%s: %s", name, {k: round(v, 4) for k, v in rows[name]["ndcg"].items()})
+    out = ROOT / "bench" / "results" / "label-free" / "sim-query"
+    args, rows = start_probe(
+        argv,
+        lambda a: parse_args(a, __doc__, out),
+        lambda args, name, ranker: collection_rows(args, name, ranker, OPTIONS, current="blocks"),
+    )
     return held_out_probe(
         args, argv, rows, tuple(OPTIONS), "blocks", "label_free_sim_query", pure_of=pure_of(OPTIONS)
     )

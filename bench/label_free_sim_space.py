@@ -342,15 +342,22 @@ def held_out_probe(
     return 0
 
 
-def main(argv=None) -> int:
+def start_probe(argv, parse, rows_of) -> tuple:
+    """A residual probe's start: logging, ``args = parse(argv)`` (its start time in ``args.started``), the
+    label-free start, and each collection's rows ``rows_of(args, name, ranker)``, logged as they come."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args = parse_args(argv)
+    args = parse(argv)
     args.started = time.perf_counter()
     ranker, _ = start_ranker(args.base)
     rows = {}
     for name in args.collections:
-        rows[name] = collection_rows(args, name, ranker)
+        rows[name] = rows_of(args, name, ranker)
         log.info("%s: %s", name, {k: round(v, 4) for k, v in rows[name]["ndcg"].items()})
+    return args, rows
+
+
+def main(argv=None) -> int:
+    args, rows = start_probe(argv, parse_args, collection_rows)
     return held_out_probe(args, argv, rows, SPACES, "values", "label_free_sim_space", key="space")
 
 
