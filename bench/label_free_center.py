@@ -191,16 +191,21 @@ def bi_encoder_vectors(args, c, docids: list[str]) -> np.ndarray:
     return np.concatenate([np.asarray(list(c.docs.values())), np.asarray(vecs)]).astype(np.float64)
 
 
-def mapped_bi_encoder(c, q: str, vmap, window: bool) -> dict[str, np.ndarray]:
-    """Query ``q``'s dense and window features with every bi-encoder vector mapped by ``vmap``."""
+def mapped_bi_encoder(c, vmap, window: bool) -> dict[str, dict[str, np.ndarray]]:
+    """{qid: its dense and window features} with every bi-encoder vector mapped by ``vmap`` (the candidates' and
+    the windows' mapped once)."""
     from label_free_sim_space import cosines
 
-    ds = c.docids(q)
-    qv = vmap(c.qv[q])
-    out = {"dense": cosines(qv, vmap(np.stack([c.docs[d] for d in ds])))}
-    if window:
-        sims = cosines(qv, vmap(c.passages))
-        out["window"] = np.array([np.max(sims[c.rows_of[c.row_of[d]]]) for d in ds], dtype=np.float64)
+    docs = {d: vmap(v) for d, v in c.docs.items()}
+    windows = vmap(c.passages) if window else None
+    out = {}
+    for q in c.qids:
+        ds = c.docids(q)
+        qv = vmap(c.qv[q])
+        out[q] = {"dense": cosines(qv, np.stack([docs[d] for d in ds]))}
+        if window:
+            sims = cosines(qv, windows)
+            out[q]["window"] = np.array([np.max(sims[c.rows_of[c.row_of[d]]]) for d in ds], dtype=np.float64)
     return out
 
 
@@ -251,11 +256,8 @@ def collection_rows(
     bi_maps = sorted({x.bi for x in options.values() if x.bi})
     dense_moments = moments(bi_encoder_vectors(args, c, docids)) if bi_maps else None
     for how in bi_maps:
-        vmap = vector_map(how, *dense_moments)
-        feats[how] = [
-            (q, QueryFeatures(f.docids, {**f.features, **mapped_bi_encoder(c, q, vmap, gate)}, f.qrels))
-            for q, f in base
-        ]
+        mapped = mapped_bi_encoder(c, vector_map(how, *dense_moments), gate)
+        feats[how] = [(q, QueryFeatures(f.docids, {**f.features, **mapped[q]}, f.qrels)) for q, f in base]
     runs = label_free_baselines(base)
     for how in sorted(h for h in feats if h):
         runs[f"bi-encoder-{how}"] = runs_from(feats[how], {"dense": 1.0})

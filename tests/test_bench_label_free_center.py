@@ -43,12 +43,13 @@ def fake_candidates(tmp_path: Path) -> Candidates:
 
 def test_a_zero_mean_gives_the_build_s_dense_and_window_features(tmp_path):
     c = fake_candidates(tmp_path)
-    got = lc.mapped_bi_encoder(c, "q", lc.vector_map("centre", np.zeros(6), np.eye(6)), window=True)
+    got = lc.mapped_bi_encoder(c, lc.vector_map("centre", np.zeros(6), np.eye(6)), window=True)["q"]
     want = c.features("q")
     assert got["dense"] == pytest.approx(want["dense"], abs=1e-6)
     assert got["window"] == pytest.approx(want["window"], abs=1e-6)
-    assert "window" not in lc.mapped_bi_encoder(
-        c, "q", lc.vector_map(None, np.zeros(6), np.eye(6)), window=False
+    assert (
+        "window"
+        not in lc.mapped_bi_encoder(c, lc.vector_map(None, np.zeros(6), np.eye(6)), window=False)["q"]
     )
 
 
