@@ -49,9 +49,15 @@ CURRENT = "none"
 MU = 1000.0  # Anserini's default Dirichlet prior
 DEPTH = 1000  # query likelihood's hits read to score BM25's candidates
 
-QLD_PROBE = WindowProbe(
-    "label_free_qld", "lexical", OPTIONS, CURRENT, lambda o: (2, "max"), lambda o: f"lexical {o}"
-)
+
+def lexical_probe(bench: str, option: str) -> WindowProbe:
+    """The probe of a second lexical prior: options ``none`` (the build's, kept on ties) and ``option``."""
+    return WindowProbe(
+        bench, "lexical", ("none", option), "none", lambda o: (2, "max"), lambda o: f"lexical {o}"
+    )
+
+
+QLD_PROBE = lexical_probe("label_free_qld", "qld")
 
 
 def with_qld(weights: dict[str, float], feature: str = "qld", share: float = 0.5) -> dict[str, float]:

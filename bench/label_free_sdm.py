@@ -40,19 +40,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from label_free_qld import DEPTH, LexicalPrior, alone_lines  # noqa: E402
+from label_free_qld import DEPTH, LexicalPrior, alone_lines, lexical_probe  # noqa: E402
 from label_free_qld import collection_rows as lexical_rows  # noqa: E402
-from label_free_window_size import WindowProbe  # noqa: E402
 from label_free_window_size import main as probe_main  # noqa: E402
 
-OPTIONS = ("none", "sdm")
-CURRENT = "none"
 # Anserini's -sdm defaults (Metzler & Croft 2005): the words, the ordered pairs, the unordered windows
 WEIGHTS = (0.85, 0.10, 0.05)
-
-SDM_PROBE = WindowProbe(
-    "label_free_sdm", "lexical", OPTIONS, CURRENT, lambda o: (2, "max"), lambda o: f"lexical {o}"
-)
+SDM_PROBE = lexical_probe("label_free_sdm", "sdm")
+OPTIONS = SDM_PROBE.options
 
 
 def sdm_scores(collection: Path, workdir: Path, queries: dict[str, str], progress: bool) -> dict[str, list]:

@@ -38,15 +38,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from label_free_qld import collection_rows as lexical_rows  # noqa: E402
+from label_free_qld import lexical_probe  # noqa: E402
 from label_free_sdm import SDM, alone_table  # noqa: E402
-from label_free_window_size import WindowProbe  # noqa: E402
 from label_free_window_size import main as probe_main  # noqa: E402
 
 IN_PLACE = replace(SDM, share=1.0, option="sdm-in-place")
-OPTIONS = ("none", IN_PLACE.name)
-PROBE = WindowProbe(
-    "label_free_sdm_in_place", "lexical", OPTIONS, "none", lambda o: (2, "max"), lambda o: f"lexical {o}"
-)
+PROBE = lexical_probe("label_free_sdm_in_place", IN_PLACE.name)
+OPTIONS = PROBE.options
 
 
 def main(argv=None) -> int:
