@@ -61,6 +61,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--base", default=None)
     ap.add_argument("--max-test-queries", type=int, default=None)
     ap.add_argument(
+        "--split",
+        choices=("test", "train"),
+        default="test",
+        help="the judged split evaluated (train: queries no label-free setting was chosen on, for a replication)",
+    )
+    ap.add_argument(
         "--depth",
         type=int,
         default=DEPTH,
@@ -379,7 +385,7 @@ def probe_setup(args, name: str):
     build = args.workdir / name / build_name(args, name, args.ranker)
     if not (build / "build.json").is_file():
         raise SystemExit(f"no build at {build}: run bench/label_free.py with the same settings first")
-    queries, qrels = eval_topics(collection, "test", None)
+    queries, qrels = eval_topics(collection, getattr(args, "split", "test"), None)
     cands = Bm25Hits(collection, args.workdir, False).hits(queries, getattr(args, "depth", DEPTH))
     feats = dense_features(
         paths(args.workdir / name / "shared")["dense"], queries, cands, qrels, device=args.device
@@ -488,7 +494,7 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
     shared = work / "shared"
     until = "queries" if args.prepare else "dense"  # --prepare: what needs Java only
     build(plan_for(args, collection, variants[0], shared), search=hits.hits, until=until, echo=log.info)
-    queries, qrels = eval_topics(collection, "test", args.max_test_queries)
+    queries, qrels = eval_topics(collection, args.split, args.max_test_queries)
     cands = hits.hits(queries, args.depth)
     if args.prepare:
         return {}
@@ -501,6 +507,7 @@ def bench_collection(args, name: str, variants: list[str]) -> dict:
     result = {
         "collection": name,
         "test_queries": len(qids),
+        "split": args.split,
         "depth": args.depth,
         "baselines": {},
         "variants": {},
@@ -572,7 +579,7 @@ def table(results: list[dict]) -> str:
     for r in results:
         b = r["baselines"]
         lines.append(
-            f"\n### {r['collection']} ({r['test_queries']} test queries, BM25 top-{r.get('depth', DEPTH)})\n"
+            f"\n### {r['collection']} ({r['test_queries']} {r.get('split', 'test')} queries, BM25 top-{r.get('depth', DEPTH)})\n"
         )
         for name, row in r["variants"].items():
             if row.get("sources"):

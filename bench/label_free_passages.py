@@ -241,7 +241,7 @@ def candidates(args, name: str) -> Candidates:
     from benchkit import Bm25Hits, eval_topics
 
     collection = args.data / name
-    queries, qrels = eval_topics(collection, "test", None)
+    queries, qrels = eval_topics(collection, getattr(args, "split", "test"), None)
     cands = Bm25Hits(collection, args.workdir, args.progress).hits(queries, DEPTH)
     qids = sorted(q for q in queries if cands.get(q) and any(r > 0 for r in qrels.get(q, {}).values()))
     docids = sorted({d for q in qids for d, _ in cands[q]})

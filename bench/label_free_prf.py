@@ -81,6 +81,12 @@ def parse_args(
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free" / out)
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument(
+        "--split",
+        choices=("test", "train"),
+        default="test",
+        help="the judged split evaluated (train: queries no label-free setting was chosen on, for a replication)",
+    )
     if runs_of:
         ap.add_argument(
             "--runs-of",

@@ -124,7 +124,7 @@ def collection_rows(args, name: str, probe: WindowProbe = QLD_PROBE, prior: Lexi
 
     c = candidates(args, name)
     gate = multi_window(c.collection, args.sentences) >= MULTI_WINDOW
-    queries, _ = eval_topics(c.collection, "test", None)
+    queries, _ = eval_topics(c.collection, getattr(args, "split", "test"), None)
     ql = prior.scores(c.collection, args.workdir, {q: queries[q] for q in c.qids}, args.progress)
     key = prior.feature
     base = c.base()

@@ -21,6 +21,24 @@ candidates.
 
 Nothing is built or trained; the neural scores come from committed label-free builds' pure runs.
 
+**Replication on new queries** (rule fixed in the commit that added this paragraph, after ``sdm/``'s result and
+before anything below was run). In ``sdm/`` every collection, held out, chose ``sdm``, and the rule's veto kept it
+out: Cranfield's mean fell 0.0007 (0.4190 → 0.4183, no ranker significantly). Whether that loss is Cranfield's or its
+75 test queries' is measured on queries that no label-free setting was chosen on: Cranfield's and Vaswani's ``train``
+splits (SciFact's judgments stay unread, so SciFact's result stays blind to them), with the same builds
+(``bench/label_free.py --split train``, every default) and the same options, weights and ``DEPTH``:
+
+    .venv/bin/python bench/label_free.py --collections cranfield vaswani --split train \
+        --rankers mores-2ib-s2 prettr-l5-e128 tk-6l-base --out work/out-train --no-progress
+    .venv/bin/python bench/label_free_sdm.py --collections cranfield vaswani --split train \
+        --neural work/out-train:mores-2ib-s2 work/out-train:prettr-l5-e128 work/out-train:tk-6l-base \
+        --out bench/results/label-free/sdm-train
+
+``sdm`` becomes the label-free default only if, on each of the two collections' train queries, the three rankers'
+mean served nDCG@10 with ``sdm`` is not below the build's by more than rounding (5e-5: the veto of ``sdm/``, on new
+queries). Otherwise it stays out and no further SDM setting is probed on these collections. Either way the
+product change (the service scoring SDM per query) is separate work.
+
     .venv/bin/python bench/label_free_sdm.py --collections cranfield scifact vaswani \\
         --neural bench/results/label-free/maxp-cranfield-vaswani:mores-2ib-s2 \\
                  bench/results/label-free/maxp-cranfield-vaswani:prettr-l5-e128 \\
