@@ -72,3 +72,34 @@ def test_in_place_sdm_takes_all_of_bm25s_weight():
         "sdm": 0.25,
     }
     assert sdm.SDM.name == "sdm" and sdm.SDM.share == 0.5
+
+
+def test_the_replication_reads_the_split_it_is_given(monkeypatch, tmp_path):
+    """``--split train`` (SDM's replication on queries no label-free setting was chosen on) reaches the probe's
+    candidates and the builds' bench; the test split stays the default."""
+    import benchkit
+    import label_free
+    import label_free_passages as lp
+
+    neural = ["--neural", "x:mores-2ib-s2", "--collections", "a", "b"]
+    from label_free_window_size import parse_args
+
+    assert parse_args(neural).split == "test"
+    args = parse_args([*neural, "--split", "train", "--data", str(tmp_path)])
+    assert args.split == "train"
+    assert label_free.parse_args(["--split", "train"]).split == "train"
+    assert label_free.parse_args([]).split == "test"
+
+    class Read(Exception):
+        pass
+
+    seen = []
+
+    def eval_topics(collection, split, max_queries):
+        seen.append((collection, split))
+        raise Read
+
+    monkeypatch.setattr(benchkit, "eval_topics", eval_topics)
+    with pytest.raises(Read):
+        lp.candidates(args, "a")
+    assert seen == [(tmp_path / "a", "train")]
