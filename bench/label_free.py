@@ -16,7 +16,9 @@ the served score at the share fixed before anything was measured, the one that s
 Writes ``--out`` (default bench/results/label-free): ``label_free.json``, ``label_free.md`` and the TREC runs
 ``<collection>/runs/{bm25,bi-encoder,rrf,fusion-equal,<variant>,<variant>+priors}.trec.zst``.
 ``--prepare`` runs only what needs Java (the BM25 stages and the test queries' hits), so that the rest can run
-on a machine without it (bench/device/label_free.sh).
+on a machine without it (bench/device/label_free.sh). ``--split train`` evaluates the train split's queries instead
+(``results/label-free/train-split*/``): queries no label-free setting was chosen on, for replications; nothing may be
+chosen on SciFact's, whose label-free results must stay blind to its judgments.
 """
 
 from __future__ import annotations
