@@ -265,6 +265,17 @@ def eval_topics(collection: Path, split: str, max_queries: int | None) -> tuple[
     return queries, {q: j for q, j in qrels.items() if q in queries}
 
 
+def add_split_option(parser) -> None:
+    """``--split {test,train}``: the judged split a label-free bench evaluates (default test; train: queries no
+    label-free setting was chosen on, for a replication)."""
+    parser.add_argument(
+        "--split",
+        choices=("test", "train"),
+        default="test",
+        help="the judged split evaluated (train: queries no label-free setting was chosen on, for a replication)",
+    )
+
+
 def add_options(parser, specs, exclude: tuple[str, ...] = ()) -> None:
     """argparse flags for declared options (:class:`aheadrank.rankers.spec.OptionSpec`, e.g.
     ``aheadrank.rankers.recipe.training_options()``: the ones ``aheadrank train`` has), each defaulting to

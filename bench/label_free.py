@@ -39,7 +39,7 @@ DEPTH = 100
 
 def parse_args(argv=None) -> argparse.Namespace:
     from aheadrank.rankers.recipe import training_options
-    from benchkit import add_options
+    from benchkit import add_options, add_split_option
 
     from aheadrank.passages import AGGREGATIONS, LABEL_FREE_AGGREGATION
 
@@ -62,12 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free")
     ap.add_argument("--base", default=None)
     ap.add_argument("--max-test-queries", type=int, default=None)
-    ap.add_argument(
-        "--split",
-        choices=("test", "train"),
-        default="test",
-        help="the judged split evaluated (train: queries no label-free setting was chosen on, for a replication)",
-    )
+    add_split_option(ap)
     ap.add_argument(
         "--depth",
         type=int,

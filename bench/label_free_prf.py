@@ -68,6 +68,7 @@ def parse_args(
     """The arguments of a probe that chooses each collection's setting on the others (this bench's, and
     ``label_free_bm25_window.py``'s with its ``doc`` and ``out`` folder under bench/results/label-free);
     ``runs_of``: with ``--runs-of COLLECTION=DIR`` (a collection's pure runs read from another folder)."""
+    from benchkit import add_split_option
     from label_free_passages import neural_list
 
     ap = argparse.ArgumentParser(
@@ -81,12 +82,7 @@ def parse_args(
     ap.add_argument("--workdir", type=Path, default=ROOT / "work" / "label-free")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label-free" / out)
     ap.add_argument("--progress", action="store_true")
-    ap.add_argument(
-        "--split",
-        choices=("test", "train"),
-        default="test",
-        help="the judged split evaluated (train: queries no label-free setting was chosen on, for a replication)",
-    )
+    add_split_option(ap)
     if runs_of:
         ap.add_argument(
             "--runs-of",

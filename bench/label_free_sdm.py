@@ -28,10 +28,10 @@ out: Cranfield's mean fell 0.0007 (0.4190 → 0.4183, no ranker significantly). 
 splits (SciFact's judgments stay unread, so SciFact's result stays blind to them), with the same builds
 (``bench/label_free.py --split train``, every default) and the same options, weights and ``DEPTH``:
 
-    .venv/bin/python bench/label_free.py --collections cranfield vaswani --split train \
+    .venv/bin/python bench/label_free.py --collections cranfield vaswani --split train \\
         --rankers mores-2ib-s2 prettr-l5-e128 tk-6l-base --out work/out-train --no-progress
-    .venv/bin/python bench/label_free_sdm.py --collections cranfield vaswani --split train \
-        --neural work/out-train:mores-2ib-s2 work/out-train:prettr-l5-e128 work/out-train:tk-6l-base \
+    .venv/bin/python bench/label_free_sdm.py --collections cranfield vaswani --split train \\
+        --neural work/out-train:mores-2ib-s2 work/out-train:prettr-l5-e128 work/out-train:tk-6l-base \\
         --out bench/results/label-free/sdm-train
 
 ``sdm`` becomes the label-free default only if, on each of the two collections' train queries, the three rankers'
