@@ -21,7 +21,16 @@ candidates.
 
 Nothing is built or trained; the neural scores come from committed label-free builds' pure runs.
 
-**Replication on new queries** (rule fixed in the commit that added this paragraph, after ``sdm/``'s result and
+    .venv/bin/python bench/label_free_sdm.py --collections cranfield scifact vaswani \\
+        --neural bench/results/label-free/maxp-cranfield-vaswani:mores-2ib-s2 \\
+                 bench/results/label-free/maxp-cranfield-vaswani:prettr-l5-e128 \\
+                 bench/results/label-free/maxp-cranfield-vaswani:tk-6l-base \\
+        --runs-of scifact=bench/results/label-free/maxp-scifact
+
+Writes ``--out`` (``bench/results/label-free/sdm``): ``label_free_sdm.{json,md}`` and
+``<collection>/runs/VARIANT+priors+window-heldout.trec.zst`` (the served run with the held-out option).
+
+**Replication on new queries** (rule fixed in the commit that added this paragraph, `293ada2`, after ``sdm/``'s result and
 before anything below was run). In ``sdm/`` every collection, held out, chose ``sdm``, and the rule's veto kept it
 out: Cranfield's mean fell 0.0007 (0.4190 → 0.4183, no ranker significantly). Whether that loss is Cranfield's or its
 75 test queries' is measured on queries that no label-free setting was chosen on: Cranfield's and Vaswani's ``train``
@@ -38,15 +47,6 @@ splits (SciFact's judgments stay unread, so SciFact's result stays blind to them
 mean served nDCG@10 with ``sdm`` is not below the build's by more than rounding (5e-5: the veto of ``sdm/``, on new
 queries). Otherwise it stays out and no further SDM setting is probed on these collections. Either way the
 product change (the service scoring SDM per query) is separate work.
-
-    .venv/bin/python bench/label_free_sdm.py --collections cranfield scifact vaswani \\
-        --neural bench/results/label-free/maxp-cranfield-vaswani:mores-2ib-s2 \\
-                 bench/results/label-free/maxp-cranfield-vaswani:prettr-l5-e128 \\
-                 bench/results/label-free/maxp-cranfield-vaswani:tk-6l-base \\
-        --runs-of scifact=bench/results/label-free/maxp-scifact
-
-Writes ``--out`` (``bench/results/label-free/sdm``): ``label_free_sdm.{json,md}`` and
-``<collection>/runs/VARIANT+priors+window-heldout.trec.zst`` (the served run with the held-out option).
 """
 
 from __future__ import annotations
