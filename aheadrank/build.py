@@ -1094,10 +1094,11 @@ def workload(plan: BuildPlan, collection: dict):
     given = {"max_doc_len": variant.options.get("max_doc_len")}
     window = rec.init_options(given, label_free=split is None)["max_doc_len"]
     fresh_map = variant.kind == "prettr" and bool(variant.options.get("compress", 1)) and not plan.init
+    queries = min(plan.max_queries, docs) if split is None else judged_queries(plan.collection, split)
     return Workload(
         documents=docs,
         mean_words=float(collection["mean_words"]),
-        queries=min(plan.max_queries, docs) if split is None else judged_queries(plan.collection, split),
+        queries=queries,
         steps=steps,
         cost=cost_key(variant.kind, variant.options),
         window=window,
@@ -1113,6 +1114,8 @@ def workload(plan: BuildPlan, collection: dict):
         and not (cfg.cpu_amp and collection.get("cpu_bf16_native", True)),
         # a train stage stopped part-way resumes from its saved state: only the steps after it are left
         steps_done=min(saved_step(paths(plan.out)["checkpoint"]), steps),
+        # as rankers.training.split_queries holds them out
+        held_out=min(cfg.val_queries, queries // 5),
     )
 
 

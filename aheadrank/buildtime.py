@@ -21,6 +21,12 @@ passages) and, for how the rankers compare with one another in one run, ``defaul
   passages 13 ms), the others by ratio;
 - ``priors``: half a minute.
 
+The start's validation and the priors both score the queries the trainer holds out (the recipe's 100, at most a
+fifth of the queries: ``rankers.training.split_queries``), and the rates were measured with 100 of them: a smaller
+collection, with fewer, gets those two in proportion (collections of 49-60 documents, 7-8 held-out queries, took
+3-14 s of start and 1-2 s of priors where the flat rates said 60 s and 30 s:
+``bench/results/label-free/build-estimate/small-2026-12-07/``).
+
 So an estimate is the right order of magnitude, not a promise: documents of very unequal length (the estimate
 reads the mean), a loaded machine or another CPU move it. The build prints it once the collection is read, with
 the reference scaled by a probe (:func:`speed_probe`: the bi-encoder timed on 128 of the collection's documents
@@ -54,6 +60,8 @@ STEP_S = 2.6  # one step of the cpu recipe (8 groups of 8), MORES 2xIB S2; the o
 # over the speed probe's scale in the same run, 7.2 (bench/results/train-precision/float32/)
 STEP_S_FLOAT32 = 3.2
 PRIORS_S = 30.0
+# held-out queries the start's and the priors' rates were measured with (the recipes' val_queries)
+HELD_OUT_QUERIES = 100
 # per sentence window of the window prior: the demo build of 2026-11-29 (`make demo`, .demo/build-*/build.json)
 # embedded 8,531 windows in 176 s and its 1,000 documents in 68 s, 3.4x the reference DENSE_S (a busy machine):
 # 20.6 ms a window there, about 6 ms at the reference rates
@@ -96,6 +104,8 @@ class Workload:
     float32_steps: bool = False
     # a resumed train stage: the steps its saved state holds (rankers.training.saved_step)
     steps_done: int = 0
+    # queries the trainer holds out: the start validates on them and the priors are fitted on them
+    held_out: int = HELD_OUT_QUERIES
 
 
 def stored_sequences(w: Workload) -> float:
@@ -118,16 +128,17 @@ def reference_seconds(w: Workload) -> dict[str, float]:
     """Each stage's seconds on the reference machine (2 idle CPU cores)."""
     k = KIND_COST[w.cost]
     words = w.documents * w.mean_words
+    held = w.held_out / HELD_OUT_QUERIES
     return {
         "collection": 0.0,
         "bm25": BM25_S[0] + BM25_S[1] * words,
         "queries": QUERY_S * w.queries,
         "dense": DENSE_S[0] * w.documents + DENSE_S[1] * words + WINDOW_S * w.windows,
-        "train": k["start"]
+        "train": k["start"] * held
         + POOL_FIT_S * w.pool_docs
         + step_s(w) * k["step"] * max(w.steps - w.steps_done, 0),
         "store": STORE_S_PER_SEQUENCE * k["store"] * stored_sequences(w),
-        "priors": PRIORS_S,
+        "priors": PRIORS_S * held,
     }
 
 

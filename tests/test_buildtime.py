@@ -115,6 +115,29 @@ def test_a_label_free_plan_estimates_what_the_build_will_run(tmp_path):
     assert not workload(gpu, {**info, "cpu_bf16_native": False}).float32_steps  # the GPU recipe, probe-scaled
 
 
+def test_the_start_and_the_priors_follow_the_held_out_queries(tmp_path):
+    """The start's validation and the priors score the queries the trainer holds out: a collection too small for the
+    recipe's 100 holds out a fifth of its queries, and those two stages shrink with it; the rest does not move."""
+    from aheadrank.buildtime import HELD_OUT_QUERIES, PRIORS_S
+
+    ref = reference_seconds(SCIFACT)
+    assert SCIFACT.held_out == HELD_OUT_QUERIES and ref["priors"] == PRIORS_S
+    small = reference_seconds(dataclasses.replace(SCIFACT, held_out=8))
+    assert small["priors"] == pytest.approx(PRIORS_S * 8 / HELD_OUT_QUERIES)
+    assert small["train"] == pytest.approx(KIND_COST["mores"]["start"] * 8 / HELD_OUT_QUERIES)
+    assert {k: v for k, v in small.items() if k not in ("train", "priors")} == {
+        k: v for k, v in ref.items() if k not in ("train", "priors")
+    }
+    trained = dataclasses.replace(SCIFACT, steps=360, held_out=8)  # the steps stay what they cost
+    assert reference_seconds(trained)["train"] - small["train"] == pytest.approx(360 * 2.6)
+    coll = tmp_path / "c.jsonl"
+    coll.write_text('{"id": "d1", "contents": "a b c"}\n')
+    plan = BuildPlan(str(coll), str(tmp_path / "o"), labels="none")
+    val = RECIPES["cpu"].val_queries
+    assert workload(plan, {"documents": 60, "mean_words": 30.0}).held_out == 12  # a fifth of 60
+    assert workload(plan, {"documents": 20000, "mean_words": 30.0}).held_out == val  # the recipe's, of 3,000
+
+
 def test_the_window_prior_adds_its_windows_to_the_dense_stage(tmp_path):
     from aheadrank.buildtime import WINDOW_S
 
