@@ -1082,7 +1082,7 @@ def workload(plan: BuildPlan, collection: dict):
     record (its documents and their mean length)."""
     from aheadrank.buildtime import Workload, cost_key
     from aheadrank.rankers.recipe import POOL_DOCS, recipe_for, resolve_training
-    from aheadrank.rankers.training import saved_step
+    from aheadrank.rankers.training import held_out_count, saved_step
 
     variant = plan_variant(plan)
     split = judged_split(plan.collection, plan.labels)
@@ -1114,8 +1114,7 @@ def workload(plan: BuildPlan, collection: dict):
         and not (cfg.cpu_amp and collection.get("cpu_bf16_native", True)),
         # a train stage stopped part-way resumes from its saved state: only the steps after it are left
         steps_done=min(saved_step(paths(plan.out)["checkpoint"]), steps),
-        # as rankers.training.split_queries holds them out
-        held_out=min(cfg.val_queries, queries // 5),
+        held_out=held_out_count(queries, cfg.val_queries),
     )
 
 

@@ -148,11 +148,16 @@ class TrainResult:
     validated: bool = True  # False: no held-out queries, best_metric is the last step's negative loss
 
 
+def held_out_count(queries: int, n_val: int) -> int:
+    """How many of ``queries`` trainable queries :func:`split_queries` holds out: ``n_val``, at most a fifth."""
+    return min(n_val, queries // 5)
+
+
 def split_queries(data: TrainingData, n_val: int, seed: int) -> tuple[list[str], list[str]]:
     qids = data.trainable()
     rng = random.Random(seed)
     rng.shuffle(qids)
-    n_val = min(n_val, len(qids) // 5)
+    n_val = held_out_count(len(qids), n_val)
     return sorted(qids[n_val:]), sorted(qids[:n_val])
 
 
