@@ -41,6 +41,11 @@ Paired comparison (:func:`compare`, :func:`paired_test`): run A is the baseline,
   is a fraction of A's *true* mean, A's sampling variance enters the test through d. For reference,
   ``p_fixed_margin`` is the variant that treats delta * mean(A) as a known constant: one-sided test of
   B_i - A_i + delta * mean(A) > 0 (same mean, variance of B - A only); verdicts use ``p``.
+* how precise the difference is: its two-sided (1 - alpha) t confidence interval (``ci_low``, ``ci_high``), and
+  the smallest true mean difference the two-sided test would detect with probability :data:`POWER` (80 %) at
+  this many queries with the observed per-query spread (``detectable``, from the noncentral t distribution;
+  :func:`detectable_difference`). A difference well inside ``detectable`` is one the queries cannot tell from
+  zero either way: :func:`queries_needed` says how many queries would.
 * degenerate samples: with fewer than two queries t and p are NaN (never significant); with zero
   variance the test takes its limit (t = +-inf, p = 0 or 1; p = 1 when the mean is exactly 0).
 """
@@ -65,11 +70,13 @@ Qrels = dict[str, dict[str, int]]
 DEFAULT_METRICS = ("nDCG@10", "MRR@10", "R@100", "MAP", "P@10")
 DEFAULT_MARGINS = (0.02, 0.05)
 DEFAULT_ALPHA = 0.05
+POWER = 0.8  # the probability of detection :func:`detectable_difference` and :func:`queries_needed` are at
 
 __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_MARGINS",
     "DEFAULT_METRICS",
+    "POWER",
     "Coverage",
     "EvaluationError",
     "Measure",
@@ -82,10 +89,13 @@ __all__ = [
     "by_score",
     "compare",
     "coverage",
+    "detectable_difference",
     "evaluate",
+    "mean_interval",
     "paired_test",
     "parse_metric",
     "per_query",
+    "queries_needed",
     "ranking",
     "read_run",
     "write_run",
@@ -375,6 +385,69 @@ def _t_test(x: np.ndarray, alternative: str) -> tuple[float, float]:
     return float(result.statistic), float(result.pvalue)
 
 
+def mean_interval(x: np.ndarray, alpha: float = DEFAULT_ALPHA) -> tuple[float, float]:
+    """The two-sided (1 - ``alpha``) t confidence interval of mean(x); NaN with fewer than two values."""
+    if x.size < 2:
+        return math.nan, math.nan
+    from scipy import stats
+
+    mean = float(x.mean())
+    half = float(stats.t.ppf(1 - alpha / 2, x.size - 1)) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return mean - half, mean + half
+
+
+def _power(effect: float, n: int, alpha: float) -> float:
+    """The probability that the two-sided one-sample t-test at ``alpha`` over ``n`` values rejects a zero mean
+    when the true mean is ``effect`` standard deviations (noncentral t)."""
+    from scipy import stats
+
+    df, nc = n - 1, abs(effect) * math.sqrt(n)
+    crit = float(stats.t.ppf(1 - alpha / 2, df))
+    upper, lower = float(stats.nct.sf(crit, df, nc)), float(stats.nct.cdf(-crit, df, nc))
+    # far from zero scipy's tails can come back NaN: there the far tail is nil and the near one whole
+    upper = upper if math.isfinite(upper) else 1.0
+    lower = lower if math.isfinite(lower) else 0.0
+    return min(1.0, upper + lower)
+
+
+def detectable_difference(sd: float, n: int, alpha: float = DEFAULT_ALPHA, power: float = POWER) -> float:
+    """The smallest true mean difference that a two-sided paired t-test at ``alpha`` over ``n`` queries detects
+    with probability ``power``, where the per-query differences have standard deviation ``sd``; NaN with fewer
+    than two queries or an undefined ``sd``."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    if sd == 0.0:
+        return 0.0
+    from scipy.optimize import brentq
+
+    high = 1.0
+    while _power(high, n, alpha) < power:  # an effect (in SDs) large enough to bracket the root
+        high *= 2
+    return float(brentq(lambda e: _power(e, n, alpha) - power, 0.0, high, xtol=1e-10)) * sd
+
+
+def queries_needed(
+    diff: float, sd: float, alpha: float = DEFAULT_ALPHA, power: float = POWER, most: int = 10**7
+) -> int | None:
+    """How many queries a two-sided paired t-test at ``alpha`` needs to detect a true mean difference ``diff`` with
+    probability ``power`` when the per-query differences have standard deviation ``sd`` (the smallest such n, at
+    least 2); None where ``diff`` is 0 or not finite, ``sd`` not finite, or it would take more than ``most``."""
+    if not (math.isfinite(diff) and math.isfinite(sd)) or diff == 0.0:
+        return None
+    if sd == 0.0:
+        return 2
+    effect = abs(diff) / sd
+    low, high = 1, 2  # power(low) < power <= power(high)
+    while _power(effect, high, alpha) < power:
+        if high >= most:
+            return None
+        low, high = high, min(2 * high, most)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if _power(effect, mid, alpha) >= power else (mid, high)
+    return high
+
+
 @dataclass(frozen=True)
 class NonInferiority:
     """One non-inferiority test of B against A at ``margin`` (a fraction of A's mean)."""
@@ -404,6 +477,10 @@ class PairedComparison:
     p: float  # two-sided p-value
     alpha: float
     non_inferiority: tuple[NonInferiority, ...]
+    ci_low: float = math.nan  # the two-sided (1 - alpha) t confidence interval of mean(B - A)
+    ci_high: float = math.nan
+    # the smallest true |mean(B - A)| the t-test detects with probability POWER over these queries
+    detectable: float = math.nan
 
     @property
     def n(self) -> int:
@@ -468,6 +545,8 @@ def paired_test(
     mean_a = float(xa.mean()) if qids else math.nan
     mean_b = float(xb.mean()) if qids else math.nan
     t, p = _t_test(xb - xa, "two-sided")
+    ci_low, ci_high = mean_interval(xb - xa, alpha)
+    sd = float((xb - xa).std(ddof=1)) if len(qids) > 1 else math.nan
     tests = []
     for margin in margins:
         d = xb - (1.0 - margin) * xa
@@ -497,6 +576,9 @@ def paired_test(
         p=p,
         alpha=float(alpha),
         non_inferiority=tuple(tests),
+        ci_low=ci_low,
+        ci_high=ci_high,
+        detectable=detectable_difference(sd, len(qids), alpha),
     )
 
 

@@ -26,10 +26,12 @@ from aheadrank.evaluation import (
     RunFileError,
     compare,
     coverage,
+    detectable_difference,
     evaluate,
     paired_test,
     parse_metric,
     per_query,
+    queries_needed,
     ranking,
     read_run,
     write_run,
@@ -366,6 +368,49 @@ def test_paired_test_edge_cases():
         identical.at(0.1)
 
 
+def test_the_interval_of_the_difference_equals_scipys():
+    rng = np.random.default_rng(2)
+    a = rng.uniform(0.0, 1.0, 40)
+    b = np.clip(a + rng.normal(0.02, 0.1, 40), 0, 1)
+    cmp = paired_test(_per_query(a), _per_query(b))
+    ref = stats.ttest_rel(b, a).confidence_interval(0.95)
+    assert (cmp.ci_low, cmp.ci_high) == pytest.approx((ref.low, ref.high))
+    assert (cmp.ci_low > 0) == (cmp.p < 0.05 and cmp.mean_diff > 0)  # the interval and the test agree
+    wide = paired_test(_per_query(a), _per_query(b), alpha=0.01)
+    assert wide.ci_low < cmp.ci_low < cmp.ci_high < wide.ci_high
+
+
+def test_detectable_difference_and_queries_needed_agree_with_the_textbook_and_a_simulation():
+    # Cohen's d = 0.5 at alpha 0.05, two-sided, power 0.8: 34 pairs (G*Power and every power table)
+    assert queries_needed(0.05, 0.1) == 34 and queries_needed(-0.05, 0.1) == 34
+    assert detectable_difference(0.1, 34) <= 0.05 < detectable_difference(0.1, 33)
+    # large samples: the normal approximation (z_0.975 + z_0.8) * sd / sqrt(n)
+    assert detectable_difference(0.2, 5000) == pytest.approx(2.8016 * 0.2 / math.sqrt(5000), rel=1e-3)
+    # at the detectable difference the t-test rejects 80 % of simulated samples (4,000 of them: +- 0.02 at 3 SD)
+    rng = np.random.default_rng(3)
+    n, sd = 25, 0.15
+    d = detectable_difference(sd, n)
+    samples = rng.normal(d, sd, (4000, n))
+    rejected = stats.ttest_1samp(samples, 0.0, axis=1).pvalue < 0.05
+    assert rejected.mean() == pytest.approx(0.8, abs=0.02)
+    assert queries_needed(0.0, 0.1) is None and queries_needed(1e-6, 1.0, most=1000) is None
+    assert math.isnan(detectable_difference(0.1, 1)) and detectable_difference(0.0, 10) == 0.0
+    assert queries_needed(0.01, 0.0) == 2  # no spread: two queries tell
+
+
+def test_a_comparison_says_what_it_could_have_detected():
+    rng = np.random.default_rng(4)
+    a = rng.uniform(0.2, 0.9, 300)
+    b = a + rng.normal(0.0, 0.05, 300)
+    cmp = paired_test(_per_query(a), _per_query(b))
+    assert cmp.detectable == pytest.approx(detectable_difference(float(np.std(b - a, ddof=1)), 300))
+    few = paired_test(_per_query(a[:30]), _per_query(b[:30]))
+    assert few.detectable > 2.5 * cmp.detectable  # ten times fewer queries: about sqrt(10) times coarser
+    single = paired_test({"1": 0.5}, {"1": 0.6})
+    assert math.isnan(single.ci_low) and math.isnan(single.detectable)
+    assert single.to_dict()["ci_low"] is None and single.to_dict()["detectable"] is None
+
+
 def test_compare_runs_counts_a_query_missing_from_one_run_as_zero():
     qrels = {"1": {"a": 1}, "2": {"b": 1}, "3": {"c": 1}}
     run_a = {"1": {"a": 1.0}, "2": {"b": 1.0}, "3": {"x": 1.0, "c": 0.5}}
@@ -450,6 +495,9 @@ def test_cli_compare_with_json_and_env_vars(files, monkeypatch):
     assert [t["margin"] for t in paired["non_inferiority"]] == [0.02, 0.05]
     a = np.array([5 / 9, 7 / 12])
     assert paired["p"] == pytest.approx(stats.ttest_rel(np.ones(2), a).pvalue)
+    ci = stats.ttest_rel(np.ones(2), a).confidence_interval(0.95)
+    assert (paired["ci_low"], paired["ci_high"]) == pytest.approx((ci.low, ci.high))
+    assert paired["detectable"] > 0 and "95% CI" in result.stdout and "detects" in result.stdout
 
 
 def test_cli_reads_beir_qrels_tsv_and_directories(files):

@@ -92,7 +92,7 @@ def evaluate_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from aheadrank.evaluation import coverage, paired_test, parse_metric, per_query, read_run
+    from aheadrank.evaluation import POWER, coverage, paired_test, parse_metric, per_query, read_run
     from aheadrank.indexer.topics import qrels_path, read_qrels
 
     if json_out is not None:  # before anything is read: the JSON never lands on an input
@@ -123,7 +123,7 @@ def evaluate_cmd(
             )
     values = {label: per_query(data, judged, names) for label, (_, data) in runs.items()}
 
-    console = Console(width=max(Console().width, 110))
+    console = Console(width=max(Console().width, 140))
     for label, (path, _) in runs.items():
         console.print(_coverage_line(label, path, covs[label]), highlight=False, soft_wrap=True)
 
@@ -146,12 +146,15 @@ def evaluate_cmd(
             "A",
             "B",
             "B−A",
+            f"{(1 - alpha) * 100:g}% CI",
+            "detects",
             "B/A",
             "t-test p",
             *(f"NI {m * 100:g}%" for m in margin_list),
             title=f"A = {run.name} (baseline), B = {compare.name} (candidate), {tests[names[0]].n} queries",
             caption=(
-                f"t-test: two-sided paired. NI δ: non-inferiority, one-sided paired t-test of "
+                f"t-test: two-sided paired; CI: its interval of B − A; detects: the |B − A| it finds "
+                f"{POWER:.0%} of the time over these queries. NI δ: non-inferiority, one-sided paired t-test of "
                 f"B − (1−δ)·A > 0; 'yes' when p < {alpha:g}."
             ),
         )
@@ -161,6 +164,8 @@ def evaluate_cmd(
                 _fmt(test.mean_a),
                 _fmt(test.mean_b),
                 f"{test.mean_diff:+.4f}",
+                f"[{test.ci_low:+.4f}, {test.ci_high:+.4f}]" if test.n > 1 else "",
+                _fmt(test.detectable),
                 _fmt(test.ratio, 3),
                 _p(test.p) + (" *" if test.significant else ""),
                 *(f"{'yes' if ni.non_inferior else 'no'} (p={_p(ni.p)})" for ni in test.non_inferiority),
