@@ -479,6 +479,7 @@ class PairedComparison:
     non_inferiority: tuple[NonInferiority, ...]
     ci_low: float = math.nan  # the two-sided (1 - alpha) t confidence interval of mean(B - A)
     ci_high: float = math.nan
+    sd: float = math.nan  # the standard deviation of the per-query B - A
     # the smallest true |mean(B - A)| the t-test detects with probability POWER over these queries
     detectable: float = math.nan
 
@@ -578,6 +579,7 @@ def paired_test(
         non_inferiority=tuple(tests),
         ci_low=ci_low,
         ci_high=ci_high,
+        sd=sd,
         detectable=detectable_difference(sd, len(qids), alpha),
     )
 

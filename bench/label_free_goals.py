@@ -76,14 +76,10 @@ def pooled(splits: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, flo
 
 def row(goal: str, candidate: str, baseline: str, b: dict[str, float], a: dict[str, float] | float) -> dict:
     """One goal: ``b`` against run ``a`` (paired) or against the number ``a`` (the one-sample t-test of B - a)."""
-    import numpy as np
-
-    from aheadrank.evaluation import detectable_difference, paired_test, queries_needed
+    from aheadrank.evaluation import paired_test, queries_needed
 
     c = paired_test(dict.fromkeys(b, a) if isinstance(a, float) else a, b, metric=METRIC)
-    diff, sd = c.mean_diff, float(np.std(list(c.diffs.values()), ddof=1))
-    detects = detectable_difference(sd, c.n)
-    side = "met" if diff >= 0 else "not met"
+    side = "met" if c.mean_diff >= 0 else "not met"
     verdict = f"{side}, {'significantly' if c.p < 0.05 else 'not significantly'}"
     return {
         "goal": goal,
@@ -92,11 +88,11 @@ def row(goal: str, candidate: str, baseline: str, b: dict[str, float], a: dict[s
         "queries": c.n,
         "candidate_mean": c.mean_b,
         "baseline_mean": c.mean_a,
-        "diff": diff,
+        "diff": c.mean_diff,
         "ci95": [c.ci_low, c.ci_high],
         "p": c.p,
-        "detects": detects,
-        "queries_for_diff": queries_needed(diff, sd),
+        "detects": c.detectable,
+        "queries_for_diff": queries_needed(c.mean_diff, c.sd),
         "verdict": verdict,
     }
 
@@ -155,6 +151,8 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> dict:
     from benchkit import machine, write_record
 
+    from aheadrank.evaluation import POWER
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the collections")
     parser.add_argument("--collections", nargs="+", default=["scifact", "cranfield", "vaswani"])
@@ -176,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
             "# The label-free goals: what the committed runs can show (bench/label_free_goals.py)",
             "",
             "nDCG@10. diff: candidate − baseline; 95 % CI of it (paired t); p: two-sided paired t-test; detects: the"
-            " |diff| that test finds 80 % of the time over these queries, given their spread; queries for diff: how"
+            f" |diff| that test finds {POWER:.0%} of the time over these queries, given their spread; queries for diff: how"
             " many it would need for the observed diff to be found that often.",
             "",
             table(rows),
