@@ -184,6 +184,11 @@ class BuildPlan:
     # BM25's analyzer (indexer.language.BM25_LANGUAGES); auto: the collection stage's guess where it is one of
     # them, else English
     language: str = "auto"
+    # where the dense and store stages encode their shards (aheadrank index --scheduler / --workers): a Dask
+    # scheduler's address (its workers write to this build's folder, so they must see it at the same path), or a
+    # local cluster of that many worker processes; neither: this process. Not pinned: the shards are the same
+    scheduler: str | None = None
+    workers: int | None = None
 
     def directory(self) -> Path:
         return Path(self.out)
@@ -598,13 +603,27 @@ def stage_bm25(plan: BuildPlan) -> dict:
     return {"language": language}
 
 
+def dask_record(plan: BuildPlan) -> dict:
+    """Where a stage's shards were encoded, for its record: a Dask scheduler or a local cluster (else nothing)."""
+    if plan.scheduler:
+        return {"scheduler": plan.scheduler}
+    return {"workers": plan.workers} if plan.workers else {}
+
+
 def stage_dense(plan: BuildPlan, documents: int | None = None) -> dict:
     from aheadrank.indexer.build import ensure_dense_field
 
     summary = ensure_dense_field(
-        plan.collection, paths(plan.out)["dense"], plan.base, plan.device, plan.progress, documents
+        plan.collection,
+        paths(plan.out)["dense"],
+        plan.base,
+        plan.device,
+        plan.progress,
+        documents,
+        scheduler=plan.scheduler,
+        workers=plan.workers,
     )
-    info = {"docs_per_s": round(summary.docs_per_s, 1)} if summary else {}
+    info = {"docs_per_s": round(summary.docs_per_s, 1), **dask_record(plan)} if summary else {}
     if summary and summary.documents_reused:  # resumed: this run's time is part of the stage's work
         info["documents_reused"] = summary.documents_reused
     if stores_windows(plan):
@@ -620,7 +639,15 @@ def _window_field(plan: BuildPlan) -> dict:
 
     p = paths(plan.out)
     summary = ensure_window_field(
-        plan.collection, p["windows"], p["dense"], plan.base, WINDOW_SENTENCES, plan.device, plan.progress
+        plan.collection,
+        p["windows"],
+        p["dense"],
+        plan.base,
+        WINDOW_SENTENCES,
+        plan.device,
+        plan.progress,
+        scheduler=plan.scheduler,
+        workers=plan.workers,
     )
     if summary is None:
         return {}
@@ -840,6 +867,8 @@ def stage_store(plan: BuildPlan, documents: int | None = None) -> dict:
         passages=passages,
         dtype=plan.dtype,
         documents=documents,  # the progress bars' total
+        scheduler=plan.scheduler,
+        workers=plan.workers,
     )
     summary = build_store(opts)
     if passages:
@@ -862,6 +891,7 @@ def stage_store(plan: BuildPlan, documents: int | None = None) -> dict:
         "store_bytes": sizes["all"],
         **({"passages_bytes": sizes["passages"]} if passages else {}),
         **({"windows_bytes": sizes["windows"]} if windows else {}),
+        **dask_record(plan),
     }
 
 
@@ -1279,6 +1309,9 @@ def build(
         raise AheadrankError(f"--positive is {' or '.join(POSITIVES)}, not {plan.positive!r}")
     if plan.teacher not in TEACHER_NAMES:
         raise AheadrankError(f"--teacher is {' or '.join(TEACHER_NAMES)}, not {plan.teacher!r}")
+    from aheadrank.indexer.build import check_dask
+
+    check_dask(plan.scheduler, plan.workers)
     from aheadrank.store.spec import DTYPES
 
     if plan.dtype not in DTYPES:

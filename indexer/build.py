@@ -552,6 +552,12 @@ def index_room(opts: BuildOptions) -> tuple[str | None, int]:
     return line, docs
 
 
+def check_dask(scheduler: str | None, workers: int | None) -> None:
+    """Refuse both a Dask scheduler and a local cluster's size: the shards are encoded on one or the other."""
+    if scheduler and workers:
+        raise AheadrankError("give --scheduler or --workers, not both")
+
+
 def _build_dask(opts: BuildOptions, spec, todo: Iterator, finished) -> None:
     """One Dask task per shard on an existing cluster (``--scheduler``) or a local one (``--workers``)."""
     from dask.distributed import Client, LocalCluster, as_completed
@@ -572,7 +578,7 @@ def _build_dask(opts: BuildOptions, spec, todo: Iterator, finished) -> None:
         futures = [
             client.submit(
                 shard_task,
-                str(Path(opts.checkpoint).resolve()),
+                str(Path(opts.checkpoint).resolve()) if opts.checkpoint else "",  # "": the packaged base
                 opts.strategy,
                 opts.device,
                 opts.max_doc_len,
@@ -605,10 +611,13 @@ def ensure_dense_field(
     device: str = "cpu",
     progress: bool = True,
     documents: int | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
 ) -> BuildSummary | None:
     """The collection's dense field (the base bi-encoder's document embeddings, ``base`` None or "" for the
     packaged one) as a store of its own at ``path``, built once: None when a complete one is there already.
-    ``documents``: the collection's, where counted (the progress bar's total)."""
+    ``documents``: the collection's, where counted (the progress bar's total); ``scheduler`` / ``workers``: its
+    shards encoded by Dask (:class:`BuildOptions`)."""
     from aheadrank.store import read_manifest
 
     if (Path(path) / "manifest.json").is_file() and read_manifest(path).complete:
@@ -622,6 +631,8 @@ def ensure_dense_field(
             progress=progress,
             encoder="dense",
             documents=documents,
+            scheduler=scheduler,
+            workers=workers,
         )
     )
 
@@ -801,10 +812,13 @@ def ensure_window_field(
     sentences: int,
     device: str = "cpu",
     progress: bool = True,
+    scheduler: str | None = None,
+    workers: int | None = None,
 ) -> BuildSummary | None:
     """The collection's sentence windows (store/windows.py) embedded by the dense prior's bi-encoder, as a store
     of its own at ``path``, bound to the collection of the complete dense field ``dense_field`` (built from the
-    same collection: its fingerprint is the store's); built once: None when a complete one is there already."""
+    same collection: its fingerprint is the store's); built once: None when a complete one is there already.
+    ``scheduler`` / ``workers``: its shards encoded by Dask (:class:`BuildOptions`)."""
     from aheadrank.store import read_manifest
     from aheadrank.store.windows import window_record
 
@@ -826,6 +840,8 @@ def ensure_window_field(
             progress=progress,
             encoder="windows",
             split_record=record,
+            scheduler=scheduler,
+            workers=workers,
         )
     )
 

@@ -1228,3 +1228,51 @@ def test_a_long_texts_dense_priors_are_embedded_in_turns_and_stop_when_the_clien
         assert sum(isinstance(x, int) for x in log) == 1
     finally:
         backend.close()
+
+
+def _stored(path: Path) -> dict[str, dict[str, np.ndarray]]:
+    """Every document's fields in the store at ``path``, as float32."""
+    with StoreReader(path) as reader:
+        ids = reader.docids()
+        batch = reader.fetch(ids)
+        return {
+            d: {k: v[row, : int(batch.lengths[row])].astype(np.float32) for k, v in batch.fields.items()}
+            for row, d in enumerate(batch.docids)
+        }
+
+
+def test_a_build_on_a_local_dask_cluster_stores_what_one_process_does(built_long, tiny_base, tmp_path):
+    """--workers N: the dense and store stages encode their shards on a local Dask cluster, and store what the
+    build in one process stored (its store, passages, dense field and windows); the stages record it, and the
+    build resumes with or without it (not a setting of what is built). --scheduler and --workers together are
+    refused before any work."""
+    ref, ref_record = built_long
+    out = tmp_path / "dask"
+    record = build(plan(ref_record.plan["collection"], out, tiny_base, workers=2), echo=lambda _: None)
+    assert record.stages["dense"]["workers"] == 2 and record.stages["store"]["workers"] == 2
+    assert "workers" not in ref_record.stages["store"]
+    assert record.stages["store"]["passages"] and record.stages["store"]["windows"]
+    a, b = paths(ref), paths(out)
+    assert load_ranker(a["checkpoint"]).fingerprint == load_ranker(b["checkpoint"]).fingerprint
+    for sub in ("", "passages", "dense", "windows"):
+        mine, theirs = _stored(b["store"] / sub), _stored(a["store"] / sub)
+        assert list(mine) == list(theirs) and mine, sub
+        for d in mine:
+            for k in mine[d]:  # float16 values: the same, whatever the threads that summed them
+                np.testing.assert_allclose(
+                    mine[d][k], theirs[d][k], rtol=2e-3, atol=2e-3, err_msg=f"{sub} {d} {k}"
+                )
+    said: list[str] = []
+    build(plan(ref_record.plan["collection"], out, tiny_base), echo=said.append)
+    assert sum("done before" in line for line in said) == len(STAGES)
+    with pytest.raises(AheadrankError, match="--scheduler or --workers, not both"):
+        build(
+            plan(
+                ref_record.plan["collection"],
+                tmp_path / "x",
+                tiny_base,
+                scheduler="tcp://127.0.0.1:1",
+                workers=2,
+            )
+        )
+    assert not (tmp_path / "x").exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import device_opt, opt, user_errors
+from aheadrank.cli.options import device_opt, opt, scheduler_opt, user_errors, workers_opt
 from aheadrank.logs import cli_logging
 
 
@@ -139,6 +139,13 @@ def build_cmd(
         help="how the store holds the ranker's document side, as aheadrank index --dtype: float16, int8 (2x "
         "smaller), book4 or book2 (4x / 8x: a codebook per shard and dimension); the dense field stays float16",
     ),
+    scheduler: str | None = scheduler_opt(
+        "the dense and store stages encode their shards on this Dask scheduler's workers, tcp://HOST:PORT (they "
+        "write into --out, so they must see it at the same path); the other stages run here"
+    ),
+    workers: int | None = workers_opt(
+        "the dense and store stages encode their shards on a local Dask cluster of N worker processes"
+    ),
     language: str = opt(
         "auto",
         "--language",
@@ -182,6 +189,8 @@ def build_cmd(
         teacher=teacher,
         dtype=dtype,
         language=language,
+        scheduler=scheduler,
+        workers=workers,
     )
     # SIGTERM (docker stop, a job runner's timeout) stops the build as Ctrl-C does: the stage running says where
     # it stopped, what is done stays, the lock is released. Left at its default, SIGTERM killed the process

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from aheadrank.cli.app import app
-from aheadrank.cli.options import device_opt, env, opt, user_errors
+from aheadrank.cli.options import device_opt, env, opt, scheduler_opt, user_errors, workers_opt
 from aheadrank.errors import AheadrankError
 from aheadrank.indexer.collections import CollectionFormat
 
@@ -160,8 +160,8 @@ def index_cmd(
         "a codebook fitted to the shard's values).",
     ),
     compression: str = opt("none", "--compression", help="none or zstd."),
-    scheduler: str | None = opt(None, "--scheduler", help="Dask scheduler address, tcp://HOST:PORT."),
-    workers: int | None = opt(None, "--workers", min=1, help="Run on a local Dask cluster of N workers."),
+    scheduler: str | None = scheduler_opt(),
+    workers: int | None = workers_opt(),
     strict: bool = opt(
         False,
         "--strict/--no-strict",
@@ -215,12 +215,12 @@ def index_cmd(
         build_dense,
         build_passages,
         build_store,
+        check_dask,
         index_room,
         index_windows,
     )
 
-    if scheduler and workers:
-        raise AheadrankError("give --scheduler or --workers, not both")
+    check_dask(scheduler, workers)
     opts = BuildOptions(
         checkpoint=str(checkpoint),
         collection=str(collection),

@@ -55,6 +55,16 @@ def device_opt(help: str = "cpu, cuda, cuda:N or auto (cuda where a GPU is visib
     return opt("cpu", "--device", help=help, callback=_checked_device)
 
 
+def scheduler_opt(help: str = "Dask scheduler address, tcp://HOST:PORT.") -> Any:
+    """``--scheduler`` (``AHEADRANK_SCHEDULER``): shards encoded by an existing Dask cluster."""
+    return opt(None, "--scheduler", help=help)
+
+
+def workers_opt(help: str = "Run on a local Dask cluster of N workers.") -> Any:
+    """``--workers`` (``AHEADRANK_WORKERS``): shards encoded by a local Dask cluster of that many processes."""
+    return opt(None, "--workers", min=1, help=help)
+
+
 def _checked_verify_mode(value: str) -> str:
     from aheadrank.store.verify import VERIFY_MODES
 
