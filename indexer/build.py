@@ -18,6 +18,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -558,8 +559,29 @@ def check_dask(scheduler: str | None, workers: int | None) -> None:
         raise AheadrankError("give --scheduler or --workers, not both")
 
 
+@contextmanager
+def quiet_dask() -> Iterator[None]:
+    """Dask's own INFO lines (a local cluster's start and stop: about a hundred a build, in Dask's format) only where
+    aheadrank logs at DEBUG; its warnings and errors always."""
+    import distributed  # noqa: F401 -- it sets its logger's level when first imported: before the change below
+
+    logger = logging.getLogger("distributed")
+    before = logger.level
+    if not logging.getLogger("aheadrank").isEnabledFor(logging.DEBUG):
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
 def _build_dask(opts: BuildOptions, spec, todo: Iterator, finished) -> None:
     """One Dask task per shard on an existing cluster (``--scheduler``) or a local one (``--workers``)."""
+    with quiet_dask():
+        _run_dask(opts, spec, todo, finished)
+
+
+def _run_dask(opts: BuildOptions, spec, todo: Iterator, finished) -> None:
     from dask.distributed import Client, LocalCluster, as_completed
 
     cluster = None
@@ -568,8 +590,14 @@ def _build_dask(opts: BuildOptions, spec, todo: Iterator, finished) -> None:
         threads = None
     else:
         n = int(opts.workers or 1)
+        # the scheduler's HTTP routes (health, metrics; no dashboard without bokeh) on a free loopback port, not
+        # on 8787, which a second build at the same time would find taken
         cluster = LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
         )
         client = Client(cluster)
         threads = max(1, (os.cpu_count() or 1) // n)

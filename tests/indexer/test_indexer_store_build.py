@@ -215,6 +215,28 @@ def test_local_dask_cluster_builds_the_same_store(collection, checkpoints, tmp_p
     assert verify_store(dask) == [] and read_manifest(dask).text_digest
 
 
+def test_dask_says_only_its_warnings_unless_aheadrank_logs_at_debug():
+    import logging
+
+    from aheadrank.indexer.build import quiet_dask
+
+    dask_log, ours = logging.getLogger("distributed"), logging.getLogger("aheadrank")
+    before = (dask_log.level, ours.level)
+    try:
+        dask_log.setLevel(logging.INFO)  # what Dask's own configuration sets on import
+        ours.setLevel(logging.INFO)
+        with quiet_dask():
+            assert not logging.getLogger("distributed.scheduler").isEnabledFor(logging.INFO)
+            assert logging.getLogger("distributed.nanny").isEnabledFor(logging.WARNING)
+        assert dask_log.level == logging.INFO  # given back
+        ours.setLevel(logging.DEBUG)
+        with quiet_dask():
+            assert logging.getLogger("distributed.scheduler").isEnabledFor(logging.INFO)
+    finally:
+        dask_log.setLevel(before[0])
+        ours.setLevel(before[1])
+
+
 def test_refuses_a_store_of_another_checkpoint_or_options(collection, checkpoints, tmp_path):
     store = tmp_path / "s"
     build_store(
