@@ -498,6 +498,21 @@ class RerankBackend:
         """:meth:`rerank_steps` run to its end in the calling thread."""
         return drive(self.rerank_steps(*args, **kwargs))
 
+    def given_bm25(self, query: str, docids: list[str], pure: bool) -> dict[str, float]:
+        """The BM25 scores of documents the client names (its candidates, or stored texts it sends) for ``query``,
+        the scores BM25's own candidates carry (:meth:`Bm25Searcher.doc_scores`), where the served score weighs
+        BM25: the server has the index and the priors a feature set with it. Empty otherwise."""
+        if self.searcher is None or not docids or not self.uses_priors(pure):
+            return {}
+        if not any("bm25" in key.split("+") for key in self.scorer.priors.weights):
+            return {}
+        from aheadrank.indexer.bm25 import QueryTooComplexError
+
+        try:
+            return self.searcher.doc_scores(query, docids)
+        except QueryTooComplexError as exc:
+            raise RequestError(str(exc), "query_too_complex", 413) from exc
+
     def rerank_steps(
         self,
         query: str,
@@ -541,7 +556,10 @@ class RerankBackend:
             head = [(d, s) for (d, s), k in zip(hits, known, strict=True) if k]
         else:
             self.check_candidates(candidates)
-            hits = [(d, None) for d in candidates]
+            given = self.given_bm25(
+                query, candidates, pure
+            )  # scored as BM25's own candidates are, where it can
+            hits = [(d, given.get(d)) for d in candidates]
             missing, head = [], hits
         t = time.perf_counter()
         clock.seconds["bm25"] = t - start
@@ -602,7 +620,8 @@ class RerankBackend:
         ranked += [(d, None, bm25[d]) for d in missing]
         texts = self.searcher.doc_texts([d for d, _, _ in ranked]) if want_text else {}
         parts = {r.docid: (r.neural, r.dense, r.window) for r in rows}
-        has_bm25 = candidates is None  # BM25's candidates carry its scores (none found: still BM25's)
+        # BM25's candidates carry its scores (none found: still BM25's); given ones where the index scored them all
+        has_bm25 = candidates is None or bool(hits) and all(s is not None for _, s in hits)
         scoring = features_used(
             self.scorer, has_bm25, qvec is not None, pure=not priors, window=window is not None
         )
@@ -639,9 +658,10 @@ class RerankBackend:
         """Ad-hoc documents: a text the store holds scored from its stored fields as its docid would be, the
         others from the cache of texts encoded before or encoded online (services/texts.py), checking ``work``
         (deadline, client gone) before each chunk. With priors (and unless ``pure``) the score is
-        the neural score combined with the dense prior computed online (no BM25 for texts outside the
-        index): with the checkpoint's calibration, each text's calibrated log-odds of relevance, which do not depend
-        on the request's other texts (:meth:`score_kind`); without, standardised over the request's texts.
+        the neural score combined with the dense prior (stored, or computed online) and, for a text the store holds,
+        its document's BM25 score (:meth:`text_scores`): with the checkpoint's calibration, each text's calibrated
+        log-odds of relevance, which do not depend on the request's other texts (:meth:`score_kind`); without,
+        standardised over the request's texts.
         A text longer than the ranker's window is split into ``passages`` (default: :meth:`passage_options`)
         and gets a score from its passages' (--passage-aggregation, aheadrank/passages.py). Returns (scores in input order,
         tokens); a text that makes no word piece (empty, spaces, zero-width or control characters only) gets
@@ -670,7 +690,8 @@ class RerankBackend:
         # split as the one below); only the others are split here
         split = [[x] for x in texts]
         opts = passages or self.passage_options()
-        todo = [i for i, hit in enumerate(stored_texts(self, texts, opts.max_pieces)) if not hit]
+        docids = stored_texts(self, texts, opts.max_pieces)
+        todo = [i for i, docid in enumerate(docids) if docid is None]
         parts = yield from split_in_turns(self.ranker._text().tokenizer, [texts[i] for i in todo], opts, work)
         for i, p in zip(todo, parts, strict=True):
             split[i] = p
@@ -717,12 +738,38 @@ class RerankBackend:
                 features["dense"] = dense
             if best is not None:
                 features["window"] = best
-            if self.scorer.calibration is not None:  # each text's own log-odds of relevance
-                scores = self.scorer.calibration.logits(features).tolist()
-            else:  # priors fitted before calibration: standardised over the request's texts
-                scores = self.scorer.priors.combine(features).tolist()
-            clock.seconds["priors"] += time.perf_counter() - t
+            # a text the store holds has its document's BM25 score too (an unknown one has none: BM25's statistics
+            # are the index's documents')
+            bm25 = self.given_bm25(query, [d for d in docids if d is not None], pure)
+            t_bm25 = time.perf_counter()
+            clock.seconds["bm25"] += t_bm25 - t
+            scores = self.text_scores(features, [None if d is None else bm25.get(d) for d in docids]).tolist()
+            clock.seconds["priors"] += time.perf_counter() - t_bm25
         return scores, tokens
+
+    def text_scores(self, features: dict, bm25: list[float | None]):
+        """/rerank's scores of texts from their ``features`` and, where known (a text the store holds), their BM25
+        scores: with the checkpoint's calibration, each text's own calibrated log-odds, from the feature set it has
+        (a probability either way, so texts with and without BM25 rank together); without, standardised over the
+        request's texts, with BM25 only where every text has it."""
+        import numpy as np
+
+        from aheadrank.priors import subset_key
+
+        have = [i for i, b in enumerate(bm25) if b is not None]
+        cal = self.scorer.calibration
+        with_bm25 = subset_key([*features, "bm25"])
+        if cal is not None:  # each text's own log-odds of relevance
+            out = cal.logits(features)
+            if have and with_bm25 in cal.platt:
+                part = {k: v[have] for k, v in features.items()}
+                part["bm25"] = np.array([bm25[i] for i in have], dtype=np.float64)
+                out[have] = cal.logits(part)
+            return out
+        # priors fitted before calibration: standardised over the request's texts
+        if len(have) == len(bm25) and with_bm25 in self.scorer.priors.weights:
+            features = {**features, "bm25": np.array(bm25, dtype=np.float64)}
+        return self.scorer.priors.combine(features)
 
     def passage_options(
         self, max_chunks: int | None = None, max_tokens: int | None = None, cut: bool = False

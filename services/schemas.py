@@ -65,7 +65,10 @@ class RerankResult(BaseModel):
     score: float | None = Field(
         description="re-ranker score; null for the tail a time budget left in BM25 order"
     )
-    bm25_score: float | None = Field(description="BM25 score; null for candidates given by the client")
+    bm25_score: float | None = Field(
+        description="BM25 score (of a given candidate too, where the server has the index and its priors weigh "
+        "BM25); null otherwise"
+    )
     neural_score: float | None = Field(
         None, description="the ranker's own score (the `score` itself when served pure); null in the tail"
     )

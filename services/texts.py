@@ -156,21 +156,23 @@ class TextCache:
             }
 
 
-def stored_texts(backend, texts: list[str], max_pieces: int | None = None) -> list[bool]:
-    """Which of ``texts`` the store holds (by text digest): those are scored as their docids. With
-    ``max_pieces`` (Cohere's ``max_tokens_per_doc``), a text longer than that is not: it is cut and split as an
-    unknown text is (a word piece is at least one character, so only texts of more characters are counted)."""
+def stored_texts(backend, texts: list[str], max_pieces: int | None = None) -> list[str | None]:
+    """The docid of each of ``texts`` the store holds (by text digest), None for the others: those are scored as
+    their docids. With ``max_pieces`` (Cohere's ``max_tokens_per_doc``), a text longer than that is not: it is cut
+    and split as an unknown text is (a word piece is at least one character, so only texts of more characters are
+    counted)."""
     reader = backend.reader
     if reader is None or not reader.text_shards or not texts:
-        return [False] * len(texts)
-    hits = [hit is not None for hit in reader.find_texts([_digest(x) for x in texts])]
+        return [None] * len(texts)
+    hits = [None if hit is None else hit[0] for hit in reader.find_texts([_digest(x) for x in texts])]
     longer = [
         i for i, hit in enumerate(hits) if hit and max_pieces is not None and len(texts[i]) > max_pieces
     ]
     if longer:
         pieces = backend.ranker._text().all_pieces([texts[i] for i in longer])
         for i, p in zip(longer, pieces, strict=True):
-            hits[i] = len(p) <= max_pieces
+            if len(p) > max_pieces:
+                hits[i] = None
     return hits
 
 

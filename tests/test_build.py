@@ -1276,3 +1276,51 @@ def test_a_build_on_a_local_dask_cluster_stores_what_one_process_does(built_long
             )
         )
     assert not (tmp_path / "x").exists()
+
+
+def test_a_text_the_store_holds_is_scored_with_its_documents_bm25_on_rerank(built):
+    """/rerank (Cohere, Jina, TEI...) of a label-free build served with its index: a text the store holds gets its
+    document's BM25 score (the one BM25's own candidates carry) beside its neural and dense scores, calibrated with
+    the weights and Platt fitted for that feature set; an unknown text keeps the set without BM25; each text's score
+    is still its own (the same alone as among others)."""
+    import time
+
+    from aheadrank.indexer.bm25 import Bm25Searcher
+    from aheadrank.services.backend import RerankBackend, StageClock
+    from aheadrank.services.settings import ServiceSettings
+
+    out, record = built
+    p = paths(out)
+    lines = [json.loads(line) for line in open(record.plan["collection"])]
+    stored = {d["id"]: d["contents"] for d in lines[:6]}
+    unknown = "supersonic cone flow in a boundary layer of a shell with laminar heat"
+    query = "supersonic flow over a cone"
+    with Bm25Searcher(p["lucene"]) as searcher:
+        bm25 = dict(searcher.search(query, 1000))
+    settings = ServiceSettings(
+        checkpoint=p["checkpoint"], store=p["store"], index=p["lucene"], access_log=False
+    )
+    backend = RerankBackend.load(settings)
+    try:
+        cal = backend.scorer.calibration
+        assert cal is not None and "neural+bm25+dense" in cal.platt and "neural+dense" in cal.platt
+        texts = [*stored.values(), unknown]
+        scores, _ = backend.score_texts(query, texts)
+        # the stored documents' parts as /v1/rerank gives them for the same docids
+        outcome = backend.rerank(query, list(stored), 100, None, time.perf_counter(), StageClock())
+        neural = np.array([outcome.parts[d][0] for d in stored])
+        dense = np.array([outcome.parts[d][1] for d in stored])
+        b = np.array([bm25.get(d, 0.0) for d in stored])  # a document without the query's terms: 0
+        assert {d: s for d, _, s in outcome.ranked} == pytest.approx(
+            dict(zip(stored, b, strict=True)), abs=1e-4
+        )
+        expected = cal.logits({"neural": neural, "bm25": b, "dense": dense})
+        assert scores[:6] == pytest.approx(expected.tolist(), abs=1e-3)
+        without = cal.logits({"neural": neural, "dense": dense})
+        assert np.max(np.abs(np.array(scores[:6]) - without)) > 1e-2  # BM25 moved them
+        alone, _ = backend.score_texts(query, [unknown])
+        assert scores[6] == pytest.approx(alone[0], abs=1e-5)
+        one, _ = backend.score_texts(query, [texts[2]])
+        assert scores[2] == pytest.approx(one[0], abs=1e-5)
+    finally:
+        backend.close()

@@ -354,9 +354,21 @@ def test_the_service_serves_rerank_runs_scores_with_their_parts(prior_env, servi
             assert all(
                 r["score"] == pytest.approx(pure_run[qid][r["docid"]], abs=1e-5) for r in pure["results"]
             )
-            # given candidates have no BM25 score: the weights fitted for neural + dense
+            # given candidates get the BM25 scores BM25's candidates carry (the index scores them), and the same
+            # scoring; among themselves their served scores are the z-scores of those five
             given = client.post("/v1/rerank", json={"query": query, "candidates": ranks[:5]}).json()
-            assert given["scoring"] == "neural+dense"
+            assert given["scoring"] == "neural+bm25+dense"
+            assert {r["docid"]: r["bm25_score"] for r in given["results"]} == pytest.approx(
+                {d: got[d]["bm25_score"] for d in ranks[:5]}, abs=1e-4
+            )
+            five, _ = rerank_run(
+                prior_env["ckpt"],
+                prior_env["store"],
+                {qid: query},
+                {qid: [(d, got[d]["bm25_score"]) for d in ranks[:5]]},
+                progress=False,
+            )
+            assert {r["docid"]: r["score"] for r in given["results"]} == pytest.approx(five[qid], abs=1e-4)
         # a query BM25 finds nothing for: no results, and the scoring it would have had (not the given-docids one)
         none = client.post("/v1/rerank", json={"query": "zzqxv", "depth": 30}).json()
         assert none["candidates"] == 0 and none["results"] == [] and none["scoring"] == "neural+bm25+dense"

@@ -191,6 +191,29 @@ def test_batch_search_matches_search(planted):
     assert batched[-2:] == [[], []]  # empty and stopword-only queries have no hits
 
 
+def test_doc_scores_are_the_scores_search_gives_those_documents(planted):
+    """Given docids score as search scores them (up to Anserini's tie-breaking by a millionth a rank), whatever
+    the searcher's BM25 parameters; a document without the query's terms scores 0 and an unknown docid is left
+    out; a query of stopwords or nothing scores every known document 0."""
+    searcher = planted[2]
+    for query in PLANTED_QUERIES:
+        ranked = searcher.search(query, k=1000)
+        found = dict(ranked)
+        absent = [d for d in searcher.doc_scores("", [f"f{i:03d}" for i in range(60)]) if d not in found][:3]
+        wanted = [d for d, _ in ranked[::3]] + absent + ["no-such-doc"]
+        got = searcher.doc_scores(query, wanted)
+        assert set(got) == set(wanted) - {"no-such-doc"}
+        assert {d: got[d] for d in found.keys() & got.keys()} == pytest.approx(
+            {d: found[d] for d in found.keys() & got.keys()}, abs=1e-4
+        )
+        assert all(got[d] == 0.0 for d in absent)
+    assert searcher.doc_scores("the of and", ["f001", "f002"]) == {"f001": 0.0, "f002": 0.0}
+    assert searcher.doc_scores("turbine", []) == {}
+    with Bm25Searcher(planted[1].index_dir, k1=0.9, b=0.4) as other:
+        top = other.search("turbine", 3)
+        assert other.doc_scores("turbine", [d for d, _ in top]) == pytest.approx(dict(top), abs=1e-4)
+
+
 def test_bm25_parameters_are_settable(planted):
     index_dir = planted[1].index_dir
     with Bm25Searcher(index_dir) as default, Bm25Searcher(index_dir, k1=0.9, b=0.4) as anserini:
