@@ -556,9 +556,8 @@ class RerankBackend:
             head = [(d, s) for (d, s), k in zip(hits, known, strict=True) if k]
         else:
             self.check_candidates(candidates)
-            given = self.given_bm25(
-                query, candidates, pure
-            )  # scored as BM25's own candidates are, where it can
+            # their BM25 scores as BM25's own candidates carry them, where the index and the priors have BM25
+            given = self.given_bm25(query, candidates, pure)
             hits = [(d, given.get(d)) for d in candidates]
             missing, head = [], hits
         t = time.perf_counter()
@@ -621,7 +620,7 @@ class RerankBackend:
         texts = self.searcher.doc_texts([d for d, _, _ in ranked]) if want_text else {}
         parts = {r.docid: (r.neural, r.dense, r.window) for r in rows}
         # BM25's candidates carry its scores (none found: still BM25's); given ones where the index scored them all
-        has_bm25 = candidates is None or bool(hits) and all(s is not None for _, s in hits)
+        has_bm25 = candidates is None or (bool(hits) and all(s is not None for _, s in hits))
         scoring = features_used(
             self.scorer, has_bm25, qvec is not None, pure=not priors, window=window is not None
         )
