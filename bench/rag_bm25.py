@@ -109,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     first = next(iter(queries))  # warm-up: the text path's first request of each kind
     for bm25 in (True, False):
         scored(queries[first], [texts[d] for d, _ in cands.get(first, [])[:10] if d in texts], bm25)
-    for i, (qid, query) in enumerate(queries.items()):
+    from aheadrank.logs import progress_bar
+
+    for i, (qid, query) in enumerate(progress_bar(list(queries.items()), desc="queries", unit="query")):
         ids = [d for d, _ in cands.get(qid, []) if d in texts]
         if not ids:
             continue
