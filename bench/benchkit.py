@@ -79,6 +79,23 @@ def stage(msg: str) -> None:
 
 
 # ---- the machine ----------------------------------------------------------------------------------------
+def served_backend(build: Path, threads: int, **settings):
+    """(the service's ``RerankBackend`` over the build at ``build``, as ``aheadrank serve DIR`` loads it, on the CPU
+    with ``threads`` and ``settings``; the build's paths): the RAG benches' server, in-process."""
+    import torch
+    from aheadrank.services.backend import RerankBackend
+    from aheadrank.services.settings import ServiceSettings
+
+    from aheadrank.build import paths
+
+    torch.set_num_threads(threads)
+    built = paths(build)
+    given = {"checkpoint": built["checkpoint"], "store": built["store"], "index": built["lucene"]}
+    given.update(device="cpu", access_log=False, threads=threads)
+    given.update(settings)  # index=None: served without the index (no BM25 for the texts the store holds)
+    return RerankBackend.load(ServiceSettings(**given)), built
+
+
 def machine_info(threads: int) -> dict:
     import torch
 

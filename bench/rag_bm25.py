@@ -58,26 +58,17 @@ def compared(evaluate_compare, a: dict, b: dict, qrels: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t_start = time.perf_counter()
-    import torch
-
-    torch.set_num_threads(args.threads)
     from aheadrank.indexer.collections import Collection
-    from aheadrank.services.backend import RerankBackend, StageClock
-    from aheadrank.services.settings import ServiceSettings
+    from aheadrank.services.backend import StageClock
     from aheadrank.services.texts import stored_texts
-    from benchkit import eval_topics
+    from benchkit import eval_topics, served_backend
 
     from aheadrank.baselines import EQUAL_FUSION, feature_run, rrf_run
-    from aheadrank.build import paths
     from aheadrank.evaluation import compare, evaluate
     from aheadrank.priors import QueryFeatures
     from aheadrank.runs import bm25_candidates
 
-    built = paths(args.build)  # what `aheadrank serve DIR` serves
-    service = {"checkpoint": built["checkpoint"], "store": built["store"], "index": built["lucene"]}
-    backend = RerankBackend.load(
-        ServiceSettings(**service, device="cpu", access_log=False, threads=args.threads)
-    )
+    backend, built = served_backend(args.build, args.threads)  # what `aheadrank serve DIR` serves
     backend.warmup()
     if backend.score_kind() != "calibrated":
         raise SystemExit(
@@ -86,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     searcher = backend.searcher
     queries, qrels = eval_topics(args.collection, args.split, args.max_queries)
     queries = {q: t for q, t in sorted(queries.items()) if any(r > 0 for r in qrels.get(q, {}).values())}
-    cands = bm25_candidates(service["index"], queries, args.depth)
+    cands = bm25_candidates(built["lucene"], queries, args.depth)
     wanted = {d for hits in cands.values() for d, _ in hits}
     texts = {doc.docid: doc.text for doc in Collection(args.collection) if doc.docid in wanted}
 

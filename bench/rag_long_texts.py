@@ -8,7 +8,8 @@ as ``aheadrank serve DIR`` does) and, for a judged collection's test queries, se
 
 - ``stored``: the texts as the indexer read them, found in the store by their digest: scored from the stored
   passages (the docid path: the passages' neural scores aggregated, the whole text's stored dense cosine, then
-  the priors);
+  the priors; the server loaded without its index, so without the BM25 score a stored text gets since
+  ``bench/rag_bm25.py``'s change: the cells compare the same features);
 - ``ad-hoc``: the same texts, the store's text lookup turned off: split and encoded online, then scored the
   docid's way (the passages' neural scores aggregated, the whole text's dense cosine, then the priors): what a
   text the store does not hold gets, i.e. every RAG chunk;
@@ -110,25 +111,24 @@ def sigmoid(x: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t_start = time.perf_counter()
-    import torch
-
-    torch.set_num_threads(args.threads)
     from aheadrank.indexer.collections import Collection
     from aheadrank.indexer.topics import read_beir_split
     from aheadrank.services import backend as backend_module
-    from aheadrank.services.backend import RerankBackend
-    from aheadrank.services.settings import ServiceSettings
+    from benchkit import served_backend
 
-    from aheadrank.build import paths
     from aheadrank.priors import ndcg10
     from aheadrank.runs import bm25_candidates
 
-    built = paths(args.build)  # what `aheadrank serve DIR` serves
-    service = {"checkpoint": built["checkpoint"], "store": built["store"], "index": built["lucene"]}
-    service.update(device="cpu", access_log=False, threads=args.threads)
+    # what `aheadrank serve DIR` serves, less its index: a stored text would get its document's BM25 score, which an
+    # ad-hoc one cannot have (bench/rag_bm25.py measures it), and this bench compares the two on the same features;
     # the cache: every passage of a query's texts, for each aggregation
-    service.update(text_cache_bytes=args.cache_gib << 30, ad_hoc_windows=args.ad_hoc_windows)
-    backend = RerankBackend.load(ServiceSettings(**service))
+    backend, built = served_backend(
+        args.build,
+        args.threads,
+        index=None,
+        text_cache_bytes=args.cache_gib << 30,
+        ad_hoc_windows=args.ad_hoc_windows,
+    )
     backend.warmup()
     kind = backend.score_kind()
     if kind != "calibrated":
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     queries = dict(sorted(queries.items()))
     if args.max_queries:
         queries = dict(list(queries.items())[: args.max_queries])
-    cands = bm25_candidates(service["index"], queries, args.depth)
+    cands = bm25_candidates(built["lucene"], queries, args.depth)
     wanted = {d for hits in cands.values() for d, _ in hits} | {d for q in queries for d in qrels.get(q, {})}
     texts: dict[str, str] = {}
     order: list[str] = []
