@@ -5,8 +5,8 @@ DESIGN.md "Priors: the served score". Per query, each available feature is stand
 scored candidates (z-score: ``(x - mean) / std``, 0 where the std is 0), then combined linearly:
 ``final = Σ w_f · z_f``. The weights are fitted on validation queries (never test) by a grid search over the
 simplex that maximises mean nDCG@10, once per *set* of available features, so a request that lacks a
-feature (ad-hoc texts have no BM25; a store without the dense field has no dense score) is still scored with
-weights fitted for exactly what it has. A weight may be 0: a neural score that adds nothing on validation is
+feature (ad-hoc texts on a server without the index have no BM25; a store without the dense field has no dense
+score) is still scored with weights fitted for exactly what it has. A weight may be 0: a neural score that adds nothing on validation is
 left out, and the served score is then the validation-tuned BM25 + bi-encoder fusion a user would build.
 
 The fitted :class:`Priors` are saved as ``priors.json`` inside the checkpoint; its sha256 is recorded in the

@@ -523,7 +523,7 @@ def fit_checkpoint_priors(
             "candidates: nothing to fit the priors on (another split, --all-queries, or a deeper --depth?)"
         )
     priors = fit_priors(feats, dense, fitted_on, keep=keep)
-    # the absolute score: "neural" and "neural+dense" are what ad-hoc texts have (no BM25 outside the index)
+    # the absolute score /rerank gives texts: one per feature set ("neural+dense" on a server without the index)
     priors.calibration = fit_calibration(feats, fitted_on).to_dict()
     write_priors(checkpoint, priors.to_dict())
     return priors

@@ -92,7 +92,7 @@ def served_backend(build: Path, threads: int, **settings):
     built = paths(build)
     given = {"checkpoint": built["checkpoint"], "store": built["store"], "index": built["lucene"]}
     given.update(device="cpu", access_log=False, threads=threads)
-    given.update(settings)  # index=None: served without the index (no BM25 for the texts the store holds)
+    given.update(settings)  # index=None: served without the index (no BM25 for /rerank's texts)
     return RerankBackend.load(ServiceSettings(**given)), built
 
 

@@ -8,8 +8,8 @@ as ``aheadrank serve DIR`` does) and, for a judged collection's test queries, se
 
 - ``stored``: the texts as the indexer read them, found in the store by their digest: scored from the stored
   passages (the docid path: the passages' neural scores aggregated, the whole text's stored dense cosine, then
-  the priors; the server loaded without its index, so without the BM25 score a stored text gets since
-  ``bench/rag_bm25.py``'s change: the cells compare the same features);
+  the priors; the server loaded without its index, so without the BM25 score a text gets since
+  ``bench/rag_bm25.py``'s change, which the per-passage way has not: the cells compare the same features);
 - ``ad-hoc``: the same texts, the store's text lookup turned off: split and encoded online, then scored the
   docid's way (the passages' neural scores aggregated, the whole text's dense cosine, then the priors): what a
   text the store does not hold gets, i.e. every RAG chunk;
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     from aheadrank.priors import ndcg10
     from aheadrank.runs import bm25_candidates
 
-    # what `aheadrank serve DIR` serves, less its index: a stored text would get its document's BM25 score, which an
-    # ad-hoc one cannot have (bench/rag_bm25.py measures it), and this bench compares the two on the same features;
+    # what `aheadrank serve DIR` serves, less its index: the per-passage way has no BM25 score, and this bench compares
+    # the ways on the same features (bench/rag_bm25.py measures what BM25 adds to stored and unknown texts);
     # the cache: every passage of a query's texts, for each aggregation
     backend, built = served_backend(
         args.build,

@@ -30,11 +30,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import re
 import shutil
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -171,7 +173,14 @@ def java_classes() -> SimpleNamespace:
             TermInSetQuery=autoclass("org.apache.lucene.search.TermInSetQuery"),
             BytesRef=autoclass("org.apache.lucene.util.BytesRef"),
             BagOfWordsQueryGenerator=autoclass("io.anserini.search.query.BagOfWordsQueryGenerator"),
+            # Bm25Searcher.text_scores: texts analysed as documents, scored with the index's statistics
+            AnalyzerUtils=autoclass("io.anserini.analysis.AnalyzerUtils"),
+            Term=autoclass("org.apache.lucene.index.Term"),
+            SmallFloat=autoclass("org.apache.lucene.util.SmallFloat"),
         )
+
+
+CONTENTS = "contents"  # the searched field of an index (Anserini's)
 
 
 class QueryTooComplexError(AheadrankError):
@@ -649,9 +658,7 @@ class Bm25Searcher:
         for d in wanted:
             ids.add(j.BytesRef(d.encode("utf-8")))
         with self._lock, self._clause_limit():
-            clauses = j.BagOfWordsQueryGenerator().buildQuery(
-                "contents", self._searcher.get_analyzer(), query
-            )
+            clauses = j.BagOfWordsQueryGenerator().buildQuery(CONTENTS, self._searcher.get_analyzer(), query)
             built = j.BooleanQueryBuilder()
             built.add(clauses, j.Occur.SHOULD)
             built.add(j.TermInSetQuery("id", ids), j.Occur.FILTER)
@@ -659,6 +666,43 @@ class Bm25Searcher:
             # Anserini breaks ties among equal scores by a millionth a rank: a document without the query's terms
             # comes back as -1e-6, -2e-6 ...; it scored 0
             return {hit.docid: max(float(hit.score), 0.0) for hit in hits}
+
+    def text_scores(self, query: str, texts: Sequence[str]) -> list[float]:
+        """The BM25 score of each of ``texts`` for ``query`` as if it were one more document of the index, which it
+        need not be: the text analysed as the documents were, its length stored as Lucene stores a document's
+        (rounded to four significant bits past 24 terms), and the index's own statistics (document count, average
+        length, each term's document frequency) with this searcher's k1 and b, the query's repeated terms counted
+        as :meth:`search` counts them. A text the index holds as a document scores what :meth:`doc_scores` gives
+        that document (to float rounding); a text with none of the query's terms scores 0.0; a query term the
+        index does not hold counts with document frequency 0 (the largest idf a term can have), so a text that
+        has it is not scored as if it did not. The statistics are not updated by the texts: their scores do not
+        depend on each other. One analysis per text, no search (100 SciFact abstracts: ~20 ms)."""
+        if not texts:
+            return []
+        j = self._java
+        with self._lock:
+            analyzer = self._searcher.get_analyzer()
+            query_terms = Counter(j.AnalyzerUtils.analyze(analyzer, query).toArray())
+            if not query_terms:
+                return [0.0] * len(texts)
+            reader = self._searcher.reader
+            docs = int(reader.getDocCount(CONTENTS))
+            avgdl = float(reader.getSumTotalTermFreq(CONTENTS)) / max(docs, 1)
+            idf = {
+                t: math.log(1 + (docs - df + 0.5) / (df + 0.5))
+                for t in query_terms
+                for df in (int(reader.docFreq(j.Term(CONTENTS, t))),)
+            }
+            analysed = [j.AnalyzerUtils.analyze(analyzer, text).toArray() for text in texts]
+            lengths = {
+                n: j.SmallFloat.byte4ToInt(j.SmallFloat.intToByte4(n)) for n in {len(a) for a in analysed}
+            }
+        scores = []
+        for tokens in analysed:
+            counts = Counter(t for t in tokens if t in query_terms)
+            norm = self.k1 * (1 - self.b + self.b * lengths[len(tokens)] / avgdl) if avgdl else self.k1
+            scores.append(float(sum(query_terms[t] * idf[t] * tf / (tf + norm) for t, tf in counts.items())))
+        return scores
 
     @contextmanager
     def _clause_limit(self) -> Iterator[None]:

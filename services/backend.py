@@ -498,13 +498,17 @@ class RerankBackend:
         """:meth:`rerank_steps` run to its end in the calling thread."""
         return drive(self.rerank_steps(*args, **kwargs))
 
+    def bm25_on(self, pure: bool) -> bool:
+        """Whether the served score weighs BM25: the server has the index and the priors a feature set with it."""
+        if self.searcher is None or not self.uses_priors(pure):
+            return False
+        return any("bm25" in key.split("+") for key in self.scorer.priors.weights)
+
     def given_bm25(self, query: str, docids: list[str], pure: bool) -> dict[str, float]:
         """The BM25 scores of documents the client names (its candidates, or stored texts it sends) for ``query``,
-        the scores BM25's own candidates carry (:meth:`Bm25Searcher.doc_scores`), where the served score weighs
-        BM25: the server has the index and the priors a feature set with it. Empty otherwise."""
-        if self.searcher is None or not docids or not self.uses_priors(pure):
-            return {}
-        if not any("bm25" in key.split("+") for key in self.scorer.priors.weights):
+        the scores BM25's own candidates carry (:meth:`Bm25Searcher.doc_scores`), where :meth:`bm25_on`. Empty
+        otherwise."""
+        if not docids or not self.bm25_on(pure):
             return {}
         from aheadrank.indexer.bm25 import QueryTooComplexError
 
@@ -512,6 +516,22 @@ class RerankBackend:
             return self.searcher.doc_scores(query, docids)
         except QueryTooComplexError as exc:
             raise RequestError(str(exc), "query_too_complex", 413) from exc
+
+    def texts_bm25(
+        self, query: str, texts: list[str], docids: list[str | None], pure: bool
+    ) -> list[float | None]:
+        """The BM25 score of each text of a /rerank request, where :meth:`bm25_on` (all ``None`` otherwise): a text
+        the store holds gets its document's (:meth:`given_bm25`), any other the score it would have as one more
+        document of the index (:meth:`Bm25Searcher.text_scores`: the index's statistics; equal to its document's
+        for a text the index holds)."""
+        if not texts or not self.bm25_on(pure):
+            return [None] * len(texts)
+        known = self.given_bm25(query, [d for d in docids if d is not None], pure)
+        scores = [None if d is None else known.get(d) for d in docids]
+        other = [i for i, score in enumerate(scores) if score is None]
+        for i, score in zip(other, self.searcher.text_scores(query, [texts[i] for i in other]), strict=True):
+            scores[i] = score
+        return scores
 
     def rerank_steps(
         self,
@@ -657,8 +677,8 @@ class RerankBackend:
         """Ad-hoc documents: a text the store holds scored from its stored fields as its docid would be, the
         others from the cache of texts encoded before or encoded online (services/texts.py), checking ``work``
         (deadline, client gone) before each chunk. With priors (and unless ``pure``) the score is
-        the neural score combined with the dense prior (stored, or computed online) and, for a text the store holds,
-        its document's BM25 score (:meth:`text_scores`): with the checkpoint's calibration, each text's calibrated
+        the neural score combined with the dense prior (stored, or computed online) and, on a server with the index,
+        the text's BM25 score (:meth:`texts_bm25`; combined by :meth:`text_scores`): with the checkpoint's calibration, each text's calibrated
         log-odds of relevance, which do not depend on the request's other texts (:meth:`score_kind`); without,
         standardised over the request's texts.
         A text longer than the ranker's window is split into ``passages`` (default: :meth:`passage_options`)
@@ -701,22 +721,24 @@ class RerankBackend:
             self, qs, qvec, flat, clock, work, opts.max_passages, [whole[i] for i in owner]
         )
         read = [p[0] for p in split]  # each text as it is read (a max_tokens_per_doc cut: the cut text)
-        if len(flat) != len(texts):  # a long text scored as its docid is: the passages' neural scores
+        long = [i for i, w in enumerate(whole) if not w]
+        bm25_on = self.bm25_on(pure)
+        if long and (qvec is not None or bm25_on):  # a long text's whole (cut) text: its cosine and BM25
+            heads = [texts[i] for i in long]
+            cut = opts.head()
+            if cut is not None:  # max_tokens_per_doc: the text as cut (tokenized in turns, as the split)
+                tokenizer = self.ranker._text().tokenizer
+                heads = [p[0] for p in (yield from split_in_turns(tokenizer, heads, cut, work))]
+            for i, head in zip(long, heads, strict=True):
+                read[i] = head
+        if long:  # a long text scored as its docid is: the passages' neural scores
             scores = aggregate(scores, owner, len(texts), self.settings.passage_aggregation)
             if qvec is not None:  # ... aggregated (--passage-aggregation), then the whole text's cosine
                 at = {}
                 for k, i in enumerate(owner):
                     at.setdefault(i, k)
-                long = [i for i, w in enumerate(whole) if not w]
-                heads = [texts[i] for i in long]
-                cut = opts.head()
-                if cut is not None:  # max_tokens_per_doc: the text as cut (tokenized in turns, as the split)
-                    tokenizer = self.ranker._text().tokenizer
-                    heads = [p[0] for p in (yield from split_in_turns(tokenizer, heads, cut, work))]
-                for i, head in zip(long, heads, strict=True):
-                    read[i] = head
                 cosines = [float(dense[at[i]]) for i in range(len(texts))]  # a text read whole: its own
-                found = yield from whole_text_cosines(self, qvec, heads, clock, work)
+                found = yield from whole_text_cosines(self, qvec, [read[i] for i in long], clock, work)
                 for i, c in zip(long, found, strict=True):
                     cosines[i] = c
                 dense = np.array(cosines)
@@ -737,20 +759,19 @@ class RerankBackend:
                 features["dense"] = dense
             if best is not None:
                 features["window"] = best
-            # a text the store holds has its document's BM25 score too (an unknown one has none: BM25's statistics
-            # are the index's documents')
-            bm25 = self.given_bm25(query, [d for d in docids if d is not None], pure)
+            # its BM25 score: a text the store holds its document's, another one's as read, with the index's statistics
+            bm25 = self.texts_bm25(query, read, docids, pure)
             t_bm25 = time.perf_counter()
             clock.seconds["bm25"] += t_bm25 - t
-            scores = self.text_scores(features, [None if d is None else bm25.get(d) for d in docids]).tolist()
+            scores = self.text_scores(features, bm25).tolist()
             clock.seconds["priors"] += time.perf_counter() - t_bm25
         return scores, tokens
 
     def text_scores(self, features: dict, bm25: list[float | None]):
-        """/rerank's scores of texts from their ``features`` and, where known (a text the store holds), their BM25
-        scores: with the checkpoint's calibration, each text's own calibrated log-odds, from the feature set it has
-        (a probability either way, so texts with and without BM25 rank together); without, standardised over the
-        request's texts, with BM25 only where every text has it."""
+        """/rerank's scores of texts from their ``features`` and, where known (:meth:`texts_bm25`: every text on a
+        server with the index), their BM25 scores: with the checkpoint's calibration, each text's own calibrated
+        log-odds, from the feature set it has (a probability either way, so texts with and without BM25 would rank
+        together); without, standardised over the request's texts, with BM25 only where every text has it."""
         import numpy as np
 
         from aheadrank.priors import subset_key

@@ -1281,8 +1281,9 @@ def test_a_build_on_a_local_dask_cluster_stores_what_one_process_does(built_long
 def test_a_text_the_store_holds_is_scored_with_its_documents_bm25_on_rerank(built):
     """/rerank (Cohere, Jina, TEI...) of a label-free build served with its index: a text the store holds gets its
     document's BM25 score (the one BM25's own candidates carry) beside its neural and dense scores, calibrated with
-    the weights and Platt fitted for that feature set; an unknown text keeps the set without BM25; each text's score
-    is still its own (the same alone as among others)."""
+    the weights and Platt fitted for that feature set; a text it does not hold gets the BM25 score it would have as
+    one more document of the index, and the same calibration: the store's texts sent as unknown ones score as they
+    do when found; each text's score is still its own (the same alone as among others)."""
     import time
 
     from aheadrank.indexer.bm25 import Bm25Searcher
@@ -1297,6 +1298,7 @@ def test_a_text_the_store_holds_is_scored_with_its_documents_bm25_on_rerank(buil
     query = "supersonic flow over a cone"
     with Bm25Searcher(p["lucene"]) as searcher:
         bm25 = dict(searcher.search(query, 1000))
+        unknown_bm25 = searcher.text_scores(query, [unknown])
     settings = ServiceSettings(
         checkpoint=p["checkpoint"], store=p["store"], index=p["lucene"], access_log=False
     )
@@ -1318,9 +1320,23 @@ def test_a_text_the_store_holds_is_scored_with_its_documents_bm25_on_rerank(buil
         assert scores[:6] == pytest.approx(expected.tolist(), abs=1e-3)
         without = cal.logits({"neural": neural, "dense": dense})
         assert np.max(np.abs(np.array(scores[:6]) - without)) > 1e-2  # BM25 moved them
+        # the unknown text: its neural score (pure), its dense cosine and its BM25 as one more document
+        (own,), _ = backend.score_texts(query, [unknown], pure=True)
+        cosine = backend.scorer.text_dense(backend.scorer.query_vector(query), [unknown])
+        assert unknown_bm25[0] > 0
+        parts = {
+            "neural": np.array([own]),
+            "bm25": np.array(unknown_bm25),
+            "dense": cosine.astype(np.float64),
+        }
+        assert scores[6] == pytest.approx(float(cal.logits(parts)[0]), abs=1e-3)
         alone, _ = backend.score_texts(query, [unknown])
         assert scores[6] == pytest.approx(alone[0], abs=1e-5)
         one, _ = backend.score_texts(query, [texts[2]])
         assert scores[2] == pytest.approx(one[0], abs=1e-5)
+        # the store's texts, not looked up: encoded online, their BM25 from their text; the same scores
+        backend.reader.text_shards = 0
+        as_unknown, _ = backend.score_texts(query, texts[:6])
+        assert as_unknown == pytest.approx(scores[:6], abs=2e-2)
     finally:
         backend.close()

@@ -214,6 +214,28 @@ def test_doc_scores_are_the_scores_search_gives_those_documents(planted):
         assert other.doc_scores("turbine", [d for d, _ in top]) == pytest.approx(dict(top), abs=1e-4)
 
 
+def test_a_text_scores_what_it_would_as_one_more_document_of_the_index(planted):
+    """A text sent for scoring (not looked up) gets the BM25 score its document has where the index holds it (to
+    Anserini's tie-breaking), under the searcher's own k1 and b; a text the index does not hold is scored with the
+    index's statistics, each on its own (the same alone as among others); a query term the index lacks counts
+    with the largest idf, so the text that has it scores above one that does not."""
+    searcher = planted[2]
+    for k1, b in ((1.2, 0.75), (0.9, 0.4), (0.0, 0.5), (2.0, 1.0)):
+        with Bm25Searcher(planted[1].index_dir, k1=k1, b=b) as s:
+            for query in [*PLANTED_QUERIES, "turbine turbine lava", "the of and"]:
+                ids = [d for d, _ in s.search(query, 1000)][:20] + ["f001", "f002"]
+                texts = s.doc_texts(ids)
+                got = s.text_scores(query, [texts[d] for d in ids])
+                assert got == pytest.approx([s.doc_scores(query, ids)[d] for d in ids], abs=1e-4)
+    new = ["a turbine of basalt", "nothing of the kind", "turbine zzyzx", "zzyzx", ""]
+    got = searcher.text_scores("turbine zzyzx", new)
+    assert got[1] == got[4] == 0.0 and got[2] > got[0] > 0 and got[3] > got[0]
+    assert [searcher.text_scores("turbine zzyzx", [t])[0] for t in new] == got
+    assert searcher.text_scores("the of", new) == [0.0] * 5 and searcher.text_scores("turbine", []) == []
+    longer = searcher.text_scores("turbine", ["turbine " + "basalt " * n for n in (0, 30, 300)])
+    assert longer[0] > longer[1] > longer[2] > 0  # b = 0.75: a longer text, a lower score
+
+
 def test_bm25_parameters_are_settable(planted):
     index_dir = planted[1].index_dir
     with Bm25Searcher(index_dir) as default, Bm25Searcher(index_dir, k1=0.9, b=0.4) as anserini:
