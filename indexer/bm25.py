@@ -697,10 +697,11 @@ class Bm25Searcher:
             lengths = {
                 n: j.SmallFloat.byte4ToInt(j.SmallFloat.intToByte4(n)) for n in {len(a) for a in analysed}
             }
+            k1, b = self.k1, self.b
         scores = []
         for tokens in analysed:
             counts = Counter(t for t in tokens if t in query_terms)
-            norm = self.k1 * (1 - self.b + self.b * lengths[len(tokens)] / avgdl) if avgdl else self.k1
+            norm = k1 * (1 - b + b * lengths[len(tokens)] / avgdl) if avgdl else k1
             scores.append(float(sum(query_terms[t] * idf[t] * tf / (tf + norm) for t, tf in counts.items())))
         return scores
 

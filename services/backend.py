@@ -677,13 +677,13 @@ class RerankBackend:
         """Ad-hoc documents: a text the store holds scored from its stored fields as its docid would be, the
         others from the cache of texts encoded before or encoded online (services/texts.py), checking ``work``
         (deadline, client gone) before each chunk. With priors (and unless ``pure``) the score is
-        the neural score combined with the dense prior (stored, or computed online) and, on a server with the index,
-        the text's BM25 score (:meth:`texts_bm25`; combined by :meth:`text_scores`): with the checkpoint's calibration, each text's calibrated
-        log-odds of relevance, which do not depend on the request's other texts (:meth:`score_kind`); without,
-        standardised over the request's texts.
+        the neural score combined with the dense prior (stored, or computed online) and, on a server with the
+        index, the text's BM25 score (:meth:`texts_bm25`), by :meth:`text_scores`: with the checkpoint's
+        calibration, each text's calibrated log-odds of relevance, which do not depend on the request's other
+        texts (:meth:`score_kind`); without, standardised over the request's texts.
         A text longer than the ranker's window is split into ``passages`` (default: :meth:`passage_options`)
-        and gets a score from its passages' (--passage-aggregation, aheadrank/passages.py). Returns (scores in input order,
-        tokens); a text that makes no word piece (empty, spaces, zero-width or control characters only) gets
+        and gets a score from its passages' (--passage-aggregation, aheadrank/passages.py). Returns (scores in
+        input order, tokens); a text that makes no word piece (empty, spaces, zero-width or control characters only) gets
         ``BLANK_SCORE``, unscored."""
         import numpy as np
 
@@ -722,8 +722,9 @@ class RerankBackend:
         )
         read = [p[0] for p in split]  # each text as it is read (a max_tokens_per_doc cut: the cut text)
         long = [i for i, w in enumerate(whole) if not w]
-        bm25_on = self.bm25_on(pure)
-        if long and (qvec is not None or bm25_on):  # a long text's whole (cut) text: its cosine and BM25
+        if long and (
+            qvec is not None or self.bm25_on(pure)
+        ):  # a long text's whole (cut) text: its cosine and BM25
             heads = [texts[i] for i in long]
             cut = opts.head()
             if cut is not None:  # max_tokens_per_doc: the text as cut (tokenized in turns, as the split)
