@@ -676,7 +676,8 @@ class Bm25Searcher:
         that document (to float rounding); a text with none of the query's terms scores 0.0; a query term the
         index does not hold counts with document frequency 0 (the largest idf a term can have), so a text that
         has it is not scored as if it did not. The statistics are not updated by the texts: their scores do not
-        depend on each other. One analysis per text, no search (100 SciFact abstracts: ~20 ms)."""
+        depend on each other. One analysis per text, no search: 100 SciFact abstracts took 24 ms, a filtered
+        search for 100 stored ones 3.2 ms (``bench/results/rag-bm25/``)."""
         if not texts:
             return []
         j = self._java
