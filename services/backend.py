@@ -683,8 +683,8 @@ class RerankBackend:
         texts (:meth:`score_kind`); without, standardised over the request's texts.
         A text longer than the ranker's window is split into ``passages`` (default: :meth:`passage_options`)
         and gets a score from its passages' (--passage-aggregation, aheadrank/passages.py). Returns (scores in
-        input order, tokens); a text that makes no word piece (empty, spaces, zero-width or control characters only) gets
-        ``BLANK_SCORE``, unscored."""
+        input order, tokens); a text that makes no word piece (empty, spaces, zero-width or control characters
+        only) gets ``BLANK_SCORE``, unscored."""
         import numpy as np
 
         clock = clock or StageClock()
@@ -722,9 +722,8 @@ class RerankBackend:
         )
         read = [p[0] for p in split]  # each text as it is read (a max_tokens_per_doc cut: the cut text)
         long = [i for i, w in enumerate(whole) if not w]
-        if long and (
-            qvec is not None or self.bm25_on(pure)
-        ):  # a long text's whole (cut) text: its cosine and BM25
+        # a long text's whole (cut) text: what its dense cosine and its BM25 score read
+        if long and (qvec is not None or self.bm25_on(pure)):
             heads = [texts[i] for i in long]
             cut = opts.head()
             if cut is not None:  # max_tokens_per_doc: the text as cut (tokenized in turns, as the split)
@@ -760,7 +759,7 @@ class RerankBackend:
                 features["dense"] = dense
             if best is not None:
                 features["window"] = best
-            # its BM25 score: a text the store holds its document's, another one's as read, with the index's statistics
+            # BM25: a text the store holds its document's score, another its own as read (the index's statistics)
             bm25 = self.texts_bm25(query, read, docids, pure)
             t_bm25 = time.perf_counter()
             clock.seconds["bm25"] += t_bm25 - t
