@@ -78,7 +78,7 @@ def stage(msg: str) -> None:
     log.info(msg)
 
 
-# ---- the machine ----------------------------------------------------------------------------------------
+# ---- the served backend ---------------------------------------------------------------------------------
 def served_backend(build: Path, threads: int, **settings):
     """(the service's ``RerankBackend`` over the build at ``build``, as ``aheadrank serve DIR`` loads it, on the CPU
     with ``threads`` and ``settings``; the build's paths): the RAG benches' server, in-process."""
@@ -96,6 +96,7 @@ def served_backend(build: Path, threads: int, **settings):
     return RerankBackend.load(ServiceSettings(**given)), built
 
 
+# ---- the machine ----------------------------------------------------------------------------------------
 def machine_info(threads: int) -> dict:
     import torch
 

@@ -510,8 +510,14 @@ class RerankBackend:
         otherwise."""
         if not docids or not self.bm25_on(pure):
             return {}
+        return self._doc_bm25(query, docids)
+
+    def _doc_bm25(self, query: str, docids: list[str]) -> dict[str, float]:
+        """:meth:`Bm25Searcher.doc_scores`, a query too complex for it a 413."""
         from aheadrank.indexer.bm25 import QueryTooComplexError
 
+        if not docids:
+            return {}
         try:
             return self.searcher.doc_scores(query, docids)
         except QueryTooComplexError as exc:
@@ -521,12 +527,12 @@ class RerankBackend:
         self, query: str, texts: list[str], docids: list[str | None], pure: bool
     ) -> list[float | None]:
         """The BM25 score of each text of a /rerank request, where :meth:`bm25_on` (all ``None`` otherwise): a text
-        the store holds gets its document's (:meth:`given_bm25`), any other the score it would have as one more
-        document of the index (:meth:`Bm25Searcher.text_scores`: the index's statistics; equal to its document's
-        for a text the index holds)."""
+        the store holds gets its document's (:meth:`Bm25Searcher.doc_scores`), any other the score it would have as
+        one more document of the index (:meth:`Bm25Searcher.text_scores`: the index's statistics; equal to its
+        document's for a text the index holds)."""
         if not texts or not self.bm25_on(pure):
             return [None] * len(texts)
-        known = self.given_bm25(query, [d for d in docids if d is not None], pure)
+        known = self._doc_bm25(query, [d for d in docids if d is not None])
         scores = [None if d is None else known.get(d) for d in docids]
         other = [i for i, score in enumerate(scores) if score is None]
         for i, score in zip(other, self.searcher.text_scores(query, [texts[i] for i in other]), strict=True):
