@@ -78,6 +78,31 @@ def stage(msg: str) -> None:
     log.info(msg)
 
 
+def sigmoid(x: float) -> float:
+    """A served log-odds score as the ``relevance_score`` a client reads (stable at either end)."""
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def paired(a: dict, b: dict, qrels: dict) -> dict:
+    """nDCG@10 of run ``b`` against run ``a``, paired over the queries: {diff, ci95, p} (a t-test)."""
+    from aheadrank.evaluation import compare
+
+    c = compare(a, b, qrels)
+    return {"diff": c.mean_diff, "ci95": [c.ci_low, c.ci_high], "p": c.p}
+
+
+def shown(c: dict) -> str:
+    """A :func:`paired` comparison as a table cell: diff [95 % CI], p."""
+    return f"{c['diff']:+.4f} [{c['ci95'][0]:+.4f}, {c['ci95'][1]:+.4f}], p {c['p']:.2g}"
+
+
+def write_table(out: Path, lines: list[str]) -> None:
+    """Print a bench's table and write it beside its JSON record (``out`` with ``.md``)."""
+    print("\n".join(lines))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
 # ---- the served backend ---------------------------------------------------------------------------------
 def served_backend(build: Path, threads: int, **settings):
     """(the service's ``RerankBackend`` over the build at ``build``, as ``aheadrank serve DIR`` loads it, on the CPU

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchkit import machine_info, write_record
+from benchkit import machine_info, paired, shown, write_record, write_table
 
 FUSIONS = ("rrf", "fusion-equal")
 
@@ -61,11 +61,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def compared(evaluate_compare, a: dict, b: dict, qrels: dict) -> dict:
-    c = evaluate_compare(a, b, qrels)
-    return {"diff": c.mean_diff, "ci95": [c.ci_low, c.ci_high], "p": c.p}
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t_start = time.perf_counter()
@@ -75,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchkit import eval_topics, served_backend
 
     from aheadrank.baselines import EQUAL_FUSION, feature_run, rrf_run
-    from aheadrank.evaluation import compare, evaluate
+    from aheadrank.evaluation import evaluate
     from aheadrank.priors import QueryFeatures
     from aheadrank.runs import bm25_candidates
 
@@ -162,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = {
         k: {
             "ndcg10": ndcg[k],
-            "vs_best_fusion": compared(compare, runs[best], runs[k], qrels),
+            "vs_best_fusion": paired(runs[best], runs[k], qrels),
             # a cell with BM25 against the same texts without it; any other run against the found texts without it
-            "vs_without_bm25": compared(compare, runs[without.get(k, cells[True, False])], runs[k], qrels),
+            "vs_without_bm25": paired(runs[without.get(k, cells[True, False])], runs[k], qrels),
         }
         for k in runs
     }
@@ -186,9 +181,6 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---:|---|---|",
     ]
 
-    def shown(c: dict) -> str:
-        return f"{c['diff']:+.4f} [{c['ci95'][0]:+.4f}, {c['ci95'][1]:+.4f}], p {c['p']:.2g}"
-
     for k, r in rows.items():
         lines.append(
             f"| {k} | {r['ndcg10']:.4f} | {shown(r['vs_best_fusion'])} | {shown(r['vs_without_bm25'])} |"
@@ -206,9 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         f"The BM25 scores alone: {median['doc_scores'] * 1e3:.1f} ms by docid (`Bm25Searcher.doc_scores`), "
         f"{median['text_scores'] * 1e3:.1f} ms by text (`Bm25Searcher.text_scores`).",
     ]
-    print("\n".join(lines))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_table(args.out, lines)
     write_record(
         args.out,
         "rag_bm25",

@@ -35,14 +35,13 @@ own. The judgments are read to evaluate only; nothing is fitted here.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from benchkit import filler_docid, machine_info, write_record
+from benchkit import filler_docid, machine_info, sigmoid, write_record
 from rich.console import Console
 from rich.table import Table
 
@@ -102,10 +101,6 @@ class PassageScores:
         features["dense"] = scorer.text_dense(scorer.query_vector(query), flat).astype(np.float64)
         calibrated = scorer.calibration.logits(features).tolist()
         return {a: aggregate(calibrated, owner, n, a) for a in AGGREGATIONS}
-
-
-def sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
 def main(argv: list[str] | None = None) -> int:
