@@ -59,7 +59,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--cache-gib", type=float, default=4.0, help="the ad-hoc text cache (chunks recur across queries)"
     )
     p.add_argument("--out", type=Path, default=Path("work/rag-chunks.json"))
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.chunk_words < 1:
+        p.error("--chunk-words must be at least 1")
+    return args
 
 
 def chunked(text: str, words: int) -> list[str]:

@@ -28,6 +28,12 @@ def test_a_text_is_cut_into_chunks_of_so_many_words_and_no_stub():
         rag_chunks.chunked(text, 0)
 
 
+def test_a_chunk_of_no_words_is_refused_at_the_command_line(capsys):
+    with pytest.raises(SystemExit):
+        rag_chunks.parse_args(["--build", "b", "--collection", "c", "--chunk-words", "0"])
+    assert "--chunk-words must be at least 1" in capsys.readouterr().err
+
+
 def test_a_document_scores_its_best_chunk():
     run = {"q": {"a#0": 0.1, "a#1": 0.9, "b#0": 0.5}}
     owner = {"a#0": "a", "a#1": "a", "b#0": "b"}
