@@ -148,6 +148,17 @@ def tiny_base(tmp_path_factory, minilm_dir) -> Path:
     return save_tiny_bert(path, minilm_dir, hidden=32, layers=4, heads=4, seed=1234)
 
 
+@pytest.fixture(scope="session")
+def tiny_rag_build(tmp_path_factory, tiny_base) -> tuple[Path, Path]:
+    """(a tiny judged collection of short documents with 4 test queries, its label-free build): what the RAG
+    benches (bench/rag_bm25.py, bench/rag_chunks.py) run on; read only."""
+    root = tmp_path_factory.mktemp("rag-build")
+    coll = write_judged_collection(
+        root / "coll", random.Random(5), 30, (3, 2), {"test": ["q0", "q1", "q2", "q3"]}
+    )
+    return coll, build_tiny_label_free(coll, root / "b", tiny_base, max_queries=20)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def server_logs(tmp_path_factory) -> Path:
     """The test servers' logs (services_testkit.Server) in this session's temporary folder, which pytest prunes

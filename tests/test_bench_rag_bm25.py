@@ -4,12 +4,10 @@ store's texts sent as unknown ones (encoded online, their BM25 from their text) 
 from __future__ import annotations
 
 import json
-import random
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import build_tiny_label_free, write_judged_collection
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
@@ -18,11 +16,8 @@ import rag_bm25  # noqa: E402
 pytestmark = pytest.mark.slow  # Java (the BM25 stage)
 
 
-def test_the_bench_measures_found_and_unknown_texts_with_and_without_bm25(tmp_path, tiny_base):
-    coll = write_judged_collection(
-        tmp_path / "coll", random.Random(5), 30, (3, 2), {"test": ["q0", "q1", "q2", "q3"]}
-    )
-    out = build_tiny_label_free(coll, tmp_path / "b", tiny_base, max_queries=20)
+def test_the_bench_measures_found_and_unknown_texts_with_and_without_bm25(tmp_path, tiny_rag_build):
+    coll, out = tiny_rag_build
     result = tmp_path / "r.json"
     args = ["--build", str(out), "--collection", str(coll), "--depth", "12", "--threads", "1"]
     assert rag_bm25.main([*args, "--out", str(result)]) == 0

@@ -5,12 +5,10 @@ and over the whole documents."""
 from __future__ import annotations
 
 import json
-import random
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import build_tiny_label_free, write_judged_collection
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
@@ -41,11 +39,8 @@ def test_a_document_scores_its_best_chunk():
 
 
 @pytest.mark.slow  # Java (the BM25 stage)
-def test_the_bench_ranks_documents_by_their_chunks_beside_the_baselines(tmp_path, tiny_base):
-    coll = write_judged_collection(
-        tmp_path / "coll", random.Random(5), 30, (3, 2), {"test": ["q0", "q1", "q2", "q3"]}
-    )
-    out = build_tiny_label_free(coll, tmp_path / "b", tiny_base, max_queries=20)
+def test_the_bench_ranks_documents_by_their_chunks_beside_the_baselines(tmp_path, tiny_rag_build):
+    coll, out = tiny_rag_build
     result = tmp_path / "r.json"
     args = [
         "--build",
