@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         if not ids:
             continue
         cids = [f"{d}#{k}" for d in ids for k in range(len(pieces[d]))]
-        batch = [pieces[owner[c]][int(c.rsplit("#", 1)[1])] for c in cids]
+        batch = [p for d in ids for p in pieces[d]]  # in the order of cids
         sent += len(batch)
         found += sum(d is not None for d in stored_texts(backend, batch))
         scored(query, batch, False)  # the chunks not seen before encoded online, into the cache
